@@ -1,0 +1,81 @@
+//! `Decision`: what a limit says about one request. A denial is data, not an error.
+
+use std::time::Duration;
+
+/// Whether a request fits, and if not, when it will.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted (and charged, unless the batch it belonged to was denied by another limit).
+    Allowed,
+    /// Denied for now; the same cost will be admitted after `retry_after` if nothing
+    /// else is charged in between.
+    Denied {
+        /// How long until the same cost fits.
+        retry_after: Duration,
+    },
+    /// Denied for good: the cost is larger than the limit can ever admit at once, so
+    /// waiting will not help.
+    CostExceedsCapacity,
+}
+
+/// One limit's verdict on one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Admitted, denied for now, or denied for good.
+    pub outcome: Outcome,
+    /// The most units the limit admits at once ([`Limit::capacity`](crate::Limit::capacity)).
+    pub limit: u64,
+    /// Units that would still be admitted right now, after this decision; never more
+    /// than `limit`.
+    pub remaining: u64,
+    /// Time until the limit's state resets: the end of the window for `fixed_window`,
+    /// otherwise the time until everything charged so far has been restored.
+    pub reset_after: Duration,
+}
+
+impl Decision {
+    /// Whether the request fits this limit.
+    pub fn allowed(&self) -> bool {
+        self.outcome == Outcome::Allowed
+    }
+
+    /// How long until the same cost fits; `None` when allowed or when it never will.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self.outcome {
+            Outcome::Denied { retry_after } => Some(retry_after),
+            Outcome::Allowed | Outcome::CostExceedsCapacity => None,
+        }
+    }
+}
+
+/// The verdict on a batch of (key, limit, cost) requests, decided all or nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchDecision {
+    /// One decision per request, in request order. A limit that had room says
+    /// `Allowed` even when another limit denied the batch (it was then not charged).
+    pub decisions: Vec<Decision>,
+    /// The first request whose limit denied the batch; `None` when the batch was admitted.
+    pub denied_by: Option<usize>,
+}
+
+impl BatchDecision {
+    /// Whether every limit admitted the batch (and all were charged).
+    pub fn allowed(&self) -> bool {
+        self.denied_by.is_none()
+    }
+
+    /// The longest wait until every denying limit has room again; `None` when allowed,
+    /// or when some cost never fits.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.denied_by?;
+        let mut longest = Duration::ZERO;
+        for decision in &self.decisions {
+            match decision.outcome {
+                Outcome::Allowed => {}
+                Outcome::Denied { retry_after } => longest = longest.max(retry_after),
+                Outcome::CostExceedsCapacity => return None,
+            }
+        }
+        Some(longest)
+    }
+}

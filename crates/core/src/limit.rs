@@ -1,0 +1,449 @@
+//! `Limit`: an algorithm with its parameters, checked once when it is built so that
+//! an invalid limit cannot exist.
+//!
+//! Every number a limit holds, and every product the algorithms form from them, stays
+//! below 2^53: the Redis scripts compute with Lua doubles, and the Rust algorithms are
+//! their specification decision for decision, so both must be exact on the same inputs.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::Error;
+use crate::time::micros;
+
+/// The largest count, cost or scaled quantity Spillway computes with: 2^53, the
+/// largest integer below which every integer is exact in an IEEE double.
+pub const MAX_EXACT: u64 = 1 << 53;
+
+/// The longest window: 100 years of 365 days.
+pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// The most sub-buckets a `sliding_window` limit may have. A check is O(precision).
+pub const MAX_PRECISION: u32 = 10_000;
+
+/// How a rate limit counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// A counter per window aligned to the epoch. Exact per window; up to 2× the limit
+    /// across a window edge.
+    FixedWindow,
+    /// A log of admitted requests: exact in any window of length `window`.
+    SlidingLog,
+    /// Counters in `precision` sub-buckets of the window; approximate, see [`Edge`].
+    SlidingWindow {
+        /// Sub-buckets per window (1 = the classic current + previous two-bucket counter).
+        precision: u32,
+        /// How the oldest, partly expired sub-bucket counts.
+        edge: Edge,
+    },
+    /// A bucket of `burst` tokens refilled at `limit` per `window`.
+    TokenBucket,
+    /// The generic cell rate algorithm: one timestamp per key, rate `limit` per `window`,
+    /// up to `burst` at once.
+    Gcra,
+}
+
+/// How `sliding_window` counts the oldest sub-bucket, the one only partly inside the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Edge {
+    /// Weight it by the fraction still inside the window (Cloudflare's estimate).
+    #[default]
+    Interpolate,
+    /// Count it whole: never admits more than an exact sliding log would (Figma's choice).
+    Strict,
+    /// Drop it: never denies a request an exact sliding log would admit.
+    Lenient,
+}
+
+impl Algorithm {
+    /// Every algorithm with its default parameters, in a stable order.
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow {
+            precision: 1,
+            edge: Edge::Interpolate,
+        },
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+    ];
+
+    /// The algorithm's name as written in configuration: `fixed_window`, `sliding_log`,
+    /// `sliding_window`, `token_bucket`, `gcra`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingLog => "sliding_log",
+            Algorithm::SlidingWindow { .. } => "sliding_window",
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::Gcra => "gcra",
+        }
+    }
+
+    /// Whether the algorithm never admits more than its bound (see the crate docs).
+    pub fn is_exact(&self) -> bool {
+        !matches!(self, Algorithm::SlidingWindow { .. })
+    }
+
+    fn has_burst(&self) -> bool {
+        matches!(self, Algorithm::TokenBucket | Algorithm::Gcra)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Algorithm::SlidingWindow { precision, edge } => {
+                write!(f, "sliding_window(precision={precision}, edge={edge})")
+            }
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = Error;
+
+    /// Parses an algorithm name; `sliding_window` gets precision 1 and `interpolate`.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                Error::InvalidLimit(format!(
+                    "unknown algorithm `{s}` (expected one of fixed_window, sliding_log, \
+                     sliding_window, token_bucket, gcra)"
+                ))
+            })
+    }
+}
+
+impl Edge {
+    /// The mode's name as written in configuration.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Edge::Interpolate => "interpolate",
+            Edge::Strict => "strict",
+            Edge::Lenient => "lenient",
+        }
+    }
+}
+
+impl fmt::Display for Edge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Edge {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        [Edge::Interpolate, Edge::Strict, Edge::Lenient]
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| {
+                Error::InvalidLimit(format!(
+                    "unknown edge `{s}` (expected interpolate, strict or lenient)"
+                ))
+            })
+    }
+}
+
+/// A validated rate limit: `limit` units per `window`, counted by `algorithm`.
+///
+/// ```
+/// use spillway_core::{Algorithm, Limit};
+/// use std::time::Duration;
+///
+/// let per_minute = Limit::new(Algorithm::Gcra, 100, Duration::from_secs(60)).unwrap();
+/// assert_eq!(per_minute.capacity(), 100);
+///
+/// let bursty = Limit::builder(Algorithm::TokenBucket, 10, Duration::from_secs(1))
+///     .burst(50)
+///     .build()
+///     .unwrap();
+/// assert_eq!(bursty.capacity(), 50);
+///
+/// let err = Limit::new(Algorithm::FixedWindow, 10, Duration::ZERO).unwrap_err();
+/// assert_eq!(err.to_string(), "invalid limit: window must be at least 1µs");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Limit {
+    algorithm: Algorithm,
+    limit: u64,
+    window: u64,
+    burst: u64,
+    count_rejected: bool,
+    /// `limit / gcd(limit, window)`: refill per µs in scaled units (token bucket, GCRA).
+    rate_per_micro: u64,
+    /// `window / gcd(limit, window)`: scaled units per token (token bucket, GCRA).
+    units_per_token: u64,
+}
+
+/// Builds a [`Limit`] with optional parameters; [`build`](LimitBuilder::build) validates.
+#[derive(Clone, Debug)]
+pub struct LimitBuilder {
+    algorithm: Algorithm,
+    limit: u64,
+    window: Duration,
+    burst: Option<u64>,
+    count_rejected: bool,
+}
+
+impl LimitBuilder {
+    /// The most admitted at once (`token_bucket` bucket size, `gcra` burst).
+    /// Defaults to `limit`. Only `token_bucket` and `gcra` take a burst.
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// Charge rejected requests too (the Envoy reference's and Figma's behaviour):
+    /// a client that keeps trying while over the limit stays limited.
+    pub fn count_rejected(mut self, yes: bool) -> Self {
+        self.count_rejected = yes;
+        self
+    }
+
+    /// Validates the parameters.
+    pub fn build(self) -> Result<Limit, Error> {
+        let invalid = |msg: String| Err(Error::InvalidLimit(msg));
+        let LimitBuilder {
+            algorithm,
+            limit,
+            window,
+            burst,
+            count_rejected,
+        } = self;
+
+        if window.subsec_nanos() % 1_000 != 0 {
+            return invalid(format!(
+                "window {window:?} is not a whole number of microseconds"
+            ));
+        }
+        let window_us = micros(window);
+        if window_us == 0 {
+            return invalid("window must be at least 1µs".into());
+        }
+        if window > MAX_WINDOW {
+            return invalid(format!("window {window:?} is longer than 100 years"));
+        }
+        if limit == 0 {
+            return invalid("limit must be at least 1".into());
+        }
+        if limit > MAX_EXACT {
+            return invalid(format!("limit {limit} is larger than 2^53"));
+        }
+        let burst = match burst {
+            Some(_) if !algorithm.has_burst() => {
+                return invalid(format!(
+                    "burst applies to token_bucket and gcra, not {}",
+                    algorithm.name()
+                ));
+            }
+            Some(0) => return invalid("burst must be at least 1".into()),
+            Some(b) if b > MAX_EXACT => return invalid(format!("burst {b} is larger than 2^53")),
+            Some(b) => b,
+            None => limit,
+        };
+        if let Algorithm::SlidingWindow { precision, .. } = algorithm {
+            if precision == 0 {
+                return invalid("precision must be at least 1".into());
+            }
+            if precision > MAX_PRECISION {
+                return invalid(format!(
+                    "precision {precision} is more than {MAX_PRECISION} sub-buckets"
+                ));
+            }
+            if u64::from(precision) > window_us {
+                return invalid(format!(
+                    "precision {precision} is larger than the window in µs ({window_us})"
+                ));
+            }
+            if window_us % u64::from(precision) != 0 {
+                return invalid(format!(
+                    "window {window_us}µs does not split into {precision} equal sub-buckets"
+                ));
+            }
+        }
+
+        let g = gcd(limit, window_us);
+        let (rate_per_micro, units_per_token) = (limit / g, window_us / g);
+        if algorithm.has_burst() && u128::from(burst) * u128::from(units_per_token) > u128::from(MAX_EXACT) {
+            return invalid(format!(
+                "burst {burst} × window {window_us}µs / gcd(limit, window) = {} is larger than 2^53; \
+                 pick a limit that divides the window more evenly, or a smaller burst",
+                u128::from(burst) * u128::from(units_per_token)
+            ));
+        }
+
+        Ok(Limit {
+            algorithm,
+            limit,
+            window: window_us,
+            burst,
+            count_rejected,
+            rate_per_micro,
+            units_per_token,
+        })
+    }
+}
+
+impl Limit {
+    /// `limit` units per `window`, counted by `algorithm`, with default parameters.
+    pub fn new(algorithm: Algorithm, limit: u64, window: Duration) -> Result<Limit, Error> {
+        Limit::builder(algorithm, limit, window).build()
+    }
+
+    /// A builder for a limit with a burst or `count_rejected`.
+    pub fn builder(algorithm: Algorithm, limit: u64, window: Duration) -> LimitBuilder {
+        LimitBuilder {
+            algorithm,
+            limit,
+            window,
+            burst: None,
+            count_rejected: false,
+        }
+    }
+
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// Units per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window.
+    pub fn window(&self) -> Duration {
+        Duration::from_micros(self.window)
+    }
+
+    /// The window in microseconds.
+    pub fn window_micros(&self) -> u64 {
+        self.window
+    }
+
+    /// The most admitted at once: `burst` for `token_bucket` and `gcra`, else `limit`.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// The most units this limit can ever admit at once, which is what
+    /// [`Decision::limit`](crate::Decision::limit) reports: `burst` for `token_bucket`
+    /// and `gcra`, `limit` for the windowed algorithms.
+    pub fn capacity(&self) -> u64 {
+        if self.algorithm.has_burst() { self.burst } else { self.limit }
+    }
+
+    /// Whether rejected requests are charged too.
+    pub fn count_rejected(&self) -> bool {
+        self.count_rejected
+    }
+
+    /// `(limit, window)` divided by their gcd: `(refill per µs, units per token)`.
+    pub(crate) fn scaled_rate(&self) -> (u64, u64) {
+        (self.rate_per_micro, self.units_per_token)
+    }
+
+    /// What a stored state belongs to: limits with the same shape share state for a key.
+    /// The capacity is not part of it, so raising or lowering a limit keeps its counts.
+    pub fn shape(&self) -> Shape {
+        let (tag, precision) = match self.algorithm {
+            Algorithm::FixedWindow => (0, 0),
+            Algorithm::SlidingLog => (1, 0),
+            Algorithm::SlidingWindow { precision, .. } => (2, precision),
+            Algorithm::TokenBucket => (3, 0),
+            Algorithm::Gcra => (4, 0),
+        };
+        Shape {
+            tag,
+            precision,
+            window: self.window,
+        }
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} per {:?} ({})", self.limit, self.window(), self.algorithm)?;
+        if self.algorithm.has_burst() && self.burst != self.limit {
+            write!(f, " burst {}", self.burst)?;
+        }
+        Ok(())
+    }
+}
+
+/// The identity of a limit's stored state: algorithm, window and (for `sliding_window`)
+/// precision. Two limits of one shape on one key share their state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    tag: u8,
+    precision: u32,
+    window: u64,
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(b: LimitBuilder) -> String {
+        b.build().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn invalid_limits_cannot_be_built_and_say_why() {
+        let s = Duration::from_secs(1);
+        let sw = |precision| Algorithm::SlidingWindow {
+            precision,
+            edge: Edge::Strict,
+        };
+        assert!(err(Limit::builder(Algorithm::Gcra, 0, s)).contains("limit must be at least 1"));
+        assert!(err(Limit::builder(Algorithm::Gcra, 1, Duration::from_nanos(1500))).contains("whole number"));
+        assert!(err(Limit::builder(Algorithm::FixedWindow, 1, s).burst(3)).contains("burst applies"));
+        assert!(err(Limit::builder(Algorithm::Gcra, 1, s).burst(0)).contains("burst must be"));
+        assert!(err(Limit::builder(sw(0), 1, s)).contains("precision must be"));
+        assert!(err(Limit::builder(sw(7), 1, s)).contains("equal sub-buckets"));
+        assert!(err(Limit::builder(sw(10), 1, Duration::from_micros(5))).contains("larger than the window"));
+        assert!(err(Limit::builder(Algorithm::Gcra, MAX_EXACT + 1, s)).contains("2^53"));
+        assert!(err(Limit::builder(Algorithm::Gcra, 1, MAX_WINDOW + s)).contains("100 years"));
+        // 1,000,003 (prime) per day with a huge burst: scaled units overflow 2^53.
+        assert!(err(Limit::builder(Algorithm::TokenBucket, 1_000_003, Duration::from_secs(86_400)).burst(1 << 30)).contains("divides the window"));
+    }
+
+    #[test]
+    fn algorithm_names_round_trip() {
+        for a in Algorithm::ALL {
+            assert_eq!(a.name().parse::<Algorithm>().unwrap(), a);
+        }
+        assert!("leaky".parse::<Algorithm>().unwrap_err().to_string().contains("unknown algorithm `leaky`"));
+        assert_eq!("strict".parse::<Edge>().unwrap(), Edge::Strict);
+    }
+
+    #[test]
+    fn scaled_rate_is_reduced_by_the_gcd() {
+        let l = Limit::new(Algorithm::TokenBucket, 100, Duration::from_secs(60)).unwrap();
+        assert_eq!(l.scaled_rate(), (1, 600_000));
+    }
+
+    #[test]
+    fn shape_ignores_capacity_but_not_window_or_algorithm() {
+        let a = Limit::new(Algorithm::Gcra, 10, Duration::from_secs(1)).unwrap();
+        let b = Limit::new(Algorithm::Gcra, 20, Duration::from_secs(1)).unwrap();
+        let c = Limit::new(Algorithm::Gcra, 10, Duration::from_secs(2)).unwrap();
+        let d = Limit::new(Algorithm::TokenBucket, 10, Duration::from_secs(1)).unwrap();
+        assert_eq!(a.shape(), b.shape());
+        assert_ne!(a.shape(), c.shape());
+        assert_ne!(a.shape(), d.shape());
+    }
+}

@@ -1,0 +1,481 @@
+//! `MemoryStore`: limit state in this process. Sharded, bounded, atomic per batch.
+//!
+//! Layout: 256 (by default) cache-padded shards, each a `Mutex` over a
+//! `hashbrown::HashTable` of entries, one entry per key holding the states of every
+//! limit shape used with that key. A key is hashed once (SipHash with a random seed:
+//! keys are attacker-chosen, so the hasher must resist collision floods); bits 32..40
+//! pick the shard, the table uses the low bits and the top seven.
+//!
+//! Why not `dashmap`: a batch must hold the locks of every shard it touches at once,
+//! taken in one global order (ascending shard index) so that two batches sharing keys
+//! in different orders cannot deadlock. dashmap's safe API locks one entry at a time,
+//! and its raw shard API is an unsafe `RawTable`. A single request takes one lock.
+//!
+//! Bounds: at most `max_keys` keys (rounded down to a multiple of the shard count),
+//! `max_keys / shards` per shard. Inserting into a full shard first drops the entries
+//! whose state has expired; if that frees nothing, it evicts the least recently used
+//! sixteenth of the shard (at least one), chosen exactly by last use. Eviction forgets a
+//! key's counts, so size `max_keys` above the number of keys active within one window:
+//! under a flood of new keys (IP floods) the store stays within its bound and sheds
+//! the coldest keys. Every shard also drops expired entries on an insert at most once
+//! per `sweep_interval`; [`MemoryStore::purge_expired`] sweeps every shard on demand.
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use hashbrown::HashTable;
+
+use super::round::{self, Slots};
+use super::{Request, Store, validate, validate_cost};
+use crate::algorithm::State;
+use crate::limit::Shape;
+use crate::time::micros;
+use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp};
+
+/// Rate limit state in this process; cheap to clone, clones share the state.
+///
+/// ```
+/// use spillway_core::{Algorithm, Key, Limit, MemoryStore, Request, Timestamp};
+/// use std::time::Duration;
+///
+/// let store = MemoryStore::builder().max_keys(100_000).build();
+/// let limit = Limit::new(Algorithm::SlidingLog, 2, Duration::from_secs(1)).unwrap();
+/// let key = Key::new("user:1").unwrap();
+/// let now = Timestamp::from_secs(1_700_000_000);
+/// for expected in [true, true, false] {
+///     let d = store.decide_one(Request::new(&key, &limit, 1), now).unwrap();
+///     assert_eq!(d.allowed(), expected);
+/// }
+/// ```
+#[derive(Debug)]
+pub struct MemoryStore<H = RandomState> {
+    inner: Arc<Inner<H>>,
+}
+
+impl<H> Clone for MemoryStore<H> {
+    fn clone(&self) -> Self {
+        MemoryStore {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner<H> {
+    shards: Box<[Shard]>,
+    hasher: H,
+    per_shard: usize,
+    sweep_interval: u64,
+}
+
+/// One shard, on its own cache lines so that two cores locking neighbours don't
+/// contend for the same line.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Shard(Mutex<Table>);
+
+#[derive(Debug, Default)]
+struct Table {
+    entries: HashTable<Entry>,
+    next_sweep: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    key: Key,
+    hash: u64,
+    last_used: u64,
+    /// When every state of this key is the same as no state.
+    idle_at: u64,
+    first: (Shape, State),
+    more: Vec<(Shape, State)>,
+}
+
+/// Configures a [`MemoryStore`].
+#[derive(Debug, Clone)]
+pub struct MemoryStoreBuilder<H = RandomState> {
+    max_keys: usize,
+    shards: usize,
+    sweep_interval: Duration,
+    hasher: H,
+}
+
+impl MemoryStoreBuilder {
+    /// Uses `hasher` for keys. Keep a seeded, collision-resistant hasher (the default)
+    /// when keys come from clients; a faster one is fine for trusted keys.
+    pub fn hasher<H2: BuildHasher>(self, hasher: H2) -> MemoryStoreBuilder<H2> {
+        MemoryStoreBuilder {
+            max_keys: self.max_keys,
+            shards: self.shards,
+            sweep_interval: self.sweep_interval,
+            hasher,
+        }
+    }
+}
+
+impl<H: BuildHasher> MemoryStoreBuilder<H> {
+    /// The most keys held (default 1,000,000). See the module docs for what happens at the bound.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// Number of shards, rounded up to a power of two (default 256). Fewer when
+    /// `max_keys` is smaller, so that every shard holds at least one key.
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards.max(1);
+        self
+    }
+
+    /// How often each shard drops expired entries on insert (default 1 s).
+    pub fn sweep_interval(mut self, every: Duration) -> Self {
+        self.sweep_interval = every;
+        self
+    }
+
+    /// Builds the store.
+    pub fn build(self) -> MemoryStore<H> {
+        let mut shards = self.shards.next_power_of_two();
+        while shards > self.max_keys {
+            shards /= 2;
+        }
+        let per_shard = self.max_keys / shards;
+        MemoryStore {
+            inner: Arc::new(Inner {
+                shards: (0..shards).map(|_| Shard(Mutex::default())).collect(),
+                hasher: self.hasher,
+                per_shard,
+                sweep_interval: micros(self.sweep_interval),
+            }),
+        }
+    }
+}
+
+impl MemoryStore {
+    /// A store holding up to 1,000,000 keys in 256 shards.
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// A builder with the defaults.
+    pub fn builder() -> MemoryStoreBuilder {
+        MemoryStoreBuilder {
+            max_keys: 1_000_000,
+            shards: 256,
+            sweep_interval: Duration::from_secs(1),
+            hasher: RandomState::new(),
+        }
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<H: BuildHasher> MemoryStore<H> {
+    /// The most keys this store holds.
+    pub fn max_keys(&self) -> usize {
+        self.inner.per_shard * self.inner.shards.len()
+    }
+
+    /// Keys held now (including expired ones not yet swept).
+    pub fn len(&self) -> usize {
+        self.inner.shards.iter().map(|s| lock(s).entries.len()).sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every key whose state has expired by `now`; returns how many.
+    pub fn purge_expired(&self, now: Timestamp) -> usize {
+        let now = now.as_micros();
+        self.inner
+            .shards
+            .iter()
+            .map(|s| {
+                let mut t = lock(s);
+                let before = t.entries.len();
+                t.entries.retain(|e| e.idle_at > now);
+                before - t.entries.len()
+            })
+            .sum()
+    }
+
+    /// Decides one request: one shard lock, no allocation for a known key.
+    pub fn decide_one(&self, r: Request<'_>, now: Timestamp) -> Result<Decision, Error> {
+        validate_cost(r.cost)?;
+        let hash = self.inner.hasher.hash_one(r.key.as_str());
+        let mut table = lock(self.inner.shard(hash));
+        let shape = r.limit.shape();
+        let us = now.as_micros();
+        if let Some(e) = table.entries.find_mut(hash, |e| e.key == *r.key) {
+            e.last_used = us;
+            let state = e.state_mut(shape);
+            let (decision, charged) = decide_state(r, state, now);
+            if charged {
+                let idle = r.limit.idle_at(state).as_micros();
+                e.idle_at = e.idle_at.max(idle);
+            }
+            return Ok(decision);
+        }
+        let decision = r.limit.check(&State::empty(), now, r.cost);
+        let charges = (decision.allowed() && r.cost > 0) || r.limit.count_rejected();
+        if !charges {
+            return Ok(decision);
+        }
+        let e = table.insert(&self.inner, r.key, hash, shape, us);
+        let (decision, _) = decide_state(r, &mut e.first.1, now);
+        e.idle_at = r.limit.idle_at(&e.first.1).as_micros();
+        Ok(decision)
+    }
+
+    /// Decides a batch all or nothing, holding every shard it touches.
+    pub fn decide(&self, requests: &[Request<'_>], now: Timestamp) -> Result<BatchDecision, Error> {
+        validate(requests)?;
+        match requests {
+            [] => Ok(BatchDecision {
+                decisions: Vec::new(),
+                denied_by: None,
+            }),
+            [one] => {
+                let decision = self.decide_one(*one, now)?;
+                let denied_by = (!decision.allowed()).then_some(0);
+                Ok(BatchDecision {
+                    decisions: vec![decision],
+                    denied_by,
+                })
+            }
+            _ => Ok(self.decide_batch(requests, now)),
+        }
+    }
+
+    fn decide_batch(&self, requests: &[Request<'_>], now: Timestamp) -> BatchDecision {
+        let hashes: Vec<u64> = requests
+            .iter()
+            .map(|r| self.inner.hasher.hash_one(r.key.as_str()))
+            .collect();
+        // Lock every shard the batch touches, in ascending index order: a global order,
+        // so batches that share keys cannot deadlock whatever order they list them in.
+        let mut order: Vec<usize> = hashes.iter().map(|&h| self.inner.shard_index(h)).collect();
+        order.sort_unstable();
+        order.dedup();
+        let guards: Vec<MutexGuard<'_, Table>> = order.iter().map(|&i| lock(&self.inner.shards[i])).collect();
+        let mut locked = Locked {
+            inner: &self.inner,
+            guards,
+            order,
+            hashes,
+            requests,
+            now: now.as_micros(),
+        };
+        let batch = round::decide(&mut locked, requests, now);
+        locked.touch_all();
+        batch
+    }
+
+    /// Forgets `key`'s state for `limit`'s shape.
+    pub fn clear(&self, key: &Key, limit: &Limit) {
+        let hash = self.inner.hasher.hash_one(key.as_str());
+        let mut table = lock(self.inner.shard(hash));
+        if let Ok(mut found) = table.entries.find_entry(hash, |e| e.key == *key) {
+            if found.get_mut().remove_state(limit.shape()) {
+                found.remove();
+            }
+        }
+    }
+}
+
+impl<H: BuildHasher + Send + Sync> Store for MemoryStore<H> {
+    async fn check(&self, requests: &[Request<'_>], now: Timestamp) -> Result<BatchDecision, Error> {
+        self.decide(requests, now)
+    }
+
+    async fn check_one(&self, request: Request<'_>, now: Timestamp) -> Result<Decision, Error> {
+        self.decide_one(request, now)
+    }
+
+    async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), Error> {
+        self.clear(key, limit);
+        Ok(())
+    }
+}
+
+/// Check, then charge if admitted, or if denied and the limit counts rejections.
+/// Returns the decision and whether the state changed.
+fn decide_state(r: Request<'_>, state: &mut State, now: Timestamp) -> (Decision, bool) {
+    let decision = r.limit.check(state, now, r.cost);
+    if decision.allowed() {
+        if r.cost > 0 {
+            r.limit.commit(state, now, r.cost);
+        }
+        (decision, r.cost > 0)
+    } else if r.limit.count_rejected() {
+        r.limit.charge_rejected(state, now, r.cost);
+        (r.limit.check(state, now, r.cost), true)
+    } else {
+        (decision, false)
+    }
+}
+
+fn lock(shard: &Shard) -> MutexGuard<'_, Table> {
+    // A panic while holding a shard cannot leave a state half-written (states are
+    // replaced whole), so a poisoned lock is safe to keep using.
+    shard.0.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+// === impl Inner ===
+
+impl<H> Inner<H> {
+    fn shard_index(&self, hash: u64) -> usize {
+        (hash >> 32) as usize & (self.shards.len() - 1)
+    }
+
+    fn shard(&self, hash: u64) -> &Shard {
+        &self.shards[self.shard_index(hash)]
+    }
+}
+
+// === impl Table ===
+
+impl Table {
+    /// Inserts a new entry for `key`, making room first if the shard is full.
+    fn insert<H>(&mut self, inner: &Inner<H>, key: &Key, hash: u64, shape: Shape, now: u64) -> &mut Entry {
+        if now >= self.next_sweep {
+            self.entries.retain(|e| e.idle_at > now);
+            self.next_sweep = now.saturating_add(inner.sweep_interval);
+        }
+        if self.entries.len() >= inner.per_shard {
+            self.make_room(inner.per_shard, now);
+        }
+        let entry = Entry {
+            key: key.clone(),
+            hash,
+            last_used: now,
+            idle_at: 0,
+            first: (shape, State::default()),
+            more: Vec::new(),
+        };
+        self.entries.insert_unique(hash, entry, |e| e.hash).into_mut()
+    }
+
+    /// Drops expired entries; if none were, evicts the least recently used sixteenth.
+    fn make_room(&mut self, per_shard: usize, now: u64) {
+        self.entries.retain(|e| e.idle_at > now);
+        if self.entries.len() < per_shard {
+            return;
+        }
+        let evict = (per_shard / 16).max(1);
+        let mut last_used: Vec<u64> = self.entries.iter().map(|e| e.last_used).collect();
+        let cutoff = *last_used.select_nth_unstable(evict - 1).1;
+        let mut evicted = 0;
+        self.entries.retain(|e| {
+            let old = evicted < evict && e.last_used <= cutoff;
+            evicted += usize::from(old);
+            !old
+        });
+    }
+}
+
+// === impl Entry ===
+
+impl Entry {
+    fn state(&self, shape: Shape) -> Option<&State> {
+        if self.first.0 == shape {
+            return Some(&self.first.1);
+        }
+        self.more.iter().find(|(s, _)| *s == shape).map(|(_, state)| state)
+    }
+
+    fn state_mut(&mut self, shape: Shape) -> &mut State {
+        if self.first.0 == shape {
+            return &mut self.first.1;
+        }
+        let i = match self.more.iter().position(|(s, _)| *s == shape) {
+            Some(i) => i,
+            None => {
+                self.more.push((shape, State::default()));
+                self.more.len() - 1
+            }
+        };
+        &mut self.more[i].1
+    }
+
+    /// Clears `shape`'s state; true when the entry holds nothing any more.
+    fn remove_state(&mut self, shape: Shape) -> bool {
+        if self.first.0 == shape {
+            self.first.1 = State::default();
+        }
+        self.more.retain(|(s, _)| *s != shape);
+        self.more.is_empty() && self.first.1 == State::default()
+    }
+}
+
+/// The shards one batch holds, and where each request's key lives in them.
+struct Locked<'a, H> {
+    inner: &'a Inner<H>,
+    guards: Vec<MutexGuard<'a, Table>>,
+    /// Shard index of each guard, ascending.
+    order: Vec<usize>,
+    hashes: Vec<u64>,
+    requests: &'a [Request<'a>],
+    now: u64,
+}
+
+impl<H> Locked<'_, H> {
+    fn table(&self, i: usize) -> usize {
+        let shard = self.inner.shard_index(self.hashes[i]);
+        self.order.binary_search(&shard).expect("every request's shard is locked")
+    }
+
+    fn entry_mut(&mut self, i: usize) -> &mut Entry {
+        let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
+        let shape = self.requests[i].limit.shape();
+        let table = &mut *self.guards[g];
+        if table.entries.find(hash, |e| e.key == *key).is_none() {
+            table.insert(self.inner, key, hash, shape, self.now);
+        }
+        table
+            .entries
+            .find_mut(hash, |e| e.key == *key)
+            .expect("just inserted")
+    }
+
+    /// Marks every key of the batch used now, denied or not: a key being hammered
+    /// while over its limit is hot, and evicting it would reset its limit.
+    fn touch_all(&mut self) {
+        for i in 0..self.requests.len() {
+            let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
+            if let Some(e) = self.guards[g].entries.find_mut(hash, |e| e.key == *key) {
+                e.last_used = self.now;
+            }
+        }
+    }
+}
+
+impl<H> Slots for Locked<'_, H> {
+    fn get(&self, i: usize) -> Option<&State> {
+        let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
+        self.guards[g]
+            .entries
+            .find(hash, |e| e.key == *key)?
+            .state(self.requests[i].limit.shape())
+    }
+
+    fn get_mut(&mut self, i: usize) -> &mut State {
+        let shape = self.requests[i].limit.shape();
+        self.entry_mut(i).state_mut(shape)
+    }
+
+    fn charged(&mut self, i: usize) {
+        let limit = self.requests[i].limit;
+        let shape = limit.shape();
+        let e = self.entry_mut(i);
+        let idle = e.state(shape).map_or(0, |s| limit.idle_at(s).as_micros());
+        e.idle_at = e.idle_at.max(idle);
+    }
+}

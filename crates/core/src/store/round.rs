@@ -1,0 +1,95 @@
+//! One decision round over states a store has already locked: check every request,
+//! then charge all of them or none. The Redis script makes the same two passes.
+//!
+//! Requests that share a state (same key and limit shape) are checked in order
+//! against a scratch copy that carries the earlier ones' charges, so two requests for
+//! 6 against a limit of 10 are not both admitted. A duplicate that is then denied
+//! reports the combined demand.
+
+use crate::algorithm::State;
+use crate::{BatchDecision, Decision, Outcome, Timestamp};
+
+use super::Request;
+
+/// Access to the locked states of one batch, by request index.
+pub(crate) trait Slots {
+    /// The stored state of request `i`'s key and limit shape, if there is one.
+    fn get(&self, i: usize) -> Option<&State>;
+    /// The stored state of request `i`, created empty if missing.
+    fn get_mut(&mut self, i: usize) -> &mut State;
+    /// Request `i`'s state was charged; record when it expires.
+    fn charged(&mut self, i: usize);
+}
+
+static EMPTY: State = State::empty();
+
+pub(crate) fn decide(slots: &mut impl Slots, requests: &[Request<'_>], now: Timestamp) -> BatchDecision {
+    let same = |a: &Request<'_>, b: &Request<'_>| a.key == b.key && a.limit.shape() == b.limit.shape();
+    // leader[i]: the first request sharing i's state; only computed when there is one.
+    let leader: Option<Vec<usize>> = (0..requests.len())
+        .any(|i| (0..i).any(|k| same(&requests[k], &requests[i])))
+        .then(|| {
+            (0..requests.len())
+                .map(|i| (0..i).find(|&k| same(&requests[k], &requests[i])).unwrap_or(i))
+                .collect()
+        });
+
+    // Pass 1: check.
+    let mut scratch: Vec<Option<State>> = Vec::new();
+    let mut decisions: Vec<Decision> = Vec::with_capacity(requests.len());
+    for (i, r) in requests.iter().enumerate() {
+        let decision = match &leader {
+            None => r.limit.check(slots.get(i).unwrap_or(&EMPTY), now, r.cost),
+            Some(leader) => {
+                if scratch.is_empty() {
+                    scratch.resize(requests.len(), None);
+                }
+                let s = scratch[leader[i]].get_or_insert_with(|| slots.get(i).cloned().unwrap_or_default());
+                let d = r.limit.check(s, now, r.cost);
+                if d.allowed() {
+                    r.limit.commit(s, now, r.cost);
+                }
+                d
+            }
+        };
+        decisions.push(decision);
+    }
+
+    // Pass 2: charge all, or (denied) only the count_rejected limits.
+    let denied_by = decisions.iter().position(|d| !d.allowed());
+    for (i, r) in requests.iter().enumerate() {
+        match denied_by {
+            None => match &leader {
+                None if r.cost == 0 => {}
+                None => {
+                    r.limit.commit(slots.get_mut(i), now, r.cost);
+                    slots.charged(i);
+                }
+                Some(leader) if leader[i] == i => {
+                    *slots.get_mut(i) = scratch[i].take().unwrap_or_default();
+                    slots.charged(i);
+                }
+                Some(_) => {}
+            },
+            Some(_) if r.limit.count_rejected() => {
+                let s = slots.get_mut(i);
+                decisions[i] = if decisions[i].allowed() {
+                    r.limit.commit(s, now, r.cost);
+                    Decision { outcome: Outcome::Allowed, ..r.limit.check(s, now, 0) }
+                } else {
+                    r.limit.charge_rejected(s, now, r.cost);
+                    // Truthful after the charge: the ban was extended.
+                    r.limit.check(s, now, r.cost)
+                };
+                slots.charged(i);
+            }
+            Some(_) if decisions[i].allowed() => {
+                // Had room but was not charged: report the state as it is.
+                let peek = r.limit.check(slots.get(i).unwrap_or(&EMPTY), now, 0);
+                decisions[i] = Decision { outcome: Outcome::Allowed, ..peek };
+            }
+            Some(_) => {}
+        }
+    }
+    BatchDecision { decisions, denied_by }
+}

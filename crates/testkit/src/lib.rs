@@ -1,0 +1,25 @@
+//! Dev-only test support for Spillway: conformance scenarios that every [`Store`]
+//! runs, so the memory store, standalone Redis and Redis Cluster are held to the same
+//! decisions, down to the microsecond.
+//!
+//! A scenario is a table of steps on a [`ManualClock`]: advance the clock, check a
+//! batch and compare every decision field (outcome, retry_after, limit, remaining,
+//! reset_after) with the expected one, or reset a key. The expected values were
+//! worked out by hand from the algorithm definitions in `spillway_core::algorithm`.
+//!
+//! ```no_run
+//! # async fn example() {
+//! let store = spillway_core::MemoryStore::new();
+//! spillway_testkit::conformance::run_all(&store).await;
+//! # }
+//! ```
+//!
+//! [`Store`]: spillway_core::Store
+//! [`ManualClock`]: spillway_core::ManualClock
+
+#![forbid(unsafe_code)]
+
+pub mod conformance;
+mod scenarios;
+
+pub use scenarios::{T0, all as scenarios};
