@@ -1,1 +1,37 @@
-fn main() {}
+//! `spillway`: the one binary operators use. `main` only parses, runs the command,
+//! and turns an error into one line on stderr and exit status 2.
+
+#![forbid(unsafe_code)]
+
+mod cli;
+mod cmd;
+mod duration;
+mod simulate;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help, --version
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // clap's first line says what is wrong; the rest is a usage reminder.
+            let rendered = e.render().to_string();
+            eprintln!("{}", rendered.lines().next().unwrap_or("error: invalid arguments"));
+            return ExitCode::from(2);
+        }
+    };
+    match cmd::run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -191,6 +191,16 @@ impl<H: BuildHasher> MemoryStore<H> {
         self.len() == 0
     }
 
+    /// Bytes `key` occupies in the store: its entry, the key text and every limit
+    /// state it holds (inline and on the heap). `None` when the key holds no state.
+    pub fn footprint(&self, key: &Key) -> Option<usize> {
+        let hash = self.inner.hasher.hash_one(key.as_str());
+        let table = lock(self.inner.shard(hash));
+        let e = table.entries.find(hash, |e| e.key == *key)?;
+        let states: usize = e.more.iter().map(|(_, s)| s.bytes()).sum::<usize>() + e.first.1.bytes();
+        Some(std::mem::size_of::<Entry>() - std::mem::size_of::<State>() + key.as_str().len() + states)
+    }
+
     /// Drops every key whose state has expired by `now`; returns how many.
     pub fn purge_expired(&self, now: Timestamp) -> usize {
         let now = now.as_micros();

@@ -1,0 +1,119 @@
+//! The command line: every subcommand and its flags.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::duration;
+
+/// Spillway: rate limiting that is exact where others approximate.
+#[derive(Debug, Parser)]
+#[command(name = "spillway", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Replay a traffic pattern through the algorithms on a manual clock and compare them.
+    #[command(after_help = SIMULATE_EXAMPLES)]
+    Simulate(SimulateArgs),
+}
+
+const SIMULATE_EXAMPLES: &str = "\
+Examples:
+  # The boundary attack on every algorithm, 100 per minute: fixed windows let 2× through
+  spillway simulate --pattern boundary --limit 100 --window 1m
+
+  # Poisson traffic at twice the limit, as JSON, with a chart
+  spillway simulate --pattern poisson --rate 3.33 --json --svg poisson.svg
+
+  # Figma's limiter (60 sub-buckets, strict) against the exact log
+  spillway simulate --algorithms sliding_log,sliding_window --precision 60 --edge strict";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Pattern {
+    /// Evenly spaced requests at --rate.
+    Uniform,
+    /// Random (exponential) gaps averaging --rate.
+    Poisson,
+    /// Bursts of --limit requests, each within 1% of the window, averaging --rate.
+    Bursts,
+    /// --limit requests just before a window edge and --limit just after, every other window.
+    Boundary,
+    /// A seeded adversary: random bursts aimed at window and sub-bucket edges, trickles and pauses.
+    Adversarial,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// Traffic pattern.
+    #[arg(long, value_enum, default_value = "boundary")]
+    pub pattern: Pattern,
+
+    /// Algorithms to compare: comma-separated names (fixed_window, sliding_log,
+    /// sliding_window, token_bucket, gcra) or `all`. Without --edge, `all` runs
+    /// sliding_window in each edge mode.
+    #[arg(long, default_value = "all", value_delimiter = ',')]
+    pub algorithms: Vec<String>,
+
+    /// Requests allowed per window.
+    #[arg(long, default_value = "100", allow_negative_numbers = true, value_parser = positive)]
+    pub limit: u64,
+
+    /// Window length (90s, 1m, 1h, ...).
+    #[arg(long, default_value = "1m", value_parser = duration::parse)]
+    pub window: Duration,
+
+    /// sliding_window: sub-buckets per window.
+    #[arg(long, default_value = "1", allow_negative_numbers = true, value_parser = positive_u32)]
+    pub precision: u32,
+
+    /// sliding_window: how the partly expired sub-bucket counts (interpolate, strict, lenient).
+    #[arg(long)]
+    pub edge: Option<String>,
+
+    /// token_bucket and gcra: the most admitted at once (default: --limit).
+    #[arg(long, allow_negative_numbers = true, value_parser = positive)]
+    pub burst: Option<u64>,
+
+    /// Mean requests per second for uniform, poisson, bursts and adversarial
+    /// (default: twice the limit).
+    #[arg(long, allow_negative_numbers = true)]
+    pub rate: Option<f64>,
+
+    /// Simulated time (default: 10 windows).
+    #[arg(long, value_parser = duration::parse)]
+    pub duration: Option<Duration>,
+
+    /// Seed for the random patterns; the same seed gives the same run.
+    #[arg(long, default_value = "1")]
+    pub seed: u64,
+
+    /// Print JSON (an array, one object per algorithm) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Draw admitted requests in the trailing window over time as SVG.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+
+    /// The same chart as PNG.
+    #[arg(long, value_name = "FILE")]
+    pub png: Option<PathBuf>,
+}
+
+fn positive(s: &str) -> Result<u64, String> {
+    match s.parse::<i128>() {
+        Ok(n) if n >= 1 && n <= i128::from(u64::MAX) => Ok(n as u64),
+        Ok(n) => Err(format!("must be a positive whole number, got {n}")),
+        Err(_) => Err(format!("must be a positive whole number, got `{s}`")),
+    }
+}
+
+fn positive_u32(s: &str) -> Result<u32, String> {
+    let n = positive(s)?;
+    u32::try_from(n).map_err(|_| format!("must be at most {}, got {n}", u32::MAX))
+}

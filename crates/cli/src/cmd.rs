@@ -1,0 +1,13 @@
+//! One module per subcommand; each `run` returns the process exit status.
+
+mod simulate;
+
+use std::process::ExitCode;
+
+use crate::cli::Command;
+
+pub fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Simulate(args) => simulate::run(args),
+    }
+}
