@@ -5,7 +5,8 @@ use std::time::Duration;
 /// Parses a human duration (`humantime` syntax); a bare number is refused because its
 /// unit would be a guess.
 pub fn parse(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration like 1s, 250ms, 1m, 1h ({e})"))
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration like 1s, 250ms, 1m, 1h ({e})"))
 }
 
 /// Formats a duration compactly for tables (`1m`, `250ms`).

@@ -21,9 +21,15 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            // clap's first line says what is wrong; the rest is a usage reminder.
+            // clap's first paragraph says what is wrong (and what would be valid); the
+            // rest is a usage reminder. One line is easier to read in scripts and logs.
             let rendered = e.render().to_string();
-            eprintln!("{}", rendered.lines().next().unwrap_or("error: invalid arguments"));
+            let what: Vec<&str> = rendered
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{}", what.join(" "));
             return ExitCode::from(2);
         }
     };

@@ -5,7 +5,9 @@ pub mod chart;
 pub mod pattern;
 
 use serde::Serialize;
-use spillway_core::{Algorithm, Clock, Edge, Key, Limit, ManualClock, MemoryStore, Request, Timestamp};
+use spillway_core::{
+    Algorithm, Clock, Edge, Key, Limit, ManualClock, MemoryStore, Request, Timestamp,
+};
 
 /// Where simulated time starts: a day boundary, so every window is aligned to it.
 pub const START: Timestamp = Timestamp::from_secs(19_700 * 86_400);
@@ -101,7 +103,9 @@ impl Report {
 
 fn label(algorithm: Algorithm) -> String {
     match algorithm {
-        Algorithm::SlidingWindow { precision, edge } => format!("sliding_window p={precision} {edge}"),
+        Algorithm::SlidingWindow { precision, edge } => {
+            format!("sliding_window p={precision} {edge}")
+        }
         other => other.name().to_string(),
     }
 }
@@ -111,7 +115,10 @@ fn bound(limit: &Limit) -> Option<u64> {
     let l = limit.limit();
     match limit.algorithm() {
         Algorithm::FixedWindow => Some(2 * l),
-        Algorithm::SlidingLog | Algorithm::SlidingWindow { edge: Edge::Strict, .. } => Some(l),
+        Algorithm::SlidingLog
+        | Algorithm::SlidingWindow {
+            edge: Edge::Strict, ..
+        } => Some(l),
         Algorithm::TokenBucket | Algorithm::Gcra => Some(limit.burst() + l),
         Algorithm::SlidingWindow { .. } => None,
     }

@@ -5,27 +5,52 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn spillway(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_spillway")).args(args).output().expect("spillway runs")
+    Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(args)
+        .output()
+        .expect("spillway runs")
 }
 
 fn json(args: &[&str]) -> Vec<Value> {
     let mut all = vec!["simulate", "--json"];
     all.extend_from_slice(args);
     let out = spillway(&all);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice::<Value>(&out.stdout).expect("valid JSON").as_array().expect("an array").clone()
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout)
+        .expect("valid JSON")
+        .as_array()
+        .expect("an array")
+        .clone()
 }
 
 fn by_label<'a>(reports: &'a [Value], label: &str) -> &'a Value {
-    reports.iter().find(|r| r["label"] == label).unwrap_or_else(|| panic!("no {label} in {reports:?}"))
+    reports
+        .iter()
+        .find(|r| r["label"] == label)
+        .unwrap_or_else(|| panic!("no {label} in {reports:?}"))
 }
 
 #[test]
 fn boundary_attack_doubles_fixed_window_and_the_log_holds_the_limit() {
     let reports = json(&["--pattern", "boundary", "--limit", "50", "--window", "10s"]);
-    assert_eq!(reports.len(), 7, "all = 5 algorithms with sliding_window in 3 edge modes");
+    assert_eq!(
+        reports.len(),
+        7,
+        "all = 5 algorithms with sliding_window in 3 edge modes"
+    );
     for r in &reports {
-        for field in ["algorithm", "admitted", "rejected", "max_in_window", "limit", "bytes_per_key"] {
+        for field in [
+            "algorithm",
+            "admitted",
+            "rejected",
+            "max_in_window",
+            "limit",
+            "bytes_per_key",
+        ] {
             assert!(!r[field].is_null(), "{field} missing from {r}");
         }
         assert_eq!(r["limit"], 50);
@@ -33,13 +58,28 @@ fn boundary_attack_doubles_fixed_window_and_the_log_holds_the_limit() {
     assert_eq!(by_label(&reports, "fixed_window")["max_in_window"], 100);
     assert_eq!(by_label(&reports, "sliding_log")["max_in_window"], 50);
     assert_eq!(by_label(&reports, "sliding_log")["over_admitted_vs_log"], 0);
-    assert_eq!(by_label(&reports, "sliding_window p=1 strict")["max_in_window"], 50);
-    assert_eq!(by_label(&reports, "sliding_window p=1 lenient")["max_in_window"], 100);
+    assert_eq!(
+        by_label(&reports, "sliding_window p=1 strict")["max_in_window"],
+        50
+    );
+    assert_eq!(
+        by_label(&reports, "sliding_window p=1 lenient")["max_in_window"],
+        100
+    );
 }
 
 #[test]
 fn the_same_seed_gives_the_same_run_and_another_seed_does_not() {
-    let args = ["--pattern", "adversarial", "--limit", "20", "--window", "1s", "--duration", "30s"];
+    let args = [
+        "--pattern",
+        "adversarial",
+        "--limit",
+        "20",
+        "--window",
+        "1s",
+        "--duration",
+        "30s",
+    ];
     let a = json(&[&args[..], &["--seed", "3"]].concat());
     assert_eq!(a, json(&[&args[..], &["--seed", "3"]].concat()));
     assert_ne!(a, json(&[&args[..], &["--seed", "4"]].concat()));
@@ -48,10 +88,24 @@ fn the_same_seed_gives_the_same_run_and_another_seed_does_not() {
 #[test]
 fn exact_algorithms_hold_their_bound_on_random_traffic() {
     for pattern in ["poisson", "adversarial", "bursts", "uniform"] {
-        let reports = json(&["--pattern", pattern, "--limit", "30", "--window", "2s", "--duration", "2m", "--precision", "4"]);
+        let reports = json(&[
+            "--pattern",
+            pattern,
+            "--limit",
+            "30",
+            "--window",
+            "2s",
+            "--duration",
+            "2m",
+            "--precision",
+            "4",
+        ]);
         for r in &reports {
             if let Some(bound) = r["bound"].as_u64() {
-                assert!(r["max_in_window"].as_u64().unwrap() <= bound, "{pattern}: {r}");
+                assert!(
+                    r["max_in_window"].as_u64().unwrap() <= bound,
+                    "{pattern}: {r}"
+                );
             }
         }
     }
@@ -63,11 +117,24 @@ fn draws_svg_and_png_charts() {
     std::fs::create_dir_all(&dir).unwrap();
     let (svg, png) = (dir.join("c.svg"), dir.join("c.png"));
     let out = spillway(&[
-        "simulate", "--algorithms", "fixed_window,sliding_log", "--svg", svg.to_str().unwrap(), "--png", png.to_str().unwrap(),
+        "simulate",
+        "--algorithms",
+        "fixed_window,sliding_log",
+        "--svg",
+        svg.to_str().unwrap(),
+        "--png",
+        png.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let svg = std::fs::read_to_string(&svg).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("fixed_window (max 200)"), "legend missing");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("fixed_window (max 200)"),
+        "legend missing"
+    );
     assert_eq!(&std::fs::read(&png).unwrap()[1..4], b"PNG");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -76,29 +143,61 @@ fn draws_svg_and_png_charts() {
 fn prints_a_table_by_default() {
     let out = spillway(&["simulate", "--algorithms", "gcra"]);
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("max in any window") && text.contains("gcra"), "{text}");
+    assert!(
+        text.contains("max in any window") && text.contains("gcra"),
+        "{text}"
+    );
 }
 
 #[test]
 fn bad_input_gets_one_clear_line_and_a_non_zero_exit() {
     let cases: &[(&[&str], &str)] = &[
         (&["--window", "0s"], "window must be at least 1µs"),
-        (&["--limit", "-5"], "must be a positive whole number, got -5"),
+        (
+            &["--limit", "-5"],
+            "must be a positive whole number, got -5",
+        ),
         (&["--limit", "0"], "must be a positive whole number, got 0"),
-        (&["--algorithms", "leaky_bucket"], "unknown algorithm `leaky_bucket`"),
-        (&["--algorithms", "sliding_window", "--window", "5us", "--precision", "10"], "precision 10 is larger than the window in µs (5)"),
-        (&["--pattern", "zigzag"], "invalid value 'zigzag' for '--pattern"),
+        (
+            &["--algorithms", "leaky_bucket"],
+            "unknown algorithm `leaky_bucket`",
+        ),
+        (
+            &[
+                "--algorithms",
+                "sliding_window",
+                "--window",
+                "5us",
+                "--precision",
+                "10",
+            ],
+            "precision 10 is larger than the window in µs (5)",
+        ),
+        (
+            &["--pattern", "zigzag"],
+            "invalid value 'zigzag' for '--pattern",
+        ),
         (&["--edge", "sideways"], "unknown edge `sideways`"),
         (&["--window", "soon"], "is not a duration"),
         (&["--rate", "-1"], "--rate must be a positive number"),
-        (&["--pattern", "uniform", "--rate", "1e9", "--duration", "1h"], "the most is 20000000"),
+        (
+            &["--pattern", "uniform", "--rate", "1e9", "--duration", "1h"],
+            "the most is 20000000",
+        ),
     ];
     for (args, want) in cases {
         let out = spillway(&[&["simulate"], *args].concat());
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(want), "{args:?}: wanted `{want}` in `{stderr}`");
-        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: more than one line: {stderr}");
+        assert!(
+            stderr.contains(want),
+            "{args:?}: wanted `{want}` in `{stderr}`"
+        );
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "{args:?}: more than one line: {stderr}"
+        );
         assert!(out.stdout.is_empty(), "{args:?}: printed a report anyway");
     }
 }

@@ -72,16 +72,51 @@ impl State {
 macro_rules! with_state {
     ($limit:expr, $state:expr, |$module:ident, $s:ident| $body:expr) => {
         match ($limit.algorithm(), $state) {
-            (Algorithm::FixedWindow, Inner::FixedWindow($s)) => { use fixed_window as $module; $body }
-            (Algorithm::FixedWindow, _) => { use fixed_window as $module; let $s = &Default::default(); $body }
-            (Algorithm::SlidingLog, Inner::SlidingLog($s)) => { use sliding_log as $module; $body }
-            (Algorithm::SlidingLog, _) => { use sliding_log as $module; let $s = &Default::default(); $body }
-            (Algorithm::SlidingWindow { .. }, Inner::SlidingWindow($s)) => { use sliding_window as $module; $body }
-            (Algorithm::SlidingWindow { .. }, _) => { use sliding_window as $module; let $s = &Default::default(); $body }
-            (Algorithm::TokenBucket, Inner::TokenBucket($s)) => { use token_bucket as $module; $body }
-            (Algorithm::TokenBucket, _) => { use token_bucket as $module; let $s = &Default::default(); $body }
-            (Algorithm::Gcra, Inner::Gcra($s)) => { use gcra as $module; $body }
-            (Algorithm::Gcra, _) => { use gcra as $module; let $s = &Default::default(); $body }
+            (Algorithm::FixedWindow, Inner::FixedWindow($s)) => {
+                use fixed_window as $module;
+                $body
+            }
+            (Algorithm::FixedWindow, _) => {
+                use fixed_window as $module;
+                let $s = &Default::default();
+                $body
+            }
+            (Algorithm::SlidingLog, Inner::SlidingLog($s)) => {
+                use sliding_log as $module;
+                $body
+            }
+            (Algorithm::SlidingLog, _) => {
+                use sliding_log as $module;
+                let $s = &Default::default();
+                $body
+            }
+            (Algorithm::SlidingWindow { .. }, Inner::SlidingWindow($s)) => {
+                use sliding_window as $module;
+                $body
+            }
+            (Algorithm::SlidingWindow { .. }, _) => {
+                use sliding_window as $module;
+                let $s = &Default::default();
+                $body
+            }
+            (Algorithm::TokenBucket, Inner::TokenBucket($s)) => {
+                use token_bucket as $module;
+                $body
+            }
+            (Algorithm::TokenBucket, _) => {
+                use token_bucket as $module;
+                let $s = &Default::default();
+                $body
+            }
+            (Algorithm::Gcra, Inner::Gcra($s)) => {
+                use gcra as $module;
+                $body
+            }
+            (Algorithm::Gcra, _) => {
+                use gcra as $module;
+                let $s = &Default::default();
+                $body
+            }
         }
     };
 }
@@ -89,29 +124,41 @@ macro_rules! with_state {
 impl Limit {
     /// Would `cost` be admitted at `now`? The decision reports the state as it will be
     /// after [`commit`](Limit::commit) if admitted, or as it is if denied.
+    #[inline]
     pub fn check(&self, state: &State, now: Timestamp, cost: u64) -> Decision {
         let now = now.as_micros();
         with_state!(self, &state.0, |m, s| m::check(self, s, now, cost))
     }
 
     /// Charges an admitted `cost` at `now`.
+    #[inline]
     pub fn commit(&self, state: &mut State, now: Timestamp, cost: u64) {
         self.charge(state, now, cost, true);
     }
 
     /// Charges a denied `cost` at `now`, for `count_rejected` limits (see the module docs).
+    #[inline]
     pub fn charge_rejected(&self, state: &mut State, now: Timestamp, cost: u64) {
         self.charge(state, now, cost, false);
     }
 
+    #[inline]
     fn charge(&self, state: &mut State, now: Timestamp, cost: u64, admitted: bool) {
         let now = now.as_micros();
         let inner = &mut state.0;
         match (self.algorithm(), &mut *inner) {
-            (Algorithm::FixedWindow, Inner::FixedWindow(s)) => fixed_window::commit(self, s, now, cost, admitted),
-            (Algorithm::SlidingLog, Inner::SlidingLog(s)) => sliding_log::commit(self, s, now, cost, admitted),
-            (Algorithm::SlidingWindow { .. }, Inner::SlidingWindow(s)) => sliding_window::commit(self, s, now, cost, admitted),
-            (Algorithm::TokenBucket, Inner::TokenBucket(s)) => token_bucket::commit(self, s, now, cost, admitted),
+            (Algorithm::FixedWindow, Inner::FixedWindow(s)) => {
+                fixed_window::commit(self, s, now, cost, admitted)
+            }
+            (Algorithm::SlidingLog, Inner::SlidingLog(s)) => {
+                sliding_log::commit(self, s, now, cost, admitted)
+            }
+            (Algorithm::SlidingWindow { .. }, Inner::SlidingWindow(s)) => {
+                sliding_window::commit(self, s, now, cost, admitted)
+            }
+            (Algorithm::TokenBucket, Inner::TokenBucket(s)) => {
+                token_bucket::commit(self, s, now, cost, admitted)
+            }
             (Algorithm::Gcra, Inner::Gcra(s)) => gcra::commit(self, s, now, cost, admitted),
             (algorithm, _) => {
                 *inner = match algorithm {
@@ -128,6 +175,7 @@ impl Limit {
 
     /// When `state` becomes the same as no state if nothing more is charged: the
     /// expiry a store gives it (a Redis PEXPIRE, a memory-store sweep).
+    #[inline]
     pub fn idle_at(&self, state: &State) -> Timestamp {
         Timestamp::from_micros(with_state!(self, &state.0, |m, s| m::idle_at(self, s)))
     }
@@ -135,11 +183,13 @@ impl Limit {
 
 // === decision helpers shared by the algorithm modules ===
 
+#[inline]
 fn micros(us: u64) -> Duration {
     Duration::from_micros(us)
 }
 
 /// An admitted decision.
+#[inline]
 fn allow(limit: &Limit, remaining: u64, reset_after: u64) -> Decision {
     Decision {
         outcome: Outcome::Allowed,
@@ -150,6 +200,7 @@ fn allow(limit: &Limit, remaining: u64, reset_after: u64) -> Decision {
 }
 
 /// A denied decision: for good when `cost` exceeds the capacity, else until `retry_after`.
+#[inline]
 fn deny(limit: &Limit, cost: u64, retry_after: u64, remaining: u64, reset_after: u64) -> Decision {
     let outcome = if cost > limit.capacity() {
         Outcome::CostExceedsCapacity
@@ -164,14 +215,4 @@ fn deny(limit: &Limit, cost: u64, retry_after: u64, remaining: u64, reset_after:
         remaining: remaining.min(limit.capacity()),
         reset_after: micros(reset_after),
     }
-}
-
-/// `ceil(a / b)` for `b > 0`.
-fn ceil_div(a: u128, b: u128) -> u128 {
-    a.div_ceil(b)
-}
-
-/// `x` as u64, saturating (scaled intermediates are u128).
-fn sat(x: u128) -> u64 {
-    u64::try_from(x).unwrap_or(u64::MAX)
 }

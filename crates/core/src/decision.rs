@@ -35,6 +35,7 @@ pub struct Decision {
 
 impl Decision {
     /// Whether the request fits this limit.
+    #[inline]
     pub fn allowed(&self) -> bool {
         self.outcome == Outcome::Allowed
     }

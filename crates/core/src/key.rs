@@ -2,6 +2,7 @@
 
 use std::borrow::Borrow;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::Error;
@@ -19,7 +20,7 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// assert_eq!(key.as_str(), "user:42");
 /// assert!(Key::new("").is_err());
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Eq, PartialOrd, Ord)]
 pub struct Key(Arc<str>);
 
 impl Key {
@@ -39,8 +40,25 @@ impl Key {
     }
 
     /// The key as a string.
+    #[inline]
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+impl PartialEq for Key {
+    /// Pointer equality first: a store compares a request's key with the clone it
+    /// stored, and std's `Arc<str>` comparison always compares the bytes.
+    #[inline]
+    fn eq(&self, other: &Key) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
+    }
+}
+
+impl Hash for Key {
+    /// Hashes as the `str` it holds, as `Borrow<str>` requires.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
     }
 }
 
@@ -90,7 +108,12 @@ mod tests {
     fn rejects_empty_and_oversize_keys_and_says_why() {
         assert!(Key::new("").unwrap_err().to_string().contains("empty"));
         let long = "k".repeat(MAX_KEY_LEN + 1);
-        assert!(Key::new(&long).unwrap_err().to_string().contains("1025 bytes"));
+        assert!(
+            Key::new(&long)
+                .unwrap_err()
+                .to_string()
+                .contains("1025 bytes")
+        );
         assert!(Key::new("k".repeat(MAX_KEY_LEN)).is_ok());
     }
 }

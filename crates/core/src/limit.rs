@@ -179,6 +179,10 @@ pub struct Limit {
     rate_per_micro: u64,
     /// `window / gcd(limit, window)`: scaled units per token (token bucket, GCRA).
     units_per_token: u64,
+    /// GCRA: emission time of one unit, `ceil(window / limit)` µs.
+    emission_interval: u64,
+    /// GCRA: emission time of `burst` units, `ceil(burst × window / limit)` µs.
+    tolerance: u64,
 }
 
 /// Builds a [`Limit`] with optional parameters; [`build`](LimitBuilder::build) validates.
@@ -194,6 +198,7 @@ pub struct LimitBuilder {
 impl LimitBuilder {
     /// The most admitted at once (`token_bucket` bucket size, `gcra` burst).
     /// Defaults to `limit`. Only `token_bucket` and `gcra` take a burst.
+    #[inline]
     pub fn burst(mut self, burst: u64) -> Self {
         self.burst = Some(burst);
         self
@@ -201,6 +206,7 @@ impl LimitBuilder {
 
     /// Charge rejected requests too (the Envoy reference's and Figma's behaviour):
     /// a client that keeps trying while over the limit stays limited.
+    #[inline]
     pub fn count_rejected(mut self, yes: bool) -> Self {
         self.count_rejected = yes;
         self
@@ -261,7 +267,7 @@ impl LimitBuilder {
                     "precision {precision} is larger than the window in µs ({window_us})"
                 ));
             }
-            if window_us % u64::from(precision) != 0 {
+            if !window_us.is_multiple_of(u64::from(precision)) {
                 return invalid(format!(
                     "window {window_us}µs does not split into {precision} equal sub-buckets"
                 ));
@@ -270,7 +276,9 @@ impl LimitBuilder {
 
         let g = gcd(limit, window_us);
         let (rate_per_micro, units_per_token) = (limit / g, window_us / g);
-        if algorithm.has_burst() && u128::from(burst) * u128::from(units_per_token) > u128::from(MAX_EXACT) {
+        if algorithm.has_burst()
+            && u128::from(burst) * u128::from(units_per_token) > u128::from(MAX_EXACT)
+        {
             return invalid(format!(
                 "burst {burst} × window {window_us}µs / gcd(limit, window) = {} is larger than 2^53; \
                  pick a limit that divides the window more evenly, or a smaller burst",
@@ -278,6 +286,13 @@ impl LimitBuilder {
             ));
         }
 
+        // Both fit in u64: burst × units_per_token ≤ 2^53 was checked above (and is
+        // irrelevant for the algorithms without a burst, which never read these).
+        let emission = |units: u64| {
+            units
+                .saturating_mul(units_per_token)
+                .div_ceil(rate_per_micro)
+        };
         Ok(Limit {
             algorithm,
             limit,
@@ -286,6 +301,8 @@ impl LimitBuilder {
             count_rejected,
             rate_per_micro,
             units_per_token,
+            emission_interval: emission(1),
+            tolerance: emission(burst),
         })
     }
 }
@@ -308,11 +325,13 @@ impl Limit {
     }
 
     /// The algorithm and its parameters.
+    #[inline]
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
 
     /// Units per window.
+    #[inline]
     pub fn limit(&self) -> u64 {
         self.limit
     }
@@ -323,6 +342,7 @@ impl Limit {
     }
 
     /// The window in microseconds.
+    #[inline]
     pub fn window_micros(&self) -> u64 {
         self.window
     }
@@ -335,8 +355,13 @@ impl Limit {
     /// The most units this limit can ever admit at once, which is what
     /// [`Decision::limit`](crate::Decision::limit) reports: `burst` for `token_bucket`
     /// and `gcra`, `limit` for the windowed algorithms.
+    #[inline]
     pub fn capacity(&self) -> u64 {
-        if self.algorithm.has_burst() { self.burst } else { self.limit }
+        if self.algorithm.has_burst() {
+            self.burst
+        } else {
+            self.limit
+        }
     }
 
     /// Whether rejected requests are charged too.
@@ -345,12 +370,20 @@ impl Limit {
     }
 
     /// `(limit, window)` divided by their gcd: `(refill per µs, units per token)`.
+    #[inline]
     pub(crate) fn scaled_rate(&self) -> (u64, u64) {
         (self.rate_per_micro, self.units_per_token)
     }
 
+    /// GCRA's `(emission interval of one unit, tolerance)` in µs.
+    #[inline]
+    pub(crate) fn gcra_times(&self) -> (u64, u64) {
+        (self.emission_interval, self.tolerance)
+    }
+
     /// What a stored state belongs to: limits with the same shape share state for a key.
     /// The capacity is not part of it, so raising or lowering a limit keeps its counts.
+    #[inline]
     pub fn shape(&self) -> Shape {
         let (tag, precision) = match self.algorithm {
             Algorithm::FixedWindow => (0, 0),
@@ -369,7 +402,13 @@ impl Limit {
 
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} per {:?} ({})", self.limit, self.window(), self.algorithm)?;
+        write!(
+            f,
+            "{} per {:?} ({})",
+            self.limit,
+            self.window(),
+            self.algorithm
+        )?;
         if self.algorithm.has_burst() && self.burst != self.limit {
             write!(f, " burst {}", self.burst)?;
         }
@@ -409,16 +448,36 @@ mod tests {
             edge: Edge::Strict,
         };
         assert!(err(Limit::builder(Algorithm::Gcra, 0, s)).contains("limit must be at least 1"));
-        assert!(err(Limit::builder(Algorithm::Gcra, 1, Duration::from_nanos(1500))).contains("whole number"));
-        assert!(err(Limit::builder(Algorithm::FixedWindow, 1, s).burst(3)).contains("burst applies"));
+        assert!(
+            err(Limit::builder(
+                Algorithm::Gcra,
+                1,
+                Duration::from_nanos(1500)
+            ))
+            .contains("whole number")
+        );
+        assert!(
+            err(Limit::builder(Algorithm::FixedWindow, 1, s).burst(3)).contains("burst applies")
+        );
         assert!(err(Limit::builder(Algorithm::Gcra, 1, s).burst(0)).contains("burst must be"));
         assert!(err(Limit::builder(sw(0), 1, s)).contains("precision must be"));
         assert!(err(Limit::builder(sw(7), 1, s)).contains("equal sub-buckets"));
-        assert!(err(Limit::builder(sw(10), 1, Duration::from_micros(5))).contains("larger than the window"));
+        assert!(
+            err(Limit::builder(sw(10), 1, Duration::from_micros(5)))
+                .contains("larger than the window")
+        );
         assert!(err(Limit::builder(Algorithm::Gcra, MAX_EXACT + 1, s)).contains("2^53"));
         assert!(err(Limit::builder(Algorithm::Gcra, 1, MAX_WINDOW + s)).contains("100 years"));
         // 1,000,003 (prime) per day with a huge burst: scaled units overflow 2^53.
-        assert!(err(Limit::builder(Algorithm::TokenBucket, 1_000_003, Duration::from_secs(86_400)).burst(1 << 30)).contains("divides the window"));
+        assert!(
+            err(Limit::builder(
+                Algorithm::TokenBucket,
+                1_000_003,
+                Duration::from_secs(86_400)
+            )
+            .burst(1 << 30))
+            .contains("divides the window")
+        );
     }
 
     #[test]
@@ -426,7 +485,13 @@ mod tests {
         for a in Algorithm::ALL {
             assert_eq!(a.name().parse::<Algorithm>().unwrap(), a);
         }
-        assert!("leaky".parse::<Algorithm>().unwrap_err().to_string().contains("unknown algorithm `leaky`"));
+        assert!(
+            "leaky"
+                .parse::<Algorithm>()
+                .unwrap_err()
+                .to_string()
+                .contains("unknown algorithm `leaky`")
+        );
         assert_eq!("strict".parse::<Edge>().unwrap(), Edge::Strict);
     }
 

@@ -76,9 +76,12 @@ pub fn validate(requests: &[Request<'_>]) -> Result<(), Error> {
     requests.iter().try_for_each(|r| validate_cost(r.cost))
 }
 
+#[inline]
 pub(crate) fn validate_cost(cost: u64) -> Result<(), Error> {
     if cost > MAX_EXACT {
-        return Err(Error::InvalidRequest(format!("cost {cost} is larger than 2^53")));
+        return Err(Error::InvalidRequest(format!(
+            "cost {cost} is larger than 2^53"
+        )));
     }
     Ok(())
 }

@@ -24,6 +24,7 @@ impl Timestamp {
     pub const EPOCH: Timestamp = Timestamp(0);
 
     /// A timestamp `micros` microseconds after the epoch.
+    #[inline]
     pub const fn from_micros(micros: u64) -> Self {
         Timestamp(micros)
     }
@@ -34,6 +35,7 @@ impl Timestamp {
     }
 
     /// Microseconds since the epoch.
+    #[inline]
     pub const fn as_micros(self) -> u64 {
         self.0
     }

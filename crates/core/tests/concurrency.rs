@@ -13,9 +13,17 @@ const PER_THREAD: u64 = 250;
 const LIMIT: u64 = 100;
 
 fn every_algorithm() -> Vec<Algorithm> {
-    let mut all = vec![Algorithm::FixedWindow, Algorithm::SlidingLog, Algorithm::TokenBucket, Algorithm::Gcra];
+    let mut all = vec![
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+    ];
     for edge in [Edge::Interpolate, Edge::Strict, Edge::Lenient] {
-        all.push(Algorithm::SlidingWindow { precision: 60, edge });
+        all.push(Algorithm::SlidingWindow {
+            precision: 60,
+            edge,
+        });
     }
     all
 }
@@ -35,7 +43,9 @@ fn on_threads(work: impl Fn(u64) + Send + Sync) {
             });
         }
         for _ in 0..THREADS {
-            finished.recv_timeout(Duration::from_secs(60)).expect("threads deadlocked");
+            finished
+                .recv_timeout(Duration::from_secs(60))
+                .expect("threads deadlocked");
         }
     });
 }
@@ -51,7 +61,11 @@ fn many_threads_on_one_key_admit_exactly_the_limit() {
         let admitted = AtomicU64::new(0);
         on_threads(|_| {
             for _ in 0..PER_THREAD {
-                if store.decide_one(Request::new(&key, &limit, 1), now).unwrap().allowed() {
+                if store
+                    .decide_one(Request::new(&key, &limit, 1), now)
+                    .unwrap()
+                    .allowed()
+                {
                     admitted.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -71,7 +85,11 @@ fn weighted_costs_never_admit_more_than_the_limit() {
         on_threads(|t| {
             for i in 0..PER_THREAD {
                 let cost = 1 + (t + i) % 7;
-                if store.decide_one(Request::new(&key, &limit, cost), now).unwrap().allowed() {
+                if store
+                    .decide_one(Request::new(&key, &limit, cost), now)
+                    .unwrap()
+                    .allowed()
+                {
                     admitted.fetch_add(cost, Ordering::Relaxed);
                 }
             }
@@ -86,7 +104,10 @@ fn weighted_costs_never_admit_more_than_the_limit() {
 fn batches_in_opposite_key_orders_neither_deadlock_nor_over_admit() {
     let now = Timestamp::from_secs(1_702_080_000);
     // Two shards: every batch's keys collide in shards, the worst case for lock order.
-    for store in [MemoryStore::new(), MemoryStore::builder().shards(2).max_keys(1000).build()] {
+    for store in [
+        MemoryStore::new(),
+        MemoryStore::builder().shards(2).max_keys(1000).build(),
+    ] {
         let limit = Limit::new(Algorithm::SlidingLog, LIMIT, Duration::from_secs(3600)).unwrap();
         let keys: Vec<Key> = (0..4).map(|i| Key::new(format!("k{i}")).unwrap()).collect();
         let admitted = AtomicU64::new(0);
@@ -115,8 +136,18 @@ fn batches_in_opposite_key_orders_neither_deadlock_nor_over_admit() {
         }
         let used: u64 = keys
             .iter()
-            .map(|k| LIMIT - store.decide_one(Request::new(k, &limit, 0), now).unwrap().remaining)
+            .map(|k| {
+                LIMIT
+                    - store
+                        .decide_one(Request::new(k, &limit, 0), now)
+                        .unwrap()
+                        .remaining
+            })
             .sum();
-        assert_eq!(used, 3 * admitted, "every admitted batch charged exactly its three keys");
+        assert_eq!(
+            used,
+            3 * admitted,
+            "every admitted batch charged exactly its three keys"
+        );
     }
 }

@@ -19,14 +19,23 @@ fn a_flood_of_new_keys_stays_within_max_keys_and_spares_the_hot_key() {
     let hot = Key::new("hot").unwrap();
     // The hot key spends its whole limit first.
     for _ in 0..5 {
-        assert!(store.decide_one(Request::new(&hot, &limit, 1), at(0)).unwrap().allowed());
+        assert!(
+            store
+                .decide_one(Request::new(&hot, &limit, 1), at(0))
+                .unwrap()
+                .allowed()
+        );
     }
     for i in 0..200_000u64 {
         let ip = Key::new(format!("ip:{i}")).unwrap();
-        store.decide_one(Request::new(&ip, &limit, 1), at(i)).unwrap();
+        store
+            .decide_one(Request::new(&ip, &limit, 1), at(i))
+            .unwrap();
         if i % 100 == 0 {
             // Still hammered (and denied) while the flood runs: recently used, never evicted.
-            let d = store.decide_one(Request::new(&hot, &limit, 1), at(i)).unwrap();
+            let d = store
+                .decide_one(Request::new(&hot, &limit, 1), at(i))
+                .unwrap();
             assert!(!d.allowed(), "hot key forgot its count after {i} new keys");
         }
         if i % 1000 == 0 {
@@ -38,11 +47,16 @@ fn a_flood_of_new_keys_stays_within_max_keys_and_spares_the_hot_key() {
 
 #[test]
 fn expired_state_is_reclaimed() {
-    let store = MemoryStore::builder().max_keys(10_000).sweep_interval(Duration::from_secs(3600)).build();
+    let store = MemoryStore::builder()
+        .max_keys(10_000)
+        .sweep_interval(Duration::from_secs(3600))
+        .build();
     let limit = Limit::new(Algorithm::Gcra, 10, Duration::from_secs(1)).unwrap();
     for i in 0..1000 {
         let key = Key::new(format!("k{i}")).unwrap();
-        store.decide_one(Request::new(&key, &limit, 1), at(0)).unwrap();
+        store
+            .decide_one(Request::new(&key, &limit, 1), at(0))
+            .unwrap();
     }
     assert_eq!(store.len(), 1000);
     // One unit of GCRA at 10/s is restored 100 ms later; before that nothing is expired.
@@ -53,15 +67,23 @@ fn expired_state_is_reclaimed() {
 
 #[test]
 fn inserting_sweeps_expired_keys_once_per_interval() {
-    let store = MemoryStore::builder().max_keys(1000).shards(1).sweep_interval(Duration::from_secs(1)).build();
+    let store = MemoryStore::builder()
+        .max_keys(1000)
+        .shards(1)
+        .sweep_interval(Duration::from_secs(1))
+        .build();
     let limit = Limit::new(Algorithm::TokenBucket, 10, Duration::from_secs(1)).unwrap();
     for i in 0..500 {
         let key = Key::new(format!("k{i}")).unwrap();
-        store.decide_one(Request::new(&key, &limit, 1), at(0)).unwrap();
+        store
+            .decide_one(Request::new(&key, &limit, 1), at(0))
+            .unwrap();
     }
     // 2 s later every bucket is full again; the next insert sweeps them away.
     let fresh = Key::new("fresh").unwrap();
-    store.decide_one(Request::new(&fresh, &limit, 1), at(2_000_000)).unwrap();
+    store
+        .decide_one(Request::new(&fresh, &limit, 1), at(2_000_000))
+        .unwrap();
     assert_eq!(store.len(), 1);
 }
 
@@ -70,10 +92,17 @@ fn denied_requests_for_unknown_keys_store_nothing() {
     let store = MemoryStore::new();
     let limit = Limit::new(Algorithm::SlidingLog, 3, Duration::from_secs(1)).unwrap();
     let key = Key::new("k").unwrap();
-    let too_big = store.decide_one(Request::new(&key, &limit, 4), at(0)).unwrap();
+    let too_big = store
+        .decide_one(Request::new(&key, &limit, 4), at(0))
+        .unwrap();
     assert!(!too_big.allowed());
-    store.decide_one(Request::new(&key, &limit, 0), at(0)).unwrap();
-    assert!(store.is_empty(), "peeks and impossible costs must not create state");
+    store
+        .decide_one(Request::new(&key, &limit, 0), at(0))
+        .unwrap();
+    assert!(
+        store.is_empty(),
+        "peeks and impossible costs must not create state"
+    );
 }
 
 #[test]
@@ -81,9 +110,20 @@ fn invalid_requests_are_refused_before_any_state_is_touched() {
     let store = MemoryStore::new();
     let limit = Limit::new(Algorithm::Gcra, 3, Duration::from_secs(1)).unwrap();
     let key = Key::new("k").unwrap();
-    let err = store.decide_one(Request::new(&key, &limit, u64::MAX), at(0)).unwrap_err();
-    assert!(err.is_invalid_input() && err.to_string().contains("2^53"), "{err}");
+    let err = store
+        .decide_one(Request::new(&key, &limit, u64::MAX), at(0))
+        .unwrap_err();
+    assert!(
+        err.is_invalid_input() && err.to_string().contains("2^53"),
+        "{err}"
+    );
     let many: Vec<Request<'_>> = (0..65).map(|_| Request::new(&key, &limit, 1)).collect();
-    assert!(store.decide(&many, at(0)).unwrap_err().to_string().contains("the most is 64"));
+    assert!(
+        store
+            .decide(&many, at(0))
+            .unwrap_err()
+            .to_string()
+            .contains("the most is 64")
+    );
     assert!(store.is_empty());
 }

@@ -21,8 +21,14 @@ fn arb_window() -> impl Strategy<Value = (u64, Vec<u32>)> {
 }
 
 fn arb_limit(count_rejected: bool) -> impl Strategy<Value = Limit> {
-    (arb_window(), 1u64..=20, 1u64..=30, 0usize..8, any::<prop::sample::Index>()).prop_map(
-        move |((window, precisions), limit, burst, which, pick)| {
+    (
+        arb_window(),
+        1u64..=20,
+        1u64..=30,
+        0usize..8,
+        any::<prop::sample::Index>(),
+    )
+        .prop_map(move |((window, precisions), limit, burst, which, pick)| {
             let precision = precisions[pick.index(precisions.len())];
             let edge = [Edge::Strict, Edge::Lenient, Edge::Interpolate][which % 3];
             let algorithm = match which {
@@ -32,13 +38,13 @@ fn arb_limit(count_rejected: bool) -> impl Strategy<Value = Limit> {
                 5 => Algorithm::TokenBucket,
                 _ => Algorithm::Gcra,
             };
-            let mut b = Limit::builder(algorithm, limit, Duration::from_micros(window)).count_rejected(count_rejected);
+            let mut b = Limit::builder(algorithm, limit, Duration::from_micros(window))
+                .count_rejected(count_rejected);
             if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
                 b = b.burst(burst);
             }
             b.build().expect("generated limits are valid")
-        },
-    )
+        })
 }
 
 /// (µs to advance, cost) steps: mostly small gaps, some same-µs, some long idles.
@@ -70,7 +76,9 @@ fn replay(limit: &Limit, steps: &[(u64, u64)]) -> Result<Vec<(u64, u64)>, TestCa
     for &(gap, cost) in steps {
         now += gap;
         let t = Timestamp::from_micros(now);
-        let got = store.decide_one(Request::new(&key, limit, cost), t).unwrap();
+        let got = store
+            .decide_one(Request::new(&key, limit, cost), t)
+            .unwrap();
         // The pure model, as a store must apply it.
         let mut want = limit.check(&state, t, cost);
         if want.allowed() {
@@ -81,7 +89,11 @@ fn replay(limit: &Limit, steps: &[(u64, u64)]) -> Result<Vec<(u64, u64)>, TestCa
         }
         prop_assert_eq!(got, want, "store and algorithm disagree at +{}µs", now - T0);
 
-        prop_assert!(got.remaining <= got.limit, "remaining above capacity: {:?}", got);
+        prop_assert!(
+            got.remaining <= got.limit,
+            "remaining above capacity: {:?}",
+            got
+        );
         match got.outcome {
             Outcome::Allowed => {
                 prop_assert!(got.retry_after().is_none());
@@ -90,7 +102,9 @@ fn replay(limit: &Limit, steps: &[(u64, u64)]) -> Result<Vec<(u64, u64)>, TestCa
                 }
                 remaining_is_truthful(limit, &state, t, got.remaining)?;
             }
-            Outcome::Denied { retry_after } => retry_is_truthful(limit, &state, t, cost, retry_after)?,
+            Outcome::Denied { retry_after } => {
+                retry_is_truthful(limit, &state, t, cost, retry_after)?
+            }
             Outcome::CostExceedsCapacity => prop_assert!(cost > limit.capacity()),
         }
     }
@@ -98,25 +112,55 @@ fn replay(limit: &Limit, steps: &[(u64, u64)]) -> Result<Vec<(u64, u64)>, TestCa
 }
 
 /// Denied just before `retry_after`, admitted at it, for the same cost.
-fn retry_is_truthful(limit: &Limit, state: &State, now: Timestamp, cost: u64, retry: Duration) -> Result<(), TestCaseError> {
+fn retry_is_truthful(
+    limit: &Limit,
+    state: &State,
+    now: Timestamp,
+    cost: u64,
+    retry: Duration,
+) -> Result<(), TestCaseError> {
     let at = now.saturating_add(retry);
-    prop_assert!(limit.check(state, at, cost).allowed(), "not admitted at retry_after {:?}", retry);
+    prop_assert!(
+        limit.check(state, at, cost).allowed(),
+        "not admitted at retry_after {:?}",
+        retry
+    );
     if !retry.is_zero() {
         let before = now.saturating_add(retry - Duration::from_micros(1));
-        prop_assert!(!limit.check(state, before, cost).allowed(), "admitted before retry_after {:?}", retry);
+        prop_assert!(
+            !limit.check(state, before, cost).allowed(),
+            "admitted before retry_after {:?}",
+            retry
+        );
     }
     Ok(())
 }
 
 /// `remaining` unit requests are all admitted right now (exact algorithms; the
 /// interpolated estimate only promises an estimate).
-fn remaining_is_truthful(limit: &Limit, state: &State, now: Timestamp, remaining: u64) -> Result<(), TestCaseError> {
-    if matches!(limit.algorithm(), Algorithm::SlidingWindow { edge: Edge::Interpolate, .. }) {
+fn remaining_is_truthful(
+    limit: &Limit,
+    state: &State,
+    now: Timestamp,
+    remaining: u64,
+) -> Result<(), TestCaseError> {
+    if matches!(
+        limit.algorithm(),
+        Algorithm::SlidingWindow {
+            edge: Edge::Interpolate,
+            ..
+        }
+    ) {
         return Ok(());
     }
     let mut s = state.clone();
     for n in 0..remaining {
-        prop_assert!(limit.check(&s, now, 1).allowed(), "remaining {} but unit {} denied", remaining, n + 1);
+        prop_assert!(
+            limit.check(&s, now, 1).allowed(),
+            "remaining {} but unit {} denied",
+            remaining,
+            n + 1
+        );
         limit.commit(&mut s, now, 1);
     }
     Ok(())
@@ -148,9 +192,18 @@ fn check_bound(limit: &Limit, admitted: &[(u64, u64)]) -> Result<(), TestCaseErr
                 prop_assert!(sum <= l, "window {} admitted {} > {}", window, sum, l);
             }
         }
-        Algorithm::SlidingLog | Algorithm::SlidingWindow { edge: Edge::Strict, .. } => {
+        Algorithm::SlidingLog
+        | Algorithm::SlidingWindow {
+            edge: Edge::Strict, ..
+        } => {
             let most = max_in_any_window(admitted, w);
-            prop_assert!(most <= l, "{} admitted in a window of {}µs, limit {}", most, w, l);
+            prop_assert!(
+                most <= l,
+                "{} admitted in a window of {}µs, limit {}",
+                most,
+                w,
+                l
+            );
         }
         Algorithm::TokenBucket | Algorithm::Gcra => {
             // Over [t_i, t_j]: sum × W ≤ burst × W + Δ × L (token bucket), and for GCRA
@@ -162,10 +215,17 @@ fn check_bound(limit: &Limit, admitted: &[(u64, u64)]) -> Result<(), TestCaseErr
                     sum += u128::from(c);
                     let delta = u128::from(t - admitted[i].0);
                     let bound = match limit.algorithm() {
-                        Algorithm::TokenBucket => u128::from(limit.burst()) * u128::from(w) + delta * u128::from(l),
+                        Algorithm::TokenBucket => {
+                            u128::from(limit.burst()) * u128::from(w) + delta * u128::from(l)
+                        }
                         _ => (delta + tau) * u128::from(l),
                     };
-                    prop_assert!(sum * u128::from(w) <= bound, "{} admitted over {}µs", sum, delta);
+                    prop_assert!(
+                        sum * u128::from(w) <= bound,
+                        "{} admitted over {}µs",
+                        sum,
+                        delta
+                    );
                 }
             }
         }

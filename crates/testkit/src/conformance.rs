@@ -51,13 +51,21 @@ pub async fn run<S: Store>(store: &S, scenario: &Scenario) -> Result<(), String>
     static RUN: AtomicU64 = AtomicU64::new(0);
     let run = RUN.fetch_add(1, Ordering::Relaxed);
     let clock = ManualClock::new(crate::T0);
-    let key = |k: &str| Key::new(format!("conformance:{run}:{}:{k}", scenario.name)).expect("valid key");
+    let key =
+        |k: &str| Key::new(format!("conformance:{run}:{}:{k}", scenario.name)).expect("valid key");
     for (n, step) in scenario.steps.iter().enumerate() {
         let at = |what: String| format!("{} step {n}: {what}", scenario.name);
         match step {
             Step::Advance(by) => clock.advance(*by),
-            Step::Reset(k, limit) => store.reset(&key(k), limit).await.map_err(|e| at(format!("reset failed: {e}")))?,
-            Step::Check { batch, denied_by, want } => {
+            Step::Reset(k, limit) => store
+                .reset(&key(k), limit)
+                .await
+                .map_err(|e| at(format!("reset failed: {e}")))?,
+            Step::Check {
+                batch,
+                denied_by,
+                want,
+            } => {
                 let keys: Vec<Key> = batch.iter().map(|(k, _, _)| key(k)).collect();
                 let requests: Vec<Request<'_>> = batch
                     .iter()
@@ -85,7 +93,10 @@ pub async fn run<S: Store>(store: &S, scenario: &Scenario) -> Result<(), String>
 }
 
 fn describe_batch(batch: &[(&str, Limit, u64)]) -> String {
-    let items: Vec<String> = batch.iter().map(|(k, l, c)| format!("{k}: {l} cost {c}")).collect();
+    let items: Vec<String> = batch
+        .iter()
+        .map(|(k, l, c)| format!("{k}: {l} cost {c}"))
+        .collect();
     items.join("; ")
 }
 
@@ -98,7 +109,10 @@ fn describe(decisions: &[Decision]) -> String {
                 Outcome::Denied { retry_after } => format!("denied retry {retry_after:?}"),
                 Outcome::CostExceedsCapacity => "never fits".to_string(),
             };
-            format!("[{outcome}, limit {}, remaining {}, reset {:?}]", d.limit, d.remaining, d.reset_after)
+            format!(
+                "[{outcome}, limit {}, remaining {}, reset {:?}]",
+                d.limit, d.remaining, d.reset_after
+            )
         })
         .collect();
     items.join(" ")

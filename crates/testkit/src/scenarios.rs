@@ -43,19 +43,40 @@ fn limit(algorithm: Algorithm, n: u64, window: Duration) -> Limit {
     Limit::new(algorithm, n, window).expect("valid limit")
 }
 fn burst(algorithm: Algorithm, n: u64, window: Duration, burst: u64) -> Limit {
-    Limit::builder(algorithm, n, window).burst(burst).build().expect("valid limit")
+    Limit::builder(algorithm, n, window)
+        .burst(burst)
+        .build()
+        .expect("valid limit")
 }
 fn counting_rejected(algorithm: Algorithm, n: u64, window: Duration) -> Limit {
-    Limit::builder(algorithm, n, window).count_rejected(true).build().expect("valid limit")
+    Limit::builder(algorithm, n, window)
+        .count_rejected(true)
+        .build()
+        .expect("valid limit")
 }
 fn ok(limit: u64, remaining: u64, reset: Duration) -> Decision {
-    Decision { outcome: Outcome::Allowed, limit, remaining, reset_after: reset }
+    Decision {
+        outcome: Outcome::Allowed,
+        limit,
+        remaining,
+        reset_after: reset,
+    }
 }
 fn denied(limit: u64, retry_after: Duration, remaining: u64, reset: Duration) -> Decision {
-    Decision { outcome: Outcome::Denied { retry_after }, limit, remaining, reset_after: reset }
+    Decision {
+        outcome: Outcome::Denied { retry_after },
+        limit,
+        remaining,
+        reset_after: reset,
+    }
 }
 fn never(limit: u64, remaining: u64, reset: Duration) -> Decision {
-    Decision { outcome: Outcome::CostExceedsCapacity, limit, remaining, reset_after: reset }
+    Decision {
+        outcome: Outcome::CostExceedsCapacity,
+        limit,
+        remaining,
+        reset_after: reset,
+    }
 }
 fn adv(d: Duration) -> Step {
     Step::Advance(d)
@@ -63,11 +84,26 @@ fn adv(d: Duration) -> Step {
 /// One request for key "k".
 fn one(limit: &Limit, cost: u64, want: Decision) -> Step {
     let denied_by = (!want.allowed()).then_some(0);
-    Step::Check { batch: vec![("k", limit.clone(), cost)], denied_by, want: vec![want] }
+    Step::Check {
+        batch: vec![("k", limit.clone(), cost)],
+        denied_by,
+        want: vec![want],
+    }
 }
-fn batch(items: &[(&'static str, &Limit, u64)], denied_by: Option<usize>, want: Vec<Decision>) -> Step {
-    let batch = items.iter().map(|(k, l, c)| (*k, (*l).clone(), *c)).collect();
-    Step::Check { batch, denied_by, want }
+fn batch(
+    items: &[(&'static str, &Limit, u64)],
+    denied_by: Option<usize>,
+    want: Vec<Decision>,
+) -> Step {
+    let batch = items
+        .iter()
+        .map(|(k, l, c)| (*k, (*l).clone(), *c))
+        .collect();
+    Step::Check {
+        batch,
+        denied_by,
+        want,
+    }
 }
 
 // === scenarios ===
@@ -118,7 +154,7 @@ fn sliding_log() -> Scenario {
             one(&l, 2, denied(3, ms(400), 0, ms(1000))),
             one(&l, 4, never(3, 0, ms(1000))),
             one(&l, 0, ok(3, 0, ms(1000))),
-            adv(ms(1000)), // 2000: all gone
+            adv(ms(1000)),                  // 2000: all gone
             one(&l, 3, ok(3, 0, ms(1000))), // one weighted entry, not three
             adv(ms(999)),
             one(&l, 1, denied(3, ms(1), 0, ms(1))),
@@ -219,7 +255,10 @@ fn sliding_window_edges(edge: Edge) -> Scenario {
         // Counts the partial bucket whole (4): denied until it leaves at 1500.
         Edge::Strict => vec![one(&l, 1, denied(4, ms(250), 0, ms(250)))],
         // Drops it (0).
-        Edge::Lenient => vec![one(&l, 1, ok(4, 3, ms(1250))), one(&l, 3, ok(4, 0, ms(1250)))],
+        Edge::Lenient => vec![
+            one(&l, 1, ok(4, 3, ms(1250))),
+            one(&l, 3, ok(4, 0, ms(1250))),
+        ],
         // Weighs it: 4 × 250/500 = 2. Then 1 + 2 + 2 > 4 until the weight falls to 1 at 1375.
         Edge::Interpolate => vec![
             one(&l, 1, ok(4, 1, ms(1250))),
@@ -240,7 +279,14 @@ fn sliding_window_edges(edge: Edge) -> Scenario {
 
 fn sliding_window_classic() -> Scenario {
     // Precision 1: Cloudflare's current + previous counter. 10 per minute.
-    let l = limit(Algorithm::SlidingWindow { precision: 1, edge: Edge::Interpolate }, 10, Duration::from_secs(60));
+    let l = limit(
+        Algorithm::SlidingWindow {
+            precision: 1,
+            edge: Edge::Interpolate,
+        },
+        10,
+        Duration::from_secs(60),
+    );
     Scenario {
         name: "sliding_window_classic",
         steps: vec![
@@ -248,7 +294,11 @@ fn sliding_window_classic() -> Scenario {
             adv(Duration::from_secs(75)), // previous = 6 weighted 45/60 = 4.5
             one(&l, 5, ok(10, 0, Duration::from_secs(105))),
             // 5 + 4.5 + 1 > 10 until the weight falls to 4 (40/60 left) at 80 s.
-            one(&l, 1, denied(10, Duration::from_secs(5), 0, Duration::from_secs(105))),
+            one(
+                &l,
+                1,
+                denied(10, Duration::from_secs(5), 0, Duration::from_secs(105)),
+            ),
             adv(Duration::from_secs(5)),
             one(&l, 1, ok(10, 0, Duration::from_secs(100))),
         ],
@@ -265,23 +315,43 @@ fn multi_limit_all_or_nothing() -> Scenario {
             batch(&both, None, vec![ok(2, 1, ms(1000)), ok(3, 2, ms(1000))]),
             batch(&both, None, vec![ok(2, 0, ms(1000)), ok(3, 1, ms(1000))]),
             // a denies; b had room and is not charged.
-            batch(&both, Some(0), vec![denied(2, ms(1000), 0, ms(1000)), ok(3, 1, ms(1000))]),
+            batch(
+                &both,
+                Some(0),
+                vec![denied(2, ms(1000), 0, ms(1000)), ok(3, 1, ms(1000))],
+            ),
             batch(&[("u", &b, 1)], None, vec![ok(3, 0, ms(1000))]),
             adv(ms(1000)),
             // The second one denies (for good); the first is not charged.
-            batch(&[("u", &b, 3), ("u", &a, 3)], Some(1), vec![ok(3, 3, ms(0)), never(2, 2, ms(1000))]),
+            batch(
+                &[("u", &b, 3), ("u", &a, 3)],
+                Some(1),
+                vec![ok(3, 3, ms(0)), never(2, 2, ms(1000))],
+            ),
             batch(&[("u", &b, 3)], None, vec![ok(3, 0, ms(1000))]),
             // Two requests on one state are checked in turn: 2 + 2 > 3.
             adv(ms(1000)),
-            batch(&[("v", &b, 2), ("v", &b, 2)], Some(1), vec![ok(3, 3, ms(0)), denied(3, ms(1000), 1, ms(1000))]),
-            batch(&[("v", &b, 1), ("v", &b, 2)], None, vec![ok(3, 2, ms(1000)), ok(3, 0, ms(1000))]),
+            batch(
+                &[("v", &b, 2), ("v", &b, 2)],
+                Some(1),
+                vec![ok(3, 3, ms(0)), denied(3, ms(1000), 1, ms(1000))],
+            ),
+            batch(
+                &[("v", &b, 1), ("v", &b, 2)],
+                None,
+                vec![ok(3, 2, ms(1000)), ok(3, 0, ms(1000))],
+            ),
         ],
     }
 }
 
 fn count_rejected() -> Scenario {
     let fixed = counting_rejected(Algorithm::FixedWindow, 2, ms(1000));
-    let g = Limit::builder(Algorithm::Gcra, 10, ms(1000)).burst(1).count_rejected(true).build().expect("valid");
+    let g = Limit::builder(Algorithm::Gcra, 10, ms(1000))
+        .burst(1)
+        .count_rejected(true)
+        .build()
+        .expect("valid");
     Scenario {
         name: "count_rejected",
         steps: vec![
@@ -292,13 +362,25 @@ fn count_rejected() -> Scenario {
             adv(ms(1000)),
             one(&fixed, 2, ok(2, 0, ms(1000))),
             // GCRA, 100 ms per unit, burst 1.
-            Step::Check { batch: vec![("g", g.clone(), 1)], denied_by: None, want: vec![ok(1, 0, ms(100))] },
+            Step::Check {
+                batch: vec![("g", g.clone(), 1)],
+                denied_by: None,
+                want: vec![ok(1, 0, ms(100))],
+            },
             adv(ms(50)),
             // Denied and charged: the bucket is emptied from now (TAT = now + 100 ms),
             // so the wait is 100 ms instead of 50.
-            Step::Check { batch: vec![("g", g.clone(), 1)], denied_by: Some(0), want: vec![denied(1, ms(100), 0, ms(100))] },
+            Step::Check {
+                batch: vec![("g", g.clone(), 1)],
+                denied_by: Some(0),
+                want: vec![denied(1, ms(100), 0, ms(100))],
+            },
             adv(ms(100)),
-            Step::Check { batch: vec![("g", g, 1)], denied_by: None, want: vec![ok(1, 0, ms(100))] },
+            Step::Check {
+                batch: vec![("g", g, 1)],
+                denied_by: None,
+                want: vec![ok(1, 0, ms(100))],
+            },
         ],
     }
 }
@@ -312,7 +394,11 @@ fn count_rejected_in_batches() -> Scenario {
         steps: vec![
             batch(&both, None, vec![ok(10, 9, ms(1000)), ok(1, 0, ms(1000))]),
             // strict denies; the count_rejected limit had room and is charged anyway.
-            batch(&both, Some(1), vec![ok(10, 8, ms(1000)), denied(1, ms(1000), 0, ms(1000))]),
+            batch(
+                &both,
+                Some(1),
+                vec![ok(10, 8, ms(1000)), denied(1, ms(1000), 0, ms(1000))],
+            ),
             batch(&[("y", &counting, 0)], None, vec![ok(10, 8, ms(1000))]),
         ],
     }
@@ -325,12 +411,20 @@ fn reset() -> Scenario {
         name: "reset",
         steps: vec![
             one(&l, 1, ok(1, 0, ms(1000))),
-            Step::Check { batch: vec![("k", other.clone(), 1)], denied_by: None, want: vec![ok(1, 0, ms(1000))] },
+            Step::Check {
+                batch: vec![("k", other.clone(), 1)],
+                denied_by: None,
+                want: vec![ok(1, 0, ms(1000))],
+            },
             one(&l, 1, denied(1, ms(1000), 0, ms(1000))),
             Step::Reset("k", l.clone()),
             one(&l, 1, ok(1, 0, ms(1000))),
             // Resetting one limit leaves the key's other limits alone.
-            Step::Check { batch: vec![("k", other, 1)], denied_by: Some(0), want: vec![denied(1, ms(1000), 0, ms(1000))] },
+            Step::Check {
+                batch: vec![("k", other, 1)],
+                denied_by: Some(0),
+                want: vec![denied(1, ms(1000), 0, ms(1000))],
+            },
         ],
     }
 }

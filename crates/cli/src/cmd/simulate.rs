@@ -16,15 +16,25 @@ use crate::simulate::{self, Report, chart, pattern};
 pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let limits = limits(&args)?;
     let window = limits[0].window_micros();
-    let duration = args.duration.map_or(window.saturating_mul(10), |d| d.as_micros() as u64);
+    let duration = args
+        .duration
+        .map_or(window.saturating_mul(10), |d| d.as_micros() as u64);
     if duration == 0 {
         bail!("--duration must be longer than 0");
     }
-    let rate = args.rate.unwrap_or(2.0 * args.limit as f64 / (window as f64 / 1e6));
+    let rate = args
+        .rate
+        .unwrap_or(2.0 * args.limit as f64 / (window as f64 / 1e6));
     if !(rate.is_finite() && rate > 0.0) {
         bail!("--rate must be a positive number of requests per second, got {rate}");
     }
-    let shape = pattern::Shape { limit: args.limit, window, duration, rate, seed: args.seed };
+    let shape = pattern::Shape {
+        limit: args.limit,
+        window,
+        duration,
+        rate,
+        seed: args.seed,
+    };
     let arrivals = pattern::arrivals(args.pattern, shape).map_err(anyhow::Error::msg)?;
 
     // The exact sliding log is the yardstick, whether or not it was asked for.
@@ -50,7 +60,12 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         duration::format(std::time::Duration::from_micros(duration)),
     )
     .to_lowercase();
-    let frame = chart::Frame { title: &title, limit: args.limit, window, duration };
+    let frame = chart::Frame {
+        title: &title,
+        limit: args.limit,
+        window,
+        duration,
+    };
     if let Some(path) = &args.svg {
         chart::svg(path, &reports, &frame)?;
     }
@@ -59,7 +74,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     }
 
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports).context("encoding the report")?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&reports).context("encoding the report")?
+        );
     } else {
         println!("{title} (seed {})", args.seed);
         println!("{}", table(&mut reports));
@@ -89,7 +107,10 @@ fn limits(args: &SimulateArgs) -> anyhow::Result<Vec<Limit>> {
             };
             for e in edges {
                 let a = match algorithm {
-                    Algorithm::SlidingWindow { .. } => Algorithm::SlidingWindow { precision: args.precision, edge: e },
+                    Algorithm::SlidingWindow { .. } => Algorithm::SlidingWindow {
+                        precision: args.precision,
+                        edge: e,
+                    },
                     other => other,
                 };
                 if !algorithms.contains(&a) {
@@ -120,9 +141,11 @@ fn progress_bar(total: u64) -> ProgressBar {
     }
     let bar = ProgressBar::new(total);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} simulating [{bar:40}] {percent}% {per_sec} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{spinner} simulating [{bar:40}] {percent}% {per_sec} eta {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar
 }

@@ -80,13 +80,22 @@ fn load_font() -> anyhow::Result<()> {
         .map_err(|e| anyhow!(e))
 }
 
-fn plot<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, reports: &[Report], f: &Frame<'_>) -> anyhow::Result<()>
+fn plot<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    reports: &[Report],
+    f: &Frame<'_>,
+) -> anyhow::Result<()>
 where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e:?}");
     root.fill(&WHITE).map_err(err)?;
-    let top = reports.iter().map(|r| r.max_in_window).max().unwrap_or(0).max(f.limit);
+    let top = reports
+        .iter()
+        .map(|r| r.max_in_window)
+        .max()
+        .unwrap_or(0)
+        .max(f.limit);
     let seconds = f.duration as f64 / 1e6;
     let mut chart = ChartBuilder::on(&root)
         .caption(f.title, ("sans-serif", 22))
@@ -106,18 +115,28 @@ where
     let step = (f.duration / SAMPLES).max(1);
     for (i, report) in reports.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let points = (0..=f.duration)
-            .step_by(step as usize)
-            .map(|t| (t as f64 / 1e6, trailing_count(&report.admitted_at, t, f.window) as f64));
+        let points = (0..=f.duration).step_by(step as usize).map(|t| {
+            (
+                t as f64 / 1e6,
+                trailing_count(&report.admitted_at, t, f.window) as f64,
+            )
+        });
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(err)?
             .label(format!("{} (max {})", report.label, report.max_in_window))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
     }
     let limit = f.limit as f64;
     chart
-        .draw_series(DashedLineSeries::new(vec![(0.0, limit), (seconds, limit)], 8, 6, BLACK.stroke_width(1)))
+        .draw_series(DashedLineSeries::new(
+            vec![(0.0, limit), (seconds, limit)],
+            8,
+            6,
+            BLACK.stroke_width(1),
+        ))
         .map_err(err)?
         .label(format!("limit {}", f.limit))
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));

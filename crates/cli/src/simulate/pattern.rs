@@ -24,7 +24,14 @@ pub struct Shape {
 pub fn arrivals(pattern: Pattern, s: Shape) -> Result<Vec<u64>, String> {
     let expected = match pattern {
         Pattern::Boundary => 2.0 * s.limit as f64 * (s.duration / s.window / 2 + 1) as f64,
-        _ => s.rate * s.duration as f64 / 1e6 * if pattern == Pattern::Adversarial { 4.0 } else { 1.0 },
+        _ => {
+            s.rate * s.duration as f64 / 1e6
+                * if pattern == Pattern::Adversarial {
+                    4.0
+                } else {
+                    1.0
+                }
+        }
     };
     if expected > MAX_REQUESTS as f64 {
         return Err(format!(
@@ -49,7 +56,10 @@ pub fn arrivals(pattern: Pattern, s: Shape) -> Result<Vec<u64>, String> {
 fn uniform(from: u64, to: u64, rate: f64) -> Vec<u64> {
     let gap = 1e6 / rate;
     let n = ((to - from) as f64 / gap).ceil() as u64;
-    (0..n).map(|i| from + (i as f64 * gap) as u64).filter(|&t| t < to).collect()
+    (0..n)
+        .map(|i| from + (i as f64 * gap) as u64)
+        .filter(|&t| t < to)
+        .collect()
 }
 
 /// `n` requests spread evenly over `[at, at + spread)`.
@@ -123,15 +133,31 @@ mod tests {
     use super::*;
 
     fn shape() -> Shape {
-        Shape { limit: 10, window: 1_000_000, duration: 10_000_000, rate: 20.0, seed: 7 }
+        Shape {
+            limit: 10,
+            window: 1_000_000,
+            duration: 10_000_000,
+            rate: 20.0,
+            seed: 7,
+        }
     }
 
     #[test]
     fn boundary_puts_limit_on_each_side_of_every_other_edge() {
         let a = arrivals(Pattern::Boundary, shape()).unwrap();
         assert_eq!(a.len(), 5 * 20);
-        assert_eq!(a.iter().filter(|&&t| (990_000..1_000_000).contains(&t)).count(), 10);
-        assert_eq!(a.iter().filter(|&&t| (1_000_000..1_010_000).contains(&t)).count(), 10);
+        assert_eq!(
+            a.iter()
+                .filter(|&&t| (990_000..1_000_000).contains(&t))
+                .count(),
+            10
+        );
+        assert_eq!(
+            a.iter()
+                .filter(|&&t| (1_000_000..1_010_000).contains(&t))
+                .count(),
+            10
+        );
     }
 
     #[test]
@@ -153,7 +179,14 @@ mod tests {
 
     #[test]
     fn refuses_patterns_too_large_to_hold() {
-        let huge = Shape { rate: 1e9, ..shape() };
-        assert!(arrivals(Pattern::Uniform, huge).unwrap_err().contains("the most is"));
+        let huge = Shape {
+            rate: 1e9,
+            ..shape()
+        };
+        assert!(
+            arrivals(Pattern::Uniform, huge)
+                .unwrap_err()
+                .contains("the most is")
+        );
     }
 }

@@ -38,7 +38,13 @@ pub(super) fn check(limit: &Limit, s: &Window, now: u64, cost: u64) -> crate::De
         allow(limit, capacity - used - cost, end - now)
     } else {
         // The count starts again at 0 in the next window, where any cost ≤ limit fits.
-        deny(limit, cost, end - now, capacity.saturating_sub(used), end - now)
+        deny(
+            limit,
+            cost,
+            end - now,
+            capacity.saturating_sub(used),
+            end - now,
+        )
     }
 }
 
@@ -51,5 +57,9 @@ pub(super) fn commit(limit: &Limit, s: &mut Window, now: u64, cost: u64, _admitt
 }
 
 pub(super) fn idle_at(limit: &Limit, s: &Window) -> u64 {
-    if s.count == 0 { 0 } else { s.start + limit.window_micros() }
+    if s.count == 0 {
+        0
+    } else {
+        s.start + limit.window_micros()
+    }
 }

@@ -66,7 +66,11 @@ pub(super) fn check(limit: &Limit, s: &Log, now: u64, cost: u64) -> crate::Decis
     if cost <= capacity && used.saturating_add(cost) <= capacity {
         // Admitted: everything is restored W after the newest entry, which is now
         // (unless this is a peek).
-        let reset = if cost > 0 { w } else { newest.map_or(0, |t| t.saturating_sub(now)) };
+        let reset = if cost > 0 {
+            w
+        } else {
+            newest.map_or(0, |t| t.saturating_sub(now))
+        };
         return allow(limit, capacity - used - cost, reset);
     }
     // Denied: the same cost fits once enough of the oldest live entries have left.
@@ -82,7 +86,13 @@ pub(super) fn check(limit: &Limit, s: &Log, now: u64, cost: u64) -> crate::Decis
         }
     }
     let reset = newest.map_or(0, |t| t.saturating_sub(now));
-    deny(limit, cost, retry_at - now, capacity.saturating_sub(used), reset)
+    deny(
+        limit,
+        cost,
+        retry_at - now,
+        capacity.saturating_sub(used),
+        reset,
+    )
 }
 
 pub(super) fn commit(limit: &Limit, s: &mut Log, now: u64, cost: u64, admitted: bool) {

@@ -107,7 +107,9 @@ impl Params {
         match self.edge {
             Edge::Strict => self.limit.saturating_sub(full.saturating_add(prev)),
             Edge::Lenient => self.limit.saturating_sub(full),
-            Edge::Interpolate => (self.limit as f64 - self.estimate(full, prev, off)).floor().max(0.0) as u64,
+            Edge::Interpolate => (self.limit as f64 - self.estimate(full, prev, off))
+                .floor()
+                .max(0.0) as u64,
         }
     }
 
@@ -126,7 +128,11 @@ impl Params {
 
 /// `now`, never before the newest bucket written.
 fn clamp(p: &Params, s: &Buckets, now: u64) -> u64 {
-    if s.counts.is_empty() { now } else { now.max(s.newest * p.width) }
+    if s.counts.is_empty() {
+        now
+    } else {
+        now.max(s.newest * p.width)
+    }
 }
 
 pub(super) fn check(limit: &Limit, s: &Buckets, now: u64, cost: u64) -> crate::Decision {
@@ -136,18 +142,38 @@ pub(super) fn check(limit: &Limit, s: &Buckets, now: u64, cost: u64) -> crate::D
     let (full, prev) = p.window(s, j);
     let charged = !s.counts.is_empty() && (full > 0 || prev > 0);
     if cost <= p.limit && p.fits(full, prev, off, cost) {
-        let reset = if cost > 0 || charged { p.idle_at(if cost > 0 { j } else { s.newest }) - now } else { 0 };
+        let reset = if cost > 0 || charged {
+            p.idle_at(if cost > 0 { j } else { s.newest }) - now
+        } else {
+            0
+        };
         return allow(limit, p.remaining(full + cost, prev, off), reset);
     }
-    let reset = if charged { p.idle_at(s.newest) - now } else { 0 };
-    let retry = if cost <= p.limit { retry_at(&p, s, j, off, full, prev, cost) - now } else { 0 };
+    let reset = if charged {
+        p.idle_at(s.newest) - now
+    } else {
+        0
+    };
+    let retry = if cost <= p.limit {
+        retry_at(&p, s, j, off, full, prev, cost) - now
+    } else {
+        0
+    };
     deny(limit, cost, retry, p.remaining(full, prev, off), reset)
 }
 
 /// The first time at or after bucket `j` + `off` when `cost` fits, nothing else
 /// charged. Walks forward bucket by bucket (at most P+1: by then every count has left
 /// the window) keeping `full` and `prev` up to date in O(1) per step.
-fn retry_at(p: &Params, s: &Buckets, mut j: u64, mut off: u64, mut full: u64, mut prev: u64, cost: u64) -> u64 {
+fn retry_at(
+    p: &Params,
+    s: &Buckets,
+    mut j: u64,
+    mut off: u64,
+    mut full: u64,
+    mut prev: u64,
+    cost: u64,
+) -> u64 {
     loop {
         if p.fits(full, prev, off, cost) {
             return j * p.width + off;
@@ -159,7 +185,11 @@ fn retry_at(p: &Params, s: &Buckets, mut j: u64, mut off: u64, mut full: u64, mu
             let (mut no, mut yes) = (off, p.width - 1);
             while yes - no > 1 {
                 let mid = no + (yes - no) / 2;
-                if p.fits(full, prev, mid, cost) { yes = mid } else { no = mid }
+                if p.fits(full, prev, mid, cost) {
+                    yes = mid
+                } else {
+                    no = mid
+                }
             }
             return j * p.width + yes;
         }
@@ -199,5 +229,9 @@ pub(super) fn commit(limit: &Limit, s: &mut Buckets, now: u64, cost: u64, _admit
 }
 
 pub(super) fn idle_at(limit: &Limit, s: &Buckets) -> u64 {
-    if s.counts.iter().all(|&c| c == 0) { 0 } else { params(limit).idle_at(s.newest) }
+    if s.counts.iter().all(|&c| c == 0) {
+        0
+    } else {
+        params(limit).idle_at(s.newest)
+    }
 }

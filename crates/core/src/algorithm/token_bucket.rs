@@ -5,12 +5,13 @@
 //! in scaled units where one token is `W' = window / g` units and the bucket gains
 //! `L' = limit / g` units per microsecond (`g = gcd(limit, window)`). Every refill is
 //! an integer multiplication, so fractional tokens are never rounded away. `Limit`
-//! guarantees `burst × W' ≤ 2^53`, so the Redis script computes the same integers.
+//! guarantees `burst × W' ≤ 2^53`, so every level fits in u64 and the Redis script
+//! computes the same integers in Lua doubles.
 //!
 //! State: `(level, last)` — 16 bytes. The empty state `(0, 0)` refills to a full
 //! bucket at any real `now`, so "no state" needs no special case.
 
-use super::{allow, ceil_div, deny, sat};
+use super::{allow, deny};
 use crate::limit::Limit;
 
 /// Scaled tokens in the bucket at time `last`.
@@ -22,59 +23,63 @@ pub struct Bucket {
 
 struct Scaled {
     /// Units gained per µs.
-    rate: u128,
+    rate: u64,
     /// Units per token.
-    unit: u128,
-    /// Units in a full bucket.
-    full: u128,
+    unit: u64,
+    /// Units in a full bucket (≤ 2^53).
+    full: u64,
 }
 
 fn scaled(limit: &Limit) -> Scaled {
     let (rate, unit) = limit.scaled_rate();
     Scaled {
-        rate: rate.into(),
-        unit: unit.into(),
-        full: u128::from(limit.burst()) * u128::from(unit),
+        rate,
+        unit,
+        full: limit.burst() * unit,
     }
 }
 
 impl Bucket {
     /// `(level at now, now)`, with `now` never before the last refill.
-    fn refill(&self, k: &Scaled, now: u64) -> (u128, u64) {
+    fn refill(&self, k: &Scaled, now: u64) -> (u64, u64) {
         let now = now.max(self.last);
-        let gained = u128::from(now - self.last) * k.rate;
-        (k.full.min(u128::from(self.level) + gained), now)
+        let gained = (now - self.last).saturating_mul(k.rate);
+        (k.full.min(self.level.saturating_add(gained)), now)
     }
 }
 
 pub(super) fn check(limit: &Limit, s: &Bucket, now: u64, cost: u64) -> crate::Decision {
     let k = scaled(limit);
     let (level, _) = s.refill(&k, now);
-    let need = u128::from(cost) * k.unit;
     // Time for the bucket to refill from `level` to full.
-    let until_full = |level: u128| sat(ceil_div(k.full - level, k.rate));
-    if cost <= limit.burst() && level >= need {
-        let left = level - need;
-        allow(limit, sat(left / k.unit), until_full(left))
-    } else {
-        let retry = sat(ceil_div(need.saturating_sub(level), k.rate));
-        deny(limit, cost, retry, sat(level / k.unit), until_full(level))
+    let until_full = |level: u64| (k.full - level).div_ceil(k.rate);
+    if cost <= limit.burst() {
+        let need = cost * k.unit;
+        if level >= need {
+            let left = level - need;
+            return allow(limit, left / k.unit, until_full(left));
+        }
+        return deny(
+            limit,
+            cost,
+            (need - level).div_ceil(k.rate),
+            level / k.unit,
+            until_full(level),
+        );
     }
+    deny(limit, cost, 0, level / k.unit, until_full(level))
 }
 
 pub(super) fn commit(limit: &Limit, s: &mut Bucket, now: u64, cost: u64, _admitted: bool) {
     let k = scaled(limit);
     let (level, now) = s.refill(&k, now);
     // Admitted: level ≥ need. Rejected (count_rejected): empty the bucket, no debt.
-    let level = level.saturating_sub(u128::from(cost) * k.unit);
-    *s = Bucket {
-        level: sat(level),
-        last: now,
-    };
+    let level = level.saturating_sub(cost.saturating_mul(k.unit));
+    *s = Bucket { level, last: now };
 }
 
 pub(super) fn idle_at(limit: &Limit, s: &Bucket) -> u64 {
     let k = scaled(limit);
-    let missing = k.full.saturating_sub(u128::from(s.level));
-    s.last.saturating_add(sat(ceil_div(missing, k.rate)))
+    s.last
+        .saturating_add(k.full.saturating_sub(s.level).div_ceil(k.rate))
 }

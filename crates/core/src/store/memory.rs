@@ -21,7 +21,9 @@
 //! per `sweep_interval`; [`MemoryStore::purge_expired`] sweeps every shard on demand.
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use hashbrown::HashTable;
@@ -183,7 +185,11 @@ impl<H: BuildHasher> MemoryStore<H> {
 
     /// Keys held now (including expired ones not yet swept).
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| lock(s).entries.len()).sum()
+        self.inner
+            .shards
+            .iter()
+            .map(|s| lock(s).entries.len())
+            .sum()
     }
 
     /// Whether no key is held.
@@ -196,9 +202,16 @@ impl<H: BuildHasher> MemoryStore<H> {
     pub fn footprint(&self, key: &Key) -> Option<usize> {
         let hash = self.inner.hasher.hash_one(key.as_str());
         let table = lock(self.inner.shard(hash));
-        let e = table.entries.find(hash, |e| e.key == *key)?;
-        let states: usize = e.more.iter().map(|(_, s)| s.bytes()).sum::<usize>() + e.first.1.bytes();
-        Some(std::mem::size_of::<Entry>() - std::mem::size_of::<State>() + key.as_str().len() + states)
+        let e = table
+            .entries
+            .find(hash, |e| e.hash == hash && e.key == *key)?;
+        let states: usize =
+            e.more.iter().map(|(_, s)| s.bytes()).sum::<usize>() + e.first.1.bytes();
+        Some(
+            std::mem::size_of::<Entry>() - std::mem::size_of::<State>()
+                + key.as_str().len()
+                + states,
+        )
     }
 
     /// Drops every key whose state has expired by `now`; returns how many.
@@ -223,7 +236,10 @@ impl<H: BuildHasher> MemoryStore<H> {
         let mut table = lock(self.inner.shard(hash));
         let shape = r.limit.shape();
         let us = now.as_micros();
-        if let Some(e) = table.entries.find_mut(hash, |e| e.key == *r.key) {
+        if let Some(e) = table
+            .entries
+            .find_mut(hash, |e| e.hash == hash && e.key == *r.key)
+        {
             e.last_used = us;
             let state = e.state_mut(shape);
             let (decision, charged) = decide_state(r, state, now);
@@ -274,7 +290,8 @@ impl<H: BuildHasher> MemoryStore<H> {
         let mut order: Vec<usize> = hashes.iter().map(|&h| self.inner.shard_index(h)).collect();
         order.sort_unstable();
         order.dedup();
-        let guards: Vec<MutexGuard<'_, Table>> = order.iter().map(|&i| lock(&self.inner.shards[i])).collect();
+        let guards: Vec<MutexGuard<'_, Table>> =
+            order.iter().map(|&i| lock(&self.inner.shards[i])).collect();
         let mut locked = Locked {
             inner: &self.inner,
             guards,
@@ -292,16 +309,22 @@ impl<H: BuildHasher> MemoryStore<H> {
     pub fn clear(&self, key: &Key, limit: &Limit) {
         let hash = self.inner.hasher.hash_one(key.as_str());
         let mut table = lock(self.inner.shard(hash));
-        if let Ok(mut found) = table.entries.find_entry(hash, |e| e.key == *key) {
-            if found.get_mut().remove_state(limit.shape()) {
-                found.remove();
-            }
+        if let Ok(mut found) = table
+            .entries
+            .find_entry(hash, |e| e.hash == hash && e.key == *key)
+            && found.get_mut().remove_state(limit.shape())
+        {
+            found.remove();
         }
     }
 }
 
 impl<H: BuildHasher + Send + Sync> Store for MemoryStore<H> {
-    async fn check(&self, requests: &[Request<'_>], now: Timestamp) -> Result<BatchDecision, Error> {
+    async fn check(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, Error> {
         self.decide(requests, now)
     }
 
@@ -333,9 +356,7 @@ fn decide_state(r: Request<'_>, state: &mut State, now: Timestamp) -> (Decision,
 }
 
 fn lock(shard: &Shard) -> MutexGuard<'_, Table> {
-    // A panic while holding a shard cannot leave a state half-written (states are
-    // replaced whole), so a poisoned lock is safe to keep using.
-    shard.0.lock().unwrap_or_else(PoisonError::into_inner)
+    shard.0.lock()
 }
 
 // === impl Inner ===
@@ -354,7 +375,14 @@ impl<H> Inner<H> {
 
 impl Table {
     /// Inserts a new entry for `key`, making room first if the shard is full.
-    fn insert<H>(&mut self, inner: &Inner<H>, key: &Key, hash: u64, shape: Shape, now: u64) -> &mut Entry {
+    fn insert<H>(
+        &mut self,
+        inner: &Inner<H>,
+        key: &Key,
+        hash: u64,
+        shape: Shape,
+        now: u64,
+    ) -> &mut Entry {
         if now >= self.next_sweep {
             self.entries.retain(|e| e.idle_at > now);
             self.next_sweep = now.saturating_add(inner.sweep_interval);
@@ -370,7 +398,9 @@ impl Table {
             first: (shape, State::default()),
             more: Vec::new(),
         };
-        self.entries.insert_unique(hash, entry, |e| e.hash).into_mut()
+        self.entries
+            .insert_unique(hash, entry, |e| e.hash)
+            .into_mut()
     }
 
     /// Drops expired entries; if none were, evicts the least recently used sixteenth.
@@ -398,7 +428,10 @@ impl Entry {
         if self.first.0 == shape {
             return Some(&self.first.1);
         }
-        self.more.iter().find(|(s, _)| *s == shape).map(|(_, state)| state)
+        self.more
+            .iter()
+            .find(|(s, _)| *s == shape)
+            .map(|(_, state)| state)
     }
 
     fn state_mut(&mut self, shape: Shape) -> &mut State {
@@ -439,19 +472,25 @@ struct Locked<'a, H> {
 impl<H> Locked<'_, H> {
     fn table(&self, i: usize) -> usize {
         let shard = self.inner.shard_index(self.hashes[i]);
-        self.order.binary_search(&shard).expect("every request's shard is locked")
+        self.order
+            .binary_search(&shard)
+            .expect("every request's shard is locked")
     }
 
     fn entry_mut(&mut self, i: usize) -> &mut Entry {
         let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
         let shape = self.requests[i].limit.shape();
         let table = &mut *self.guards[g];
-        if table.entries.find(hash, |e| e.key == *key).is_none() {
+        if table
+            .entries
+            .find(hash, |e| e.hash == hash && e.key == *key)
+            .is_none()
+        {
             table.insert(self.inner, key, hash, shape, self.now);
         }
         table
             .entries
-            .find_mut(hash, |e| e.key == *key)
+            .find_mut(hash, |e| e.hash == hash && e.key == *key)
             .expect("just inserted")
     }
 
@@ -460,7 +499,10 @@ impl<H> Locked<'_, H> {
     fn touch_all(&mut self) {
         for i in 0..self.requests.len() {
             let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
-            if let Some(e) = self.guards[g].entries.find_mut(hash, |e| e.key == *key) {
+            if let Some(e) = self.guards[g]
+                .entries
+                .find_mut(hash, |e| e.hash == hash && e.key == *key)
+            {
                 e.last_used = self.now;
             }
         }
@@ -472,7 +514,7 @@ impl<H> Slots for Locked<'_, H> {
         let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
         self.guards[g]
             .entries
-            .find(hash, |e| e.key == *key)?
+            .find(hash, |e| e.hash == hash && e.key == *key)?
             .state(self.requests[i].limit.shape())
     }
 

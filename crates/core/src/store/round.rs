@@ -23,14 +23,23 @@ pub(crate) trait Slots {
 
 static EMPTY: State = State::empty();
 
-pub(crate) fn decide(slots: &mut impl Slots, requests: &[Request<'_>], now: Timestamp) -> BatchDecision {
-    let same = |a: &Request<'_>, b: &Request<'_>| a.key == b.key && a.limit.shape() == b.limit.shape();
+pub(crate) fn decide(
+    slots: &mut impl Slots,
+    requests: &[Request<'_>],
+    now: Timestamp,
+) -> BatchDecision {
+    let same =
+        |a: &Request<'_>, b: &Request<'_>| a.key == b.key && a.limit.shape() == b.limit.shape();
     // leader[i]: the first request sharing i's state; only computed when there is one.
     let leader: Option<Vec<usize>> = (0..requests.len())
         .any(|i| (0..i).any(|k| same(&requests[k], &requests[i])))
         .then(|| {
             (0..requests.len())
-                .map(|i| (0..i).find(|&k| same(&requests[k], &requests[i])).unwrap_or(i))
+                .map(|i| {
+                    (0..i)
+                        .find(|&k| same(&requests[k], &requests[i]))
+                        .unwrap_or(i)
+                })
                 .collect()
         });
 
@@ -44,7 +53,8 @@ pub(crate) fn decide(slots: &mut impl Slots, requests: &[Request<'_>], now: Time
                 if scratch.is_empty() {
                     scratch.resize(requests.len(), None);
                 }
-                let s = scratch[leader[i]].get_or_insert_with(|| slots.get(i).cloned().unwrap_or_default());
+                let s = scratch[leader[i]]
+                    .get_or_insert_with(|| slots.get(i).cloned().unwrap_or_default());
                 let d = r.limit.check(s, now, r.cost);
                 if d.allowed() {
                     r.limit.commit(s, now, r.cost);
@@ -75,7 +85,10 @@ pub(crate) fn decide(slots: &mut impl Slots, requests: &[Request<'_>], now: Time
                 let s = slots.get_mut(i);
                 decisions[i] = if decisions[i].allowed() {
                     r.limit.commit(s, now, r.cost);
-                    Decision { outcome: Outcome::Allowed, ..r.limit.check(s, now, 0) }
+                    Decision {
+                        outcome: Outcome::Allowed,
+                        ..r.limit.check(s, now, 0)
+                    }
                 } else {
                     r.limit.charge_rejected(s, now, r.cost);
                     // Truthful after the charge: the ban was extended.
@@ -86,10 +99,16 @@ pub(crate) fn decide(slots: &mut impl Slots, requests: &[Request<'_>], now: Time
             Some(_) if decisions[i].allowed() => {
                 // Had room but was not charged: report the state as it is.
                 let peek = r.limit.check(slots.get(i).unwrap_or(&EMPTY), now, 0);
-                decisions[i] = Decision { outcome: Outcome::Allowed, ..peek };
+                decisions[i] = Decision {
+                    outcome: Outcome::Allowed,
+                    ..peek
+                };
             }
             Some(_) => {}
         }
     }
-    BatchDecision { decisions, denied_by }
+    BatchDecision {
+        decisions,
+        denied_by,
+    }
 }
