@@ -52,14 +52,12 @@ mod limiter;
 pub mod store;
 mod time;
 
-pub use algorithm::State;
+pub use algorithm::{Algorithm, Edge, State};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use decision::{BatchDecision, Decision, Outcome};
 pub use error::Error;
 pub use key::{Key, MAX_KEY_LEN};
-pub use limit::{
-    Algorithm, Edge, Limit, LimitBuilder, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Shape,
-};
+pub use limit::{Limit, LimitBuilder, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Shape};
 pub use limiter::Limiter;
 pub use store::{MAX_BATCH, MemoryStore, MemoryStoreBuilder, Request, Store};
 pub use time::Timestamp;

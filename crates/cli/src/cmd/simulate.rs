@@ -97,12 +97,12 @@ fn limits(args: &SimulateArgs) -> anyhow::Result<Vec<Limit>> {
             vec![name.parse()?]
         };
         for algorithm in expanded {
+            // Only sliding_window has edges; `all` shows each of them unless --edge picks one.
             let edges = match (algorithm, edge) {
                 (Algorithm::SlidingWindow { .. }, Some(e)) => vec![e],
                 (Algorithm::SlidingWindow { .. }, None) if name == "all" => {
                     vec![Edge::Interpolate, Edge::Strict, Edge::Lenient]
                 }
-                (Algorithm::SlidingWindow { .. }, None) => vec![Edge::Interpolate],
                 _ => vec![Edge::Interpolate],
             };
             for e in edges {

@@ -23,7 +23,8 @@
 //! O(min(k, P)).
 
 use super::{allow, deny};
-use crate::limit::{Algorithm, Edge, Limit};
+use crate::algorithm::{Algorithm, Edge};
+use crate::limit::Limit;
 
 /// Counts of the last P+1 buckets, in a ring indexed by `bucket % (P+1)`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

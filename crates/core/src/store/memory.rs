@@ -26,12 +26,14 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use hashbrown::HashTable;
+mod batch;
+mod table;
 
-use super::round::{self, Slots};
+use self::batch::Locked;
+use self::table::{Entry, Table};
+use super::round;
 use super::{Request, Store, validate, validate_cost};
 use crate::algorithm::State;
-use crate::limit::Shape;
 use crate::time::micros;
 use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp};
 
@@ -76,23 +78,6 @@ struct Inner<H> {
 #[derive(Debug)]
 #[repr(align(128))]
 struct Shard(Mutex<Table>);
-
-#[derive(Debug, Default)]
-struct Table {
-    entries: HashTable<Entry>,
-    next_sweep: u64,
-}
-
-#[derive(Debug)]
-struct Entry {
-    key: Key,
-    hash: u64,
-    last_used: u64,
-    /// When every state of this key is the same as no state.
-    idle_at: u64,
-    first: (Shape, State),
-    more: Vec<(Shape, State)>,
-}
 
 /// Configures a [`MemoryStore`].
 #[derive(Debug, Clone)]
@@ -348,8 +333,7 @@ fn decide_state(r: Request<'_>, state: &mut State, now: Timestamp) -> (Decision,
         }
         (decision, r.cost > 0)
     } else if r.limit.count_rejected() {
-        r.limit.charge_rejected(state, now, r.cost);
-        (r.limit.check(state, now, r.cost), true)
+        (r.limit.charge_rejected(state, now, r.cost), true)
     } else {
         (decision, false)
     }
@@ -368,166 +352,5 @@ impl<H> Inner<H> {
 
     fn shard(&self, hash: u64) -> &Shard {
         &self.shards[self.shard_index(hash)]
-    }
-}
-
-// === impl Table ===
-
-impl Table {
-    /// Inserts a new entry for `key`, making room first if the shard is full.
-    fn insert<H>(
-        &mut self,
-        inner: &Inner<H>,
-        key: &Key,
-        hash: u64,
-        shape: Shape,
-        now: u64,
-    ) -> &mut Entry {
-        if now >= self.next_sweep {
-            self.entries.retain(|e| e.idle_at > now);
-            self.next_sweep = now.saturating_add(inner.sweep_interval);
-        }
-        if self.entries.len() >= inner.per_shard {
-            self.make_room(inner.per_shard, now);
-        }
-        let entry = Entry {
-            key: key.clone(),
-            hash,
-            last_used: now,
-            idle_at: 0,
-            first: (shape, State::default()),
-            more: Vec::new(),
-        };
-        self.entries
-            .insert_unique(hash, entry, |e| e.hash)
-            .into_mut()
-    }
-
-    /// Drops expired entries; if none were, evicts the least recently used sixteenth.
-    fn make_room(&mut self, per_shard: usize, now: u64) {
-        self.entries.retain(|e| e.idle_at > now);
-        if self.entries.len() < per_shard {
-            return;
-        }
-        let evict = (per_shard / 16).max(1);
-        let mut last_used: Vec<u64> = self.entries.iter().map(|e| e.last_used).collect();
-        let cutoff = *last_used.select_nth_unstable(evict - 1).1;
-        let mut evicted = 0;
-        self.entries.retain(|e| {
-            let old = evicted < evict && e.last_used <= cutoff;
-            evicted += usize::from(old);
-            !old
-        });
-    }
-}
-
-// === impl Entry ===
-
-impl Entry {
-    fn state(&self, shape: Shape) -> Option<&State> {
-        if self.first.0 == shape {
-            return Some(&self.first.1);
-        }
-        self.more
-            .iter()
-            .find(|(s, _)| *s == shape)
-            .map(|(_, state)| state)
-    }
-
-    fn state_mut(&mut self, shape: Shape) -> &mut State {
-        if self.first.0 == shape {
-            return &mut self.first.1;
-        }
-        let i = match self.more.iter().position(|(s, _)| *s == shape) {
-            Some(i) => i,
-            None => {
-                self.more.push((shape, State::default()));
-                self.more.len() - 1
-            }
-        };
-        &mut self.more[i].1
-    }
-
-    /// Clears `shape`'s state; true when the entry holds nothing any more.
-    fn remove_state(&mut self, shape: Shape) -> bool {
-        if self.first.0 == shape {
-            self.first.1 = State::default();
-        }
-        self.more.retain(|(s, _)| *s != shape);
-        self.more.is_empty() && self.first.1 == State::default()
-    }
-}
-
-/// The shards one batch holds, and where each request's key lives in them.
-struct Locked<'a, H> {
-    inner: &'a Inner<H>,
-    guards: Vec<MutexGuard<'a, Table>>,
-    /// Shard index of each guard, ascending.
-    order: Vec<usize>,
-    hashes: Vec<u64>,
-    requests: &'a [Request<'a>],
-    now: u64,
-}
-
-impl<H> Locked<'_, H> {
-    fn table(&self, i: usize) -> usize {
-        let shard = self.inner.shard_index(self.hashes[i]);
-        self.order
-            .binary_search(&shard)
-            .expect("every request's shard is locked")
-    }
-
-    fn entry_mut(&mut self, i: usize) -> &mut Entry {
-        let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
-        let shape = self.requests[i].limit.shape();
-        let table = &mut *self.guards[g];
-        if table
-            .entries
-            .find(hash, |e| e.hash == hash && e.key == *key)
-            .is_none()
-        {
-            table.insert(self.inner, key, hash, shape, self.now);
-        }
-        table
-            .entries
-            .find_mut(hash, |e| e.hash == hash && e.key == *key)
-            .expect("just inserted")
-    }
-
-    /// Marks every key of the batch used now, denied or not: a key being hammered
-    /// while over its limit is hot, and evicting it would reset its limit.
-    fn touch_all(&mut self) {
-        for i in 0..self.requests.len() {
-            let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
-            if let Some(e) = self.guards[g]
-                .entries
-                .find_mut(hash, |e| e.hash == hash && e.key == *key)
-            {
-                e.last_used = self.now;
-            }
-        }
-    }
-}
-
-impl<H> Slots for Locked<'_, H> {
-    fn get(&self, i: usize) -> Option<&State> {
-        let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
-        self.guards[g]
-            .entries
-            .find(hash, |e| e.hash == hash && e.key == *key)?
-            .state(self.requests[i].limit.shape())
-    }
-
-    fn get_mut(&mut self, i: usize) -> &mut State {
-        let shape = self.requests[i].limit.shape();
-        self.entry_mut(i).state_mut(shape)
-    }
-
-    fn charged(&mut self, i: usize) {
-        let limit = self.requests[i].limit;
-        let shape = limit.shape();
-        let e = self.entry_mut(i);
-        let idle = e.state(shape).map_or(0, |s| limit.idle_at(s).as_micros());
-        e.idle_at = e.idle_at.max(idle);
     }
 }

@@ -90,9 +90,7 @@ pub(crate) fn decide(
                         ..r.limit.check(s, now, 0)
                     }
                 } else {
-                    r.limit.charge_rejected(s, now, r.cost);
-                    // Truthful after the charge: the ban was extended.
-                    r.limit.check(s, now, r.cost)
+                    r.limit.charge_rejected(s, now, r.cost)
                 };
                 slots.charged(i);
             }
