@@ -81,6 +81,13 @@ fn threaded_with_stride(
     start.elapsed()
 }
 
+/// `user:0` .. `user:999999`.
+fn many_keys() -> Vec<Key> {
+    (0..MANY)
+        .map(|i| Key::new(format!("user:{i}")).unwrap())
+        .collect()
+}
+
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
     statm
@@ -92,9 +99,7 @@ fn rss_bytes() -> u64 {
 }
 
 fn store(c: &mut Criterion) {
-    let keys: Vec<Key> = (0..MANY)
-        .map(|i| Key::new(format!("user:{i}")).unwrap())
-        .collect();
+    let keys = many_keys();
     let hot = Key::new("hot").unwrap();
     let mut group = c.benchmark_group("store");
     for (name, limit) in limits() {
@@ -150,9 +155,7 @@ fn store(c: &mut Criterion) {
 }
 
 fn with_clocks(c: &mut Criterion) {
-    let keys: Vec<Key> = (0..MANY)
-        .map(|i| Key::new(format!("user:{i}")).unwrap())
-        .collect();
+    let keys = many_keys();
     let hot = Key::new("hot").unwrap();
     let mut group = c.benchmark_group("clock");
     let per_second = NonZeroU32::new(1_000_000_000).unwrap();

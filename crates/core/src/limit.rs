@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::Error;
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, gcra};
 use crate::time::micros;
 
 /// The largest count, cost or scaled quantity Spillway computes with: 2^53, the
@@ -160,11 +160,7 @@ impl LimitBuilder {
 
         // Both fit in u64: burst × units_per_token ≤ 2^53 was checked above (and is
         // irrelevant for the algorithms without a burst, which never read these).
-        let emission = |units: u64| {
-            units
-                .saturating_mul(units_per_token)
-                .div_ceil(rate_per_micro)
-        };
+        let emission = |units| gcra::emission_time(units, rate_per_micro, units_per_token);
         Ok(Limit {
             algorithm,
             limit,

@@ -50,52 +50,43 @@ fn on_threads(work: impl Fn(u64) + Send + Sync) {
     });
 }
 
+/// Total cost admitted when THREADS threads race PER_THREAD requests each, of
+/// `cost(thread, i)`, on one key with a limit of LIMIT per hour. The clock stands still,
+/// so nothing refills while they race.
+fn admitted_on_one_key(algorithm: Algorithm, cost: impl Fn(u64, u64) -> u64 + Sync) -> u64 {
+    let now = Timestamp::from_secs(1_702_080_000);
+    let store = MemoryStore::new();
+    let limit = Limit::new(algorithm, LIMIT, Duration::from_secs(3600)).unwrap();
+    let key = Key::new("hot").unwrap();
+    let admitted = AtomicU64::new(0);
+    on_threads(|t| {
+        for i in 0..PER_THREAD {
+            let cost = cost(t, i);
+            let request = Request::new(&key, &limit, cost);
+            if store.decide_one(request, now).unwrap().allowed() {
+                admitted.fetch_add(cost, Ordering::Relaxed);
+            }
+        }
+    });
+    admitted.into_inner()
+}
+
 #[test]
 fn many_threads_on_one_key_admit_exactly_the_limit() {
-    // An hour-long window at a fixed instant: nothing refills while the threads race.
-    let now = Timestamp::from_secs(1_702_080_000);
     for algorithm in every_algorithm() {
-        let store = MemoryStore::new();
-        let limit = Limit::new(algorithm, LIMIT, Duration::from_secs(3600)).unwrap();
-        let key = Key::new("hot").unwrap();
-        let admitted = AtomicU64::new(0);
-        on_threads(|_| {
-            for _ in 0..PER_THREAD {
-                if store
-                    .decide_one(Request::new(&key, &limit, 1), now)
-                    .unwrap()
-                    .allowed()
-                {
-                    admitted.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
-        assert_eq!(admitted.into_inner(), LIMIT, "{algorithm}");
+        assert_eq!(
+            admitted_on_one_key(algorithm, |_, _| 1),
+            LIMIT,
+            "{algorithm}"
+        );
     }
 }
 
 #[test]
 fn weighted_costs_never_admit_more_than_the_limit() {
-    let now = Timestamp::from_secs(1_702_080_000);
     for algorithm in every_algorithm() {
-        let store = MemoryStore::new();
-        let limit = Limit::new(algorithm, LIMIT, Duration::from_secs(3600)).unwrap();
-        let key = Key::new("hot").unwrap();
-        let admitted = AtomicU64::new(0);
-        on_threads(|t| {
-            for i in 0..PER_THREAD {
-                let cost = 1 + (t + i) % 7;
-                if store
-                    .decide_one(Request::new(&key, &limit, cost), now)
-                    .unwrap()
-                    .allowed()
-                {
-                    admitted.fetch_add(cost, Ordering::Relaxed);
-                }
-            }
-        });
-        let admitted = admitted.into_inner();
         // Costs of 1 eventually fill the last gaps, so the limit is reached exactly.
+        let admitted = admitted_on_one_key(algorithm, |t, i| 1 + (t + i) % 7);
         assert_eq!(admitted, LIMIT, "{algorithm}");
     }
 }

@@ -31,6 +31,13 @@ fn emission(limit: &Limit, cost: u64) -> u64 {
         return limit.gcra_times().0;
     }
     let (rate, unit) = limit.scaled_rate();
+    emission_time(cost, rate, unit)
+}
+
+/// `ceil(cost × unit / rate)`: µs of emission time for `cost` units at `rate` scaled
+/// units per µs and `unit` per token (see `Limit::scaled_rate`); `u64::MAX` on overflow.
+/// `Limit` precomputes it for one unit and for the burst.
+pub(crate) fn emission_time(cost: u64, rate: u64, unit: u64) -> u64 {
     cost.checked_mul(unit)
         .map_or(u64::MAX, |units| units.div_ceil(rate))
 }
