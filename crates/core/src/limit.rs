@@ -237,15 +237,18 @@ impl Limit {
         self.count_rejected
     }
 
-    /// `(limit, window)` divided by their gcd: `(refill per µs, units per token)`.
+    /// `(limit, window µs)` divided by their gcd: `(refill per µs, units per token)`,
+    /// the integer rate `token_bucket` and `gcra` compute with. Exposed for stores that
+    /// run the algorithms elsewhere (the Redis script takes them as arguments).
     #[inline]
-    pub(crate) fn scaled_rate(&self) -> (u64, u64) {
+    pub fn scaled_rate(&self) -> (u64, u64) {
         (self.rate_per_micro, self.units_per_token)
     }
 
-    /// GCRA's `(emission interval of one unit, tolerance)` in µs.
+    /// GCRA's `(emission interval of one unit, tolerance)` in µs: `e(1)` and
+    /// `τ = e(burst)`, computed once when the limit is built.
     #[inline]
-    pub(crate) fn gcra_times(&self) -> (u64, u64) {
+    pub fn gcra_times(&self) -> (u64, u64) {
         (self.emission_interval, self.tolerance)
     }
 

@@ -1,6 +1,7 @@
 //! Dev-only test support for Spillway: conformance scenarios that every [`Store`]
 //! runs, so the memory store, standalone Redis and Redis Cluster are held to the same
-//! decisions, down to the microsecond.
+//! decisions, down to the microsecond; and the real Redis servers those tests use
+//! ([`redis`]).
 //!
 //! A scenario is a table of steps on a [`ManualClock`]: advance the clock, check a
 //! batch and compare every decision field (outcome, retry_after, limit, remaining,
@@ -20,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod conformance;
+pub mod redis;
 mod scenarios;
 
 pub use scenarios::{T0, all as scenarios};

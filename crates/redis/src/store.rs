@@ -1,0 +1,245 @@
+//! `RedisStore`: the `Store` trait over one script call per decision round.
+//!
+//! A call builds the batch's keys and arguments, sends `EVALSHA`, and on `NOSCRIPT`
+//! (a restart, a failover to a replica that never loaded it, `SCRIPT FLUSH`) sends
+//! the same call once as `EVAL` with the source, which also caches it again. Never a
+//! loop: a second failure is the caller's error. The whole call, retry included, is
+//! bounded by the store's timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::cluster_routing::Slot;
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use spillway_core::store::validate;
+use spillway_core::{BatchDecision, Error as CoreError, Key, Limit, Request, Store, Timestamp};
+
+use crate::connection::{Connection, Target, redact};
+use crate::key::{check_prefix, redis_key};
+use crate::script::{self, FIELDS, SOURCE, TimeSource};
+use crate::{Error, error::store_error};
+
+/// The default time a decision may take before the call fails with
+/// [`Error::Timeout`](spillway_core::Error::Timeout): well under Envoy's 20 ms
+/// rate limit RPC deadline, far above a healthy Redis round trip (~0.1 ms on a LAN).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10);
+
+/// The default time to wait for the first connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "spillway:";
+
+/// Rate limit state in Redis, shared by every process that uses the same Redis and
+/// prefix. Cheap to clone: clones share the connection.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use spillway_core::{Algorithm, Key, Limit, Limiter};
+/// use spillway_redis::RedisStore;
+/// use std::time::Duration;
+///
+/// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+/// let limiter = Limiter::new(store);
+/// let limit = Limit::new(Algorithm::Gcra, 100, Duration::from_secs(60))?;
+/// let decision = limiter.check(&Key::new("user:42")?, &limit).await?;
+/// println!("allowed: {}, remaining: {}", decision.allowed(), decision.remaining);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connection: Connection,
+    prefix: String,
+    time: TimeSource,
+    timeout: Duration,
+    sha: String,
+}
+
+/// Settings for a [`RedisStore`].
+#[derive(Clone, Debug)]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    time: TimeSource,
+    timeout: Duration,
+    connect_timeout: Duration,
+}
+
+// === impl RedisStore ===
+
+impl RedisStore {
+    /// Connects to the store at `url` with the default settings (see
+    /// [`RedisStoreBuilder`] for URL forms and settings).
+    pub async fn connect(url: &str) -> Result<RedisStore, Error> {
+        RedisStore::builder(url).build().await
+    }
+
+    /// Settings for a store at `url`: `redis://host:port[/db]`, `rediss://…`,
+    /// `unix:///path`, `redis+cluster://host:port,host:port,…`, or
+    /// `redis+sentinel://host:port,…/master_name[/db]`.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            time: TimeSource::default(),
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// The Redis key holding `key`'s state for `limit`.
+    pub fn key_for(&self, key: &Key, limit: &Limit) -> String {
+        redis_key(&self.inner.prefix, key, limit)
+    }
+
+    /// Whether this store talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.connection.is_cluster()
+    }
+
+    /// Where decisions take `now` from.
+    pub fn time_source(&self) -> TimeSource {
+        self.inner.time
+    }
+
+    /// Sends `cmd` on the store's connection, bounded by the store's timeout: for
+    /// operators' commands and tests (`MEMORY USAGE`, `SCRIPT FLUSH`, …).
+    pub async fn query(&self, cmd: &Cmd) -> Result<Value, CoreError> {
+        self.bounded(self.inner.connection.query(cmd)).await
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, CoreError> {
+        match tokio::time::timeout(self.inner.timeout, call).await {
+            Ok(result) => result.map_err(store_error),
+            Err(_) => Err(CoreError::Timeout(self.inner.timeout)),
+        }
+    }
+
+    /// EVALSHA, and on NOSCRIPT one EVAL of the source (which caches it again).
+    async fn eval(&self, keys: &[String], argv: &[u64], time: &str) -> Result<Value, RedisError> {
+        let call = |head: &str, body: &str| {
+            let mut cmd = redis::cmd(head);
+            cmd.arg(body).arg(keys.len()).arg(keys).arg(time).arg(argv);
+            cmd
+        };
+        let connection = &self.inner.connection;
+        match connection.query(&call("EVALSHA", &self.inner.sha)).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                connection.query(&call("EVAL", SOURCE)).await
+            }
+            other => other,
+        }
+    }
+}
+
+impl Store for RedisStore {
+    async fn check(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, CoreError> {
+        validate(requests)?;
+        if requests.is_empty() {
+            return Ok(BatchDecision {
+                decisions: Vec::new(),
+                denied_by: None,
+            });
+        }
+        let keys: Vec<String> = requests
+            .iter()
+            .map(|r| redis_key(&self.inner.prefix, r.key, r.limit))
+            .collect();
+        if self.is_cluster() {
+            same_slot(&keys, requests)?;
+        }
+        let mut argv = Vec::with_capacity(FIELDS * requests.len());
+        script::push_args(&mut argv, requests);
+        let time = script::time_arg(self.inner.time, now);
+        let reply = self.bounded(self.eval(&keys, &argv, &time)).await?;
+        script::parse_reply(reply, requests).map_err(|why| CoreError::Store {
+            source: format!("unexpected reply from the decision script: {why}").into(),
+            transient: false,
+        })
+    }
+
+    async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), CoreError> {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(self.key_for(key, limit));
+        self.query(&cmd).await.map(drop)
+    }
+}
+
+/// On Cluster every key of one script call must live in one slot.
+fn same_slot(keys: &[String], requests: &[Request<'_>]) -> Result<(), CoreError> {
+    let first = Slot::for_key(&keys[0]);
+    match keys.iter().position(|k| Slot::for_key(k) != first) {
+        None => Ok(()),
+        Some(i) => Err(CoreError::InvalidRequest(format!(
+            "keys `{}` and `{}` hash to different Redis Cluster slots, so one atomic \
+             decision cannot cover both; give them a common hash tag, e.g. \
+             `{{tenant-1}}:user:7` and `{{tenant-1}}:ip:10.0.0.1`",
+            requests[0].key.as_str(),
+            requests[i].key.as_str()
+        ))),
+    }
+}
+
+// === impl RedisStoreBuilder ===
+
+impl RedisStoreBuilder {
+    /// The prefix of every key (default `spillway:`). Several applications can share
+    /// one Redis under different prefixes. May not contain `{` or `}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Where decisions take `now` from (default: Redis `TIME`).
+    pub fn time_source(mut self, time: TimeSource) -> Self {
+        self.time = time;
+        self
+    }
+
+    /// The longest a decision may take, retry included, before it fails with
+    /// `Error::Timeout` (default [`DEFAULT_TIMEOUT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The longest to wait for the first connection (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Connects and returns the store. The script is loaded lazily, by the first
+    /// decision's NOSCRIPT.
+    pub async fn build(self) -> Result<RedisStore, Error> {
+        check_prefix(&self.prefix).map_err(Error::InvalidSetting)?;
+        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(Error::InvalidSetting("timeouts must be above zero".into()));
+        }
+        let target = Target::parse(&self.url)?;
+        let connection = Connection::open(&target, self.connect_timeout, self.timeout)
+            .await
+            .map_err(|e| e.at(redact(&self.url)))?;
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                connection,
+                prefix: self.prefix,
+                time: self.time,
+                timeout: self.timeout,
+                sha: redis::Script::new(SOURCE).get_hash().to_owned(),
+            }),
+        })
+    }
+}

@@ -1,0 +1,24 @@
+//! The testkit's conformance tables, unchanged, against a real standalone Redis and a
+//! real Redis Cluster, with the manual clock passed to the script.
+
+mod support;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_passes_the_conformance_tables() {
+    let store =
+        support::caller_clock_store(&spillway_testkit::redis::standalone_url(), "conf").await;
+    spillway_testkit::conformance::run_all(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_passes_the_conformance_tables() {
+    let store = support::caller_clock_store(&spillway_testkit::redis::cluster_url(), "conf").await;
+    assert!(store.is_cluster());
+    spillway_testkit::conformance::run_all(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_passes_the_conformance_tables() {
+    let store = support::caller_clock_store(&spillway_testkit::redis::sentinel_url(), "conf").await;
+    spillway_testkit::conformance::run_all(&store).await;
+}

@@ -1,0 +1,121 @@
+//! Real Redis servers for tests.
+//!
+//! The shared servers (a standalone server, a 6-node Cluster, a Sentinel) are started
+//! by `scripts/test` before the suite and stopped by PID after it; tests find them
+//! through environment variables. A test that must break its server (freeze it, kill
+//! it) starts its own with [`RedisServer::start`], which is killed when dropped.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn shared(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!(
+            "{var} is not set: run the suite with scripts/test, which starts the Redis \
+             servers the tests need (or export {var} yourself)"
+        )
+    })
+}
+
+/// The shared standalone server: `redis://127.0.0.1:PORT`.
+pub fn standalone_url() -> String {
+    shared("SPILLWAY_TEST_REDIS")
+}
+
+/// The shared Redis Cluster (3 masters, 3 replicas): `redis+cluster://…`.
+pub fn cluster_url() -> String {
+    shared("SPILLWAY_TEST_CLUSTER")
+}
+
+/// A Sentinel watching the standalone server as master `spillway`.
+pub fn sentinel_url() -> String {
+    shared("SPILLWAY_TEST_SENTINEL")
+}
+
+/// A key prefix no other test or run shares, so tests on one server never see each
+/// other's keys: `test:<name>:<random>:`.
+pub fn unique_prefix(name: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("test:{name}:{random:016x}:")
+}
+
+/// A redis-server of the test's own, on a free loopback port, killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts a standalone server and waits until it answers PING.
+    pub fn start() -> RedisServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::env::temp_dir().join(format!("spillway-redis-{port}"));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (scripts/test installs it)");
+        let server = RedisServer { child, port, dir };
+        for _ in 0..300 {
+            if server.ping() {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis-server on port {port} did not answer PING within 3 s");
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, `KILL`, …) to the server.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {} failed", self.pid());
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.pid().to_string()])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
