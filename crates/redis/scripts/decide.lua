@@ -30,24 +30,23 @@
 -- divisions and remainders go through idiv/imod, which are exact where Lua's `/` and
 -- `%` would round.
 
-local MAX = 9007199254740992 -- 2^53
 local FIELDS = 9
 
 -- Raises a plain error reply ("ERR spillway: ..."), without Lua's location prefix.
 local function fail(msg) error({ err = 'ERR spillway: ' .. msg }) end
 
--- Reads ARGV[i] as an integer in 0..=MAX. tonumber alone accepts "nan", "inf", "0x1f",
+-- Reads ARGV[i] as an integer in 0..=2^53. tonumber alone accepts "nan", "inf", "0x1f",
 -- " 1e3": a NaN compares false and would be admitted, so only plain digits pass.
 local function arg(i)
   local s = ARGV[i]
   if s == nil or #s > 16 or not string.find(s, '^%d+$') then
     fail('ARGV[' .. i .. '] is not an integer in 0..=2^53: ' .. tostring(s))
   end
-  local v = tonumber(s)
-  if v > MAX then
+  -- Compared as text: 2^53 + 1 would round to 2^53 as a number.
+  if #s == 16 and s > '9007199254740992' then
     fail('ARGV[' .. i .. '] is larger than 2^53: ' .. s)
   end
-  return v
+  return tonumber(s)
 end
 
 -- Exact floor(a / b) and a mod b for non-negative integers: fmod is exact in IEEE
@@ -567,12 +566,18 @@ for i, r in ipairs(requests) do
   end
 end
 
--- Write what changed, with a TTL that ends when the state is the same as no state.
--- A state already idle is deleted: a TTL of 0 or less must never reach PEXPIRE.
+-- Write what changed, with a TTL that ends when the state is the same as no state
+-- (rounded up to a whole ms). A state already idle is deleted: a TTL of 0 or less
+-- must never reach PEXPIRE. With the caller's clock, the TTL runs on Redis's clock
+-- while the state ages on the callers': a second's margin keeps a key from expiring
+-- early when the two differ a little (a state kept past its idle time decides the
+-- same as none).
+local margin = (ARGV[1] == 'server') and 0 or 1000
 for key, r in pairs(dirty) do
   local s = stored[key]
   local ttl = cdiv(sub0(r.algorithm.idle_at(r, s), now), 1000)
   if ttl > 0 then
+    ttl = ttl + margin
     redis.call('SET', key, r.algorithm.encode(s), 'PX', string.format('%d', ttl))
   else
     redis.call('DEL', key)

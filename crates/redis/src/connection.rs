@@ -137,7 +137,7 @@ pub(crate) fn redact(url: &str) -> String {
 pub(crate) enum Connection {
     Standalone(ConnectionManager),
     Cluster(ClusterConnection),
-    Sentinel(Sentinel),
+    Sentinel(Box<Sentinel>),
 }
 
 impl std::fmt::Debug for Connection {
@@ -181,7 +181,7 @@ impl Connection {
                 Target::Sentinel { .. } => {
                     let sentinel = Sentinel::new(target, connect_timeout, response_timeout)?;
                     sentinel.connection().await?;
-                    Ok(Connection::Sentinel(sentinel))
+                    Ok(Connection::Sentinel(Box::new(sentinel)))
                 }
             }
         };

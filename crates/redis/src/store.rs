@@ -117,7 +117,10 @@ impl RedisStore {
         &self,
         call: impl Future<Output = Result<T, RedisError>>,
     ) -> Result<T, CoreError> {
+        // redis-rs has the same response timeout and may notice first: either way the
+        // caller sees one kind of error for "no answer in time".
         match tokio::time::timeout(self.inner.timeout, call).await {
+            Ok(Err(e)) if e.is_timeout() => Err(CoreError::Timeout(self.inner.timeout)),
             Ok(result) => result.map_err(store_error),
             Err(_) => Err(CoreError::Timeout(self.inner.timeout)),
         }
