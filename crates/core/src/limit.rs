@@ -253,20 +253,24 @@ impl Limit {
     }
 
     /// What a stored state belongs to: limits with the same shape share state for a key.
-    /// The capacity is not part of it, so raising or lowering a limit keeps its counts.
+    /// The capacity is not part of it for the counting algorithms and GCRA (whose state
+    /// is a time), so raising or lowering such a limit keeps its counts. A token
+    /// bucket's level is kept in units of its rate and is full at its burst, so its
+    /// shape includes both: a changed token bucket starts full.
     #[inline]
     pub fn shape(&self) -> Shape {
-        let (tag, precision) = match self.algorithm {
-            Algorithm::FixedWindow => (0, 0),
-            Algorithm::SlidingLog => (1, 0),
-            Algorithm::SlidingWindow { precision, .. } => (2, precision),
-            Algorithm::TokenBucket => (3, 0),
-            Algorithm::Gcra => (4, 0),
+        let (tag, precision, capacity) = match self.algorithm {
+            Algorithm::FixedWindow => (0, 0, [0, 0]),
+            Algorithm::SlidingLog => (1, 0, [0, 0]),
+            Algorithm::SlidingWindow { precision, .. } => (2, precision, [0, 0]),
+            Algorithm::TokenBucket => (3, 0, [self.limit, self.burst]),
+            Algorithm::Gcra => (4, 0, [0, 0]),
         };
         Shape {
             tag,
             precision,
             window: self.window,
+            capacity,
         }
     }
 }
@@ -287,13 +291,16 @@ impl fmt::Display for Limit {
     }
 }
 
-/// The identity of a limit's stored state: algorithm, window and (for `sliding_window`)
-/// precision. Two limits of one shape on one key share their state.
+/// The identity of a limit's stored state: algorithm, window, and (for `sliding_window`)
+/// precision or (for `token_bucket`) rate and burst. Two limits of one shape on one key
+/// share their state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
     tag: u8,
     precision: u32,
     window: u64,
+    /// `[limit, burst]` for `token_bucket`, else zeros.
+    capacity: [u64; 2],
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -367,5 +374,20 @@ mod tests {
         assert_eq!(a.shape(), b.shape());
         assert_ne!(a.shape(), c.shape());
         assert_ne!(a.shape(), d.shape());
+    }
+
+    /// Found by the Redis differential test: two token buckets of one window but
+    /// different rates shared a state whose level each read in its own units.
+    #[test]
+    fn token_bucket_shape_includes_rate_and_burst() {
+        let tb = |n, burst| {
+            Limit::builder(Algorithm::TokenBucket, n, Duration::from_secs(7))
+                .burst(burst)
+                .build()
+                .unwrap()
+        };
+        assert_eq!(tb(1, 1).shape(), tb(1, 1).shape());
+        assert_ne!(tb(1, 1).shape(), tb(2, 1).shape());
+        assert_ne!(tb(1, 1).shape(), tb(1, 2).shape());
     }
 }

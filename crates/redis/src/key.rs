@@ -10,8 +10,9 @@
 //! No two (identity, shape) pairs give the same name: `%`, `{` and `}` in the
 //! identity are percent-escaped, so the only braces are the tag's; the algorithm and
 //! window, which contain no `:`, are the last two `:`-separated fields. The name holds
-//! the limit's shape (algorithm, sliding-window precision, window) and not its capacity,
-//! as `Limit::shape` does: changing a limit's size keeps its counts.
+//! the limit's shape as `Limit::shape` defines it: algorithm, window, sliding-window
+//! precision, token-bucket rate and burst (`token_bucket.<limit>.<burst>`), and not the
+//! capacity of the counting algorithms or GCRA: changing their size keeps their counts.
 
 use std::fmt::Write as _;
 
@@ -36,8 +37,15 @@ pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
     }
     out.push(':');
     out.push_str(limit.algorithm().name());
-    if let Algorithm::SlidingWindow { precision, .. } = limit.algorithm() {
-        let _ = write!(out, ".{precision}");
+    match limit.algorithm() {
+        Algorithm::SlidingWindow { precision, .. } => {
+            let _ = write!(out, ".{precision}");
+        }
+        // A token bucket's level is in units of its rate: see `Limit::shape`.
+        Algorithm::TokenBucket => {
+            let _ = write!(out, ".{}.{}", limit.limit(), limit.burst());
+        }
+        _ => {}
     }
     let _ = write!(out, ":{}", limit.window_micros());
     out

@@ -1,0 +1,141 @@
+//! Differential property test: random sequences of (advance, batch of limits and
+//! costs) give identical decisions from the memory store (the Rust algorithms, the
+//! specification) and from the Lua script on a real Redis.
+
+mod support;
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use spillway_core::{Algorithm, Edge, Key, Limit, MemoryStore, Request, Store, Timestamp};
+use spillway_redis::RedisStore;
+
+fn algorithm() -> impl Strategy<Value = Algorithm> {
+    prop_oneof![
+        Just(Algorithm::FixedWindow),
+        Just(Algorithm::SlidingLog),
+        Just(Algorithm::TokenBucket),
+        Just(Algorithm::Gcra),
+        (
+            prop::sample::select(vec![1u32, 2, 4, 10]),
+            prop::sample::select(vec![Edge::Interpolate, Edge::Strict, Edge::Lenient])
+        )
+            .prop_map(|(precision, edge)| Algorithm::SlidingWindow { precision, edge }),
+    ]
+}
+
+fn limit() -> impl Strategy<Value = Limit> {
+    // Windows of at least a second: keys written in caller-clock mode expire on
+    // Redis's clock, and a test step takes far less than that.
+    let window = prop::sample::select(vec![1_000_000u64, 1_500_000, 7_000_000, 60_000_000]);
+    (algorithm(), 1u64..12, window, 1u64..15, any::<bool>()).prop_map(
+        |(algorithm, n, window, burst, count_rejected)| {
+            let mut b = Limit::builder(algorithm, n, Duration::from_micros(window))
+                .count_rejected(count_rejected);
+            if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
+                b = b.burst(burst);
+            }
+            b.build().expect("valid limit")
+        },
+    )
+}
+
+/// One step: advance the clock by `advance` µs, then decide a batch of
+/// (limit index, key index, cost).
+#[derive(Clone, Debug)]
+struct Step {
+    advance: u64,
+    batch: Vec<(usize, usize, u64)>,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let advance = prop_oneof![
+        3 => Just(0u64),
+        5 => 0u64..200_000,
+        2 => 0u64..3_000_000,
+        1 => 0u64..90_000_000,
+    ];
+    let item = (
+        0usize..3,
+        0usize..2,
+        prop_oneof![6 => 0u64..4, 1 => 0u64..20],
+    );
+    (advance, prop::collection::vec(item, 1..4))
+        .prop_map(|(advance, batch)| Step { advance, batch })
+}
+
+/// One runtime per test: the connection's driver task lives on it.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn check_equal(
+    rt: &tokio::runtime::Runtime,
+    store: &RedisStore,
+    case: u64,
+    limits: &[Limit],
+    steps: &[Step],
+) -> Result<(), TestCaseError> {
+    let memory = MemoryStore::new();
+    let keys: Vec<Key> = (0..2)
+        .map(|k| Key::new(format!("{{case{case}}}:k{k}")).unwrap())
+        .collect();
+    let mut now = Timestamp::from_secs(1_800_000_000);
+    for (n, step) in steps.iter().enumerate() {
+        now = now.saturating_add(Duration::from_micros(step.advance));
+        let requests: Vec<Request<'_>> = step
+            .batch
+            .iter()
+            .map(|&(l, k, cost)| Request::new(&keys[k], &limits[l], cost))
+            .collect();
+        let want = rt.block_on(memory.check(&requests, now)).unwrap();
+        let got = rt.block_on(store.check(&requests, now)).unwrap();
+        prop_assert_eq!(&got, &want, "step {}: {:?}", n, step);
+    }
+    Ok(())
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(300)
+}
+
+#[test]
+fn redis_decides_as_the_memory_store() {
+    let rt = runtime();
+    let store = rt.block_on(support::caller_clock_store(
+        &spillway_testkit::redis::standalone_url(),
+        "differential",
+    ));
+    let case = std::sync::atomic::AtomicU64::new(0);
+    proptest!(ProptestConfig::with_cases(cases()), |(
+        limits in prop::collection::vec(limit(), 3),
+        steps in prop::collection::vec(step(), 1..40),
+    )| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        check_equal(&rt, &store, n, &limits, &steps)?;
+    });
+}
+
+#[test]
+fn redis_cluster_decides_as_the_memory_store() {
+    let rt = runtime();
+    let store = rt.block_on(support::caller_clock_store(
+        &spillway_testkit::redis::cluster_url(),
+        "differential",
+    ));
+    let case = std::sync::atomic::AtomicU64::new(0);
+    proptest!(ProptestConfig::with_cases(cases() / 4), |(
+        limits in prop::collection::vec(limit(), 3),
+        steps in prop::collection::vec(step(), 1..40),
+    )| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        check_equal(&rt, &store, n, &limits, &steps)?;
+    });
+}
