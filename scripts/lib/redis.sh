@@ -7,6 +7,7 @@
 
 REDIS_DIR=""
 REDIS_PIDS=()
+REDIS_PORTS=()
 
 redis_stop() {
     local pid
@@ -55,6 +56,7 @@ wait_for() { # wait_for DESCRIPTION COMMAND...: up to 30 s
 redis_node() { # redis_node PORT [extra args]: starts one server in the background
     local port=$1; shift
     mkdir -p "$REDIS_DIR/$port"
+    REDIS_PORTS+=("$port")
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$REDIS_DIR/$port" --logfile "$REDIS_DIR/$port/log" "$@" &
     REDIS_PIDS+=($!)
@@ -100,4 +102,23 @@ redis_start() {
     export SPILLWAY_TEST_CLUSTER="redis+cluster://$(IFS=,; echo "${nodes[*]}")"
     export SPILLWAY_TEST_SENTINEL="redis+sentinel://127.0.0.1:$sentinel/spillway"
     echo "redis: standalone $single, sentinel $sentinel, cluster ${base}-$((base + 5)) (pids ${REDIS_PIDS[*]})"
+}
+
+# Fails if any key on the test servers has no TTL (PTTL -1). Keys that expire while
+# being checked answer -2 and are fine.
+redis_check_ttls() {
+    local port key ttl checked=0 bad=0
+    for port in "${REDIS_PORTS[@]}"; do
+        redis-cli -p "$port" role | head -1 | grep -q master || continue
+        while IFS= read -r key; do
+            ttl=$(redis-cli -p "$port" pttl "$key")
+            checked=$((checked + 1))
+            if [ "$ttl" = "-1" ]; then
+                echo "no TTL: $key (port $port)" >&2
+                bad=$((bad + 1))
+            fi
+        done < <(redis-cli -p "$port" --scan)
+    done
+    echo "$checked keys checked, $bad without a TTL"
+    [ "$bad" -eq 0 ]
 }

@@ -17,6 +17,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Ask a store for one decision: would KEY be admitted under this limit?
+    #[command(after_help = CHECK_EXAMPLES)]
+    Check(CheckArgs),
     /// Replay a traffic pattern through the algorithms on a manual clock and compare them.
     #[command(after_help = SIMULATE_EXAMPLES)]
     Simulate(SimulateArgs),
@@ -32,6 +35,88 @@ Examples:
 
   # Figma's limiter (60 sub-buckets, strict) against the exact log
   spillway simulate --algorithms sliding_log,sliding_window --precision 60 --edge strict";
+
+const CHECK_EXAMPLES: &str = "\
+Exit status: 0 allowed, 1 denied, 2 error (one line on stderr).
+
+Examples:
+  # Charge one request for user:42 against 100 per minute (GCRA) in Redis
+  spillway check --store redis://127.0.0.1:6379 --algorithm gcra --limit 100 --window 1m user:42
+
+  # Look without charging, as JSON, on a Redis Cluster
+  spillway check --store redis+cluster://10.0.0.1:7000,10.0.0.2:7000 --algorithm sliding_log \\
+      --limit 1000 --window 1h --peek --json tenant:7
+
+  # Forget a key's state
+  spillway check --store redis://127.0.0.1:6379 --algorithm fixed_window --limit 10 --window 1s \\
+      --reset ip:203.0.113.9";
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The key to decide for (a user, an API key, an IP address, ...).
+    pub key: String,
+
+    /// Where state lives: `memory` (this process only), or a Redis URL: redis://host:port,
+    /// rediss://…, unix:///path, redis+cluster://host:port,…, redis+sentinel://host:port,…/master.
+    #[arg(long, env = "SPILLWAY_STORE", default_value = "memory")]
+    pub store: String,
+
+    /// The algorithm: fixed_window, sliding_log, sliding_window, token_bucket, gcra.
+    #[arg(long)]
+    pub algorithm: String,
+
+    /// Requests (or cost units) allowed per window.
+    #[arg(long, allow_negative_numbers = true, value_parser = positive)]
+    pub limit: u64,
+
+    /// Window length (1s, 90s, 1m, 1h, 1d).
+    #[arg(long, value_parser = duration::parse)]
+    pub window: Duration,
+
+    /// sliding_window: sub-buckets per window.
+    #[arg(long, allow_negative_numbers = true, value_parser = positive_u32)]
+    pub precision: Option<u32>,
+
+    /// sliding_window: how the partly expired sub-bucket counts (interpolate, strict, lenient).
+    #[arg(long)]
+    pub edge: Option<String>,
+
+    /// token_bucket and gcra: the most admitted at once (default: --limit).
+    #[arg(long, allow_negative_numbers = true, value_parser = positive)]
+    pub burst: Option<u64>,
+
+    /// Charge rejected requests too.
+    #[arg(long)]
+    pub count_rejected: bool,
+
+    /// Units to charge.
+    #[arg(long, default_value = "1", allow_negative_numbers = true, value_parser = cost)]
+    pub cost: u64,
+
+    /// Report without charging (cost 0).
+    #[arg(long, conflicts_with_all = ["cost", "reset"])]
+    pub peek: bool,
+
+    /// Forget the key's state for this limit instead of deciding.
+    #[arg(long)]
+    pub reset: bool,
+
+    /// Redis key prefix.
+    #[arg(long, default_value = spillway_redis::DEFAULT_PREFIX)]
+    pub prefix: String,
+
+    /// Decide with this machine's clock instead of Redis TIME.
+    #[arg(long)]
+    pub local_time: bool,
+
+    /// Give up on the store after this long.
+    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    pub timeout: Duration,
+
+    /// Print JSON instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Pattern {
@@ -110,6 +195,14 @@ fn positive(s: &str) -> Result<u64, String> {
         Ok(n) if n >= 1 && n <= i128::from(u64::MAX) => Ok(n as u64),
         Ok(n) => Err(format!("must be a positive whole number, got {n}")),
         Err(_) => Err(format!("must be a positive whole number, got `{s}`")),
+    }
+}
+
+fn cost(s: &str) -> Result<u64, String> {
+    match s.parse::<i128>() {
+        Ok(n) if n >= 0 && n <= i128::from(spillway_core::MAX_EXACT) => Ok(n as u64),
+        Ok(n) => Err(format!("must be a whole number from 0 to 2^53, got {n}")),
+        Err(_) => Err(format!("must be a whole number from 0 to 2^53, got `{s}`")),
     }
 }
 

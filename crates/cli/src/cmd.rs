@@ -1,5 +1,6 @@
 //! One module per subcommand; each `run` returns the process exit status.
 
+mod check;
 mod simulate;
 
 use std::process::ExitCode;
@@ -8,6 +9,7 @@ use crate::cli::Command;
 
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Check(args) => check::run(args),
         Command::Simulate(args) => simulate::run(args),
     }
 }

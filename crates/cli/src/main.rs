@@ -6,6 +6,7 @@
 mod cli;
 mod cmd;
 mod duration;
+mod limit;
 mod simulate;
 
 use std::process::ExitCode;

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use redis::Value;
-use spillway_core::{Algorithm, Edge, Error, Key, Limit, Outcome, Request, Store, Timestamp};
+use spillway_core::{Algorithm, Edge, Error, Key, Limit, Request, Store, Timestamp};
 use spillway_redis::{RedisStore, SCRIPT};
 use spillway_testkit::redis::{RedisServer, cluster_url, standalone_url, unique_prefix};
 

@@ -124,13 +124,7 @@ fn limits(args: &SimulateArgs) -> anyhow::Result<Vec<Limit>> {
     }
     algorithms
         .into_iter()
-        .map(|a| {
-            let mut b = Limit::builder(a, args.limit, args.window);
-            if let (Some(burst), Algorithm::TokenBucket | Algorithm::Gcra) = (args.burst, a) {
-                b = b.burst(burst);
-            }
-            Ok(b.build()?)
-        })
+        .map(|a| crate::limit::build(a, args.limit, args.window, args.burst, false))
         .collect()
 }
 

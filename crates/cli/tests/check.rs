@@ -1,0 +1,161 @@
+//! `spillway check`, run as a real process against the memory store and real Redis
+//! (standalone and Cluster): decisions, exit statuses, JSON, and one-line errors.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use spillway_testkit::redis::{cluster_url, standalone_url, unique_prefix};
+
+fn spillway(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .arg("check")
+        .args(args)
+        .env_remove("SPILLWAY_STORE")
+        .output()
+        .expect("spillway runs")
+}
+
+fn json(args: &[&str]) -> (i32, Value) {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = spillway(&all);
+    let value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap(), value)
+}
+
+#[test]
+fn the_memory_store_decides_in_one_process() {
+    let (code, v) = json(&[
+        "--algorithm",
+        "gcra",
+        "--limit",
+        "10",
+        "--window",
+        "1m",
+        "k",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(v["allowed"], true);
+    assert_eq!(v["limit"], 10);
+    assert_eq!(v["remaining"], 9);
+    assert_eq!(v["reset_after_ms"], 6000);
+    assert_eq!(v["retry_after_ms"], Value::Null);
+}
+
+#[test]
+fn redis_counts_across_invocations_and_exit_status_follows_the_decision() {
+    for url in [standalone_url(), cluster_url()] {
+        let prefix = unique_prefix("cli");
+        let args = |extra: &[&'static str]| {
+            let mut a: Vec<String> = ["--store", &url, "--prefix", &prefix]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            a.extend(
+                [
+                    "--algorithm",
+                    "sliding_log",
+                    "--limit",
+                    "3",
+                    "--window",
+                    "1h",
+                ]
+                .iter()
+                .map(|s| s.to_string()),
+            );
+            a.extend(extra.iter().map(|s| s.to_string()));
+            a.push("user:42".into());
+            a
+        };
+        let run = |extra: &[&'static str]| {
+            let a = args(extra);
+            json(&a.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        assert_eq!(run(&["--cost", "2"]).1["remaining"], 1, "{url}");
+        let (code, peek) = run(&["--peek"]);
+        assert_eq!(
+            (code, &peek["remaining"], &peek["cost"]),
+            (0, &1.into(), &0.into())
+        );
+        let (code, denied) = run(&["--cost", "2"]);
+        assert_eq!(code, 1, "{url}: denied exits 1");
+        assert_eq!(denied["allowed"], false);
+        assert_eq!(denied["outcome"], "denied");
+        let retry = denied["retry_after_ms"].as_u64().expect("a retry time");
+        assert!(retry > 3_500_000 && retry <= 3_600_000, "{retry}");
+        let (code, never) = run(&["--cost", "4"]);
+        assert_eq!(
+            (code, never["outcome"].as_str()),
+            (1, Some("cost_exceeds_capacity"))
+        );
+        assert_eq!(never["retry_after_ms"], Value::Null);
+        assert_eq!(run(&["--reset"]).0, 0);
+        assert_eq!(
+            run(&["--peek"]).1["remaining"],
+            3,
+            "{url}: reset forgot the state"
+        );
+    }
+}
+
+#[test]
+fn errors_are_one_line_and_exit_2() {
+    let dead = format!(
+        "redis://127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    );
+    fn with<'a>(alg: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut v = vec!["--algorithm", alg, "--limit", "5", "--window", "1s"];
+        v.extend_from_slice(extra);
+        v
+    }
+    let with_gcra = |extra| with("gcra", extra);
+    for (args, says) in [
+        (with_gcra(&["--store", &dead]), "cannot connect to Redis"),
+        (
+            with_gcra(&["--store", "http://x:1"]),
+            "unknown scheme `http`",
+        ),
+        (
+            with_gcra(&["--store", "redis+cluster://a:1,b"]),
+            "`b` is not host:port",
+        ),
+        (with_gcra(&["--cost", "-1"]), "--cost"),
+        (with_gcra(&["--cost", "nan"]), "--cost"),
+        (with("sliding_log", &["--burst", "2"]), "--burst applies"),
+        (with("sliding_window", &["--precision", "3"]), "sub-buckets"),
+        (with("sliding_window", &["--edge", "loose"]), "unknown edge"),
+        (with("leaky", &[]), "unknown algorithm"),
+    ] {
+        let mut all = args.clone();
+        all.push("k");
+        let out = spillway(&all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    let long = "k".repeat(2000);
+    let out = spillway(&[
+        "--algorithm",
+        "gcra",
+        "--limit",
+        "5",
+        "--window",
+        "1s",
+        &long,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid key"));
+}
