@@ -35,3 +35,12 @@ pub use store::{
 
 /// The decision script's Lua source, as sent to Redis.
 pub const SCRIPT: &str = script::SOURCE;
+
+/// The script's ARGV after ARGV[1] (the time) for `requests`: nine integers each.
+/// For tools that call the script themselves (the benchmark drives `redis-benchmark`
+/// with it, so Redis does exactly the work a decision does).
+pub fn script_argv(requests: &[spillway_core::Request<'_>]) -> Vec<u64> {
+    let mut argv = Vec::with_capacity(script::FIELDS * requests.len());
+    script::push_args(&mut argv, requests);
+    argv
+}
