@@ -157,9 +157,11 @@ async fn spillway_run(
 /// sends, so Redis does the same work per call.
 fn redis_benchmark(port: &str, limit: &Limit, keys: Keys, callers: usize, requests: u64) -> Run {
     let sha = redis::Script::new(SCRIPT).get_hash().to_owned();
+    // Keys of its own per algorithm: a key holds one algorithm's state.
+    let name = limit.algorithm().name();
     let key = match keys {
-        Keys::Random => "bench:{rb:__rand_int__}",
-        Keys::Hot => "bench:{rb:hot}",
+        Keys::Random => format!("bench:{{rb:{name}:__rand_int__}}"),
+        Keys::Hot => format!("bench:{{rb:{name}:hot}}"),
     };
     let mut args: Vec<String> = vec![
         "-p".into(),
@@ -177,7 +179,7 @@ fn redis_benchmark(port: &str, limit: &Limit, keys: Keys, callers: usize, reques
         "EVALSHA".into(),
         sha,
         "1".into(),
-        key.into(),
+        key,
         "server".into(),
     ];
     let any_key = Key::new("k").unwrap();
@@ -189,6 +191,11 @@ fn redis_benchmark(port: &str, limit: &Limit, keys: Keys, callers: usize, reques
         .expect("redis-benchmark runs");
     // CSV: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
     let text = String::from_utf8_lossy(&out.stdout);
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !text.contains("ERR") && !errors.contains("ERR"),
+        "redis-benchmark got error replies: {errors}"
+    );
     let row = text
         .lines()
         .find(|l| l.starts_with("\"EVALSHA"))

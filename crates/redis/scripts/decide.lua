@@ -6,7 +6,7 @@
 -- The round mirrors crates/core/src/store/round.rs: check every request, then charge
 -- all of them or none (count_rejected limits are charged either way).
 --
--- KEYS[i]  the state of request i: <prefix>{identity}:<algorithm>:<window µs>. The key
+-- KEYS[i]  the state of request i: <prefix>{identity}:<algorithm>:<window>. The key
 --          names the limit's shape, so two requests with the same key share a state.
 -- ARGV[1]  now in µs since the epoch, or "server" to read Redis TIME (one clock for
 --          every app server).

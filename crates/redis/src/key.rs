@@ -1,17 +1,20 @@
-//! Redis key names: `<prefix>{<identity>}:<algorithm>:<window µs>`.
+//! Redis key names: `<prefix>{<identity>}:<algorithm>:<window>`, e.g.
+//! `spillway:{user:42}:gcra:60s`. Algorithms have short tags (`fw`, `sl`, `sw<precision>`,
+//! `tb<limit>.<burst>`, `gcra`) and windows a compact unit (`60s`, `1500ms`, `7us`):
+//! the name is most of a small state's bytes in Redis.
 //!
 //! The `{…}` hash tag wraps the identity, so every limit of one identity lands in one
 //! Redis Cluster slot and a batch over them is one script call. An identity that holds
 //! its own hash tag (`tenant:{acme}:user:7`, Redis's rule: the first `{`, up to the
 //! first `}` after it, not empty) hashes by that tag instead, so identities that share a
 //! tag can be limited together in one batch on Cluster:
-//! `<prefix>{acme}tenant:%7Bacme%7D:user:7:<algorithm>:<window>`.
+//! `<prefix>{acme}tenant:%7Bacme%7D:user:7:gcra:60s`.
 //!
 //! No two (identity, shape) pairs give the same name: `%`, `{` and `}` in the
 //! identity are percent-escaped, so the only braces are the tag's; the algorithm and
 //! window, which contain no `:`, are the last two `:`-separated fields. The name holds
 //! the limit's shape as `Limit::shape` defines it: algorithm, window, sliding-window
-//! precision, token-bucket rate and burst (`token_bucket.<limit>.<burst>`), and not the
+//! precision, token-bucket rate and burst, and not the
 //! capacity of the counting algorithms or GCRA: changing their size keeps their counts.
 
 use std::fmt::Write as _;
@@ -35,19 +38,23 @@ pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
             out.push('}');
         }
     }
-    out.push(':');
-    out.push_str(limit.algorithm().name());
-    match limit.algorithm() {
-        Algorithm::SlidingWindow { precision, .. } => {
-            let _ = write!(out, ".{precision}");
-        }
+    // Short tags: the key name is most of a small state's bytes in Redis.
+    let _ = match limit.algorithm() {
+        Algorithm::FixedWindow => write!(out, ":fw"),
+        Algorithm::SlidingLog => write!(out, ":sl"),
+        Algorithm::SlidingWindow { precision, .. } => write!(out, ":sw{precision}"),
         // A token bucket's level is in units of its rate: see `Limit::shape`.
-        Algorithm::TokenBucket => {
-            let _ = write!(out, ".{}.{}", limit.limit(), limit.burst());
-        }
-        _ => {}
-    }
-    let _ = write!(out, ":{}", limit.window_micros());
+        Algorithm::TokenBucket => write!(out, ":tb{}.{}", limit.limit(), limit.burst()),
+        Algorithm::Gcra => write!(out, ":gcra"),
+    };
+    let w = limit.window_micros();
+    let _ = if w.is_multiple_of(1_000_000) {
+        write!(out, ":{}s", w / 1_000_000)
+    } else if w.is_multiple_of(1_000) {
+        write!(out, ":{}ms", w / 1_000)
+    } else {
+        write!(out, ":{w}us")
+    };
     out
 }
 
@@ -95,19 +102,19 @@ mod tests {
 
     #[test]
     fn names_hold_identity_algorithm_and_window() {
-        assert_eq!(name("user:1", Algorithm::Gcra), "rl:{user:1}:gcra:60000000");
+        assert_eq!(name("user:1", Algorithm::Gcra), "rl:{user:1}:gcra:60s");
         let sw = Algorithm::SlidingWindow {
             precision: 60,
             edge: Default::default(),
         };
-        assert_eq!(name("user:1", sw), "rl:{user:1}:sliding_window.60:60000000");
+        assert_eq!(name("user:1", sw), "rl:{user:1}:sw60:60s");
     }
 
     #[test]
     fn braces_and_percent_are_escaped() {
         assert_eq!(
             name("a}b%{", Algorithm::FixedWindow),
-            "rl:{a%7Db%25%7B}:fixed_window:60000000"
+            "rl:{a%7Db%25%7B}:fw:60s"
         );
         // Without escaping, "a}:x" would hash by "a" and read like another identity.
         assert_ne!(name("a}:x", Algorithm::Gcra), name("a", Algorithm::Gcra));
@@ -117,11 +124,11 @@ mod tests {
     fn a_user_tag_decides_the_slot() {
         let a = name("tenant:{acme}:user:1", Algorithm::Gcra);
         let b = name("tenant:{acme}:user:2", Algorithm::SlidingLog);
-        assert_eq!(a, "rl:{acme}tenant:%7Bacme%7D:user:1:gcra:60000000");
+        assert_eq!(a, "rl:{acme}tenant:%7Bacme%7D:user:1:gcra:60s");
         assert_eq!(Slot::for_key(&a), Slot::for_key(&b));
         assert_eq!(Slot::for_key(&a), Slot::for_key("{acme}"));
         // An empty tag is no tag, as in Redis.
-        assert_eq!(name("x{}y", Algorithm::Gcra), "rl:{x%7B%7Dy}:gcra:60000000");
+        assert_eq!(name("x{}y", Algorithm::Gcra), "rl:{x%7B%7Dy}:gcra:60s");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //!   connections (no pool: concurrent decisions share the pipeline).
 //! - **One clock.** By default the script reads Redis `TIME`, so app servers whose
 //!   clocks disagree still agree on every decision ([`TimeSource`]).
-//! - **Keys** `<prefix>{identity}:<algorithm>:<window µs>`, hash-tagged so one
+//! - **Keys** `<prefix>{identity}:<algorithm>:<window>` (`spillway:{user:42}:gcra:60s`), hash-tagged so one
 //!   identity's limits share a Cluster slot, escaped so identities never collide.
 //!   Every key carries a TTL that ends when its state is the same as no state.
 //! - **Bounded waits.** Every call has a timeout (10 ms by default) and fails with an
