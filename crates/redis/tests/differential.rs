@@ -106,15 +106,12 @@ fn cases() -> u32 {
         .unwrap_or(300)
 }
 
-#[test]
-fn redis_decides_as_the_memory_store() {
+/// Runs `cases` random sequences against the store at `url` and the memory store.
+fn differential(url: &str, cases: u32) {
     let rt = runtime();
-    let store = rt.block_on(support::caller_clock_store(
-        &spillway_testkit::redis::standalone_url(),
-        "differential",
-    ));
+    let store = rt.block_on(support::caller_clock_store(url, "differential"));
     let case = std::sync::atomic::AtomicU64::new(0);
-    proptest!(ProptestConfig::with_cases(cases()), |(
+    proptest!(ProptestConfig::with_cases(cases), |(
         limits in prop::collection::vec(limit(), 3),
         steps in prop::collection::vec(step(), 1..40),
     )| {
@@ -124,18 +121,11 @@ fn redis_decides_as_the_memory_store() {
 }
 
 #[test]
+fn redis_decides_as_the_memory_store() {
+    differential(&spillway_testkit::redis::standalone_url(), cases());
+}
+
+#[test]
 fn redis_cluster_decides_as_the_memory_store() {
-    let rt = runtime();
-    let store = rt.block_on(support::caller_clock_store(
-        &spillway_testkit::redis::cluster_url(),
-        "differential",
-    ));
-    let case = std::sync::atomic::AtomicU64::new(0);
-    proptest!(ProptestConfig::with_cases(cases() / 4), |(
-        limits in prop::collection::vec(limit(), 3),
-        steps in prop::collection::vec(step(), 1..40),
-    )| {
-        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        check_equal(&rt, &store, n, &limits, &steps)?;
-    });
+    differential(&spillway_testkit::redis::cluster_url(), cases() / 4);
 }
