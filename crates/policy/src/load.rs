@@ -1,0 +1,115 @@
+//! Reading policy files: one file, or every `*.yaml` / `*.yml` of a directory (dotfiles
+//! skipped, as the reference skips them), one domain per file.
+
+use std::path::{Path, PathBuf};
+
+use crate::set::{Domain, PolicySet};
+use crate::{Error, Errors, raw, validate};
+
+/// Loads a file or a directory of files. Any mistake anywhere loads nothing, and every
+/// mistake found is returned.
+pub fn load(path: impl AsRef<Path>) -> Result<PolicySet, Errors> {
+    let path = path.as_ref();
+    let files = files(path).map_err(|e| Errors(vec![e]))?;
+    let mut errors = Vec::new();
+    let mut domains: Vec<Domain> = Vec::new();
+    for file in &files {
+        match std::fs::read_to_string(file) {
+            Ok(text) => match parse(file, &text) {
+                Ok(d) => domains.push(d),
+                Err(mut e) => errors.append(&mut e.0),
+            },
+            Err(e) => errors.push(Error::new(file, None, "", format!("cannot read: {e}"))),
+        }
+    }
+    let set = assemble(domains).map_err(|mut e| {
+        errors.append(&mut e.0);
+    });
+    if errors.is_empty() {
+        set.map_err(|()| Errors(Vec::new()))
+    } else {
+        Err(Errors(errors))
+    }
+}
+
+/// Parses and checks one file's text (`file` names it in errors).
+pub fn parse(file: impl AsRef<Path>, text: &str) -> Result<Domain, Errors> {
+    let file = file.as_ref();
+    let raw: raw::File =
+        serde_saphyr::from_str(text).map_err(|e| Errors(vec![yaml_error(file, &e)]))?;
+    validate::domain(file, raw).map_err(Errors)
+}
+
+/// A set from domains parsed one by one; two files with one domain is a mistake.
+pub fn assemble(domains: impl IntoIterator<Item = Domain>) -> Result<PolicySet, Errors> {
+    let mut set = PolicySet::default();
+    let mut errors = Vec::new();
+    for d in domains {
+        if let Some(first) = set.domains.get(&d.name) {
+            errors.push(Error::new(
+                &d.file,
+                None,
+                "domain",
+                format!(
+                    "duplicate domain '{}' (also in {})",
+                    d.name,
+                    first.file.display()
+                ),
+            ));
+            continue;
+        }
+        set.domains.insert(d.name.clone(), d);
+    }
+    if errors.is_empty() {
+        Ok(set)
+    } else {
+        Err(Errors(errors))
+    }
+}
+
+/// The policy files under `path`, sorted so that loads and errors are repeatable.
+fn files(path: &Path) -> Result<Vec<PathBuf>, Error> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| Error::new(path, None, "", format!("cannot read: {e}")))?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let entries = std::fs::read_dir(path)
+        .map_err(|e| Error::new(path, None, "", format!("cannot list: {e}")))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| is_policy_file(p))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Whether a path in a policy directory is a policy file (and so whether a change to it
+/// calls for a reload).
+pub fn is_policy_file(p: &Path) -> bool {
+    let visible = p
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| !n.starts_with('.'));
+    let yaml = matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+    visible && yaml && p.is_file()
+}
+
+fn yaml_error(file: &Path, e: &serde_saphyr::Error) -> Error {
+    let line = e.location().map(|l| l.line()).filter(|&l| l > 0);
+    Error::new(file, line, "", one_line(&e.to_string()))
+}
+
+/// serde-saphyr's message without the snippet it draws under it, and without the
+/// `error: line N column M:` it starts with (the line is already in the error).
+fn one_line(message: &str) -> String {
+    let first = message.lines().next().unwrap_or(message).trim();
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    match first
+        .strip_prefix("line ")
+        .and_then(|rest| rest.split_once(": "))
+    {
+        Some((position, what)) if position.contains(" column ") => what.to_owned(),
+        _ => first.to_owned(),
+    }
+}

@@ -1,0 +1,93 @@
+//! Stage one: serde structs that mirror a policy file, field for field.
+//!
+//! The Envoy reference service's keys (`domain`, `descriptors`, `key`, `value`,
+//! `rate_limit`, …) plus Spillway's additions (`limits`, `mode`, `on_store_error`).
+//! Unknown keys are refused everywhere, as the reference refuses them. Nothing here is
+//! checked beyond its type: [`crate::validate`] turns these into a `PolicySet`.
+//! Values that a later error must point at are `Spanned`, so the error names the line.
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+/// One file: one domain.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct File {
+    pub domain: Option<Spanned<String>>,
+    #[serde(default)]
+    pub descriptors: Vec<Descriptor>,
+}
+
+/// One node of the descriptor tree.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Descriptor {
+    pub key: Spanned<String>,
+    pub value: Option<Spanned<String>>,
+    pub rate_limit: Option<Spanned<RateLimit>>,
+    #[serde(default)]
+    pub descriptors: Vec<Descriptor>,
+    #[serde(default)]
+    pub shadow_mode: bool,
+    #[serde(default)]
+    pub quota_mode: bool,
+    // Accepted as the reference accepts them; Spillway's metrics never carry request
+    // values (no per-key labels), so these change nothing.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub detailed_metric: bool,
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub value_to_metric: bool,
+    #[serde(default)]
+    pub share_threshold: Option<Spanned<bool>>,
+    /// Returned to Envoy as dynamic metadata by the reference; accepted, not checked.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub metadata: Option<serde::de::IgnoredAny>,
+
+    // Spillway's additions.
+    pub limits: Option<Spanned<Vec<Spanned<NativeLimit>>>>,
+    pub mode: Option<Spanned<String>>,
+    pub on_store_error: Option<Spanned<String>>,
+}
+
+/// The reference's `rate_limit`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RateLimit {
+    pub unit: Option<String>,
+    #[serde(default)]
+    pub requests_per_unit: u32,
+    #[serde(default)]
+    pub unlimited: bool,
+    pub name: Option<String>,
+    #[serde(default)]
+    pub replaces: Vec<Replaces>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Replaces {
+    pub name: Option<String>,
+}
+
+/// One of Spillway's `limits`: any algorithm with its parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NativeLimit {
+    pub name: Option<String>,
+    pub algorithm: Option<String>,
+    pub limit: u64,
+    /// A duration (`90s`, `1m`, `250ms`)...
+    pub window: Option<String>,
+    /// ...or a reference unit (`second` … `year`).
+    pub unit: Option<String>,
+    pub burst: Option<u64>,
+    pub precision: Option<u32>,
+    pub edge: Option<String>,
+    #[serde(default)]
+    pub count_rejected: bool,
+    #[serde(default)]
+    pub replaces: Vec<Replaces>,
+}

@@ -1,0 +1,140 @@
+//! A validated rule: what one matched descriptor is limited by, and how.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use spillway_core::{Algorithm, Limit};
+
+use crate::Unit;
+
+/// What a rule does with a hit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuleLimit {
+    /// Count against a limit.
+    Limited(Limit),
+    /// The reference's `unlimited: true`: always OK, never counted, no store call.
+    Unlimited,
+    /// The reference's `requests_per_unit: 0`: always over the limit, no store call.
+    BlockAll,
+}
+
+/// Whether a rule's denial denies the request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Deny when over the limit.
+    #[default]
+    Enforce,
+    /// Decide, count and report, but never deny (observe-only rollout).
+    Shadow,
+}
+
+/// What a rule does when its store fails or times out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OnStoreError {
+    /// Admit the request.
+    Open,
+    /// Refuse to decide: gRPC `UNAVAILABLE`, HTTP 503 (never reported as over the limit).
+    /// Envoy then applies its own `failure_mode_deny`, as with the reference service.
+    Closed,
+    /// Decide with an in-process limiter holding the same rule.
+    Local,
+}
+
+impl OnStoreError {
+    /// Parses `open`, `closed` or `local`.
+    pub fn parse(s: &str) -> Result<OnStoreError, String> {
+        match s {
+            "open" => Ok(OnStoreError::Open),
+            "closed" => Ok(OnStoreError::Closed),
+            "local" => Ok(OnStoreError::Local),
+            other => Err(format!(
+                "unknown on_store_error `{other}` (expected open, closed or local)"
+            )),
+        }
+    }
+
+    /// The name as written in configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnStoreError::Open => "open",
+            OnStoreError::Closed => "closed",
+            OnStoreError::Local => "local",
+        }
+    }
+}
+
+/// One limit a descriptor is checked against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// `rate_limit.name` or the native limit's `name`: reported as `current_limit.name`,
+    /// and what `replaces` refers to.
+    pub name: Option<Arc<str>>,
+    /// What the rule counts.
+    pub limit: RuleLimit,
+    /// `requests_per_unit` as reported to Envoy.
+    pub requests_per_unit: u64,
+    /// The window as a reference unit, when it is one (reported in `current_limit`).
+    pub unit: Option<Unit>,
+    /// `enforce`, or `shadow` (also the reference's `shadow_mode: true`).
+    pub mode: Mode,
+    /// The reference's `quota_mode`: denies only when every quota rule of the request does.
+    pub quota_mode: bool,
+    /// `None` = the service's default.
+    pub on_store_error: Option<OnStoreError>,
+    /// Names of other rules this one drops from a request where both match.
+    pub replaces: Vec<Arc<str>>,
+    /// Reference semantics: `remaining` is 0 whenever over the limit.
+    pub reference: bool,
+    /// Told apart from the node's other limits in the counter key (native limits only):
+    /// the name, or the position. Empty for a reference rule (one per node).
+    pub slot: Arc<str>,
+    /// The config path for metrics: levels joined by `.`, each `key` or `key_value` as
+    /// written (wildcards keep `*`); bounded by the configuration, never per request.
+    pub metric: Arc<str>,
+}
+
+impl Rule {
+    /// A reference rule: a fixed window of `unit` aligned to the epoch, hits counted even
+    /// when over the limit. `requests_per_unit` 0 blocks everything.
+    pub fn reference(requests_per_unit: u64, unit: Unit) -> Rule {
+        let limit = match requests_per_unit {
+            0 => RuleLimit::BlockAll,
+            n => match Limit::builder(Algorithm::FixedWindow, n, unit.duration())
+                .count_rejected(true)
+                .build()
+            {
+                Ok(limit) => RuleLimit::Limited(limit),
+                // n ≤ 2^64 requests per ≥ 1 s only fails above 2^53, which a u32
+                // (the protocol's type) never reaches; refuse everything rather than panic.
+                Err(_) => RuleLimit::BlockAll,
+            },
+        };
+        Rule {
+            name: None,
+            limit,
+            requests_per_unit,
+            unit: Some(unit),
+            mode: Mode::Enforce,
+            quota_mode: false,
+            on_store_error: None,
+            replaces: Vec::new(),
+            reference: true,
+            slot: Arc::from(""),
+            metric: Arc::from(""),
+        }
+    }
+
+    /// The window the rule counts over, if it counts.
+    pub fn window(&self) -> Option<Duration> {
+        match &self.limit {
+            RuleLimit::Limited(l) => Some(l.window()),
+            RuleLimit::Unlimited => None,
+            RuleLimit::BlockAll => self.unit.map(Unit::duration),
+        }
+    }
+
+    /// The name reported to clients: the rule's name, or its config path.
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.metric)
+    }
+}

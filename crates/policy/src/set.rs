@@ -1,0 +1,218 @@
+//! The validated configuration, and matching a request's descriptor against it the way
+//! the reference service does (`GetLimit` in envoyproxy/ratelimit).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use crate::Rule;
+
+/// Every domain loaded from a file or directory. Immutable: a reload builds a new one.
+#[derive(Debug, Default)]
+pub struct PolicySet {
+    pub(crate) domains: HashMap<String, Domain>,
+}
+
+/// One domain: the rules of one file.
+#[derive(Debug)]
+pub struct Domain {
+    pub(crate) name: String,
+    pub(crate) file: PathBuf,
+    pub(crate) root: Level,
+    pub(crate) rules: usize,
+}
+
+/// The nodes of one level, keyed `key_value` (or `key` when the node has no value), as
+/// the reference keys them; wildcard nodes also in config order.
+#[derive(Debug, Default)]
+pub(crate) struct Level {
+    pub(crate) nodes: HashMap<String, Node>,
+    pub(crate) wildcards: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Node {
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) children: Option<Level>,
+    /// `share_threshold`: every value this wildcard matches shares one counter.
+    pub(crate) shared_pattern: Option<String>,
+}
+
+/// The rules one descriptor matched, and the counter key they count under.
+#[derive(Debug)]
+pub struct Match<'a> {
+    /// The rules of the matched node (never empty).
+    pub rules: &'a [Rule],
+    /// The counter identity: the domain and the request's entries (a `share_threshold`
+    /// level contributes its pattern instead of the value), escaped so that different
+    /// descriptors never collide. Append a rule's `slot` for a native limit.
+    pub key: String,
+}
+
+impl PolicySet {
+    /// The domain named `name`.
+    pub fn domain(&self, name: &str) -> Option<&Domain> {
+        self.domains.get(name)
+    }
+
+    /// Every domain, sorted by name.
+    pub fn domains(&self) -> Vec<&Domain> {
+        let mut all: Vec<&Domain> = self.domains.values().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+}
+
+impl Domain {
+    /// The domain's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The file it was loaded from.
+    pub fn file(&self) -> &std::path::Path {
+        &self.file
+    }
+
+    /// How many rules it holds.
+    pub fn rule_count(&self) -> usize {
+        self.rules
+    }
+
+    /// The rules for a descriptor's `(key, value)` entries, as the reference finds them:
+    /// at each level the exact `key_value`, then the wildcards in config order, then the
+    /// key alone. A node's rules apply only when it is reached by the last entry; a node
+    /// without rules (a whitelisted value) or a path that runs out matches nothing.
+    pub fn resolve<K: AsRef<str>, V: AsRef<str>>(&self, entries: &[(K, V)]) -> Option<Match<'_>> {
+        let mut level = &self.root;
+        let mut key = String::with_capacity(64);
+        escape_into(&mut key, &self.name);
+        let mut composite = String::with_capacity(64);
+        let last = entries.len().checked_sub(1)?;
+        for (i, (k, v)) in entries.iter().enumerate() {
+            let (k, v) = (k.as_ref(), v.as_ref());
+            composite.clear();
+            let _ = write!(composite, "{k}_{v}");
+            let node = level
+                .nodes
+                .get(&composite)
+                .or_else(|| {
+                    level
+                        .wildcards
+                        .iter()
+                        .find(|pattern| wildcard_match(pattern, &composite))
+                        .and_then(|pattern| level.nodes.get(pattern))
+                })
+                .or_else(|| level.nodes.get(k))?;
+
+            key.push('|');
+            escape_into(&mut key, k);
+            match &node.shared_pattern {
+                Some(pattern) => {
+                    key.push(':');
+                    escape_into(&mut key, pattern);
+                }
+                None => {
+                    key.push('=');
+                    escape_into(&mut key, v);
+                }
+            }
+
+            if i == last {
+                return (!node.rules.is_empty()).then_some(Match {
+                    rules: &node.rules,
+                    key,
+                });
+            }
+            level = node.children.as_ref()?;
+        }
+        None
+    }
+}
+
+/// The counter key of a limit override: the domain and every entry as given.
+pub fn override_key<K: AsRef<str>, V: AsRef<str>>(domain: &str, entries: &[(K, V)]) -> String {
+    let mut key = String::with_capacity(64);
+    escape_into(&mut key, domain);
+    for (k, v) in entries {
+        key.push('|');
+        escape_into(&mut key, k.as_ref());
+        key.push('=');
+        escape_into(&mut key, v.as_ref());
+    }
+    key.push('!');
+    key
+}
+
+/// Appends `s` with the key's separators (`| = : # ! %`) percent-escaped, so that the
+/// joined key is unambiguous whatever the entries hold.
+pub fn escape_into(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '|' | '=' | ':' | '#' | '!' | '%' => {
+                let _ = write!(out, "%{:02X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+/// The reference's wildcard match: every `*` matches zero or more characters, and the
+/// pattern is anchored at both ends (`bar*b` matches `barb` and `bar123b`, not `bara`).
+pub fn wildcard_match(pattern: &str, s: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = s.strip_prefix(first) else {
+        return false;
+    };
+    let mut parts = parts.peekable();
+    if parts.peek().is_none() {
+        return rest.is_empty(); // no `*` at all: an exact match
+    }
+    while let Some(part) = parts.next() {
+        if parts.peek().is_none() {
+            return rest.ends_with(part);
+        }
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_are_anchored_and_match_zero_or_more() {
+        for (pattern, s, expected) in [
+            ("bar*b", "barb", true),
+            ("bar*b", "bar123b", true),
+            ("bar*b", "bara", false),
+            ("bar*b", "xbarb", false),
+            ("foo*bar*baz", "foobarbaz", true),
+            ("foo*bar*baz", "foo1bar2baz", true),
+            ("foo*bar*baz", "foobaz", false),
+            ("key_foo*", "key_foo", true),
+            ("key_foo*", "key_foobar", true),
+            ("key_foo*", "key_fo", false),
+            ("*", "", true),
+            ("a*a", "a", false),
+            ("a*a", "aa", true),
+            ("exact", "exact", true),
+            ("exact", "exact2", false),
+        ] {
+            assert_eq!(wildcard_match(pattern, s), expected, "{pattern} vs {s}");
+        }
+    }
+
+    #[test]
+    fn escaping_keeps_keys_apart() {
+        // Without escaping, these two descriptors would join to the same key.
+        let a = override_key("d", &[("a", "b|c=d")]);
+        let b = override_key("d", &[("a", "b"), ("c", "d")]);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,158 @@
+//! Matching descriptors against the reference's example configuration and Spillway's
+//! example policies, the way the reference's `GetLimit` does.
+
+use spillway_core::Algorithm;
+use spillway_policy::{Domain, Mode, OnStoreError, RuleLimit, Unit};
+
+fn example(name: &str) -> Domain {
+    let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    spillway_policy::parse(&path, &std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn rpu(d: &Domain, entries: &[(&str, &str)]) -> Option<(u64, Option<Unit>)> {
+    d.resolve(entries)
+        .map(|m| (m.rules[0].requests_per_unit, m.rules[0].unit))
+}
+
+#[test]
+fn reference_example_matches_as_the_reference_does() {
+    let d = example("envoy/rl.yaml");
+    assert_eq!(d.name(), "rl");
+    assert_eq!(
+        rpu(
+            &d,
+            &[("source_cluster", "proxy"), ("destination_cluster", "mock")]
+        ),
+        Some((1, Some(Unit::Minute)))
+    );
+    // The node at `source_cluster_proxy` has no rule of its own.
+    assert_eq!(rpu(&d, &[("source_cluster", "proxy")]), None);
+    // Key-only default at the top, with both a rule and children (the reference's "key5").
+    assert_eq!(
+        rpu(&d, &[("foo", "anything")]),
+        Some((2, Some(Unit::Minute)))
+    );
+    assert_eq!(
+        rpu(&d, &[("foo", "x"), ("bar", "y")]),
+        Some((3, Some(Unit::Minute)))
+    );
+    // The exact value wins over the key-only default.
+    let banned = d.resolve(&[("foo", "x"), ("bar", "banned")]).unwrap();
+    assert_eq!(banned.rules[0].limit, RuleLimit::BlockAll);
+    assert_eq!(
+        rpu(&d, &[("foo", "x"), ("baz", "y")]),
+        Some((1, Some(Unit::Second)))
+    );
+    let shady = d.resolve(&[("foo", "x"), ("baz", "shady")]).unwrap();
+    assert_eq!(shady.rules[0].mode, Mode::Shadow);
+    assert_eq!(
+        d.resolve(&[("foo", "x"), ("bay", "y")]).unwrap().rules[0].limit,
+        RuleLimit::Unlimited
+    );
+    assert_eq!(
+        d.resolve(&[("qux", "y")]).unwrap().rules[0].limit,
+        RuleLimit::Unlimited
+    );
+    // A deeper request than the config, or an unknown key: no limit.
+    assert_eq!(
+        rpu(&d, &[("foo", "x"), ("bar", "y"), ("deeper", "z")]),
+        None
+    );
+    assert_eq!(rpu(&d, &[("nope", "x")]), None);
+    assert_eq!(rpu(&d, &[]), None);
+}
+
+#[test]
+fn every_value_gets_its_own_counter_unless_shared() {
+    let d = example("envoy/rl.yaml");
+    let a = d.resolve(&[("foo", "a")]).unwrap().key;
+    let b = d.resolve(&[("foo", "b")]).unwrap().key;
+    assert_ne!(
+        a, b,
+        "the request's value is part of the counter even on a key-only match"
+    );
+
+    let api = example("policies/api.yaml");
+    let x = api.resolve(&[("path", "/admin/users")]).unwrap();
+    let y = api.resolve(&[("path", "/admin")]).unwrap();
+    assert_eq!(
+        x.key, y.key,
+        "share_threshold: one counter for every matching value"
+    );
+    assert_eq!(x.rules[0].name.as_deref(), Some("admin"));
+    assert!(api.resolve(&[("path", "/public")]).is_none());
+}
+
+#[test]
+fn native_limits_carry_algorithm_mode_and_failure_policy() {
+    let api = example("policies/api.yaml");
+    let m = api.resolve(&[("api_key", "k1")]).unwrap();
+    assert_eq!(m.rules.len(), 2);
+    let (burst, daily) = (&m.rules[0], &m.rules[1]);
+    let RuleLimit::Limited(limit) = &burst.limit else {
+        panic!("burst is limited")
+    };
+    assert_eq!(limit.algorithm(), Algorithm::Gcra);
+    assert_eq!(limit.burst(), 20);
+    assert_eq!(burst.on_store_error, Some(OnStoreError::Local));
+    assert_ne!(burst.slot, daily.slot, "two limits of one node count apart");
+    assert_eq!(daily.unit, Some(Unit::Day));
+    assert!(!burst.reference);
+
+    let upload = api
+        .resolve(&[("api_key", "k1"), ("route", "upload")])
+        .unwrap();
+    assert_eq!(upload.rules[0].metric.as_ref(), "api_key.route_upload");
+
+    let tenant = api.resolve(&[("tenant", "t")]).unwrap();
+    assert_eq!(tenant.rules[0].mode, Mode::Shadow);
+    assert_eq!(tenant.rules[0].unit, Some(Unit::Hour));
+
+    let reference = api.resolve(&[("remote_address", "10.0.0.1")]).unwrap();
+    assert!(reference.rules[0].reference);
+    let RuleLimit::Limited(limit) = &reference.rules[0].limit else {
+        panic!()
+    };
+    assert_eq!(limit.algorithm(), Algorithm::FixedWindow);
+    assert!(
+        limit.count_rejected(),
+        "the reference counts hits over the limit"
+    );
+}
+
+#[test]
+fn wildcards_are_tried_in_config_order_after_the_exact_value() {
+    let d = spillway_policy::parse(
+        "w.yaml",
+        "
+domain: w
+descriptors:
+  - key: path
+    value: /api/v1
+    rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: path
+    value: /api/*
+    rate_limit: { unit: second, requests_per_unit: 2 }
+  - key: path
+    value: /api/v*
+    rate_limit: { unit: second, requests_per_unit: 3 }
+  - key: path
+    value: /a*b*c
+    rate_limit: { unit: second, requests_per_unit: 4 }
+  - key: path
+    rate_limit: { unit: second, requests_per_unit: 5 }
+",
+    )
+    .unwrap();
+    let n = |v: &str| d.resolve(&[("path", v)]).unwrap().rules[0].requests_per_unit;
+    assert_eq!(n("/api/v1"), 1);
+    assert_eq!(n("/api/v2"), 2, "the first wildcard in config order wins");
+    assert_eq!(n("/aXbYc"), 4);
+    assert_eq!(
+        n("/aXbYcZ"),
+        5,
+        "anchored at the end: falls back to the key-only default"
+    );
+    assert_eq!(n(""), 5);
+}
