@@ -17,6 +17,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the rate limit service: Envoy's gRPC protocol and an HTTP/JSON API.
+    #[command(after_help = SERVE_EXAMPLES)]
+    Serve(ServeArgs),
     /// Ask a store for one decision: would KEY be admitted under this limit?
     #[command(after_help = CHECK_EXAMPLES)]
     Check(CheckArgs),
@@ -35,6 +38,75 @@ Examples:
 
   # Figma's limiter (60 sub-buckets, strict) against the exact log
   spillway simulate --algorithms sliding_log,sliding_window --precision 60 --edge strict";
+
+const SERVE_EXAMPLES: &str = "\
+Settings come from, later winning: defaults, --settings FILE, the Envoy reference
+service's variables (REDIS_URL, REDIS_TYPE, RUNTIME_ROOT, PORT, GRPC_PORT, LOG_LEVEL,
+SHADOW_MODE, LIMIT_RESPONSE_HEADERS_ENABLED, ...), then flags and SPILLWAY_* variables.
+
+Examples:
+  # The example policies on the in-memory store (HTTP :8080, gRPC :8081)
+  spillway serve --config examples/policies
+
+  # Shared limits in Redis; fall back to a local limiter when Redis fails
+  spillway serve --config /etc/spillway --store redis://10.0.0.5:6379 --on-store-error local
+
+  # A drop-in for envoyproxy/ratelimit: its variables and files work unchanged
+  REDIS_SOCKET_TYPE=tcp REDIS_URL=redis:6379 RUNTIME_ROOT=/data RUNTIME_SUBDIRECTORY=ratelimit \\
+      spillway serve";
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// A policy file, or a directory of them (one domain per file).
+    #[arg(long, env = "SPILLWAY_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Where counters live: `memory`, or a Redis URL (redis://, rediss://, unix://,
+    /// redis+cluster://host:port,..., redis+sentinel://host:port,.../master).
+    #[arg(long, env = "SPILLWAY_STORE")]
+    pub store: Option<String>,
+
+    /// HTTP listen address (/v1/check, /json, /metrics, /healthz, /readyz).
+    #[arg(long, env = "SPILLWAY_HTTP_ADDR")]
+    pub http_addr: Option<String>,
+
+    /// gRPC listen address (ShouldRateLimit, health).
+    #[arg(long, env = "SPILLWAY_GRPC_ADDR")]
+    pub grpc_addr: Option<String>,
+
+    /// A settings file (YAML; the keys are these flags' names with underscores).
+    #[arg(long, env = "SPILLWAY_SETTINGS")]
+    pub settings: Option<PathBuf>,
+
+    /// Give up on a store call after this long (default 10ms).
+    #[arg(long, env = "SPILLWAY_STORE_TIMEOUT", value_parser = duration::parse)]
+    pub store_timeout: Option<Duration>,
+
+    /// For rules without their own: open (admit), closed (503 / UNAVAILABLE), local
+    /// (an in-process limiter). Default closed, as the reference answers an error.
+    #[arg(long, env = "SPILLWAY_ON_STORE_ERROR")]
+    pub on_store_error: Option<String>,
+
+    /// /v1/check's rate limit headers: ietf, legacy, x-ratelimit, none.
+    #[arg(long, env = "SPILLWAY_HEADERS")]
+    pub headers: Option<String>,
+
+    /// Never answer over-limit overall (statuses still say who is over).
+    #[arg(long, env = "SPILLWAY_SHADOW_MODE")]
+    pub shadow_mode: bool,
+
+    /// error, warn, info, debug, trace, or a tracing filter.
+    #[arg(long, env = "SPILLWAY_LOG_LEVEL")]
+    pub log_level: Option<String>,
+
+    /// text or json.
+    #[arg(long, env = "SPILLWAY_LOG_FORMAT")]
+    pub log_format: Option<String>,
+
+    /// Do not reload the policies when their files change.
+    #[arg(long)]
+    pub no_watch: bool,
+}
 
 const CHECK_EXAMPLES: &str = "\
 Exit status: 0 allowed, 1 denied, 2 error (one line on stderr).

@@ -1,6 +1,7 @@
 //! One module per subcommand; each `run` returns the process exit status.
 
 mod check;
+mod serve;
 mod simulate;
 
 use std::process::ExitCode;
@@ -10,6 +11,7 @@ use crate::cli::Command;
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Check(args) => check::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Simulate(args) => simulate::run(args),
     }
 }

@@ -4,19 +4,20 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::Rule;
 
 /// Every domain loaded from a file or directory. Immutable: a reload builds a new one.
 #[derive(Debug, Default)]
 pub struct PolicySet {
-    pub(crate) domains: HashMap<String, Domain>,
+    pub(crate) domains: HashMap<Arc<str>, Domain>,
 }
 
 /// One domain: the rules of one file.
 #[derive(Debug)]
 pub struct Domain {
-    pub(crate) name: String,
+    pub(crate) name: Arc<str>,
     pub(crate) file: PathBuf,
     pub(crate) root: Level,
     pub(crate) rules: usize,
@@ -66,6 +67,11 @@ impl PolicySet {
 impl Domain {
     /// The domain's name.
     pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The domain's name, shared (for metric labels without an allocation).
+    pub fn shared_name(&self) -> &Arc<str> {
         &self.name
     }
 

@@ -56,7 +56,7 @@ pub(crate) fn domain(file: &Path, raw: raw::File) -> Result<Domain, Vec<Error>> 
     let root = level(&mut c, raw.descriptors, "descriptors", "");
     if c.errors.is_empty() {
         Ok(Domain {
-            name,
+            name: Arc::from(name),
             file: file.to_owned(),
             root,
             rules: c.rules,

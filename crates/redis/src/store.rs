@@ -113,6 +113,11 @@ impl RedisStore {
         self.bounded(self.inner.connection.query(cmd)).await
     }
 
+    /// Whether Redis answers a `PING` within the store's timeout (readiness checks).
+    pub async fn ping(&self) -> Result<(), CoreError> {
+        self.query(&redis::cmd("PING")).await.map(drop)
+    }
+
     async fn bounded<T>(
         &self,
         call: impl Future<Output = Result<T, RedisError>>,

@@ -1,0 +1,103 @@
+//! `spillway serve`: settings from every source, logging, then the service until
+//! SIGTERM or SIGINT, when it stops accepting and drains what is in flight.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use spillway_policy::OnStoreError;
+use spillway_server::{HeaderStyle, Settings, settings};
+
+use crate::cli::ServeArgs;
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let settings = resolve(args)?;
+    init_logging(&settings)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let running = spillway_server::start(&settings).await?;
+        let shutdown = running.shutdown.clone();
+        tokio::spawn(async move {
+            signal().await;
+            tracing::info!("shutting down: draining requests in flight");
+            shutdown.cancel();
+        });
+        running.wait().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Defaults, then the settings file, then the reference's variables, then flags.
+fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
+    let mut s = Settings::default();
+    if let Some(file) = &args.settings {
+        s.apply_file(file)?;
+    }
+    s.apply_reference_env(|k| std::env::var(k).ok())?;
+    if let Some(v) = args.config {
+        s.config = v;
+    }
+    if let Some(v) = args.store {
+        s.store = v;
+    }
+    if let Some(v) = args.http_addr {
+        s.http_addr = settings::addr(&v)
+            .map_err(anyhow::Error::msg)
+            .context("--http-addr")?;
+    }
+    if let Some(v) = args.grpc_addr {
+        s.grpc_addr = settings::addr(&v)
+            .map_err(anyhow::Error::msg)
+            .context("--grpc-addr")?;
+    }
+    if let Some(v) = args.store_timeout {
+        s.store_timeout = v;
+    }
+    if let Some(v) = args.on_store_error {
+        s.on_store_error = OnStoreError::parse(&v)
+            .map_err(anyhow::Error::msg)
+            .context("--on-store-error")?;
+    }
+    if let Some(v) = args.headers {
+        s.headers = HeaderStyle::parse(&v)
+            .map_err(anyhow::Error::msg)
+            .context("--headers")?;
+    }
+    s.shadow_mode |= args.shadow_mode;
+    if let Some(v) = args.log_level {
+        s.log_level = v;
+    }
+    if let Some(v) = args.log_format {
+        s.log_json = match v.as_str() {
+            "json" => true,
+            "text" => false,
+            other => anyhow::bail!("--log-format: `{other}` is not text or json"),
+        };
+    }
+    s.watch &= !args.no_watch;
+    Ok(s)
+}
+
+fn init_logging(s: &Settings) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&s.log_level)
+        .with_context(|| format!("log level `{}`", s.log_level))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if s.log_json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    Ok(())
+}
+
+async fn signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler can be installed");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

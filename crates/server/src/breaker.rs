@@ -1,0 +1,152 @@
+//! A circuit breaker in front of the store: after a run of failures the store is not
+//! called for a cool-down, so a dead store costs callers nothing instead of a timeout
+//! each; then one probe goes through, and its success closes the breaker again.
+
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use spillway_core::Timestamp;
+
+/// Failures in a row that open the breaker.
+pub const DEFAULT_FAILURES_TO_OPEN: u32 = 5;
+
+/// How long an open breaker refuses calls before letting a probe through.
+pub const DEFAULT_COOLDOWN: Duration = Duration::from_millis(500);
+
+/// Whether the store is being called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls go through.
+    Closed,
+    /// Calls fail fast until the cool-down ends.
+    Open,
+    /// One probe is in flight; other calls fail fast.
+    HalfOpen,
+}
+
+#[derive(Debug)]
+pub struct Breaker {
+    inner: Mutex<Inner>,
+    failures_to_open: u32,
+    cooldown: Duration,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Closed {
+        failures: u32,
+    },
+    Open {
+        until: Timestamp,
+    },
+    /// `since` bounds a probe whose caller went away: after a cool-down another may go.
+    HalfOpen {
+        since: Timestamp,
+    },
+}
+
+impl Breaker {
+    pub fn new(failures_to_open: u32, cooldown: Duration) -> Breaker {
+        Breaker {
+            inner: Mutex::new(Inner::Closed { failures: 0 }),
+            failures_to_open: failures_to_open.max(1),
+            cooldown,
+        }
+    }
+
+    /// Whether a call may go to the store now.
+    pub fn admit(&self, now: Timestamp) -> bool {
+        let mut inner = self.inner.lock();
+        match *inner {
+            Inner::Closed { .. } => true,
+            Inner::Open { until } | Inner::HalfOpen { since: until } if now < until => false,
+            Inner::Open { .. } | Inner::HalfOpen { .. } => {
+                *inner = Inner::HalfOpen {
+                    since: now.saturating_add(self.cooldown),
+                };
+                true
+            }
+        }
+    }
+
+    /// The store answered.
+    pub fn success(&self) {
+        *self.inner.lock() = Inner::Closed { failures: 0 };
+    }
+
+    /// The store failed or timed out.
+    pub fn failure(&self, now: Timestamp) {
+        let mut inner = self.inner.lock();
+        let open = match *inner {
+            Inner::Closed { failures } if failures + 1 < self.failures_to_open => {
+                *inner = Inner::Closed {
+                    failures: failures + 1,
+                };
+                false
+            }
+            _ => true,
+        };
+        if open {
+            *inner = Inner::Open {
+                until: now.saturating_add(self.cooldown),
+            };
+        }
+    }
+
+    pub fn state(&self) -> BreakerState {
+        match *self.inner.lock() {
+            Inner::Closed { .. } => BreakerState::Closed,
+            Inner::Open { .. } => BreakerState::Open,
+            Inner::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_after_a_run_of_failures_and_closes_after_a_good_probe() {
+        let b = Breaker::new(3, Duration::from_millis(500));
+        let t0 = Timestamp::from_secs(100);
+        b.failure(t0);
+        b.failure(t0);
+        assert!(b.admit(t0), "two failures: still closed");
+        b.success();
+        b.failure(t0);
+        b.failure(t0);
+        assert_eq!(b.state(), BreakerState::Closed, "a success resets the run");
+        b.failure(t0);
+        assert_eq!(b.state(), BreakerState::Open);
+        assert!(!b.admit(t0.saturating_add(Duration::from_millis(499))));
+
+        let t1 = t0.saturating_add(Duration::from_millis(500));
+        assert!(b.admit(t1), "the cool-down is over: one probe");
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        assert!(!b.admit(t1), "only one probe at a time");
+        b.failure(t1);
+        assert_eq!(
+            b.state(),
+            BreakerState::Open,
+            "a failed probe opens it again"
+        );
+
+        let t2 = t1.saturating_add(Duration::from_millis(500));
+        assert!(b.admit(t2));
+        b.success();
+        assert_eq!(b.state(), BreakerState::Closed);
+        assert!(b.admit(t2));
+    }
+
+    #[test]
+    fn a_probe_whose_caller_vanished_does_not_hold_the_breaker_forever() {
+        let b = Breaker::new(1, Duration::from_millis(100));
+        let t0 = Timestamp::from_secs(1);
+        b.failure(t0);
+        let t1 = t0.saturating_add(Duration::from_millis(100));
+        assert!(b.admit(t1)); // the probe's caller never reports back
+        assert!(!b.admit(t1.saturating_add(Duration::from_millis(99))));
+        assert!(b.admit(t1.saturating_add(Duration::from_millis(100))));
+    }
+}

@@ -1,0 +1,104 @@
+//! Envoy's `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, and the gRPC
+//! health service (names `""`, `ratelimit` as the reference registers it, and the
+//! rate limit service's full name).
+
+use std::sync::Arc;
+
+use axum::http::{HeaderValue, Response};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::server::NamedService;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use crate::{AppState, metrics, wire};
+
+/// The most bytes one gRPC request may take, decoded.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+struct Grpc {
+    state: Arc<AppState>,
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Grpc {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        metrics::request("grpc");
+        let checked = async {
+            let req = wire::request(request.into_inner())?;
+            self.state.service.check(&req).await
+        };
+        match checked.await {
+            Ok(r) => Ok(tonic::Response::new(wire::response(
+                &r,
+                &self.state.headers,
+            ))),
+            Err(e) => {
+                if matches!(e, crate::CheckError::Invalid(_)) {
+                    metrics::invalid_request("grpc");
+                }
+                Err(e.grpc())
+            }
+        }
+    }
+}
+
+/// The gRPC services as an axum router (served on the gRPC port).
+pub fn router(
+    state: Arc<AppState>,
+    health: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+) -> axum::Router {
+    let rls =
+        RateLimitServiceServer::new(Grpc { state }).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    tonic::service::Routes::new(rls)
+        .add_service(health)
+        .into_axum_router()
+        .layer(axum::middleware::map_response(
+            malformed_is_invalid_argument,
+        ))
+}
+
+/// tonic answers a request body that does not decode with `INTERNAL`; a malformed
+/// request is the caller's fault, and the protocol's code for it is `INVALID_ARGUMENT`.
+async fn malformed_is_invalid_argument<B>(mut response: Response<B>) -> Response<B> {
+    let headers = response.headers_mut();
+    let internal = headers.get("grpc-status").is_some_and(|s| s == "13");
+    let decode = headers
+        .get("grpc-message")
+        .and_then(|m| m.to_str().ok())
+        .is_some_and(|m| {
+            m.starts_with("failed%20to%20decode") || m.starts_with("failed to decode")
+        });
+    if internal && decode {
+        headers.insert("grpc-status", HeaderValue::from_static("3"));
+    }
+    response
+}
+
+/// Names the health service answers for.
+pub fn health_names() -> [&'static str; 3] {
+    [
+        "",
+        "ratelimit",
+        <RateLimitServiceServer<Grpc> as NamedService>::NAME,
+    ]
+}
+
+/// Sets every health name to serving or not.
+pub async fn set_health(reporter: &HealthReporter, serving: bool) {
+    let status = if serving {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    for name in health_names() {
+        reporter.set_service_status(name, status).await;
+    }
+}

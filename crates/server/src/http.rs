@@ -1,0 +1,328 @@
+//! The HTTP port: `POST /v1/check` (Spillway's JSON API), the reference's `POST /json`,
+//! and operations: `/metrics`, `/healthz`, `/readyz`, and the reference's `/healthcheck`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use spillway_policy::Unit;
+
+use crate::request::{CheckRequest, CheckResponse, Code, Descriptor, Override, Status};
+use crate::respond::error_body;
+use crate::{AppState, CheckError, json, metrics, wire};
+
+/// The most bytes a request body may have.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The HTTP routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/check", post(check))
+        .route("/json", post(reference_json))
+        .route("/metrics", get(prometheus))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .route("/healthcheck", get(healthcheck))
+        .fallback(|| async { error_body(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+// === POST /v1/check ===
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct V1Request {
+    domain: String,
+    descriptors: Vec<V1Descriptor>,
+    /// Units each matched limit is charged; 0 looks without consuming.
+    #[serde(default = "one")]
+    cost: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct V1Descriptor {
+    entries: Vec<V1Entry>,
+    cost: Option<u64>,
+    limit: Option<V1Override>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct V1Entry {
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct V1Override {
+    requests_per_unit: u64,
+    unit: String,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Debug, Serialize)]
+struct V1Response<'a> {
+    allowed: bool,
+    overall_code: &'static str,
+    /// The first descriptor an enforcing rule denied, and that rule's name.
+    denied_by: Option<DeniedBy<'a>>,
+    descriptors: Vec<V1Status<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct DeniedBy<'a> {
+    descriptor: usize,
+    rule: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+struct V1Status<'a> {
+    code: &'static str,
+    rule: Option<V1Rule<'a>>,
+    remaining: u64,
+    reset_after_ms: u64,
+    retry_after_ms: Option<u64>,
+    shadow_denied: bool,
+    degraded: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct V1Rule<'a> {
+    name: &'a str,
+    path: &'a str,
+    algorithm: &'static str,
+    limit: u64,
+    window_ms: u64,
+    unit: Option<&'static str>,
+    mode: &'static str,
+}
+
+impl TryFrom<V1Request> for CheckRequest {
+    type Error = CheckError;
+
+    fn try_from(r: V1Request) -> Result<CheckRequest, CheckError> {
+        let descriptors = r
+            .descriptors
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let limit = d
+                    .limit
+                    .map(|o| {
+                        let unit = o.unit.parse::<Unit>().map_err(|e| {
+                            CheckError::Invalid(format!("descriptor {i}: limit: {e}"))
+                        })?;
+                        Ok::<_, CheckError>(Override {
+                            requests_per_unit: o.requests_per_unit,
+                            unit,
+                        })
+                    })
+                    .transpose()?;
+                Ok(Descriptor {
+                    entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+                    hits: d.cost,
+                    limit,
+                })
+            })
+            .collect::<Result<_, CheckError>>()?;
+        Ok(CheckRequest {
+            domain: r.domain,
+            descriptors,
+            hits: r.cost,
+        })
+    }
+}
+
+async fn check(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    metrics::request("http");
+    let answer = async {
+        let body = body.map_err(|e| (e.status(), e.body_text()))?;
+        let v1: V1Request = serde_json::from_slice(&body).map_err(|e| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("invalid request body: {e}"),
+            )
+        })?;
+        let req = CheckRequest::try_from(v1).map_err(|e| (e.http_status(), e.to_string()))?;
+        state
+            .service
+            .check(&req)
+            .await
+            .map_err(|e| (e.http_status(), e.to_string()))
+    };
+    match answer.await {
+        Ok(r) => v1_response(&state, &r),
+        Err((status, message)) => {
+            let kind = if status == StatusCode::SERVICE_UNAVAILABLE {
+                "store_unavailable"
+            } else {
+                metrics::invalid_request("http");
+                "invalid_request"
+            };
+            error_body(status, kind, &message)
+        }
+    }
+}
+
+fn v1_response(state: &AppState, r: &CheckResponse) -> Response {
+    let allowed = r.overall == Code::Ok;
+    let denied_by = r
+        .statuses
+        .iter()
+        .position(|s| s.code == Code::OverLimit)
+        .map(|i| DeniedBy {
+            descriptor: i,
+            rule: r.statuses[i]
+                .rule
+                .as_ref()
+                .map_or("", |rule| rule.name.as_deref().unwrap_or(&rule.path)),
+        });
+    let body = V1Response {
+        allowed,
+        overall_code: code_name(r.overall),
+        denied_by,
+        descriptors: r.statuses.iter().map(v1_status).collect(),
+    };
+    let status = if allowed {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let mut response = (status, Json(body)).into_response();
+    append(response.headers_mut(), state.headers.http_headers(r));
+    response
+}
+
+fn v1_status(s: &Status) -> V1Status<'_> {
+    V1Status {
+        code: code_name(s.code),
+        rule: s.rule.as_ref().map(|r| V1Rule {
+            name: r.name.as_deref().unwrap_or(&r.path),
+            path: &r.path,
+            algorithm: r.algorithm,
+            limit: r.requests_per_unit,
+            window_ms: ceil_ms(r.window),
+            unit: r.unit.map(Unit::name),
+            mode: if r.shadow { "shadow" } else { "enforce" },
+        }),
+        remaining: s.remaining,
+        reset_after_ms: ceil_ms(s.reset_after),
+        retry_after_ms: s.retry_after.map(ceil_ms),
+        shadow_denied: s.shadow_denied,
+        degraded: s.degraded,
+    }
+}
+
+fn ceil_ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+fn code_name(c: Code) -> &'static str {
+    match c {
+        Code::Ok => "OK",
+        Code::OverLimit => "OVER_LIMIT",
+    }
+}
+
+fn append<N: AsRef<str>>(headers: &mut HeaderMap, add: Vec<(N, String)>) {
+    for (name, value) in add {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(name.as_ref()),
+            HeaderValue::try_from(value),
+        ) {
+            headers.append(name, value);
+        }
+    }
+}
+
+// === POST /json (the reference's) ===
+
+/// As the reference answers: 200 OK, 429 over the limit, 400 for a body that is not a
+/// request *or* when the service failed (the reference's mapping; `/v1/check` says 503).
+async fn reference_json(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    metrics::request("json");
+    let answer = async {
+        let body = body.map_err(|e| (e.status(), e.body_text()))?;
+        let pb = json::decode(&body).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+        let req = wire::request(pb).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+        let r = state
+            .service
+            .check(&req)
+            .await
+            .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+        Ok::<_, (StatusCode, String)>(wire::response(&r, &state.headers))
+    };
+    match answer.await {
+        Ok(pb) => {
+            let status = if pb.overall_code == 2 {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (status, Json(json::encode(&pb))).into_response()
+        }
+        Err((status, message)) => {
+            metrics::invalid_request("json");
+            error_body(status, "invalid_request", &message)
+        }
+    }
+}
+
+// === operations ===
+
+async fn prometheus() -> impl IntoResponse {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        metrics::handle().render(),
+    )
+}
+
+/// Ready when a configuration is loaded, the store answers, and no shutdown has begun.
+async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    match state.readiness().await {
+        Ok(()) => (StatusCode::OK, Json(serde_json::json!({ "ready": true }))).into_response(),
+        Err(why) => error_body(StatusCode::SERVICE_UNAVAILABLE, "not_ready", &why),
+    }
+}
+
+/// The reference's health check: `OK` or 500.
+async fn healthcheck(State(state): State<Arc<AppState>>) -> Response {
+    match state.readiness().await {
+        Ok(()) => (StatusCode::OK, "OK").into_response(),
+        Err(why) => (StatusCode::INTERNAL_SERVER_ERROR, why).into_response(),
+    }
+}
+
+impl AppState {
+    pub(crate) async fn readiness(&self) -> Result<(), String> {
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return Err("shutting down".into());
+        }
+        self.service
+            .stores()
+            .primary
+            .ping()
+            .await
+            .map_err(|e| format!("store unreachable: {e}"))
+    }
+}

@@ -1,0 +1,220 @@
+//! The Spillway service: Envoy's gRPC rate limit protocol and an HTTP/JSON API over the
+//! policies of `spillway-policy` and a store (memory, or Redis), with failure policies,
+//! a circuit breaker, hot reload, Prometheus metrics and graceful shutdown.
+//!
+//! ```text
+//! grpc.rs  (ShouldRateLimit) ┐                      ┌ store.rs: breaker -> memory | Redis
+//! http.rs  (/v1/check, /json)┴> service.rs: match ──┤          (or the local fallback)
+//!                                 rules, decide,    └ metrics.rs
+//!                                 aggregate
+//! ```
+//!
+//! [`start`] binds the two listeners and returns at once (tests bind port 0);
+//! [`Running::wait`] serves until the shutdown token is cancelled, then drains.
+
+#![forbid(unsafe_code)]
+// The decision future nests the Redis client's futures inside tokio::join!; its layout
+// needs more than the default query depth.
+#![recursion_limit = "256"]
+
+mod breaker;
+mod grpc;
+mod headers;
+mod http;
+mod json;
+mod listen;
+pub mod metrics;
+mod reload;
+mod request;
+mod respond;
+mod service;
+pub mod settings;
+mod store;
+mod wire;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use spillway_core::{Clock, SystemClock};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use breaker::BreakerState;
+pub use headers::{HeaderOptions, HeaderStyle};
+pub use reload::LoadStatus;
+pub use request::{CheckRequest, CheckResponse, Code, Descriptor, Override, ReportedRule, Status};
+pub use service::{CheckError, Options, Service};
+pub use settings::{Settings, SettingsError};
+pub use store::{AnyStore, Stores};
+
+/// What every endpoint shares.
+#[derive(Debug)]
+pub struct AppState {
+    pub service: Service,
+    pub headers: HeaderOptions,
+    pub shutting_down: AtomicBool,
+    pub load_status: Mutex<LoadStatus>,
+}
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("policies: {0}")]
+    Policies(#[from] spillway_policy::Errors),
+    #[error("store: {0}")]
+    Store(#[from] spillway_redis::Error),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot watch {path}: {source}")]
+    Watch { path: String, source: notify::Error },
+}
+
+/// A started service.
+#[derive(Debug)]
+pub struct Running {
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    pub state: Arc<AppState>,
+    pub shutdown: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Serves until the shutdown token is cancelled and requests in flight have finished.
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+
+    /// Begins a graceful shutdown and waits for it.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.wait().await;
+    }
+}
+
+/// Loads the policies, opens the store, binds both listeners and starts serving.
+pub async fn start(settings: &Settings) -> Result<Running, StartError> {
+    start_with_clock(settings, Arc::new(SystemClock)).await
+}
+
+/// [`start`] with a clock (tests pass a manual one).
+pub async fn start_with_clock(
+    settings: &Settings,
+    clock: Arc<dyn Clock>,
+) -> Result<Running, StartError> {
+    let policies = spillway_policy::load(&settings.config)?;
+    metrics::config_load(true, policies.domains().len());
+    let store = AnyStore::open(&settings.store, settings.store_timeout).await?;
+    tracing::info!(
+        store = store.kind(),
+        domains = policies.domains().len(),
+        "starting"
+    );
+    let breaker = breaker::Breaker::new(settings.breaker_failures, settings.breaker_cooldown);
+    let options = Options {
+        global_shadow: settings.shadow_mode,
+        global_quota: settings.quota_mode,
+        on_store_error: settings.on_store_error,
+        near_limit_ratio: settings.near_limit_ratio,
+    };
+    let state = Arc::new(AppState {
+        service: Service::new(policies, Stores::new(store, breaker), clock, options),
+        headers: HeaderOptions {
+            style: settings.headers,
+            reference: settings.reference_headers.clone(),
+        },
+        shutting_down: AtomicBool::new(false),
+        load_status: Mutex::new(LoadStatus {
+            generation: 1,
+            error: None,
+        }),
+    });
+
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Listen { addr, source })
+    };
+    let (http, grpc) = (
+        bind(settings.http_addr).await?,
+        bind(settings.grpc_addr).await?,
+    );
+    let (http_addr, grpc_addr) = (local(&http), local(&grpc));
+
+    let shutdown = CancellationToken::new();
+    if settings.watch {
+        reload::watch(
+            Arc::clone(&state),
+            settings.config.clone(),
+            shutdown.clone(),
+        )
+        .map_err(|source| StartError::Watch {
+            path: settings.config.display().to_string(),
+            source,
+        })?;
+    }
+
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let timeouts = listen::Timeouts {
+        header_read: settings.header_read_timeout,
+        drain: settings.drain_timeout,
+    };
+    let http_app = http::router(Arc::clone(&state));
+    let grpc_app = grpc::router(Arc::clone(&state), health);
+    let task = tokio::spawn({
+        let (state, shutdown) = (Arc::clone(&state), shutdown.clone());
+        async move {
+            let upkeep = tokio::spawn(upkeep(Arc::clone(&state), reporter, shutdown.clone()));
+            tokio::join!(
+                listen::serve(http, http_app, shutdown.clone(), timeouts),
+                listen::serve(grpc, grpc_app, shutdown.clone(), timeouts),
+            );
+            upkeep.abort();
+            tracing::info!("stopped");
+        }
+    });
+    tracing::info!(%http_addr, %grpc_addr, "listening");
+    Ok(Running {
+        http_addr,
+        grpc_addr,
+        state,
+        shutdown,
+        task,
+    })
+}
+
+fn local(l: &TcpListener) -> SocketAddr {
+    l.local_addr().expect("a bound listener has an address")
+}
+
+/// Once a second: the gRPC health status follows readiness, and the Prometheus
+/// recorder's histograms are maintained. On shutdown: not serving, at once.
+async fn upkeep(
+    state: Arc<AppState>,
+    reporter: tonic_health::server::HealthReporter,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let ready = state.readiness().await.is_ok();
+                grpc::set_health(&reporter, ready).await;
+                metrics::handle().run_upkeep();
+                metrics::breaker(state.service.stores().breaker_state());
+            }
+            () = shutdown.cancelled() => {
+                state.shutting_down.store(true, Ordering::Relaxed);
+                grpc::set_health(&reporter, false).await;
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Every metric the service exports, named in one place. Labels come from the
+//! configuration (domain, rule path) or from fixed sets, never from request values, so
+//! a flood of distinct keys cannot grow the exposition.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::breaker::BreakerState;
+
+const STORE_BUCKETS: [f64; 14] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
+    5.0,
+];
+
+/// The process-wide Prometheus recorder (the `metrics` facade has one global recorder,
+/// so every server in a process shares it).
+pub fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("spillway_store_duration_seconds".into()),
+                &STORE_BUCKETS,
+            )
+            .expect("the bucket list is not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        // Another recorder may already be installed (an embedding application's); then
+        // our handle renders only what it records, which is nothing, but nothing fails.
+        let _ = metrics::set_global_recorder(recorder);
+        handle
+    })
+}
+
+/// A request arrived on `api` (`grpc`, `http`, `json`).
+pub fn request(api: &'static str) {
+    counter!("spillway_requests_total", "api" => api).increment(1);
+}
+
+/// A request was refused as invalid before any store call.
+pub fn invalid_request(api: &'static str) {
+    counter!("spillway_invalid_requests_total", "api" => api).increment(1);
+}
+
+/// A request named a domain no policy file defines.
+pub fn domain_not_found() {
+    counter!("spillway_domain_not_found_total").increment(1);
+}
+
+/// One rule's decision: `outcome` is `ok`, `over_limit` or `shadow_over_limit`.
+pub fn decision(domain: &Arc<str>, rule: &Arc<str>, outcome: &'static str) {
+    counter!(
+        "spillway_decisions_total",
+        "domain" => Arc::clone(domain),
+        "rule" => Arc::clone(rule),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
+/// A rule admitted a request and is past its near-limit ratio.
+pub fn near_limit(domain: &Arc<str>, rule: &Arc<str>) {
+    counter!("spillway_near_limit_total", "domain" => Arc::clone(domain), "rule" => Arc::clone(rule))
+        .increment(1);
+}
+
+/// How long one store call took.
+pub fn store_latency(d: Duration) {
+    histogram!("spillway_store_duration_seconds").record(d.as_secs_f64());
+}
+
+/// A store call failed (`timeout`, `error`) or was not made (`breaker_open`).
+pub fn store_error(kind: &'static str) {
+    counter!("spillway_store_errors_total", "kind" => kind).increment(1);
+}
+
+/// A failure policy decided instead of the store (`open`, `closed`, `local`).
+pub fn fallback(policy: &'static str) {
+    counter!("spillway_fallback_decisions_total", "policy" => policy).increment(1);
+}
+
+/// The breaker's state: 0 closed, 1 open, 2 half-open.
+pub fn breaker(state: BreakerState) {
+    let value = match state {
+        BreakerState::Closed => 0.0,
+        BreakerState::Open => 1.0,
+        BreakerState::HalfOpen => 2.0,
+    };
+    gauge!("spillway_breaker_state").set(value);
+}
+
+/// A configuration (re)load: `success` or `error`.
+pub fn config_load(ok: bool, domains: usize) {
+    let result = if ok { "success" } else { "error" };
+    counter!("spillway_config_loads_total", "result" => result).increment(1);
+    gauge!("spillway_config_last_load_ok").set(if ok { 1.0 } else { 0.0 });
+    if ok {
+        gauge!("spillway_config_domains").set(domains as f64);
+    }
+}

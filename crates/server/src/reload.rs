@@ -1,0 +1,90 @@
+//! Hot reload: watch the policy file or directory, and on a change load everything
+//! again. A good load is swapped in whole; a bad one is logged and exported, and the
+//! last good configuration keeps serving. Counters live in the store, keyed by domain
+//! and descriptor, so a reload never resets them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::RecursiveMode;
+use notify_debouncer_full::{DebounceEventResult, new_debouncer};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::{AppState, metrics};
+
+/// Changes closer together than this are one reload (an editor's save is several events).
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// What the last load did.
+#[derive(Clone, Debug, Default)]
+pub struct LoadStatus {
+    /// Loads so far, good or bad (the first at startup included).
+    pub generation: u64,
+    /// The last load's errors, if it failed.
+    pub error: Option<String>,
+}
+
+/// Loads the policies again and swaps them in if they are good.
+pub async fn reload(state: &AppState, path: &Path) {
+    let owned = path.to_owned();
+    let loaded = tokio::task::spawn_blocking(move || spillway_policy::load(owned)).await;
+    let result = match loaded {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("the load task failed: {e}")),
+    };
+    let mut status = state.load_status.lock();
+    status.generation += 1;
+    match result {
+        Ok(set) => {
+            let domains = set.domains().len();
+            state.service.replace_policies(set);
+            metrics::config_load(true, domains);
+            tracing::info!(path = %path.display(), domains, "policies reloaded");
+            status.error = None;
+        }
+        Err(e) => {
+            metrics::config_load(false, 0);
+            tracing::error!(path = %path.display(), error = %e, "policies not reloaded; the last good ones keep serving");
+            status.error = Some(e);
+        }
+    }
+}
+
+/// Watches `path` and reloads on every change until `shutdown`.
+pub fn watch(
+    state: Arc<AppState>,
+    path: PathBuf,
+    shutdown: CancellationToken,
+) -> Result<(), notify::Error> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
+        if result.is_ok_and(|events| !events.is_empty()) {
+            let _ = tx.send(());
+        }
+    })?;
+    // A directory is watched as a whole (new files, renames, Kubernetes' symlink swaps);
+    // a single file through its directory, since editors replace files by renaming.
+    let target = if path.is_dir() {
+        path.clone()
+    } else {
+        path.parent().map_or(path.clone(), Path::to_path_buf)
+    };
+    debouncer.watch(&target, RecursiveMode::NonRecursive)?;
+    tokio::spawn(async move {
+        let _debouncer = debouncer; // watching stops when it drops
+        loop {
+            tokio::select! {
+                event = rx.recv() => {
+                    if event.is_none() {
+                        break;
+                    }
+                    reload(&state, &path).await;
+                }
+                () = shutdown.cancelled() => break,
+            }
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! The service's own request and response, free of wire types: gRPC, `/v1/check` and
+//! `/json` all convert into these at the edge, and back out of them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use spillway_policy::Unit;
+
+/// The most descriptors one request may carry. Envoy sends a handful; thousands are an
+/// attack on the service's memory and the store's time.
+pub const MAX_DESCRIPTORS: usize = 64;
+
+/// The most entries one descriptor may carry.
+pub const MAX_ENTRIES: usize = 32;
+
+/// The longest domain name, in bytes.
+pub const MAX_DOMAIN_LEN: usize = 256;
+
+/// What `ShouldRateLimit`, `/v1/check` and `/json` ask.
+#[derive(Clone, Debug, Default)]
+pub struct CheckRequest {
+    /// Selects the policy file.
+    pub domain: String,
+    /// Each one is matched and decided; one status per descriptor comes back, in order.
+    pub descriptors: Vec<Descriptor>,
+    /// Hits to add to every matched limit unless a descriptor says otherwise.
+    pub hits: u64,
+}
+
+/// One descriptor: the path in the policy tree.
+#[derive(Clone, Debug, Default)]
+pub struct Descriptor {
+    /// `(key, value)` pairs, in order.
+    pub entries: Vec<(String, String)>,
+    /// Overrides the request's hits; `Some(0)` looks without consuming.
+    pub hits: Option<u64>,
+    /// Envoy's per-descriptor limit override: used instead of the configuration.
+    pub limit: Option<Override>,
+}
+
+/// A limit given in the request itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Override {
+    /// Requests per unit; 0 blocks everything.
+    pub requests_per_unit: u64,
+    /// The window.
+    pub unit: Unit,
+}
+
+/// The reference's response codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// Within the limit (or no limit applies).
+    Ok,
+    /// Over the limit.
+    OverLimit,
+}
+
+/// What the service answers.
+#[derive(Clone, Debug)]
+pub struct CheckResponse {
+    /// `OverLimit` when an enforcing rule denied (and global shadow mode is off).
+    pub overall: Code,
+    /// One per request descriptor, in order.
+    pub statuses: Vec<Status>,
+}
+
+/// One descriptor's answer.
+#[derive(Clone, Debug)]
+pub struct Status {
+    /// OK, or over the limit (a shadow rule over its limit reports OK).
+    pub code: Code,
+    /// The rule reported for this descriptor: the one that denied, or the one closest to
+    /// its limit. `None` when no rule applies (no match, replaced, unlimited).
+    pub rule: Option<ReportedRule>,
+    /// Units left under the reported rule (`u32::MAX` for an unlimited rule).
+    pub remaining: u64,
+    /// Until the reported rule's state is back to no state.
+    pub reset_after: Duration,
+    /// When denied: how long until the same request would be admitted; `None` when
+    /// allowed, or when the cost can never fit.
+    pub retry_after: Option<Duration>,
+    /// A shadow rule was over its limit (the code says OK).
+    pub shadow_denied: bool,
+    /// The store failed and the rule's failure policy decided (`open` or `local`).
+    pub degraded: bool,
+}
+
+/// The parts of a rule a response reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportedRule {
+    /// `name` from the configuration; `None` for unnamed rules and overrides.
+    pub name: Option<Arc<str>>,
+    /// The config path (for rules without a name, and for metrics).
+    pub path: Arc<str>,
+    /// Units per window.
+    pub requests_per_unit: u64,
+    /// The window as a reference unit, when it is one.
+    pub unit: Option<Unit>,
+    /// The window.
+    pub window: Duration,
+    /// `fixed_window`, `gcra`, ...
+    pub algorithm: &'static str,
+    /// The rule is in shadow mode.
+    pub shadow: bool,
+}
+
+impl Status {
+    /// No rule applies: OK, nothing counted.
+    pub(crate) fn unlimited_by_absence() -> Status {
+        Status {
+            code: Code::Ok,
+            rule: None,
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            retry_after: None,
+            shadow_denied: false,
+            degraded: false,
+        }
+    }
+
+    /// `duration_until_reset` as the reference reports it: whole seconds, rounded up.
+    pub fn reset_seconds(&self) -> u64 {
+        ceil_secs(self.reset_after)
+    }
+}
+
+/// A duration in whole seconds, rounded up (a client told 0 would retry at once).
+pub fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}

@@ -1,0 +1,506 @@
+//! The service, free of transports: a [`CheckRequest`] is matched against the live
+//! policies, decided on the store in one round, and aggregated into a [`CheckResponse`]
+//! with the reference's semantics.
+//!
+//! Rules whose denial must not stop the others from being charged (shadow rules, and
+//! the reference's quota-mode rules) are decided in a second round of their own, at the
+//! same time as the first: an enforcing batch is all-or-nothing, and a shadow rule that
+//! would deny must not change what the enforcing rules count.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use spillway_core::{Clock, Decision, Key, MAX_EXACT, Outcome, Request, Timestamp};
+use spillway_policy::{Mode, OnStoreError, PolicySet, Rule, RuleLimit, override_key};
+
+use crate::metrics;
+use crate::request::{
+    CheckRequest, CheckResponse, Code, MAX_DESCRIPTORS, MAX_DOMAIN_LEN, MAX_ENTRIES, ReportedRule,
+    Status,
+};
+use crate::store::{StoreFailure, Stores};
+
+/// Service-wide switches (the reference's `SHADOW_MODE`, `QUOTA_MODE`, `NEAR_LIMIT_RATIO`).
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Never answer OVER_LIMIT overall (statuses still say which descriptor is over).
+    pub global_shadow: bool,
+    /// Treat every rule as quota-mode.
+    pub global_quota: bool,
+    /// What a rule without `on_store_error` does when the store fails.
+    pub on_store_error: OnStoreError,
+    /// A rule past this fraction of its limit counts as near the limit in metrics.
+    pub near_limit_ratio: f64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            global_shadow: false,
+            global_quota: false,
+            on_store_error: OnStoreError::Closed,
+            near_limit_ratio: 0.8,
+        }
+    }
+}
+
+/// Why no answer could be given.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The request is malformed: gRPC `INVALID_ARGUMENT`, HTTP 400. No store was called.
+    #[error("{0}")]
+    Invalid(String),
+    /// The store failed and a rule's policy is `closed`: gRPC `UNAVAILABLE`, HTTP 503.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// The transport-agnostic rate limit service.
+pub struct Service {
+    policies: ArcSwap<PolicySet>,
+    stores: Stores,
+    clock: Arc<dyn Clock>,
+    options: Options,
+    override_path: Arc<str>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("store", &self.stores.primary.kind())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One matched rule of one descriptor.
+struct Hit<'a> {
+    descriptor: usize,
+    rule: Cow<'a, Rule>,
+    /// Present for rules that count.
+    key: Option<Key>,
+    cost: u64,
+}
+
+/// A rule's decision, and whether a failure policy made it instead of the store.
+type Decided = (usize, Decision, bool);
+
+impl Service {
+    pub fn new(
+        policies: PolicySet,
+        stores: Stores,
+        clock: Arc<dyn Clock>,
+        options: Options,
+    ) -> Service {
+        Service {
+            policies: ArcSwap::from_pointee(policies),
+            stores,
+            clock,
+            options,
+            override_path: Arc::from("override"),
+        }
+    }
+
+    /// Swaps in a new configuration; requests in flight finish on the old one. Counters
+    /// live in the store under keys made of the domain and descriptor, so they survive.
+    pub fn replace_policies(&self, policies: PolicySet) {
+        self.policies.store(Arc::new(policies));
+    }
+
+    /// The live configuration.
+    pub fn policies(&self) -> arc_swap::Guard<Arc<PolicySet>> {
+        self.policies.load()
+    }
+
+    pub fn stores(&self) -> &Stores {
+        &self.stores
+    }
+
+    /// Decides a request.
+    pub async fn check(&self, req: &CheckRequest) -> Result<CheckResponse, CheckError> {
+        validate(req)?;
+        let policies = self.policies.load();
+        let Some(domain) = policies.domain(&req.domain) else {
+            metrics::domain_not_found();
+            return Ok(CheckResponse {
+                overall: Code::Ok,
+                statuses: vec![Status::unlimited_by_absence(); req.descriptors.len()],
+            });
+        };
+
+        let mut hits = self.hits(req, domain)?;
+        drop_replaced(&mut hits);
+
+        let now = self.clock.now();
+        let independent = |h: &Hit<'_>| h.rule.mode == Mode::Shadow || self.is_quota(&h.rule);
+        let counted = |h: &Hit<'_>| h.key.is_some();
+        let first: Vec<usize> = (0..hits.len())
+            .filter(|&i| counted(&hits[i]) && !independent(&hits[i]))
+            .collect();
+        let second: Vec<usize> = (0..hits.len())
+            .filter(|&i| counted(&hits[i]) && independent(&hits[i]))
+            .collect();
+        let (a, b) = tokio::join!(
+            self.round(&hits, &first, now),
+            self.round(&hits, &second, now)
+        );
+        let mut decided = a?;
+        decided.extend(b?);
+        decided.sort_unstable_by_key(|d| d.0);
+
+        Ok(self.aggregate(req, domain.shared_name(), &hits, &decided, now))
+    }
+
+    /// Every rule each descriptor matched (or its override), with its counter key.
+    fn hits<'p>(
+        &self,
+        req: &CheckRequest,
+        domain: &'p spillway_policy::Domain,
+    ) -> Result<Vec<Hit<'p>>, CheckError> {
+        let mut hits = Vec::with_capacity(req.descriptors.len());
+        for (i, d) in req.descriptors.iter().enumerate() {
+            let cost = d.hits.unwrap_or(req.hits);
+            if cost > MAX_EXACT {
+                return Err(CheckError::Invalid(format!(
+                    "descriptor {i}: hits {cost} is larger than 2^53"
+                )));
+            }
+            let key = |k: String| {
+                Key::new(k).map_err(|e| CheckError::Invalid(format!("descriptor {i}: {e}")))
+            };
+            if let Some(o) = d.limit {
+                let mut rule = Rule::reference(o.requests_per_unit, o.unit);
+                rule.metric = Arc::clone(&self.override_path);
+                let k = counts(&rule)
+                    .then(|| key(override_key(domain.name(), &d.entries)))
+                    .transpose()?;
+                hits.push(Hit {
+                    descriptor: i,
+                    rule: Cow::Owned(rule),
+                    key: k,
+                    cost,
+                });
+            } else if let Some(m) = domain.resolve(&d.entries) {
+                for rule in m.rules {
+                    let k = counts(rule)
+                        .then(|| key(format!("{}{}", m.key, rule.slot)))
+                        .transpose()?;
+                    hits.push(Hit {
+                        descriptor: i,
+                        rule: Cow::Borrowed(rule),
+                        key: k,
+                        cost,
+                    });
+                }
+            }
+        }
+        Ok(hits)
+    }
+
+    fn is_quota(&self, rule: &Rule) -> bool {
+        rule.quota_mode || (self.options.global_quota && rule.reference)
+    }
+
+    /// One store round for the hits at `which`; a failure goes to the rules' policies.
+    async fn round(
+        &self,
+        hits: &[Hit<'_>],
+        which: &[usize],
+        now: Timestamp,
+    ) -> Result<Vec<Decided>, CheckError> {
+        if which.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = requests(hits, which);
+        let failure = match self.stores.decide(&batch, now).await {
+            Ok(batch) => {
+                metrics::breaker(self.stores.breaker_state());
+                return Ok(which
+                    .iter()
+                    .zip(batch.decisions)
+                    .map(|(&i, d)| (i, d, false))
+                    .collect());
+            }
+            Err(StoreFailure::Failed(e)) if e.is_invalid_input() => {
+                return Err(CheckError::Invalid(e.to_string()));
+            }
+            Err(failure) => failure,
+        };
+        metrics::breaker(self.stores.breaker_state());
+        let policy = |i: usize| {
+            hits[i]
+                .rule
+                .on_store_error
+                .unwrap_or(self.options.on_store_error)
+        };
+        if which.iter().any(|&i| policy(i) == OnStoreError::Closed) {
+            metrics::fallback("closed");
+            tracing::warn!(error = %failure, "store failed; answering unavailable (on_store_error: closed)");
+            return Err(CheckError::Unavailable(failure.to_string()));
+        }
+        tracing::warn!(error = %failure, "store failed; deciding by each rule's on_store_error");
+
+        let local: Vec<usize> = which
+            .iter()
+            .copied()
+            .filter(|&i| policy(i) == OnStoreError::Local)
+            .collect();
+        let mut decided = Vec::with_capacity(which.len());
+        if !local.is_empty() {
+            metrics::fallback("local");
+            let batch = self
+                .stores
+                .decide_locally(&requests(hits, &local), now)
+                .map_err(|e| CheckError::Invalid(e.to_string()))?;
+            decided.extend(
+                local
+                    .iter()
+                    .zip(batch.decisions)
+                    .map(|(&i, d)| (i, d, true)),
+            );
+        }
+        for &i in which.iter().filter(|&&i| policy(i) == OnStoreError::Open) {
+            metrics::fallback("open");
+            let capacity = match &hits[i].rule.limit {
+                RuleLimit::Limited(l) => l.capacity(),
+                _ => 0,
+            };
+            let open = Decision {
+                outcome: Outcome::Allowed,
+                limit: capacity,
+                remaining: capacity,
+                reset_after: Duration::ZERO,
+            };
+            decided.push((i, open, true));
+        }
+        Ok(decided)
+    }
+
+    /// Statuses per descriptor and the overall code, as the reference combines them.
+    fn aggregate(
+        &self,
+        req: &CheckRequest,
+        domain: &Arc<str>,
+        hits: &[Hit<'_>],
+        decided: &[Decided],
+        now: Timestamp,
+    ) -> CheckResponse {
+        let mut statuses = vec![Status::unlimited_by_absence(); req.descriptors.len()];
+        let mut ranks = vec![Rank::Nothing; req.descriptors.len()];
+        let (mut failed, mut quota_total, mut quota_failed) = (false, 0, 0);
+        let mut next = decided.iter().peekable();
+
+        for (i, hit) in hits.iter().enumerate() {
+            let decision = next.next_if(|d| d.0 == i).map(|d| (d.1, d.2));
+            let status = rule_status(&hit.rule, decision, now);
+            let over = status.code == Code::OverLimit || status.shadow_denied;
+            if self.is_quota(&hit.rule) {
+                quota_total += 1;
+                quota_failed += usize::from(over);
+            } else if status.code == Code::OverLimit {
+                failed = true;
+            }
+            self.record(domain, hit, &status, decision.map(|d| d.0));
+
+            let rank = Rank::of(&status);
+            let slot = hit.descriptor;
+            if (rank, status.remaining) < (ranks[slot], statuses[slot].remaining) {
+                ranks[slot] = rank;
+                statuses[slot] = status;
+            }
+        }
+
+        let over = failed || (quota_total > 0 && quota_failed == quota_total);
+        let overall = if over && !self.options.global_shadow {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        CheckResponse { overall, statuses }
+    }
+
+    fn record(
+        &self,
+        domain: &Arc<str>,
+        hit: &Hit<'_>,
+        status: &Status,
+        decision: Option<Decision>,
+    ) {
+        if matches!(hit.rule.limit, RuleLimit::Unlimited) {
+            return; // the reference keeps no stats for unlimited rules
+        }
+        let outcome = match (status.code, status.shadow_denied) {
+            (Code::OverLimit, _) => "over_limit",
+            (Code::Ok, true) => "shadow_over_limit",
+            (Code::Ok, false) => "ok",
+        };
+        metrics::decision(domain, &hit.rule.metric, outcome);
+        if let Some(d) = decision.filter(|d| d.allowed()) {
+            let near = (d.limit as f64 * self.options.near_limit_ratio).floor() as u64;
+            if d.limit - d.remaining >= near.max(1) {
+                metrics::near_limit(domain, &hit.rule.metric);
+            }
+        }
+    }
+}
+
+fn counts(rule: &Rule) -> bool {
+    matches!(rule.limit, RuleLimit::Limited(_))
+}
+
+/// The reference's `replaces`: a matched rule named by another matched rule's `replaces`
+/// is dropped from the request (its descriptor reports no limit, nothing is counted).
+fn drop_replaced(hits: &mut Vec<Hit<'_>>) {
+    if hits.iter().all(|h| h.rule.replaces.is_empty()) {
+        return;
+    }
+    let replaced: Vec<Arc<str>> = hits
+        .iter()
+        .flat_map(|h| h.rule.replaces.iter().cloned())
+        .collect();
+    hits.retain(|h| h.rule.name.as_ref().is_none_or(|n| !replaced.contains(n)));
+}
+
+fn requests<'h>(hits: &'h [Hit<'_>], which: &[usize]) -> Vec<Request<'h>> {
+    which
+        .iter()
+        .filter_map(|&i| {
+            let hit = &hits[i];
+            match (&hit.rule.limit, &hit.key) {
+                (RuleLimit::Limited(limit), Some(key)) => Some(Request::new(key, limit, hit.cost)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Which rule a descriptor reports: a denial first, then a shadow denial, then the rule
+/// closest to its limit (the reference and Envoy pick the lowest remaining).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Rank {
+    Denied,
+    ShadowDenied,
+    Limited,
+    Unlimited,
+    Nothing,
+}
+
+impl Rank {
+    fn of(s: &Status) -> Rank {
+        match (s.code, s.shadow_denied, &s.rule) {
+            (Code::OverLimit, ..) => Rank::Denied,
+            (_, true, _) => Rank::ShadowDenied,
+            (_, _, Some(_)) => Rank::Limited,
+            (_, _, None) => Rank::Unlimited,
+        }
+    }
+}
+
+/// One rule's status.
+fn rule_status(rule: &Rule, decision: Option<(Decision, bool)>, now: Timestamp) -> Status {
+    let shadow = rule.mode == Mode::Shadow;
+    let reported = || ReportedRule {
+        name: rule.name.clone(),
+        path: Arc::clone(&rule.metric),
+        requests_per_unit: rule.requests_per_unit,
+        unit: rule.unit,
+        window: rule.window().unwrap_or_default(),
+        algorithm: match &rule.limit {
+            RuleLimit::Limited(l) => l.algorithm().name(),
+            _ => "fixed_window",
+        },
+        shadow,
+    };
+    let (allowed, remaining, reset_after, retry_after, degraded) = match (&rule.limit, decision) {
+        (RuleLimit::Unlimited, _) => {
+            return Status {
+                remaining: u64::from(u32::MAX),
+                ..Status::unlimited_by_absence()
+            };
+        }
+        (RuleLimit::BlockAll, _) | (RuleLimit::Limited(_), None) => {
+            // Until the end of the current epoch-aligned window, as the reference says.
+            let window = rule.window().map_or(1, |w| w.as_micros().max(1) as u64);
+            let left = Duration::from_micros(window - now.as_micros() % window);
+            (false, 0, left, Some(left), false)
+        }
+        (RuleLimit::Limited(_), Some((d, degraded))) => {
+            let remaining = if rule.reference && !d.allowed() {
+                0
+            } else {
+                d.remaining
+            };
+            (
+                d.allowed(),
+                remaining,
+                d.reset_after,
+                d.retry_after(),
+                degraded,
+            )
+        }
+    };
+    Status {
+        code: if allowed || shadow {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        },
+        rule: Some(reported()),
+        remaining,
+        reset_after,
+        retry_after: if allowed { None } else { retry_after },
+        shadow_denied: shadow && !allowed,
+        degraded,
+    }
+}
+
+/// Refuses what no store should see, before anything is looked up.
+fn validate(req: &CheckRequest) -> Result<(), CheckError> {
+    let invalid = |m: String| Err(CheckError::Invalid(m));
+    if req.domain.is_empty() {
+        return invalid("rate limit domain must not be empty".into());
+    }
+    if req.domain.len() > MAX_DOMAIN_LEN {
+        return invalid(format!(
+            "domain is {} bytes, the most is {MAX_DOMAIN_LEN}",
+            req.domain.len()
+        ));
+    }
+    if req.descriptors.is_empty() {
+        return invalid("rate limit descriptor list must not be empty".into());
+    }
+    if req.descriptors.len() > MAX_DESCRIPTORS {
+        return invalid(format!(
+            "{} descriptors in one request, the most is {MAX_DESCRIPTORS}",
+            req.descriptors.len()
+        ));
+    }
+    if req.hits > MAX_EXACT {
+        return invalid(format!("hits {} is larger than 2^53", req.hits));
+    }
+    for (i, d) in req.descriptors.iter().enumerate() {
+        if d.entries.is_empty() {
+            return invalid(format!("descriptor {i} has no entries"));
+        }
+        if d.entries.len() > MAX_ENTRIES {
+            return invalid(format!(
+                "descriptor {i} has {} entries, the most is {MAX_ENTRIES}",
+                d.entries.len()
+            ));
+        }
+        if let Some(j) = d.entries.iter().position(|(k, _)| k.is_empty()) {
+            return invalid(format!("descriptor {i} entry {j} has an empty key"));
+        }
+        // Longer entries could not make a valid counter key anyway (the store refuses
+        // keys over 1 KiB); refusing them here keeps a 1 MB value from being copied.
+        let len: usize = d.entries.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if len > spillway_core::MAX_KEY_LEN {
+            return invalid(format!(
+                "descriptor {i} is {len} bytes of keys and values, the most is {}",
+                spillway_core::MAX_KEY_LEN
+            ));
+        }
+    }
+    Ok(())
+}

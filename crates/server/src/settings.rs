@@ -1,0 +1,415 @@
+//! Settings, from four places, later ones winning: defaults, a settings file (YAML),
+//! the reference service's environment variables (so a deployment of envoyproxy/ratelimit
+//! switches by changing the image), and the command line (which also reads `SPILLWAY_*`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use spillway_policy::OnStoreError;
+
+use crate::HeaderStyle;
+
+/// Everything `serve` needs to know.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// A policy file or directory.
+    pub config: PathBuf,
+    /// `memory`, or a Redis URL.
+    pub store: String,
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    /// Per store call; well under Envoy's 20 ms deadline.
+    pub store_timeout: Duration,
+    /// For rules without their own `on_store_error`.
+    pub on_store_error: OnStoreError,
+    /// The reference's `SHADOW_MODE`: never answer OVER_LIMIT overall.
+    pub shadow_mode: bool,
+    /// The reference's `QUOTA_MODE`: every reference rule is quota-mode.
+    pub quota_mode: bool,
+    pub near_limit_ratio: f64,
+    /// `/v1/check`'s rate limit headers.
+    pub headers: HeaderStyle,
+    /// The reference's `LIMIT_RESPONSE_HEADERS_ENABLED` header names, when enabled.
+    pub reference_headers: Option<[String; 3]>,
+    /// `error`, `warn`, `info`, `debug`, `trace` (or a `tracing` filter).
+    pub log_level: String,
+    pub log_json: bool,
+    /// Reload policies when the files change.
+    pub watch: bool,
+    pub breaker_failures: u32,
+    pub breaker_cooldown: Duration,
+    pub header_read_timeout: Duration,
+    pub drain_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            config: PathBuf::from("policies"),
+            store: "memory".into(),
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            store_timeout: spillway_redis::DEFAULT_TIMEOUT,
+            on_store_error: OnStoreError::Closed,
+            shadow_mode: false,
+            quota_mode: false,
+            near_limit_ratio: 0.8,
+            headers: HeaderStyle::Ietf,
+            reference_headers: None,
+            log_level: "info".into(),
+            log_json: false,
+            watch: true,
+            breaker_failures: crate::breaker::DEFAULT_FAILURES_TO_OPEN,
+            breaker_cooldown: crate::breaker::DEFAULT_COOLDOWN,
+            header_read_timeout: Duration::from_secs(5),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The settings file: every key optional, unknown keys refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    config: Option<PathBuf>,
+    store: Option<String>,
+    http_addr: Option<String>,
+    grpc_addr: Option<String>,
+    store_timeout: Option<String>,
+    on_store_error: Option<String>,
+    shadow_mode: Option<bool>,
+    quota_mode: Option<bool>,
+    near_limit_ratio: Option<f64>,
+    headers: Option<String>,
+    reference_headers: Option<bool>,
+    log_level: Option<String>,
+    log_format: Option<String>,
+    watch: Option<bool>,
+    breaker_failures: Option<u32>,
+    breaker_cooldown: Option<String>,
+    header_read_timeout: Option<String>,
+    drain_timeout: Option<String>,
+}
+
+/// A setting that could not be used; says which and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SettingsError(pub String);
+
+impl Settings {
+    /// Applies a settings file.
+    pub fn apply_file(&mut self, path: &Path) -> Result<(), SettingsError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| SettingsError(format!("{}: cannot read: {e}", path.display())))?;
+        let f: File = serde_saphyr::from_str(&text).map_err(|e| {
+            SettingsError(format!(
+                "{}: {}",
+                path.display(),
+                e.to_string().lines().next().unwrap_or("")
+            ))
+        })?;
+        let at = |what: &str, e: String| SettingsError(format!("{}: {what}: {e}", path.display()));
+        if let Some(v) = f.config {
+            // Relative to the settings file, as a reader of the file would assume.
+            self.config = path.parent().map_or(v.clone(), |dir| dir.join(&v));
+        }
+        if let Some(v) = f.store {
+            self.store = v;
+        }
+        if let Some(v) = f.http_addr {
+            self.http_addr = addr(&v).map_err(|e| at("http_addr", e))?;
+        }
+        if let Some(v) = f.grpc_addr {
+            self.grpc_addr = addr(&v).map_err(|e| at("grpc_addr", e))?;
+        }
+        if let Some(v) = f.store_timeout {
+            self.store_timeout = duration(&v).map_err(|e| at("store_timeout", e))?;
+        }
+        if let Some(v) = f.on_store_error {
+            self.on_store_error = OnStoreError::parse(&v).map_err(|e| at("on_store_error", e))?;
+        }
+        self.shadow_mode = f.shadow_mode.unwrap_or(self.shadow_mode);
+        self.quota_mode = f.quota_mode.unwrap_or(self.quota_mode);
+        if let Some(v) = f.near_limit_ratio {
+            self.near_limit_ratio = ratio(v).map_err(|e| at("near_limit_ratio", e))?;
+        }
+        if let Some(v) = f.headers {
+            self.headers = HeaderStyle::parse(&v).map_err(|e| at("headers", e))?;
+        }
+        if let Some(on) = f.reference_headers {
+            self.reference_headers = on.then(default_reference_headers);
+        }
+        self.log_level = f.log_level.unwrap_or_else(|| self.log_level.clone());
+        if let Some(v) = f.log_format {
+            self.log_json = log_format(&v).map_err(|e| at("log_format", e))?;
+        }
+        self.watch = f.watch.unwrap_or(self.watch);
+        self.breaker_failures = f.breaker_failures.unwrap_or(self.breaker_failures);
+        if let Some(v) = f.breaker_cooldown {
+            self.breaker_cooldown = duration(&v).map_err(|e| at("breaker_cooldown", e))?;
+        }
+        if let Some(v) = f.header_read_timeout {
+            self.header_read_timeout = duration(&v).map_err(|e| at("header_read_timeout", e))?;
+        }
+        if let Some(v) = f.drain_timeout {
+            self.drain_timeout = duration(&v).map_err(|e| at("drain_timeout", e))?;
+        }
+        Ok(())
+    }
+
+    /// Applies the reference service's environment variables that are set.
+    pub fn apply_reference_env(
+        &mut self,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), SettingsError> {
+        let env_err = |name: &str, e: String| SettingsError(format!("{name}: {e}"));
+        if let Some(url) = var("REDIS_URL").filter(|u| !u.is_empty()) {
+            self.store = redis_url(&url, &var).map_err(|e| env_err("REDIS_URL", e))?;
+        }
+        if var("RUNTIME_ROOT").is_some() || var("RUNTIME_SUBDIRECTORY").is_some() {
+            let root = var("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into());
+            let sub = var("RUNTIME_SUBDIRECTORY").unwrap_or_default();
+            let app = var("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into());
+            self.config = Path::new(&root).join(sub).join(app);
+        }
+        // The reference listens on every interface by default; so does a deployment of it.
+        let listen =
+            |host: &str, port: &str, current: SocketAddr| -> Result<SocketAddr, SettingsError> {
+                match (var(host), var(port)) {
+                    (None, None) => Ok(current),
+                    (h, p) => {
+                        let h = h.unwrap_or_else(|| "0.0.0.0".into());
+                        let p = p.map_or(Ok(current.port()), |p| {
+                            p.parse::<u16>().map_err(|e| env_err(port, e.to_string()))
+                        })?;
+                        addr(&format!("{h}:{p}")).map_err(|e| env_err(host, e))
+                    }
+                }
+            };
+        self.http_addr = listen("HOST", "PORT", self.http_addr)?;
+        self.grpc_addr = listen("GRPC_HOST", "GRPC_PORT", self.grpc_addr)?;
+        if let Some(v) = var("LOG_LEVEL") {
+            self.log_level = v.to_ascii_lowercase();
+        }
+        if let Some(v) = var("LOG_FORMAT") {
+            self.log_json = log_format(&v).map_err(|e| env_err("LOG_FORMAT", e))?;
+        }
+        if let Some(v) = var("SHADOW_MODE") {
+            self.shadow_mode = boolean(&v).map_err(|e| env_err("SHADOW_MODE", e))?;
+        }
+        if let Some(v) = var("QUOTA_MODE") {
+            self.quota_mode = boolean(&v).map_err(|e| env_err("QUOTA_MODE", e))?;
+        }
+        if let Some(v) = var("NEAR_LIMIT_RATIO") {
+            let r = v
+                .parse::<f64>()
+                .map_err(|e| env_err("NEAR_LIMIT_RATIO", e.to_string()))?;
+            self.near_limit_ratio = ratio(r).map_err(|e| env_err("NEAR_LIMIT_RATIO", e))?;
+        }
+        if let Some(v) = var("LIMIT_RESPONSE_HEADERS_ENABLED") {
+            let on = boolean(&v).map_err(|e| env_err("LIMIT_RESPONSE_HEADERS_ENABLED", e))?;
+            self.reference_headers = on.then(|| {
+                let [l, r, t] = default_reference_headers();
+                [
+                    var("LIMIT_LIMIT_HEADER").unwrap_or(l),
+                    var("LIMIT_REMAINING_HEADER").unwrap_or(r),
+                    var("LIMIT_RESET_HEADER").unwrap_or(t),
+                ]
+            });
+        }
+        Ok(())
+    }
+}
+
+fn default_reference_headers() -> [String; 3] {
+    [
+        "RateLimit-Limit".into(),
+        "RateLimit-Remaining".into(),
+        "RateLimit-Reset".into(),
+    ]
+}
+
+/// The reference's Redis settings as one Redis URL: `REDIS_TYPE` single (`host:port` or
+/// a socket path with `REDIS_SOCKET_TYPE=unix`), sentinel (`master,host:port,...`) or
+/// cluster (`host:port,...`), `REDIS_AUTH` (`password` or `user:password`), `REDIS_TLS`.
+/// A value that already is a URL is used as it is.
+fn redis_url(url: &str, var: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    if url.contains("://") {
+        return Ok(url.to_owned());
+    }
+    let kind = var("REDIS_TYPE")
+        .unwrap_or_else(|| "single".into())
+        .to_ascii_lowercase();
+    let tls = var("REDIS_TLS").is_some_and(|v| boolean(&v).unwrap_or(false));
+    let auth = var("REDIS_AUTH")
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            if a.contains(':') {
+                format!("{a}@")
+            } else {
+                format!(":{a}@")
+            }
+        })
+        .unwrap_or_default();
+    let unix = var("REDIS_SOCKET_TYPE").is_none_or(|t| t.eq_ignore_ascii_case("unix"))
+        && url.starts_with('/');
+    Ok(match kind.as_str() {
+        "single" if unix => format!("unix://{url}"),
+        "single" => format!("{}://{auth}{url}", if tls { "rediss" } else { "redis" }),
+        "cluster" => format!(
+            "{}://{auth}{url}",
+            if tls {
+                "rediss+cluster"
+            } else {
+                "redis+cluster"
+            }
+        ),
+        "sentinel" => {
+            let (master, nodes) = url
+                .split_once(',')
+                .ok_or_else(|| format!("`{url}` is not `mastername,host:port,...`"))?;
+            format!(
+                "{}://{auth}{nodes}/{master}",
+                if tls {
+                    "rediss+sentinel"
+                } else {
+                    "redis+sentinel"
+                }
+            )
+        }
+        other => {
+            return Err(format!(
+                "REDIS_TYPE `{other}` is not single, sentinel or cluster"
+            ));
+        }
+    })
+}
+
+/// `host:port` (or `:port`, for every interface).
+pub fn addr(s: &str) -> Result<SocketAddr, String> {
+    let s = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_owned()
+    };
+    s.parse::<SocketAddr>()
+        .map_err(|_| format!("`{s}` is not an address like 127.0.0.1:8080"))
+}
+
+/// A duration like `10ms`, `2s`, `1m`.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration like 10ms, 2s, 1m ({e})"))
+}
+
+fn boolean(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" | "" => Ok(false),
+        other => Err(format!("`{other}` is not true or false")),
+    }
+}
+
+fn ratio(r: f64) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&r) {
+        Ok(r)
+    } else {
+        Err(format!("{r} is not between 0 and 1"))
+    }
+}
+
+fn log_format(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "json" => Ok(true),
+        "text" => Ok(false),
+        other => Err(format!("`{other}` is not text or json")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn the_reference_environment_configures_the_service() {
+        let mut s = Settings::default();
+        s.apply_reference_env(env(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis.internal:6379"),
+            ("REDIS_AUTH", "secret"),
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("PORT", "9080"),
+            ("GRPC_PORT", "9081"),
+            ("LOG_LEVEL", "DEBUG"),
+            ("SHADOW_MODE", "true"),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LIMIT_RESET_HEADER", "X-Reset"),
+        ]))
+        .unwrap();
+        assert_eq!(s.store, "redis://:secret@redis.internal:6379");
+        assert_eq!(s.config, Path::new("/data/ratelimit/config"));
+        assert_eq!(s.http_addr, "0.0.0.0:9080".parse().unwrap());
+        assert_eq!(s.grpc_addr, "0.0.0.0:9081".parse().unwrap());
+        assert_eq!(s.log_level, "debug");
+        assert!(s.shadow_mode);
+        assert_eq!(s.reference_headers.unwrap()[2], "X-Reset");
+    }
+
+    #[test]
+    fn redis_types_become_urls() {
+        let url = |pairs: &[(&str, &str)]| {
+            let mut s = Settings::default();
+            s.apply_reference_env(env(pairs)).map(|()| s.store)
+        };
+        assert_eq!(
+            url(&[("REDIS_URL", "/var/run/redis.sock")]).unwrap(),
+            "unix:///var/run/redis.sock"
+        );
+        assert_eq!(
+            url(&[
+                ("REDIS_TYPE", "CLUSTER"),
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_URL", "a:1,b:2")
+            ])
+            .unwrap(),
+            "redis+cluster://a:1,b:2"
+        );
+        assert_eq!(
+            url(&[
+                ("REDIS_TYPE", "sentinel"),
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_URL", "mymaster,s1:26379,s2:26379")
+            ])
+            .unwrap(),
+            "redis+sentinel://s1:26379,s2:26379/mymaster"
+        );
+        assert_eq!(
+            url(&[("REDIS_URL", "redis://x:1/2")]).unwrap(),
+            "redis://x:1/2"
+        );
+        assert!(
+            url(&[("REDIS_TYPE", "memcache"), ("REDIS_URL", "a:1")])
+                .unwrap_err()
+                .to_string()
+                .contains("REDIS_TYPE")
+        );
+        assert!(
+            url(&[("PORT", "http")])
+                .unwrap_err()
+                .to_string()
+                .starts_with("PORT")
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! The stores behind the service: the configured one (memory or Redis) behind a circuit
+//! breaker, and the in-process store that `on_store_error: local` rules fall back to.
+
+use std::time::{Duration, Instant};
+
+use spillway_core::{BatchDecision, Error, Key, Limit, MemoryStore, Request, Store, Timestamp};
+use spillway_redis::RedisStore;
+
+use crate::breaker::{Breaker, BreakerState};
+use crate::metrics;
+
+/// The configured store.
+#[derive(Debug)]
+pub enum AnyStore {
+    /// In this process only.
+    Memory(MemoryStore),
+    /// Shared through Redis (standalone, Sentinel or Cluster).
+    Redis(RedisStore),
+}
+
+impl AnyStore {
+    /// Connects to the store a URL names: `memory`, or a Redis URL.
+    pub async fn open(url: &str, timeout: Duration) -> Result<AnyStore, spillway_redis::Error> {
+        if url == "memory" {
+            return Ok(AnyStore::Memory(MemoryStore::new()));
+        }
+        let store = RedisStore::builder(url).timeout(timeout).build().await?;
+        Ok(AnyStore::Redis(store))
+    }
+
+    /// `memory`, `redis` or `redis-cluster`, for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AnyStore::Memory(_) => "memory",
+            AnyStore::Redis(r) if r.is_cluster() => "redis-cluster",
+            AnyStore::Redis(_) => "redis",
+        }
+    }
+
+    /// Whether the store answers (a Redis `PING` within the store timeout).
+    pub async fn ping(&self) -> Result<(), Error> {
+        match self {
+            AnyStore::Memory(_) => Ok(()),
+            AnyStore::Redis(r) => r.ping().await,
+        }
+    }
+}
+
+impl Store for AnyStore {
+    async fn check(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, Error> {
+        match self {
+            AnyStore::Memory(m) => m.check(requests, now).await,
+            AnyStore::Redis(r) => r.check(requests, now).await,
+        }
+    }
+
+    async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), Error> {
+        match self {
+            AnyStore::Memory(m) => m.reset(key, limit).await,
+            AnyStore::Redis(r) => r.reset(key, limit).await,
+        }
+    }
+}
+
+/// Why the store could not decide.
+#[derive(Debug)]
+pub enum StoreFailure {
+    /// The breaker is open: the store was not called.
+    BreakerOpen,
+    /// The store failed or timed out.
+    Failed(Error),
+}
+
+impl StoreFailure {
+    /// A label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreFailure::BreakerOpen => "breaker_open",
+            StoreFailure::Failed(Error::Timeout(_)) => "timeout",
+            StoreFailure::Failed(_) => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreFailure::BreakerOpen => f.write_str("store unavailable (circuit breaker open)"),
+            StoreFailure::Failed(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// The configured store, guarded; and the local fallback.
+#[derive(Debug)]
+pub struct Stores {
+    pub primary: AnyStore,
+    pub local: MemoryStore,
+    breaker: Breaker,
+}
+
+impl Stores {
+    pub fn new(primary: AnyStore, breaker: Breaker) -> Stores {
+        Stores {
+            primary,
+            local: MemoryStore::new(),
+            breaker,
+        }
+    }
+
+    /// One decision round on the configured store, unless the breaker is open.
+    pub async fn decide(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, StoreFailure> {
+        if !self.breaker.admit(now) {
+            metrics::store_error("breaker_open");
+            return Err(StoreFailure::BreakerOpen);
+        }
+        #[allow(clippy::disallowed_methods)] // latency for the histogram, not a decision
+        let started = Instant::now();
+        let result = self.primary.check(requests, now).await;
+        metrics::store_latency(started.elapsed());
+        match result {
+            Ok(batch) => {
+                self.breaker.success();
+                Ok(batch)
+            }
+            // A refused request says nothing about the store's health.
+            Err(e) if e.is_invalid_input() => Err(StoreFailure::Failed(e)),
+            Err(e) => {
+                self.breaker.failure(now);
+                let failure = StoreFailure::Failed(e);
+                metrics::store_error(failure.kind());
+                Err(failure)
+            }
+        }
+    }
+
+    /// A decision round on the in-process fallback store.
+    pub fn decide_locally(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, Error> {
+        self.local.decide(requests, now)
+    }
+
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+}
