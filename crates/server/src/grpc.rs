@@ -65,18 +65,25 @@ pub fn router(
         ))
 }
 
-/// tonic answers a request body that does not decode with `INTERNAL`; a malformed
-/// request is the caller's fault, and the protocol's code for it is `INVALID_ARGUMENT`.
+/// tonic answers a request body that does not decode with `INTERNAL`, and one over the
+/// size limit with `OUT_OF_RANGE`; both are the caller's fault, and the protocol's code
+/// for a bad request is `INVALID_ARGUMENT`.
 async fn malformed_is_invalid_argument<B>(mut response: Response<B>) -> Response<B> {
     let headers = response.headers_mut();
-    let internal = headers.get("grpc-status").is_some_and(|s| s == "13");
-    let decode = headers
+    let status = headers.get("grpc-status").and_then(|s| s.to_str().ok());
+    let message = headers
         .get("grpc-message")
         .and_then(|m| m.to_str().ok())
-        .is_some_and(|m| {
-            m.starts_with("failed%20to%20decode") || m.starts_with("failed to decode")
-        });
-    if internal && decode {
+        .unwrap_or("");
+    let decoding = |prefix: &str| {
+        message.starts_with(prefix) || message.starts_with(&prefix.replace(' ', "%20"))
+    };
+    let bad_request = match status {
+        Some("13") => decoding("failed to decode"),
+        Some("11") => decoding("Error, decoded message length too large"),
+        _ => false,
+    };
+    if bad_request {
         headers.insert("grpc-status", HeaderValue::from_static("3"));
     }
     response

@@ -30,6 +30,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .route("/healthcheck", get(healthcheck))
+        .route("/v1/config", get(config))
         .fallback(|| async { error_body(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -295,6 +296,23 @@ async fn prometheus() -> impl IntoResponse {
         [("content-type", "text/plain; version=0.0.4")],
         metrics::handle().render(),
     )
+}
+
+/// The loaded domains, and whether the last (re)load worked and why not.
+async fn config(State(state): State<Arc<AppState>>) -> Response {
+    let policies = state.service.policies();
+    let domains: Vec<_> = policies
+        .domains()
+        .iter()
+        .map(|d| serde_json::json!({ "domain": d.name(), "file": d.file(), "rules": d.rule_count() }))
+        .collect();
+    let status = state.load_status.borrow().clone();
+    Json(serde_json::json!({
+        "domains": domains,
+        "loads": status.generation,
+        "last_load_error": status.error,
+    }))
+    .into_response()
 }
 
 /// Ready when a configuration is loaded, the store answers, and no shutdown has begun.

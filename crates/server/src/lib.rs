@@ -37,7 +37,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use spillway_core::{Clock, SystemClock};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -57,7 +56,8 @@ pub struct AppState {
     pub service: Service,
     pub headers: HeaderOptions,
     pub shutting_down: AtomicBool,
-    pub load_status: Mutex<LoadStatus>,
+    /// The last policy load; subscribe to hear of reloads.
+    pub load_status: tokio::sync::watch::Sender<LoadStatus>,
 }
 
 /// Why the service could not start.
@@ -109,9 +109,20 @@ pub async fn start_with_clock(
     settings: &Settings,
     clock: Arc<dyn Clock>,
 ) -> Result<Running, StartError> {
+    // Policies first: a typo in a file should not wait for a store connection to show.
+    spillway_policy::load(&settings.config)?;
+    let store = AnyStore::open(&settings.store, settings.store_timeout).await?;
+    start_with_store(settings, store, clock).await
+}
+
+/// [`start`] with a store already open (tests pass one that reads the manual clock).
+pub async fn start_with_store(
+    settings: &Settings,
+    store: AnyStore,
+    clock: Arc<dyn Clock>,
+) -> Result<Running, StartError> {
     let policies = spillway_policy::load(&settings.config)?;
     metrics::config_load(true, policies.domains().len());
-    let store = AnyStore::open(&settings.store, settings.store_timeout).await?;
     tracing::info!(
         store = store.kind(),
         domains = policies.domains().len(),
@@ -131,7 +142,7 @@ pub async fn start_with_clock(
             reference: settings.reference_headers.clone(),
         },
         shutting_down: AtomicBool::new(false),
-        load_status: Mutex::new(LoadStatus {
+        load_status: tokio::sync::watch::Sender::new(LoadStatus {
             generation: 1,
             error: None,
         }),

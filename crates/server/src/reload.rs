@@ -34,22 +34,24 @@ pub async fn reload(state: &AppState, path: &Path) {
         Ok(result) => result.map_err(|e| e.to_string()),
         Err(e) => Err(format!("the load task failed: {e}")),
     };
-    let mut status = state.load_status.lock();
-    status.generation += 1;
-    match result {
+    let error = match result {
         Ok(set) => {
             let domains = set.domains().len();
             state.service.replace_policies(set);
             metrics::config_load(true, domains);
             tracing::info!(path = %path.display(), domains, "policies reloaded");
-            status.error = None;
+            None
         }
         Err(e) => {
             metrics::config_load(false, 0);
             tracing::error!(path = %path.display(), error = %e, "policies not reloaded; the last good ones keep serving");
-            status.error = Some(e);
+            Some(e)
         }
-    }
+    };
+    state.load_status.send_modify(|status| {
+        status.generation += 1;
+        status.error = error;
+    });
 }
 
 /// Watches `path` and reloads on every change until `shutdown`.

@@ -1,0 +1,169 @@
+//! Shared by the server's test files: a service on loopback ports with a manual clock,
+//! an HTTP client and a gRPC client.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use spillway_core::{ManualClock, MemoryStore, Timestamp};
+use spillway_redis::{RedisStore, TimeSource};
+use spillway_server::{AnyStore, Running, Settings};
+use tonic::transport::Channel;
+
+/// 2023-11-14T22:13:20Z: a whole minute, hour and day are easy to reason about from here.
+pub const T0: u64 = 1_700_000_000;
+
+#[derive(Debug)]
+pub struct Server {
+    pub running: Running,
+    pub clock: ManualClock,
+    pub http: reqwest::Client,
+    pub dir: PathBuf,
+}
+
+/// Which store a test server uses.
+#[derive(Clone, Debug)]
+pub enum Backing {
+    Memory,
+    /// Redis at this URL, reading the manual clock.
+    Redis(String),
+}
+
+impl Server {
+    /// A server for the policy files in `files` (name, YAML).
+    pub async fn start(name: &str, files: &[(&str, &str)], backing: Backing) -> Server {
+        Server::start_with(name, files, backing, |_| {}).await
+    }
+
+    pub async fn start_with(
+        name: &str,
+        files: &[(&str, &str)],
+        backing: Backing,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Server {
+        let dir = tempdir(name);
+        for (file, yaml) in files {
+            std::fs::write(dir.join(file), yaml).unwrap();
+        }
+        let mut settings = Settings {
+            config: dir.clone(),
+            http_addr: "127.0.0.1:0".parse().unwrap(),
+            grpc_addr: "127.0.0.1:0".parse().unwrap(),
+            ..Settings::default()
+        };
+        tweak(&mut settings);
+        let clock = ManualClock::new(Timestamp::from_secs(T0));
+        let store = match backing {
+            Backing::Memory => AnyStore::Memory(MemoryStore::new()),
+            Backing::Redis(url) => AnyStore::Redis(
+                RedisStore::builder(url)
+                    .prefix(spillway_testkit::redis::unique_prefix(name))
+                    .time_source(TimeSource::Caller)
+                    .timeout(settings.store_timeout)
+                    .build()
+                    .await
+                    .expect("connect to the test Redis"),
+            ),
+        };
+        let running = spillway_server::start_with_store(&settings, store, Arc::new(clock.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        Server {
+            running,
+            clock,
+            http: reqwest::Client::new(),
+            dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.running.http_addr)
+    }
+
+    pub async fn grpc(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.running.grpc_addr))
+            .await
+            .unwrap()
+    }
+
+    /// `ShouldRateLimit` with one descriptor.
+    pub async fn should(&self, domain: &str, entries: &[(&str, &str)]) -> RateLimitResponse {
+        self.grpc()
+            .await
+            .should_rate_limit(request(domain, &[entries]))
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// `POST /v1/check` with a JSON body: the status and the body.
+    pub async fn check(
+        &self,
+        body: serde_json::Value,
+    ) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+        let r = self
+            .http
+            .post(self.url("/v1/check"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let (status, headers) = (r.status().as_u16(), r.headers().clone());
+        (status, headers, r.json().await.unwrap())
+    }
+
+    pub fn advance(&self, d: Duration) {
+        self.clock.advance(d);
+    }
+}
+
+pub fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: descriptors.iter().map(|d| descriptor(d)).collect(),
+        hits_addend: 0,
+    }
+}
+
+pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+pub fn tempdir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("server-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub fn example(path: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/../../examples/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+/// The backings every behaviour is checked on: memory, and the shared test Redis.
+pub fn backings() -> Vec<Backing> {
+    vec![
+        Backing::Memory,
+        Backing::Redis(spillway_testkit::redis::standalone_url()),
+    ]
+}
