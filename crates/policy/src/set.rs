@@ -150,12 +150,13 @@ pub fn override_key<K: AsRef<str>, V: AsRef<str>>(domain: &str, entries: &[(K, V
     key
 }
 
-/// Appends `s` with the key's separators (`| = : # ! %`) percent-escaped, so that the
-/// joined key is unambiguous whatever the entries hold.
+/// Appends `s` with the key's separators (`| = : # ! %`) and braces percent-escaped,
+/// so that the joined key is unambiguous whatever the entries hold, and a store may
+/// wrap it in a `{…}` hash tag of its own.
 pub fn escape_into(out: &mut String, s: &str) {
     for c in s.chars() {
         match c {
-            '|' | '=' | ':' | '#' | '!' | '%' => {
+            '|' | '=' | ':' | '#' | '!' | '%' | '{' | '}' => {
                 let _ = write!(out, "%{:02X}", c as u32);
             }
             c => out.push(c),

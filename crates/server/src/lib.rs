@@ -121,6 +121,7 @@ pub async fn start_with_store(
     store: AnyStore,
     clock: Arc<dyn Clock>,
 ) -> Result<Running, StartError> {
+    metrics::handle(); // installs the recorder before anything is counted
     let policies = spillway_policy::load(&settings.config)?;
     metrics::config_load(true, policies.domains().len());
     tracing::info!(

@@ -173,7 +173,7 @@ impl Service {
                 let mut rule = Rule::reference(o.requests_per_unit, o.unit);
                 rule.metric = Arc::clone(&self.override_path);
                 let k = counts(&rule)
-                    .then(|| key(override_key(domain.name(), &d.entries)))
+                    .then(|| key(format!("{{{}}}", override_key(domain.name(), &d.entries))))
                     .transpose()?;
                 hits.push(Hit {
                     descriptor: i,
@@ -183,8 +183,10 @@ impl Service {
                 });
             } else if let Some(m) = domain.resolve(&d.entries) {
                 for rule in m.rules {
+                    // `{descriptor}slot`: the braces are a hash tag, so every limit of
+                    // one descriptor lands in one Redis Cluster slot.
                     let k = counts(rule)
-                        .then(|| key(format!("{}{}", m.key, rule.slot)))
+                        .then(|| key(format!("{{{}}}{}", m.key, rule.slot)))
                         .transpose()?;
                     hits.push(Hit {
                         descriptor: i,
@@ -202,8 +204,38 @@ impl Service {
         rule.quota_mode || (self.options.global_quota && rule.reference)
     }
 
-    /// One store round for the hits at `which`; a failure goes to the rules' policies.
+    /// The store rounds for the hits at `which`. On Redis Cluster each descriptor's
+    /// limits share a slot, but different descriptors do not: there each descriptor is
+    /// its own round (all of them at once), all-or-nothing within the descriptor.
     async fn round(
+        &self,
+        hits: &[Hit<'_>],
+        which: &[usize],
+        now: Timestamp,
+    ) -> Result<Vec<Decided>, CheckError> {
+        let spans_slots = which
+            .windows(2)
+            .any(|w| hits[w[0]].descriptor != hits[w[1]].descriptor);
+        if !(self.stores.primary.is_cluster() && spans_slots) {
+            return self.round_on_one_slot(hits, which, now).await;
+        }
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for &i in which {
+            match groups.last_mut() {
+                Some(g) if hits[g[0]].descriptor == hits[i].descriptor => g.push(i),
+                _ => groups.push(vec![i]),
+            }
+        }
+        let rounds = groups.iter().map(|g| self.round_on_one_slot(hits, g, now));
+        let mut decided = Vec::with_capacity(which.len());
+        for result in futures_util::future::join_all(rounds).await {
+            decided.extend(result?);
+        }
+        Ok(decided)
+    }
+
+    /// One store round; a failure goes to the rules' failure policies.
+    async fn round_on_one_slot(
         &self,
         hits: &[Hit<'_>],
         which: &[usize],

@@ -28,6 +28,11 @@ impl AnyStore {
         Ok(AnyStore::Redis(store))
     }
 
+    /// Whether keys in different Redis Cluster slots need separate calls.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, AnyStore::Redis(r) if r.is_cluster())
+    }
+
     /// `memory`, `redis` or `redis-cluster`, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -160,7 +160,8 @@ pub fn example(path: &str) -> String {
     .unwrap()
 }
 
-/// The backings every behaviour is checked on: memory, and the shared test Redis.
+/// The backings every behaviour is checked on: memory, and the shared test Redis
+/// standalone server and Cluster.
 pub fn backings() -> Vec<Backing> {
     vec![
         Backing::Memory,

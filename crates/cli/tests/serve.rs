@@ -1,0 +1,97 @@
+//! `spillway serve` as a real process: configured the way a deployment of the Envoy
+//! reference service is (its environment variables and directory layout), answering
+//! over HTTP, logging JSON, and stopping cleanly on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("serve-{}", std::process::id()));
+    let config = root.join("ratelimit").join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/envoy/rl.yaml");
+    std::fs::copy(example, config.join("rl.yaml")).unwrap();
+    let (http, grpc) = (free_port(), free_port());
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .arg("serve")
+        .env_clear()
+        .env("RUNTIME_ROOT", &root)
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .env("HOST", "127.0.0.1")
+        .env("PORT", http.to_string())
+        .env("GRPC_HOST", "127.0.0.1")
+        .env("GRPC_PORT", grpc.to_string())
+        .env("LOG_FORMAT", "json")
+        .env("LOG_LEVEL", "info")
+        .env("LIMIT_RESPONSE_HEADERS_ENABLED", "true")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spillway starts");
+    let mut logs = BufReader::new(child.stderr.take().unwrap()).lines();
+    // Wait for the line that says it listens, rather than guessing how long that takes.
+    let listening = logs
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("listening"))
+        .expect("a listening line");
+    let line: serde_json::Value = serde_json::from_str(&listening).expect("JSON logs");
+    assert_eq!(line["fields"]["http_addr"], format!("127.0.0.1:{http}"));
+
+    let body = r#"{"domain":"rl","descriptors":[{"entries":[{"key":"foo","value":"bar"}]}]}"#;
+    let answers: Vec<String> = (0..3).map(|_| curl(http, "/json", Some(body))).collect();
+    assert!(answers[0].starts_with("200 "), "{}", answers[0]);
+    assert!(
+        answers[0].contains(r#""responseHeadersToAdd":[{"key":"RateLimit-Limit","value":"2"}"#),
+        "{}",
+        answers[0]
+    );
+    assert!(answers[2].starts_with("429 "), "{}", answers[2]);
+    assert!(curl(http, "/healthcheck", None).starts_with("200 OK"));
+
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+    let rest: Vec<String> = logs.map(|l| l.unwrap()).collect();
+    assert!(rest.iter().any(|l| l.contains("shutting down")), "{rest:?}");
+    assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
+}
+
+/// `STATUS BODY` of one request, over a plain socket (HTTP/1.1, Connection: close).
+fn curl(port: u16, path: &str, body: Option<&str>) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (method, body) = match body {
+        Some(b) => ("POST", b),
+        None => ("GET", ""),
+    };
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    let status = response.split(' ').nth(1).unwrap_or("").to_owned();
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    format!("{status} {body}")
+}

@@ -1,0 +1,58 @@
+//! `/metrics`: decisions by domain, rule and outcome (shadow and near-limit included),
+//! store latency, and no label made of request values. (Its own test binary: the
+//! recorder is process-wide.)
+
+mod support;
+
+use serde_json::json;
+use support::{Backing, Server};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_are_counted_by_domain_rule_and_outcome() {
+    let yaml = "
+domain: m
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+  - key: trial
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+";
+    let s = Server::start("metrics", &[("m.yaml", yaml)], Backing::Memory).await;
+    for i in 0..6 {
+        // Distinct users for the first, one user for the rest: labels must not differ.
+        let user = if i == 0 {
+            "first".to_string()
+        } else {
+            "u".to_string()
+        };
+        s.check(json!({ "domain": "m", "descriptors": [
+            { "entries": [{ "key": "user", "value": user }] },
+            { "entries": [{ "key": "trial", "value": "t" }] },
+        ]}))
+        .await;
+    }
+    let text = s
+        .http
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let has = |line: &str| assert!(text.lines().any(|l| l == line), "`{line}` in\n{text}");
+    has(r#"spillway_decisions_total{domain="m",rule="user",outcome="ok"} 6"#);
+    has(r#"spillway_decisions_total{domain="m",rule="trial",outcome="ok"} 1"#);
+    has(r#"spillway_decisions_total{domain="m",rule="trial",outcome="shadow_over_limit"} 5"#);
+    // 5 per minute, near at 80% = 4 used: the fourth and fifth hit of user `u`.
+    has(r#"spillway_near_limit_total{domain="m",rule="user"} 2"#);
+    has(r#"spillway_requests_total{api="http"} 6"#);
+    has("spillway_breaker_state 0");
+    assert!(
+        text.contains("spillway_store_duration_seconds_bucket"),
+        "{text}"
+    );
+    assert!(!text.contains("first"), "a request value became a label");
+    s.running.stop().await;
+}
