@@ -21,7 +21,6 @@ use rand::{Rng, SeedableRng};
 use redis::Value;
 use spillway_core::{Algorithm, Edge, Key, Limit, Request, Store, Timestamp};
 use spillway_redis::{RedisStore, SCRIPT, TimeSource, script_argv};
-use spillway_testkit::redis::RedisServer;
 
 const KEYS: usize = 10_000;
 
@@ -42,14 +41,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    let (_server, url) = match std::env::var("SPILLWAY_BENCH_REDIS") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let s = RedisServer::start();
-            let url = s.url();
-            (Some(s), url)
-        }
-    };
+    let (_server, url) = spillway_testkit::redis::bench_redis();
     let port = url
         .rsplit(':')
         .next()

@@ -22,7 +22,7 @@ mod grpc;
 mod headers;
 mod http;
 mod json;
-mod listen;
+pub mod listen;
 pub mod metrics;
 mod reload;
 mod request;
@@ -42,7 +42,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use breaker::BreakerState;
+pub use breaker::{Breaker, BreakerState};
 pub use headers::{HeaderOptions, HeaderStyle};
 pub use reload::LoadStatus;
 pub use request::{CheckRequest, CheckResponse, Code, Descriptor, Override, ReportedRule, Status};
@@ -130,6 +130,7 @@ pub async fn start_with_store(
         "starting"
     );
     let breaker = breaker::Breaker::new(settings.breaker_failures, settings.breaker_cooldown);
+    metrics::breaker(breaker.state());
     let options = Options {
         global_shadow: settings.shadow_mode,
         global_quota: settings.quota_mode,

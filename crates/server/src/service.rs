@@ -247,7 +247,6 @@ impl Service {
         let batch = requests(hits, which);
         let failure = match self.stores.decide(&batch, now).await {
             Ok(batch) => {
-                metrics::breaker(self.stores.breaker_state());
                 return Ok(which
                     .iter()
                     .zip(batch.decisions)
@@ -259,7 +258,6 @@ impl Service {
             }
             Err(failure) => failure,
         };
-        metrics::breaker(self.stores.breaker_state());
         let policy = |i: usize| {
             hits[i]
                 .rule

@@ -100,6 +100,26 @@ async fn each_failure_policy_then_recovery() {
             (200, &json!(7)),
             "{policy:?}: {body}"
         );
+        let metrics = s
+            .http
+            .get(s.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        for line in [
+            "spillway_store_duration_seconds_bucket",
+            "spillway_store_errors_total{kind=\"timeout\"}",
+            "spillway_store_errors_total{kind=\"breaker_open\"}",
+            &format!(
+                "spillway_fallback_decisions_total{{policy=\"{}\"}}",
+                policy.name()
+            ),
+        ] {
+            assert!(metrics.contains(line), "`{line}` in\n{metrics}");
+        }
         s.running.stop().await;
     }
 }

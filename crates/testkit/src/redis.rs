@@ -53,6 +53,19 @@ pub struct RedisServer {
     dir: PathBuf,
 }
 
+/// The Redis a benchmark runs against: `SPILLWAY_BENCH_REDIS` if set, else a server of
+/// its own (kept alive by the returned guard).
+pub fn bench_redis() -> (Option<RedisServer>, String) {
+    match std::env::var("SPILLWAY_BENCH_REDIS") {
+        Ok(url) => (None, url),
+        Err(_) => {
+            let s = RedisServer::start();
+            let url = s.url();
+            (Some(s), url)
+        }
+    }
+}
+
 impl RedisServer {
     /// Starts a standalone server and waits until it answers PING.
     pub fn start() -> RedisServer {

@@ -1,0 +1,288 @@
+//! The service end to end over loopback, next to its ceiling: a trivial axum handler
+//! that answers 200, served by the same HTTP stack, loaded by the same client in the
+//! same run. Measures `POST /v1/check` and `ShouldRateLimit` on the memory store and
+//! on Redis: throughput and p50/p99 latency of N concurrent callers (closed loop).
+//!
+//! Run: `cargo bench -p spillway-server --bench service` (starts its own redis-server,
+//! or uses `SPILLWAY_BENCH_REDIS=redis://…`). `BENCH_SECS` (default 3) per target,
+//! `BENCH_CONCURRENCY` (default 32) callers.
+
+#![allow(clippy::disallowed_methods)] // a benchmark reads the real clock
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use spillway_core::{MemoryStore, SystemClock};
+use spillway_redis::RedisStore;
+use spillway_server::listen::{Timeouts, serve};
+use spillway_server::{AnyStore, Settings};
+use tokio_util::sync::CancellationToken;
+
+const KEYS: usize = 10_000;
+
+const POLICY: &str = "
+domain: bench
+descriptors:
+  - key: user
+    limits: [{ algorithm: gcra, limit: 1000000000, window: 1s }]
+";
+
+struct Run {
+    per_sec: f64,
+    p50_us: f64,
+    p99_us: f64,
+    errors: u64,
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let secs = env("BENCH_SECS", 3);
+    let concurrency = env("BENCH_CONCURRENCY", 32) as usize;
+    let (_redis, redis_url) = spillway_testkit::redis::bench_redis();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let duration = Duration::from_secs(secs);
+        let shutdown = CancellationToken::new();
+        let ceiling = trivial(shutdown.clone()).await;
+        let memory = spillway(AnyStore::Memory(MemoryStore::new())).await;
+        let redis = spillway(AnyStore::Redis(
+            RedisStore::builder(&redis_url).build().await.unwrap(),
+        ))
+        .await;
+
+        println!(
+            "{concurrency} concurrent callers, {secs} s each, {KEYS} keys, loopback, {} cores",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        println!(
+            "{:<34} {:>12} {:>9} {:>9} {:>11} {:>7}",
+            "target", "req/s", "p50 µs", "p99 µs", "of ceiling", "errors"
+        );
+        let ceiling_run = http(ceiling, "/", concurrency, duration, false).await;
+        report(
+            "trivial axum handler (ceiling)",
+            &ceiling_run,
+            ceiling_run.per_sec,
+        );
+        for (name, addrs) in [("memory", &memory), ("redis", &redis)] {
+            let r = http(addrs.0, "/v1/check", concurrency, duration, true).await;
+            report(&format!("POST /v1/check, {name}"), &r, ceiling_run.per_sec);
+            let r = grpc(addrs.1, concurrency, duration).await;
+            report(&format!("ShouldRateLimit, {name}"), &r, ceiling_run.per_sec);
+        }
+        shutdown.cancel();
+        in_process().await;
+    });
+}
+
+/// Where the time goes: the service alone, without HTTP, on one task.
+async fn in_process() {
+    let dir = std::env::temp_dir().join(format!("spillway-bench-{}", std::process::id()));
+    let policies = spillway_policy::load(&dir).unwrap();
+    let stores = spillway_server::Stores::new(
+        AnyStore::Memory(MemoryStore::new()),
+        spillway_server::Breaker::new(5, Duration::from_millis(500)),
+    );
+    let service =
+        spillway_server::Service::new(policies, stores, Arc::new(SystemClock), Default::default());
+    let requests: Vec<spillway_server::CheckRequest> = (0..KEYS)
+        .map(|i| spillway_server::CheckRequest {
+            domain: "bench".into(),
+            descriptors: vec![spillway_server::Descriptor {
+                entries: vec![("user".into(), format!("u{i}"))],
+                ..Default::default()
+            }],
+            hits: 1,
+        })
+        .collect();
+    let n = 1_000_000;
+    let start = Instant::now();
+    for i in 0..n {
+        let r = service.check(&requests[i % KEYS]).await.unwrap();
+        assert_eq!(r.overall, spillway_server::Code::Ok);
+    }
+    let per = start.elapsed() / n as u32;
+    println!("Service::check in process, memory store, one task: {per:?} per decision");
+}
+
+fn report(name: &str, r: &Run, ceiling: f64) {
+    println!(
+        "{name:<34} {:>12.0} {:>9.0} {:>9.0} {:>10.0}% {:>7}",
+        r.per_sec,
+        r.p50_us,
+        r.p99_us,
+        100.0 * r.per_sec / ceiling,
+        r.errors
+    );
+}
+
+/// The ceiling: a handler that answers 200, on the same accept loop as the service.
+async fn trivial(shutdown: CancellationToken) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().route("/", axum::routing::post(|| async { "ok" }));
+    let timeouts = Timeouts {
+        header_read: Duration::from_secs(5),
+        drain: Duration::from_secs(1),
+    };
+    tokio::spawn(serve(listener, app, shutdown, timeouts));
+    addr
+}
+
+/// A service on `store`; its HTTP and gRPC addresses.
+async fn spillway(store: AnyStore) -> (SocketAddr, SocketAddr) {
+    let dir = std::env::temp_dir().join(format!("spillway-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("bench.yaml"), POLICY).unwrap();
+    let settings = Settings {
+        config: dir,
+        http_addr: "127.0.0.1:0".parse().unwrap(),
+        grpc_addr: "127.0.0.1:0".parse().unwrap(),
+        watch: false,
+        ..Settings::default()
+    };
+    let running = spillway_server::start_with_store(&settings, store, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let addrs = (running.http_addr, running.grpc_addr);
+    std::mem::forget(running); // serves until the process ends
+    addrs
+}
+
+fn body(i: usize) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"domain":"bench","descriptors":[{{"entries":[{{"key":"user","value":"u{i}"}}]}}]}}"#
+    ))
+}
+
+/// Closed loop over HTTP/1.1 keep-alive: one connection per caller.
+async fn http(
+    addr: SocketAddr,
+    path: &'static str,
+    concurrency: usize,
+    duration: Duration,
+    expect_json: bool,
+) -> Run {
+    let bodies: Arc<Vec<Bytes>> = Arc::new((0..KEYS).map(body).collect());
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|c| {
+            let bodies = Arc::clone(&bodies);
+            tokio::spawn(async move {
+                let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+                stream.set_nodelay(true).unwrap();
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .unwrap();
+                tokio::spawn(conn);
+                let mut hist = Histogram::<u64>::new(3).unwrap();
+                let (mut n, mut errors) = (c * 7919, 0);
+                while start.elapsed() < duration {
+                    let req = hyper::Request::post(path)
+                        .header("host", "bench")
+                        .header("content-type", "application/json")
+                        .body(Full::new(bodies[n % KEYS].clone()))
+                        .unwrap();
+                    n += 1;
+                    let t = Instant::now();
+                    let ok = match sender.send_request(req).await {
+                        Ok(resp) => {
+                            let ok = resp.status().is_success();
+                            let body = resp.into_body().collect().await.map(|b| b.to_bytes());
+                            ok && body
+                                .is_ok_and(|b| !expect_json || b.starts_with(b"{\"allowed\":true"))
+                        }
+                        Err(_) => false,
+                    };
+                    hist.record(t.elapsed().as_micros() as u64).unwrap();
+                    errors += u64::from(!ok);
+                }
+                (hist, errors)
+            })
+        })
+        .collect();
+    collect(tasks, start).await
+}
+
+/// Closed loop over gRPC: callers share 4 HTTP/2 connections, as Envoy multiplexes.
+async fn grpc(addr: SocketAddr, concurrency: usize, duration: Duration) -> Run {
+    let mut channels = Vec::new();
+    for _ in 0..4 {
+        channels.push(
+            RateLimitServiceClient::connect(format!("http://{addr}"))
+                .await
+                .unwrap(),
+        );
+    }
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|c| {
+            let mut client = channels[c % channels.len()].clone();
+            tokio::spawn(async move {
+                let mut hist = Histogram::<u64>::new(3).unwrap();
+                let (mut n, mut errors) = (c * 7919, 0);
+                while start.elapsed() < duration {
+                    let req = RateLimitRequest {
+                        domain: "bench".into(),
+                        descriptors: vec![RateLimitDescriptor {
+                            entries: vec![Entry {
+                                key: "user".into(),
+                                value: format!("u{}", n % KEYS),
+                            }],
+                            ..Default::default()
+                        }],
+                        hits_addend: 1,
+                    };
+                    n += 1;
+                    let t = Instant::now();
+                    let ok = client
+                        .should_rate_limit(req)
+                        .await
+                        .is_ok_and(|r| r.into_inner().overall_code == 1);
+                    hist.record(t.elapsed().as_micros() as u64).unwrap();
+                    errors += u64::from(!ok);
+                }
+                (hist, errors)
+            })
+        })
+        .collect();
+    collect(tasks, start).await
+}
+
+async fn collect(
+    tasks: Vec<tokio::task::JoinHandle<(Histogram<u64>, u64)>>,
+    start: Instant,
+) -> Run {
+    let mut all = Histogram::<u64>::new(3).unwrap();
+    let mut errors = 0;
+    for t in tasks {
+        let (h, e) = t.await.unwrap();
+        all.add(h).unwrap();
+        errors += e;
+    }
+    Run {
+        per_sec: all.len() as f64 / start.elapsed().as_secs_f64(),
+        p50_us: all.value_at_quantile(0.5) as f64,
+        p99_us: all.value_at_quantile(0.99) as f64,
+        errors,
+    }
+}
