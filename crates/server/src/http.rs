@@ -153,30 +153,25 @@ async fn check(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     metrics::request("http");
+    let invalid = |status: StatusCode, message: String| (status, "invalid_request", message);
+    let from = |e: CheckError| (e.http_status(), e.kind(), e.to_string());
     let answer = async {
-        let body = body.map_err(|e| (e.status(), e.body_text()))?;
+        let body = body.map_err(|e| invalid(e.status(), e.body_text()))?;
         let v1: V1Request = serde_json::from_slice(&body).map_err(|e| {
-            (
+            invalid(
                 StatusCode::BAD_REQUEST,
                 format!("invalid request body: {e}"),
             )
         })?;
-        let req = CheckRequest::try_from(v1).map_err(|e| (e.http_status(), e.to_string()))?;
-        state
-            .service
-            .check(&req)
-            .await
-            .map_err(|e| (e.http_status(), e.to_string()))
+        let req = CheckRequest::try_from(v1).map_err(from)?;
+        state.service.check(&req).await.map_err(from)
     };
     match answer.await {
         Ok(r) => v1_response(&state, &r),
-        Err((status, message)) => {
-            let kind = if status == StatusCode::SERVICE_UNAVAILABLE {
-                "store_unavailable"
-            } else {
+        Err((status, kind, message)) => {
+            if kind == "invalid_request" {
                 metrics::invalid_request("http");
-                "invalid_request"
-            };
+            }
             error_body(status, kind, &message)
         }
     }

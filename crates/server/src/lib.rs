@@ -121,35 +121,7 @@ pub async fn start_with_store(
     store: AnyStore,
     clock: Arc<dyn Clock>,
 ) -> Result<Running, StartError> {
-    metrics::handle(); // installs the recorder before anything is counted
-    let policies = spillway_policy::load(&settings.config)?;
-    metrics::config_load(true, policies.domains().len());
-    tracing::info!(
-        store = store.kind(),
-        domains = policies.domains().len(),
-        "starting"
-    );
-    let breaker = breaker::Breaker::new(settings.breaker_failures, settings.breaker_cooldown);
-    metrics::breaker(breaker.state());
-    let options = Options {
-        global_shadow: settings.shadow_mode,
-        global_quota: settings.quota_mode,
-        on_store_error: settings.on_store_error,
-        near_limit_ratio: settings.near_limit_ratio,
-    };
-    let state = Arc::new(AppState {
-        service: Service::new(policies, Stores::new(store, breaker), clock, options),
-        headers: HeaderOptions {
-            style: settings.headers,
-            reference: settings.reference_headers.clone(),
-        },
-        shutting_down: AtomicBool::new(false),
-        load_status: tokio::sync::watch::Sender::new(LoadStatus {
-            generation: 1,
-            error: None,
-        }),
-    });
-
+    let state = app_state(settings, store, clock)?;
     let bind = |addr: SocketAddr| async move {
         TcpListener::bind(addr)
             .await
@@ -201,6 +173,48 @@ pub async fn start_with_store(
         shutdown,
         task,
     })
+}
+
+/// The shared state of the endpoints, without listeners: for [`start`], and for tests
+/// that drive [`http_app`] in process.
+pub fn app_state(
+    settings: &Settings,
+    store: AnyStore,
+    clock: Arc<dyn Clock>,
+) -> Result<Arc<AppState>, StartError> {
+    metrics::handle(); // installs the recorder before anything is counted
+    let policies = spillway_policy::load(&settings.config)?;
+    metrics::config_load(true, policies.domains().len());
+    tracing::info!(
+        store = store.kind(),
+        domains = policies.domains().len(),
+        "starting"
+    );
+    let breaker = breaker::Breaker::new(settings.breaker_failures, settings.breaker_cooldown);
+    metrics::breaker(breaker.state());
+    let options = Options {
+        global_shadow: settings.shadow_mode,
+        global_quota: settings.quota_mode,
+        on_store_error: settings.on_store_error,
+        near_limit_ratio: settings.near_limit_ratio,
+    };
+    Ok(Arc::new(AppState {
+        service: Service::new(policies, Stores::new(store, breaker), clock, options),
+        headers: HeaderOptions {
+            style: settings.headers,
+            reference: settings.reference_headers.clone(),
+        },
+        shutting_down: AtomicBool::new(false),
+        load_status: tokio::sync::watch::Sender::new(LoadStatus {
+            generation: 1,
+            error: None,
+        }),
+    }))
+}
+
+/// The HTTP routes over `state` (`/v1/check`, `/json`, operations).
+pub fn http_app(state: Arc<AppState>) -> axum::Router {
+    http::router(state)
 }
 
 fn local(l: &TcpListener) -> SocketAddr {

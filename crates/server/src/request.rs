@@ -106,8 +106,8 @@ pub struct ReportedRule {
 }
 
 impl Status {
-    /// No rule applies: OK, nothing counted.
-    pub(crate) fn unlimited_by_absence() -> Status {
+    /// No rule applies (no match, replaced, unknown domain): OK, nothing counted.
+    pub(crate) fn no_rule() -> Status {
         Status {
             code: Code::Ok,
             rule: None,

@@ -38,9 +38,3 @@ pub fn error_body(status: StatusCode, kind: &str, message: &str) -> Response {
     let body = serde_json::json!({ "error": { "kind": kind, "message": message } });
     (status, axum::Json(body)).into_response()
 }
-
-impl IntoResponse for CheckError {
-    fn into_response(self) -> Response {
-        error_body(self.http_status(), self.kind(), &self.to_string())
-    }
-}

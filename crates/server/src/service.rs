@@ -125,7 +125,7 @@ impl Service {
             metrics::domain_not_found();
             return Ok(CheckResponse {
                 overall: Code::Ok,
-                statuses: vec![Status::unlimited_by_absence(); req.descriptors.len()],
+                statuses: vec![Status::no_rule(); req.descriptors.len()],
             });
         };
 
@@ -316,7 +316,7 @@ impl Service {
         decided: &[Decided],
         now: Timestamp,
     ) -> CheckResponse {
-        let mut statuses = vec![Status::unlimited_by_absence(); req.descriptors.len()];
+        let mut statuses = vec![Status::no_rule(); req.descriptors.len()];
         let mut ranks = vec![Rank::Nothing; req.descriptors.len()];
         let (mut failed, mut quota_total, mut quota_failed) = (false, 0, 0);
         let mut next = decided.iter().peekable();
@@ -446,7 +446,7 @@ fn rule_status(rule: &Rule, decision: Option<(Decision, bool)>, now: Timestamp) 
         (RuleLimit::Unlimited, _) => {
             return Status {
                 remaining: u64::from(u32::MAX),
-                ..Status::unlimited_by_absence()
+                ..Status::no_rule()
             };
         }
         (RuleLimit::BlockAll, _) | (RuleLimit::Limited(_), None) => {

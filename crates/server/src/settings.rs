@@ -368,6 +368,44 @@ mod tests {
     }
 
     #[test]
+    fn a_settings_file_sets_what_it_names_and_refuses_unknown_keys() {
+        let dir = std::env::temp_dir().join(format!("spillway-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("spillway.yaml");
+        std::fs::write(
+            &file,
+            "config: policies\nstore: redis://r:6379\nhttp_addr: :9000\nstore_timeout: 25ms\non_store_error: local\nheaders: legacy\nlog_format: json\n",
+        )
+        .unwrap();
+        let mut s = Settings::default();
+        s.apply_file(&file).unwrap();
+        assert_eq!(
+            s.config,
+            dir.join("policies"),
+            "relative to the settings file"
+        );
+        assert_eq!(s.store, "redis://r:6379");
+        assert_eq!(s.http_addr, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!(s.store_timeout, Duration::from_millis(25));
+        assert_eq!(s.on_store_error, OnStoreError::Local);
+        assert_eq!(s.headers, HeaderStyle::Legacy);
+        assert!(s.log_json);
+
+        std::fs::write(&file, "store_timeout: soon\n").unwrap();
+        let e = Settings::default()
+            .apply_file(&file)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("store_timeout: `soon` is not a duration"), "{e}");
+        std::fs::write(&file, "stroe: memory\n").unwrap();
+        let e = Settings::default()
+            .apply_file(&file)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `stroe`"), "{e}");
+    }
+
+    #[test]
     fn redis_types_become_urls() {
         let url = |pairs: &[(&str, &str)]| {
             let mut s = Settings::default();

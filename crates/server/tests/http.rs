@@ -262,3 +262,84 @@ async fn grpc_bad_input_is_invalid_argument() {
 mod bytes_of {
     pub use axum::body::Bytes;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_health_follows_readiness() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let s = Server::start("health", &[("app.yaml", POLICY)], Backing::Memory).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", s.running.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    for service in [
+        "",
+        "ratelimit",
+        "envoy.service.ratelimit.v3.RateLimitService",
+    ] {
+        // The first readiness check runs as the server starts; wait for its answer.
+        let mut changes = health
+            .watch(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        loop {
+            let status = changes.message().await.unwrap().expect("a status").status;
+            if status == ServingStatus::Serving as i32 {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        s.http
+            .get(s.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(
+        s.http
+            .get(s.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    s.running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Server::start_with(
+        "slow-client",
+        &[("app.yaml", POLICY)],
+        Backing::Memory,
+        |st| {
+            st.header_read_timeout = Duration::from_millis(200);
+        },
+    )
+    .await;
+    let mut conn = tokio::net::TcpStream::connect(s.running.http_addr)
+        .await
+        .unwrap();
+    conn.write_all(b"POST /v1/check HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    // The server closes the connection (with or without a 408); waiting for that is
+    // waiting for an event, bounded so a regression fails instead of hanging.
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the connection was still open after 5 s");
+    s.running.stop().await;
+}
