@@ -295,26 +295,10 @@ async fn grpc_health_follows_readiness() {
             }
         }
     }
-    assert_eq!(
-        s.http
-            .get(s.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16(),
-        200
-    );
-    assert_eq!(
-        s.http
-            .get(s.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16(),
-        200
-    );
+    for path in ["/readyz", "/healthz", "/healthcheck"] {
+        let status = s.http.get(s.url(path)).send().await.unwrap().status();
+        assert_eq!(status.as_u16(), 200, "{path}");
+    }
     s.running.stop().await;
 }
 
