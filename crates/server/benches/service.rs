@@ -5,7 +5,8 @@
 //!
 //! Run: `cargo bench -p spillway-server --bench service` (starts its own redis-server,
 //! or uses `SPILLWAY_BENCH_REDIS=redis://…`). `BENCH_SECS` (default 3) per target,
-//! `BENCH_CONCURRENCY` (default 32) callers.
+//! `BENCH_CONCURRENCY` (default 32) callers, `BENCH_ONLY=http-memory` (or `grpc-redis`, …)
+//! one target after the ceiling.
 
 #![allow(clippy::disallowed_methods)] // a benchmark reads the real clock
 
@@ -82,11 +83,17 @@ fn main() {
             &ceiling_run,
             ceiling_run.per_sec,
         );
+        let only = std::env::var("BENCH_ONLY").unwrap_or_default();
         for (name, addrs) in [("memory", &memory), ("redis", &redis)] {
-            let r = http(addrs.0, "/v1/check", concurrency, duration, true).await;
-            report(&format!("POST /v1/check, {name}"), &r, ceiling_run.per_sec);
-            let r = grpc(addrs.1, concurrency, duration).await;
-            report(&format!("ShouldRateLimit, {name}"), &r, ceiling_run.per_sec);
+            let wanted = |api: &str| only.is_empty() || only == format!("{api}-{name}");
+            if wanted("http") {
+                let r = http(addrs.0, "/v1/check", concurrency, duration, true).await;
+                report(&format!("POST /v1/check, {name}"), &r, ceiling_run.per_sec);
+            }
+            if wanted("grpc") {
+                let r = grpc(addrs.1, concurrency, duration).await;
+                report(&format!("ShouldRateLimit, {name}"), &r, ceiling_run.per_sec);
+            }
         }
         shutdown.cancel();
         in_process().await;
@@ -113,6 +120,10 @@ async fn in_process() {
             hits: 1,
         })
         .collect();
+    println!(
+        "Service::check future: {} bytes",
+        std::mem::size_of_val(&service.check(&requests[0]))
+    );
     let n = 1_000_000;
     let start = Instant::now();
     for i in 0..n {
@@ -121,6 +132,28 @@ async fn in_process() {
     }
     let per = start.elapsed() / n as u32;
     println!("Service::check in process, memory store, one task: {per:?} per decision");
+    let service = Arc::new(service);
+    let requests = Arc::new(requests);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..2)
+        .map(|t| {
+            let (service, requests) = (Arc::clone(&service), Arc::clone(&requests));
+            tokio::spawn(async move {
+                for i in 0..n {
+                    let r = service
+                        .check(&requests[(i + t * 5000) % KEYS])
+                        .await
+                        .unwrap();
+                    assert_eq!(r.overall, spillway_server::Code::Ok);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let per = start.elapsed() / (2 * n) as u32;
+    println!("Service::check in process, memory store, two tasks: {per:?} per decision (wall)");
 }
 
 fn report(name: &str, r: &Run, ceiling: f64) {

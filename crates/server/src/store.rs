@@ -59,7 +59,9 @@ impl Store for AnyStore {
     ) -> Result<BatchDecision, Error> {
         match self {
             AnyStore::Memory(m) => m.check(requests, now).await,
-            AnyStore::Redis(r) => r.check(requests, now).await,
+            // Boxed: the Redis call's future is kilobytes, and without the box every
+            // decision's future (memory ones too) would carry and copy it.
+            AnyStore::Redis(r) => Box::pin(r.check(requests, now)).await,
         }
     }
 
@@ -133,7 +135,8 @@ impl Stores {
             AnyStore::Redis(r) => {
                 #[allow(clippy::disallowed_methods)] // latency for the histogram, not a decision
                 let started = Instant::now();
-                let result = r.check(requests, now).await;
+                // Boxed: see `AnyStore::check`.
+                let result = Box::pin(r.check(requests, now)).await;
                 metrics::store_latency(started.elapsed());
                 result
             }
