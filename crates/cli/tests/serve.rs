@@ -95,3 +95,48 @@ fn curl(port: u16, path: &str, body: Option<&str>) -> String {
     let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
     format!("{status} {body}")
 }
+
+#[test]
+fn a_bad_store_url_fails_at_once_and_an_unreachable_store_is_waited_for() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
+    let serve = |store: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_spillway"));
+        c.args(["serve", "--config"])
+            .arg(&example)
+            .args([
+                "--store",
+                store,
+                "--http-addr",
+                "127.0.0.1:0",
+                "--grpc-addr",
+                "127.0.0.1:0",
+            ])
+            .env_clear()
+            .stderr(Stdio::piped());
+        c
+    };
+    let out = serve("mongodb://x").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error: store:"), "{err}");
+
+    // Nothing listens on this port: the service waits, logging, until it is stopped.
+    let mut child = serve(&format!("redis://127.0.0.1:{}", free_port()))
+        .spawn()
+        .unwrap();
+    let mut logs = BufReader::new(child.stderr.take().unwrap()).lines();
+    let waiting = logs
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("store unreachable; waiting for it"));
+    assert!(waiting.is_some(), "a line saying it waits for the store");
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(child.wait().unwrap().success());
+}

@@ -1,11 +1,17 @@
-//! `spillway serve`: settings from every source, logging, then the service until
-//! SIGTERM or SIGINT, when it stops accepting and drains what is in flight.
+//! `spillway serve`: settings from every source, logging, the store (waited for while
+//! it is unreachable), then the service until SIGTERM or SIGINT, when it stops
+//! accepting and drains what is in flight.
 
 use std::process::ExitCode;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use anyhow::Context;
+use spillway_core::SystemClock;
 use spillway_policy::OnStoreError;
-use spillway_server::{HeaderStyle, Settings, settings};
+use spillway_server::{AnyStore, HeaderStyle, Settings, settings};
+use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
 
@@ -16,16 +22,53 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let running = spillway_server::start(&settings).await?;
+        let stop = CancellationToken::new();
+        tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                signal().await;
+                tracing::info!("shutting down: draining requests in flight");
+                stop.cancel();
+            }
+        });
+        // A typo in a policy file fails at once, before any wait for the store.
+        spillway_policy::load(&settings.config)?;
+        let Some(store) = open_store(&settings, &stop).await? else {
+            return Ok(ExitCode::SUCCESS); // stopped while waiting for the store
+        };
+        let running =
+            spillway_server::start_with_store(&settings, store, Arc::new(SystemClock)).await?;
         let shutdown = running.shutdown.clone();
         tokio::spawn(async move {
-            signal().await;
-            tracing::info!("shutting down: draining requests in flight");
+            stop.cancelled().await;
             shutdown.cancel();
         });
         running.wait().await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Opens the store; while it is unreachable, tries again with backoff (1 s doubling to
+/// 30 s), as the reference service waits for Redis at startup. A bad URL fails at once.
+async fn open_store(
+    settings: &Settings,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<AnyStore>> {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match AnyStore::open(&settings.store, settings.store_timeout).await {
+            Ok(store) => return Ok(Some(store)),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "store unreachable; waiting for it");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = stop.cancelled() => return Ok(None),
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+            Err(e) => return Err(e).context("store"),
+        }
+    }
 }
 
 /// Defaults, then the settings file, then the reference's variables, then flags.
