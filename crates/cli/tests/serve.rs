@@ -60,19 +60,18 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
     assert!(answers[2].starts_with("429 "), "{}", answers[2]);
     assert!(curl(http, "/healthcheck", None).starts_with("200 OK"));
 
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    terminate(&child);
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status after SIGTERM: {status}");
     let rest: Vec<String> = logs.map(|l| l.unwrap()).collect();
     assert!(rest.iter().any(|l| l.contains("shutting down")), "{rest:?}");
     assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
+}
+
+fn terminate(child: &std::process::Child) {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(sent.success(), "kill -TERM {pid}");
 }
 
 /// `STATUS BODY` of one request, over a plain socket (HTTP/1.1, Connection: close).
@@ -130,13 +129,6 @@ fn a_bad_store_url_fails_at_once_and_an_unreachable_store_is_waited_for() {
         .map(|l| l.unwrap())
         .find(|l| l.contains("store unreachable; waiting for it"));
     assert!(waiting.is_some(), "a line saying it waits for the store");
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    terminate(&child);
     assert!(child.wait().unwrap().success());
 }
