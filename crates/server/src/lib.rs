@@ -147,6 +147,9 @@ pub async fn start_with_store(
     }
 
     let (reporter, health) = tonic_health::server::health_reporter();
+    // Registered before the port opens (not serving until the first readiness check), so
+    // a health check never finds the names missing.
+    grpc::set_health(&reporter, false).await;
     let timeouts = listen::Timeouts {
         header_read: settings.header_read_timeout,
         drain: settings.drain_timeout,

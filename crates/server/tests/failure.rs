@@ -28,7 +28,7 @@ async fn each_failure_policy_then_recovery() {
             Backing::Redis(redis.url()),
             |st| {
                 st.on_store_error = policy;
-                st.store_timeout = Duration::from_millis(200);
+                st.store_timeout = Duration::from_millis(500);
                 st.breaker_failures = 1;
                 st.breaker_cooldown = Duration::from_secs(1);
             },
