@@ -23,6 +23,9 @@ pub enum Command {
     /// Ask a store for one decision: would KEY be admitted under this limit?
     #[command(after_help = CHECK_EXAMPLES)]
     Check(CheckArgs),
+    /// Load policy files exactly as `serve` would: every error, or a summary of the rules.
+    #[command(after_help = VALIDATE_EXAMPLES)]
+    Validate(ValidateArgs),
     /// Replay a traffic pattern through the algorithms on a manual clock and compare them.
     #[command(after_help = SIMULATE_EXAMPLES)]
     Simulate(SimulateArgs),
@@ -38,6 +41,27 @@ Examples:
 
   # Figma's limiter (60 sub-buckets, strict) against the exact log
   spillway simulate --algorithms sliding_log,sliding_window --precision 60 --edge strict";
+
+const VALIDATE_EXAMPLES: &str = "\
+Exit status: 0 every file is valid, 1 a file has errors (each printed as
+FILE:LINE: FIELD: MESSAGE on stderr), 2 the command itself could not run.
+
+Examples:
+  # Check a policy directory before deploying it
+  spillway validate /etc/spillway/policies
+
+  # In CI, as JSON
+  spillway validate --json policies/ > validation.json";
+
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// A policy file, or a directory of them (one domain per file).
+    pub path: PathBuf,
+
+    /// Print JSON: {"valid": true, "domains": [...]} or {"valid": false, "errors": [...]}.
+    #[arg(long)]
+    pub json: bool,
+}
 
 const SERVE_EXAMPLES: &str = "\
 Settings come from, later winning: defaults, --settings FILE, the Envoy reference

@@ -3,6 +3,7 @@
 mod check;
 mod serve;
 mod simulate;
+mod validate;
 
 use std::process::ExitCode;
 
@@ -13,5 +14,6 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Check(args) => check::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Validate(args) => validate::run(args),
     }
 }

@@ -1,32 +1,46 @@
 //! Reading policy files: one file, or every `*.yaml` / `*.yml` of a directory (dotfiles
 //! skipped, as the reference skips them), one domain per file.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::set::{Domain, PolicySet};
 use crate::{Error, Errors, raw, validate};
 
 /// Loads a file or a directory of files. Any mistake anywhere loads nothing, and every
-/// mistake found is returned.
+/// mistake found is returned: a file's own, and a domain defined by two files (even when
+/// one of them has other mistakes).
 pub fn load(path: impl AsRef<Path>) -> Result<PolicySet, Errors> {
     let path = path.as_ref();
     let files = files(path).map_err(|e| Errors(vec![e]))?;
     let mut errors = Vec::new();
     let mut domains: Vec<Domain> = Vec::new();
+    let mut first_file: HashMap<String, PathBuf> = HashMap::new();
     for file in &files {
-        match std::fs::read_to_string(file) {
-            Ok(text) => match parse(file, &text) {
-                Ok(d) => domains.push(d),
-                Err(mut e) => errors.append(&mut e.0),
-            },
-            Err(e) => errors.push(Error::new(file, None, "", format!("cannot read: {e}"))),
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(e) => {
+                errors.push(Error::new(file, None, "", format!("cannot read: {e}")));
+                continue;
+            }
+        };
+        let (name, result) = parse_named(file, &text);
+        if let Some(name) = name.filter(|n| !n.is_empty()) {
+            match first_file.get(&name) {
+                Some(first) => errors.push(duplicate(file, &name, first)),
+                None => {
+                    first_file.insert(name, file.clone());
+                }
+            }
+        }
+        match result {
+            Ok(d) if errors.is_empty() => domains.push(d),
+            Ok(_) => {}
+            Err(mut e) => errors.append(&mut e.0),
         }
     }
-    let set = assemble(domains).map_err(|mut e| {
-        errors.append(&mut e.0);
-    });
     if errors.is_empty() {
-        set.map_err(|()| Errors(Vec::new()))
+        assemble(domains)
     } else {
         Err(Errors(errors))
     }
@@ -34,10 +48,26 @@ pub fn load(path: impl AsRef<Path>) -> Result<PolicySet, Errors> {
 
 /// Parses and checks one file's text (`file` names it in errors).
 pub fn parse(file: impl AsRef<Path>, text: &str) -> Result<Domain, Errors> {
-    let file = file.as_ref();
-    let raw: raw::File =
-        serde_saphyr::from_str(text).map_err(|e| Errors(vec![yaml_error(file, &e)]))?;
-    validate::domain(file, raw).map_err(Errors)
+    parse_named(file.as_ref(), text).1
+}
+
+/// The file's domain name, if it could be read, and the checked domain or its mistakes.
+fn parse_named(file: &Path, text: &str) -> (Option<String>, Result<Domain, Errors>) {
+    let raw: raw::File = match serde_saphyr::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) => return (None, Err(Errors(vec![yaml_error(file, &e)]))),
+    };
+    let name = raw.domain.as_ref().map(|d| d.value.clone());
+    (name, validate::domain(file, raw).map_err(Errors))
+}
+
+fn duplicate(file: &Path, name: &str, first: &Path) -> Error {
+    Error::new(
+        file,
+        None,
+        "domain",
+        format!("duplicate domain '{name}' (also in {})", first.display()),
+    )
 }
 
 /// A set from domains parsed one by one; two files with one domain is a mistake.
@@ -46,16 +76,7 @@ pub fn assemble(domains: impl IntoIterator<Item = Domain>) -> Result<PolicySet, 
     let mut errors = Vec::new();
     for d in domains {
         if let Some(first) = set.domains.get(&d.name) {
-            errors.push(Error::new(
-                &d.file,
-                None,
-                "domain",
-                format!(
-                    "duplicate domain '{}' (also in {})",
-                    d.name,
-                    first.file.display()
-                ),
-            ));
+            errors.push(duplicate(&d.file, &d.name, &first.file));
             continue;
         }
         set.domains.insert(d.name.clone(), d);

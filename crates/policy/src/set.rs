@@ -85,6 +85,22 @@ impl Domain {
         self.rules
     }
 
+    /// Every rule of the domain, ordered by config path (for summaries and `validate`).
+    pub fn rules(&self) -> Vec<&Rule> {
+        fn walk<'a>(level: &'a Level, out: &mut Vec<&'a Rule>) {
+            for node in level.nodes.values() {
+                out.extend(&node.rules);
+                if let Some(children) = &node.children {
+                    walk(children, out);
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(self.rules);
+        walk(&self.root, &mut out);
+        out.sort_by(|a, b| (&a.metric, &a.slot).cmp(&(&b.metric, &b.slot)));
+        out
+    }
+
     /// The rules for a descriptor's `(key, value)` entries, as the reference finds them:
     /// at each level the exact `key_value`, then the wildcards in config order, then the
     /// key alone. A node's rules apply only when it is reached by the last entry; a node

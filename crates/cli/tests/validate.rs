@@ -1,0 +1,91 @@
+//! `spillway validate` as a process: valid files summarised, every error of broken ones
+//! printed with file, line and field, exit status 1 on any error, and JSON.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn validate(args: &[&str], path: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .arg("validate")
+        .args(args)
+        .arg(path)
+        .output()
+        .expect("spillway runs")
+}
+
+fn examples(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(p)
+}
+
+#[test]
+fn valid_files_are_summarised() {
+    let out = validate(&[], &examples("policies"));
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("valid, 1 domain, 6 rules"), "{text}");
+    assert!(
+        text.contains("burst: 10 per 1s (gcra) burst 20 [on_store_error: local]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tenant-hourly: 5000 per 3600s (sliding_log) [shadow]"),
+        "{text}"
+    );
+
+    let out = validate(&["--json"], &examples("envoy/rl.yaml"));
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], true);
+    let rules = v["domains"][0]["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 8);
+    let banned = rules
+        .iter()
+        .find(|r| r["path"] == "foo.bar_banned")
+        .unwrap();
+    assert_eq!(banned["kind"], "block_all");
+}
+
+#[test]
+fn every_error_is_printed_and_the_exit_status_is_one() {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("validate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.yaml"), "domain: a\ndescriptors:\n  - key: ''\n  - key: k\n    limits: [{limit: 10, window: soon}]\n").unwrap();
+    std::fs::write(dir.join("b.yaml"), "domain: a\n").unwrap();
+
+    let out = validate(&[], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines[0].ends_with("a.yaml:3: descriptors[0].key: descriptor has an empty key"),
+        "{err}"
+    );
+    assert!(
+        lines[1].contains("a.yaml:5: descriptors[1].limits[0].window: `soon` is not a duration"),
+        "{err}"
+    );
+    assert!(
+        lines[2].contains("b.yaml: domain: duplicate domain 'a'"),
+        "{err}"
+    );
+    assert!(lines[3].starts_with("3 errors in"), "{err}");
+
+    let out = validate(&["--json"], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], false);
+    assert_eq!(v["errors"][0]["line"], 3);
+    assert_eq!(v["errors"][0]["field"], "descriptors[0].key");
+
+    let out = validate(&[], &dir.join("missing"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("missing: cannot read")
+    );
+}
