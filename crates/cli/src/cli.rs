@@ -145,12 +145,28 @@ Examples:
 
   # Forget a key's state
   spillway check --store redis://127.0.0.1:6379 --algorithm fixed_window --limit 10 --window 1s \\
-      --reset ip:203.0.113.9";
+      --reset ip:203.0.113.9
+
+  # Ask a running service, as Envoy would (gRPC), or over its HTTP API
+  spillway check --server grpc://127.0.0.1:8081 --domain api api_key=k1
+  spillway check --server http://127.0.0.1:8080 --domain api --peek --json api_key=k1 route=upload";
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// The key to decide for (a user, an API key, an IP address, ...).
-    pub key: String,
+    /// With --store: the key to decide for (a user, an API key, an IP address, ...).
+    /// With --server: the descriptor's entries, `key=value` (or `key` for an empty value).
+    #[arg(required = true, value_name = "KEY | KEY=VALUE...")]
+    pub keys: Vec<String>,
+
+    /// Ask a running Spillway (or any Envoy rate limit service) instead of a store:
+    /// http://host:8080 (POST /v1/check) or grpc://host:8081 (ShouldRateLimit).
+    #[arg(long, conflicts_with_all = ["store", "algorithm", "limit", "window", "precision", "edge",
+        "burst", "count_rejected", "reset", "prefix", "local_time"], requires = "domain")]
+    pub server: Option<String>,
+
+    /// With --server: the policy domain.
+    #[arg(long, requires = "server")]
+    pub domain: Option<String>,
 
     /// Where state lives: `memory` (this process only), or a Redis URL: redis://host:port,
     /// rediss://…, unix:///path, redis+cluster://host:port,…, redis+sentinel://host:port,…/master.
@@ -158,16 +174,16 @@ pub struct CheckArgs {
     pub store: String,
 
     /// The algorithm: fixed_window, sliding_log, sliding_window, token_bucket, gcra.
-    #[arg(long)]
-    pub algorithm: String,
+    #[arg(long, required_unless_present = "server")]
+    pub algorithm: Option<String>,
 
     /// Requests (or cost units) allowed per window.
-    #[arg(long, allow_negative_numbers = true, value_parser = positive)]
-    pub limit: u64,
+    #[arg(long, allow_negative_numbers = true, value_parser = positive, required_unless_present = "server")]
+    pub limit: Option<u64>,
 
     /// Window length (1s, 90s, 1m, 1h, 1d).
-    #[arg(long, value_parser = duration::parse)]
-    pub window: Duration,
+    #[arg(long, value_parser = duration::parse, required_unless_present = "server")]
+    pub window: Option<Duration>,
 
     /// sliding_window: sub-buckets per window.
     #[arg(long, allow_negative_numbers = true, value_parser = positive_u32)]
@@ -205,7 +221,7 @@ pub struct CheckArgs {
     #[arg(long)]
     pub local_time: bool,
 
-    /// Give up on the store after this long.
+    /// Give up on the store (or server) after this long.
     #[arg(long, default_value = "1s", value_parser = duration::parse)]
     pub timeout: Duration,
 

@@ -1,4 +1,5 @@
-//! `spillway check`: one decision from a store, for operators and scripts.
+//! `spillway check`: one decision from a store (or, in `check/server.rs`, from a running
+//! service), for operators and scripts.
 //!
 //! Exit status 0 allowed, 1 denied, 2 error, so `spillway check … && do_it` works in
 //! a shell.
@@ -14,12 +15,20 @@ use spillway_redis::{RedisStore, TimeSource};
 use crate::cli::CheckArgs;
 use crate::duration;
 
+mod server;
+
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let limit = limit(&args)?;
-    let key = Key::new(&args.key).context("invalid key")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if let Some(url) = &args.server {
+        return runtime.block_on(server::run(&args, url));
+    }
+    let [key] = args.keys.as_slice() else {
+        bail!("give one KEY with --store (key=value entries are for --server)");
+    };
+    let limit = limit(&args)?;
+    let key = Key::new(key).context("invalid key")?;
     runtime.block_on(async {
         if args.store == "memory" {
             return decide(&args, Limiter::new(MemoryStore::new()), &key, &limit).await;
@@ -41,7 +50,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn limit(args: &CheckArgs) -> anyhow::Result<Limit> {
-    let mut algorithm: Algorithm = args.algorithm.parse()?;
+    // clap requires these unless --server is given, and --server returned earlier.
+    let (Some(algorithm), Some(n), Some(window)) = (&args.algorithm, args.limit, args.window)
+    else {
+        bail!("--algorithm, --limit and --window are required with --store");
+    };
+    let mut algorithm: Algorithm = algorithm.parse()?;
     match &mut algorithm {
         Algorithm::SlidingWindow { precision, edge } => {
             *precision = args.precision.unwrap_or(1);
@@ -57,13 +71,7 @@ fn limit(args: &CheckArgs) -> anyhow::Result<Limit> {
     if args.burst.is_some() && !matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
         bail!("--burst applies to token_bucket and gcra only");
     }
-    crate::limit::build(
-        algorithm,
-        args.limit,
-        args.window,
-        args.burst,
-        args.count_rejected,
-    )
+    crate::limit::build(algorithm, n, window, args.burst, args.count_rejected)
 }
 
 async fn decide<S: Store>(

@@ -1,0 +1,218 @@
+//! `spillway check --server`: one question to a running service, over gRPC as Envoy asks
+//! it or over `POST /v1/check`, printed for a person or as JSON (one shape for both).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, rate_limit::Unit};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use serde_json::{Value, json};
+
+use crate::cli::CheckArgs;
+
+/// One descriptor's answer, whichever API gave it.
+struct Answer {
+    code: String,
+    rule: Option<String>,
+    limit: Option<u64>,
+    unit: Option<String>,
+    remaining: u64,
+    reset_after_ms: Option<u64>,
+    retry_after_ms: Option<u64>,
+}
+
+pub async fn run(args: &CheckArgs, url: &str) -> anyhow::Result<ExitCode> {
+    let domain = args
+        .domain
+        .as_deref()
+        .context("--domain is required with --server")?;
+    let entries: Vec<(String, String)> = args
+        .keys
+        .iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.to_owned()),
+            None => (kv.clone(), String::new()),
+        })
+        .collect();
+    let cost = if args.peek { 0 } else { args.cost };
+    let ask = async {
+        if let Some(addr) = url.strip_prefix("grpc://") {
+            grpc(addr, domain, &entries, cost).await
+        } else if url.starts_with("http://") || url.starts_with("https://") {
+            http(url, domain, &entries, cost, args.timeout).await
+        } else {
+            bail!("--server `{url}` is not http://host:port or grpc://host:port")
+        }
+    };
+    let (overall, answer) = tokio::time::timeout(args.timeout, ask)
+        .await
+        .map_err(|_| anyhow::anyhow!("{url} did not answer within {:?}", args.timeout))??;
+
+    let allowed = overall == "OK";
+    if args.json {
+        println!(
+            "{}",
+            json!({ "allowed": allowed, "overall_code": overall, "domain": domain, "descriptors": [to_json(&answer, &entries)] })
+        );
+    } else {
+        println!("{overall}: {}", describe(&answer, &entries));
+    }
+    Ok(if allowed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+async fn grpc(
+    addr: &str,
+    domain: &str,
+    entries: &[(String, String)],
+    cost: u64,
+) -> anyhow::Result<(String, Answer)> {
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .with_context(|| format!("cannot reach grpc://{addr}"))?;
+    let request = RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: k.clone(),
+                    value: v.clone(),
+                })
+                .collect(),
+            // Per descriptor, so that 0 means "look" (a request-level 0 means 1).
+            hits_addend: Some(UInt64Value { value: cost }),
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    };
+    let r = client
+        .should_rate_limit(request)
+        .await
+        .map_err(|s| anyhow::anyhow!("{}: {}", s.code(), s.message()))?
+        .into_inner();
+    let name = |c: i32| {
+        Code::try_from(c)
+            .map_or("UNKNOWN", |c| c.as_str_name())
+            .to_owned()
+    };
+    let s = r
+        .statuses
+        .into_iter()
+        .next()
+        .context("the answer has no status")?;
+    let limit = s.current_limit.as_ref();
+    Ok((
+        name(r.overall_code),
+        Answer {
+            code: name(s.code),
+            rule: limit.map(|l| l.name.clone()).filter(|n| !n.is_empty()),
+            limit: limit.map(|l| u64::from(l.requests_per_unit)),
+            unit: limit.map(|l| {
+                Unit::try_from(l.unit)
+                    .map_or("UNKNOWN", |u| u.as_str_name())
+                    .to_lowercase()
+            }),
+            remaining: u64::from(s.limit_remaining),
+            reset_after_ms: s
+                .duration_until_reset
+                .map(|d| d.seconds.max(0) as u64 * 1000),
+            retry_after_ms: None,
+        },
+    ))
+}
+
+async fn http(
+    url: &str,
+    domain: &str,
+    entries: &[(String, String)],
+    cost: u64,
+    timeout: Duration,
+) -> anyhow::Result<(String, Answer)> {
+    let body = json!({
+        "domain": domain,
+        "descriptors": [{ "entries": entries.iter().map(|(k, v)| json!({ "key": k, "value": v })).collect::<Vec<_>>() }],
+        "cost": cost,
+    });
+    let client = reqwest::Client::builder().timeout(timeout).build()?;
+    let endpoint = format!("{}/v1/check", url.trim_end_matches('/'));
+    let response = client
+        .post(&endpoint)
+        .json(&body)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {endpoint}"))?;
+    let status = response.status();
+    let v: Value = response
+        .json()
+        .await
+        .with_context(|| format!("{endpoint} answered {status} without JSON"))?;
+    if !(status.is_success() || status.as_u16() == 429) {
+        let message = v["error"]["message"].as_str().unwrap_or("no message");
+        bail!("{endpoint} answered {status}: {message}");
+    }
+    let d = &v["descriptors"][0];
+    let rule = d.get("rule").filter(|r| !r.is_null());
+    Ok((
+        v["overall_code"].as_str().unwrap_or("UNKNOWN").to_owned(),
+        Answer {
+            code: d["code"].as_str().unwrap_or("UNKNOWN").to_owned(),
+            rule: rule.and_then(|r| r["name"].as_str()).map(str::to_owned),
+            limit: rule.and_then(|r| r["limit"].as_u64()),
+            unit: rule.and_then(|r| r["unit"].as_str()).map(str::to_owned),
+            remaining: d["remaining"].as_u64().unwrap_or(0),
+            reset_after_ms: d["reset_after_ms"].as_u64(),
+            retry_after_ms: d["retry_after_ms"].as_u64(),
+        },
+    ))
+}
+
+fn to_json(a: &Answer, entries: &[(String, String)]) -> Value {
+    json!({
+        "entries": entries.iter().map(|(k, v)| json!({ "key": k, "value": v })).collect::<Vec<_>>(),
+        "code": a.code,
+        "rule": a.rule,
+        "limit": a.limit,
+        "unit": a.unit,
+        "remaining": a.remaining,
+        "reset_after_ms": a.reset_after_ms,
+        "retry_after_ms": a.retry_after_ms,
+    })
+}
+
+fn describe(a: &Answer, entries: &[(String, String)]) -> String {
+    let path: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let Some(limit) = a.limit else {
+        return format!("{} — no limit applies", path.join(" "));
+    };
+    let mut out = format!("{} — {}", path.join(" "), a.code);
+    if let Some(rule) = &a.rule {
+        out.push_str(&format!(" by `{rule}`"));
+    }
+    out.push_str(&format!(", {} of {limit}", a.remaining));
+    if let Some(unit) = &a.unit {
+        out.push_str(&format!(" per {unit}"));
+    }
+    out.push_str(" remaining");
+    if let Some(reset) = a.reset_after_ms {
+        out.push_str(&format!(
+            ", resets in {}",
+            crate::duration::format(Duration::from_millis(reset))
+        ));
+    }
+    if let Some(retry) = a.retry_after_ms {
+        out.push_str(&format!(
+            ", retry in {}",
+            crate::duration::format(Duration::from_millis(retry))
+        ));
+    }
+    out
+}
