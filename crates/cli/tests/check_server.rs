@@ -1,9 +1,9 @@
 //! `spillway check --server`, as a process, against a real service (on a real Redis)
 //! over gRPC and HTTP: exit statuses, peeking, JSON, and one-line errors.
 
-use std::process::{Command, Output};
+mod support;
 
-use spillway_server::{AnyStore, Settings};
+use std::process::{Command, Output};
 
 fn spillway(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_spillway"))
@@ -15,35 +15,10 @@ fn spillway(args: &[&str]) -> Output {
 
 #[test]
 fn check_asks_a_running_server_over_grpc_and_http() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("check-server-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("c.yaml"),
+    let (runtime, running) = support::server(
+        "check-server",
         "domain: c\ndescriptors:\n  - key: user\n    rate_limit: { unit: hour, requests_per_unit: 2, name: hourly }\n",
-    )
-    .unwrap();
-    let settings = Settings {
-        config: dir,
-        http_addr: "127.0.0.1:0".parse().unwrap(),
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        ..Settings::default()
-    };
-    let running = runtime.block_on(async {
-        let store = spillway_redis::RedisStore::builder(spillway_testkit::redis::standalone_url())
-            .prefix(spillway_testkit::redis::unique_prefix("check-server"))
-            .build()
-            .await
-            .unwrap();
-        spillway_server::start_with_store(
-            &settings,
-            AnyStore::Redis(store),
-            std::sync::Arc::new(spillway_core::SystemClock),
-        )
-        .await
-        .unwrap()
-    });
+    );
     let grpc = format!("grpc://{}", running.grpc_addr);
     let http = format!("http://{}", running.http_addr);
 

@@ -1,0 +1,306 @@
+//! `spillway bench`: a load generator for Spillway itself — a store, policies on a store,
+//! or a running service — reporting throughput, latency percentiles and decisions, and
+//! with `--check`, verifying on one hot key that no more were admitted than the limit
+//! allows for the time the run took.
+
+mod load;
+mod target;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rand_distr::Zipf;
+use serde_json::json;
+use spillway_core::{Algorithm, Key, Limit};
+use spillway_policy::RuleLimit;
+use spillway_server::{AnyStore, Breaker, Options, Service, Stores};
+
+use crate::cli::BenchArgs;
+use load::{Keys, Loop, Tally};
+use target::Target;
+
+pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(bench(args))
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let flag_limit = flag_limit(&args)?;
+    let policies = match &args.config {
+        Some(path) => Some(spillway_policy::load(path)?),
+        None => None,
+    };
+    let keys = keys(&args)?;
+    let hot_key = match &keys {
+        Keys::Hot(k) => Some(k.clone()),
+        _ => None,
+    };
+    // The limit `--check` holds the run to: the flags', or the policy rule the hot key matches.
+    let checked_limit = match (&flag_limit, &policies, &hot_key) {
+        (Some(l), _, _) => Some(l.clone()),
+        (None, Some(set), Some(key)) => {
+            let domain = args.domain.as_deref().context("--config needs --domain")?;
+            let d = set
+                .domain(domain)
+                .with_context(|| format!("no domain `{domain}` in the policy files"))?;
+            d.resolve(&[(args.key_name.as_str(), key.as_str())])
+                .and_then(|m| {
+                    m.rules.iter().find_map(|r| match &r.limit {
+                        RuleLimit::Limited(l) => Some(l.clone()),
+                        _ => None,
+                    })
+                })
+        }
+        _ => None,
+    };
+    if args.check {
+        match &checked_limit {
+            None => bail!(
+                "--check needs a limit: --algorithm/--limit/--window, or --config with a rule for --key-name"
+            ),
+            Some(l) if !l.algorithm().is_exact() => {
+                bail!(
+                    "--check verifies exact algorithms; {} is approximate",
+                    l.algorithm().name()
+                )
+            }
+            Some(_) => {}
+        }
+    }
+
+    let (target, described) = target(&args, flag_limit, policies).await?;
+    let mode = match args.rate {
+        Some(r) if r > 0.0 && r.is_finite() => Loop::Open { per_sec: r },
+        Some(r) => bail!("--rate must be a positive number of requests per second, got {r}"),
+        None => Loop::Closed {
+            callers: args.concurrency as usize,
+        },
+    };
+    let tally = load::run(
+        Arc::new(target),
+        keys,
+        mode,
+        args.duration,
+        args.timeout,
+        args.json,
+    )
+    .await;
+
+    let check = checked_limit
+        .filter(|_| args.check)
+        .map(|limit| (tally.admitted, allowed_in(&limit, tally.elapsed)));
+    report(&args, &described, mode, &tally, check);
+    Ok(match check {
+        Some((admitted, allowed)) if admitted > allowed => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+fn flag_limit(args: &BenchArgs) -> anyhow::Result<Option<Limit>> {
+    let Some(name) = &args.algorithm else {
+        return Ok(None);
+    };
+    let mut algorithm: Algorithm = name.parse()?;
+    if let Algorithm::SlidingWindow { precision, .. } = &mut algorithm {
+        *precision = args.precision.unwrap_or(1);
+    }
+    let (Some(n), Some(window)) = (args.limit, args.window) else {
+        bail!("--algorithm needs --limit and --window");
+    };
+    Ok(Some(crate::limit::build(
+        algorithm, n, window, args.burst, false,
+    )?))
+}
+
+fn keys(args: &BenchArgs) -> anyhow::Result<Keys> {
+    if args.hot {
+        // A key no earlier run has used, so that --check starts from no state.
+        return Ok(Keys::Hot(Key::new(format!(
+            "hot-{}-{}",
+            std::process::id(),
+            nonce()
+        ))?));
+    }
+    let population: Vec<Key> = (0..args.keys)
+        .map(|i| Key::new(format!("k{i}")))
+        .collect::<Result<_, _>>()?;
+    let population = Arc::new(population);
+    Ok(match args.zipf {
+        Some(s) => {
+            let zipf =
+                Zipf::new(args.keys as f64, s).map_err(|e| anyhow::anyhow!("--zipf {s}: {e}"))?;
+            Keys::Zipf(population, zipf)
+        }
+        None => Keys::Uniform(population),
+    })
+}
+
+#[allow(clippy::disallowed_methods)] // a unique name, not a decision
+fn nonce() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// The target, and a line describing it.
+async fn target(
+    args: &BenchArgs,
+    flag_limit: Option<Limit>,
+    policies: Option<spillway_policy::PolicySet>,
+) -> anyhow::Result<(Target, String)> {
+    let key_name = args.key_name.clone();
+    if let Some(url) = &args.server {
+        let domain = args.domain.clone().context("--server needs --domain")?;
+        let described = format!("{url} (domain {domain}, descriptor key {key_name})");
+        let target = if let Some(addr) = url.strip_prefix("grpc://") {
+            Target::grpc(addr, domain, key_name).await?
+        } else if url.starts_with("http://") {
+            Target::http(url, domain, key_name)?
+        } else {
+            bail!("--server `{url}` is not http://host:port or grpc://host:port");
+        };
+        return Ok((target, described));
+    }
+    let url = args
+        .store
+        .as_deref()
+        .context("--store or --server is required")?;
+    let store = AnyStore::open(url, args.timeout).await.context("store")?;
+    match (flag_limit, policies) {
+        (Some(limit), _) => Ok((
+            Target::Store {
+                store,
+                limit: limit.clone(),
+            },
+            format!("{url} store, {limit}"),
+        )),
+        (None, Some(set)) => {
+            let domain = args.domain.clone().context("--config needs --domain")?;
+            let stores = Stores::new(store, Breaker::new(5, Duration::from_millis(500)));
+            let service = Service::new(
+                set,
+                stores,
+                Arc::new(spillway_core::SystemClock),
+                Options::default(),
+            );
+            let described =
+                format!("{url} store, policies of domain {domain}, descriptor key {key_name}");
+            Ok((
+                Target::Service {
+                    service: Box::new(service),
+                    domain,
+                    key_name,
+                },
+                described,
+            ))
+        }
+        (None, None) => {
+            bail!("give a limit (--algorithm, --limit, --window) or --config with --domain")
+        }
+    }
+}
+
+/// The most an exact algorithm may admit over `elapsed`, with a little slack for the
+/// gap between this machine's clock and the store's, and for requests in flight at the
+/// edges of the run.
+fn allowed_in(limit: &Limit, elapsed: Duration) -> u64 {
+    let slack = Duration::from_millis(50);
+    let t = (elapsed + slack).as_micros() as u64;
+    let w = limit.window_micros();
+    let windows = t.div_ceil(w);
+    match limit.algorithm() {
+        // Every aligned window the run touched: at most one more than its length covers.
+        Algorithm::FixedWindow => limit.limit() * (windows + 1),
+        // Any W-long span holds at most `limit`; the run is covered by ceil(T/W) of them.
+        Algorithm::SlidingLog | Algorithm::SlidingWindow { .. } => limit.limit() * windows,
+        // A full bucket, then the refill over T.
+        Algorithm::TokenBucket | Algorithm::Gcra => {
+            limit.burst()
+                + (u128::from(limit.limit()) * u128::from(t)).div_ceil(u128::from(w)) as u64
+        }
+    }
+}
+
+fn report(args: &BenchArgs, target: &str, mode: Loop, t: &Tally, check: Option<(u64, u64)>) {
+    let secs = t.elapsed.as_secs_f64();
+    let per_sec = t.decisions() as f64 / secs;
+    // The histogram holds nanoseconds; reports say microseconds.
+    let us = |ns: u64| (ns as f64 / 100.0).round() / 10.0;
+    let q = |p: f64| us(t.latency.value_at_quantile(p));
+    let load = match mode {
+        Loop::Closed { callers } => format!("closed loop, {callers} callers"),
+        Loop::Open { per_sec } => format!("open loop, {per_sec} requests/s"),
+    };
+    let keys = if args.hot {
+        "one hot key".to_owned()
+    } else if let Some(s) = args.zipf {
+        format!("{} keys, Zipf s={s}", args.keys)
+    } else {
+        format!("{} keys, uniform", args.keys)
+    };
+    if args.json {
+        let check = check.map(|(admitted, allowed)| json!({ "admitted": admitted, "allowed": allowed, "ok": admitted <= allowed }));
+        println!(
+            "{}",
+            json!({
+                "target": target, "load": load, "keys": keys, "elapsed_s": secs,
+                "decisions": t.decisions(), "decisions_per_sec": per_sec,
+                "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99), "p999_us": q(0.999), "max_us": us(t.latency.max()),
+                "admitted": t.admitted, "rejected": t.rejected, "errors": t.error_count(), "errors_by_kind": t.errors,
+                "check": check,
+            })
+        );
+        return;
+    }
+    println!("target      {target}");
+    println!("load        {load}, {keys}, {:.1} s", secs);
+    println!("decisions   {} ({per_sec:.0}/s)", t.decisions());
+    println!(
+        "admitted    {}   rejected {}   errors {}",
+        t.admitted,
+        t.rejected,
+        t.error_count()
+    );
+    for (kind, n) in &t.errors {
+        println!("  {kind:<18} {n}");
+    }
+    println!(
+        "latency µs  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+        q(0.5),
+        q(0.9),
+        q(0.99),
+        q(0.999),
+        us(t.latency.max())
+    );
+    if let Some((admitted, allowed)) = check {
+        if admitted <= allowed {
+            println!(
+                "check       ok: {admitted} admitted, the limit allows {allowed} in {secs:.1} s"
+            );
+        } else {
+            println!(
+                "check       FAILED: {admitted} admitted, the limit allows only {allowed} in {secs:.1} s"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exactness_bound_per_algorithm() {
+        let secs = |s| Duration::from_secs(s);
+        let l = |a| Limit::new(a, 10, secs(1)).unwrap();
+        // 2 s (+ 50 ms slack) is covered by 3 one-second spans.
+        assert_eq!(allowed_in(&l(Algorithm::SlidingLog), secs(2)), 30);
+        assert_eq!(allowed_in(&l(Algorithm::FixedWindow), secs(2)), 40);
+        // burst 10 + 10/s × 2.05 s, rounded up.
+        assert_eq!(allowed_in(&l(Algorithm::Gcra), secs(2)), 31);
+    }
+}

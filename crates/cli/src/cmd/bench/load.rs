@@ -1,0 +1,246 @@
+//! Driving a target: a closed loop (N callers, each waiting for its answer) or an open
+//! loop (requests sent on a fixed schedule, latency counted from the scheduled time so
+//! that a slow target cannot hide its queueing: no coordinated omission). Keys come
+//! uniformly from a population, from one hot key, or by a Zipf law.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Zipf};
+use spillway_core::Key;
+use tokio::sync::Semaphore;
+
+use super::target::{Outcome, Target};
+
+/// How keys are chosen.
+#[derive(Clone, Debug)]
+pub enum Keys {
+    Uniform(Arc<Vec<Key>>),
+    Hot(Key),
+    Zipf(Arc<Vec<Key>>, Zipf<f64>),
+}
+
+impl Keys {
+    fn pick<'a>(&'a self, rng: &mut SmallRng) -> &'a Key {
+        match self {
+            Keys::Uniform(keys) => &keys[rng.random_range(0..keys.len())],
+            Keys::Hot(key) => key,
+            Keys::Zipf(keys, zipf) => {
+                let rank = zipf.sample(rng) as usize; // 1..=n
+                &keys[rank.clamp(1, keys.len()) - 1]
+            }
+        }
+    }
+}
+
+/// How requests are sent.
+#[derive(Clone, Copy, Debug)]
+pub enum Loop {
+    Closed { callers: usize },
+    Open { per_sec: f64 },
+}
+
+/// Everything a run measured.
+#[derive(Debug)]
+pub struct Tally {
+    /// Nanoseconds.
+    pub latency: Histogram<u64>,
+    pub admitted: u64,
+    pub rejected: u64,
+    pub errors: BTreeMap<&'static str, u64>,
+    pub elapsed: Duration,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            latency: Histogram::new(3).expect("3 significant figures is valid"),
+            admitted: 0,
+            rejected: 0,
+            errors: BTreeMap::new(),
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    fn record(&mut self, outcome: Outcome, latency: Duration) {
+        // `record` grows the histogram as needed (`saturating_record` would clamp instead).
+        let _ = self
+            .latency
+            .record(latency.as_nanos().try_into().unwrap_or(u64::MAX));
+        match outcome {
+            Outcome::Admitted => self.admitted += 1,
+            Outcome::Rejected => self.rejected += 1,
+            Outcome::Error(kind) => *self.errors.entry(kind).or_default() += 1,
+        }
+    }
+
+    fn merge(&mut self, other: Tally) {
+        let _ = self.latency.add(other.latency);
+        self.admitted += other.admitted;
+        self.rejected += other.rejected;
+        for (k, n) in other.errors {
+            *self.errors.entry(k).or_default() += n;
+        }
+    }
+
+    pub fn decisions(&self) -> u64 {
+        self.latency.len()
+    }
+
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+/// Runs the load for `duration`, with a progress bar on a terminal.
+#[allow(clippy::disallowed_methods)] // a load generator measures real time
+pub async fn run(
+    target: Arc<Target>,
+    keys: Keys,
+    mode: Loop,
+    duration: Duration,
+    timeout: Duration,
+    quiet: bool,
+) -> Tally {
+    let done = Arc::new(AtomicU64::new(0));
+    let bar = progress(duration, quiet);
+    let start = Instant::now();
+    let ticker = tokio::spawn({
+        let (bar, done) = (bar.clone(), Arc::clone(&done));
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tick.tick().await;
+                let elapsed = start.elapsed();
+                let n = done.load(Ordering::Relaxed);
+                bar.set_position(elapsed.as_millis().min(duration.as_millis()) as u64);
+                bar.set_message(format!(
+                    "{n} decisions, {:.0}/s",
+                    n as f64 / elapsed.as_secs_f64().max(1e-3)
+                ));
+            }
+        }
+    });
+
+    let mut tally = match mode {
+        Loop::Closed { callers } => {
+            closed(target, keys, callers, start, duration, timeout, &done).await
+        }
+        Loop::Open { per_sec } => {
+            open(target, keys, per_sec, start, duration, timeout, &done).await
+        }
+    };
+    tally.elapsed = start.elapsed();
+    ticker.abort();
+    bar.finish_and_clear();
+    tally
+}
+
+#[allow(clippy::disallowed_methods)]
+async fn closed(
+    target: Arc<Target>,
+    keys: Keys,
+    callers: usize,
+    start: Instant,
+    duration: Duration,
+    timeout: Duration,
+    done: &Arc<AtomicU64>,
+) -> Tally {
+    let tasks: Vec<_> = (0..callers)
+        .map(|worker| {
+            let (target, keys, done) = (Arc::clone(&target), keys.clone(), Arc::clone(done));
+            tokio::spawn(async move {
+                let mut rng = SmallRng::seed_from_u64(worker as u64);
+                let mut tally = Tally::new();
+                while start.elapsed() < duration {
+                    let key = keys.pick(&mut rng);
+                    let sent = Instant::now();
+                    let outcome = target.call(key, worker, timeout).await;
+                    tally.record(outcome, sent.elapsed());
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                tally
+            })
+        })
+        .collect();
+    let mut all = Tally::new();
+    for t in tasks {
+        if let Ok(t) = t.await {
+            all.merge(t);
+        }
+    }
+    all
+}
+
+/// The most requests an open loop keeps in flight; past it the target is not keeping
+/// up, and further requests are counted as `overload` errors instead of queued without end.
+const MAX_IN_FLIGHT: usize = 10_000;
+
+#[allow(clippy::disallowed_methods)]
+async fn open(
+    target: Arc<Target>,
+    keys: Keys,
+    per_sec: f64,
+    start: Instant,
+    duration: Duration,
+    timeout: Duration,
+    done: &Arc<AtomicU64>,
+) -> Tally {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Outcome, Duration)>();
+    let runtime = tokio::runtime::Handle::current();
+    let done = Arc::clone(done);
+    // The schedule runs on a thread of its own with the OS's sleep (tens of µs late at
+    // most), not on tokio's 1 ms timer wheel, whose lateness would count as latency.
+    let scheduler = tokio::task::spawn_blocking(move || {
+        let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let interval = Duration::from_secs_f64(1.0 / per_sec);
+        let mut rng = SmallRng::seed_from_u64(0);
+        for n in 0u64.. {
+            // Fixed in advance: request n is due at start + n × interval.
+            let due = start + interval.mul_f64(n as f64);
+            if due.duration_since(start) >= duration {
+                break;
+            }
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let key = keys.pick(&mut rng).clone();
+            let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                let _ = tx.send((Outcome::Error("overload"), due.elapsed()));
+                continue;
+            };
+            let (target, tx, done) = (Arc::clone(&target), tx.clone(), Arc::clone(&done));
+            runtime.spawn(async move {
+                let outcome = target.call(&key, n as usize, timeout).await;
+                let _ = tx.send((outcome, due.elapsed()));
+                done.fetch_add(1, Ordering::Relaxed);
+                drop(permit);
+            });
+        }
+    });
+    let mut tally = Tally::new();
+    while let Some((outcome, latency)) = rx.recv().await {
+        tally.record(outcome, latency);
+    }
+    let _ = scheduler.await;
+    tally
+}
+
+fn progress(duration: Duration, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(duration.as_millis() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:40}] {elapsed}/{duration} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}

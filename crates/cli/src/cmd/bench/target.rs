@@ -1,0 +1,193 @@
+//! What `bench` loads: a store called directly, policies decided in process on a store,
+//! or a running service over HTTP or gRPC. Each answers one request for one key:
+//! admitted, rejected, or an error of a named kind.
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use spillway_core::{Clock, Key, Limit, Request, Store, SystemClock};
+use spillway_server::{AnyStore, CheckRequest, Code, Descriptor, Service};
+use tonic::transport::Channel;
+
+type Body = Full<hyper::body::Bytes>;
+
+/// One request's result.
+pub enum Outcome {
+    Admitted,
+    Rejected,
+    Error(&'static str),
+}
+
+pub enum Target {
+    /// One limit, straight on a store.
+    Store { store: AnyStore, limit: Limit },
+    /// Policies decided in this process, on a store, as `serve` decides them.
+    Service {
+        service: Box<Service>,
+        domain: String,
+        key_name: String,
+    },
+    /// `POST /v1/check` of a running service.
+    Http {
+        client: Box<Client<HttpConnector, Body>>,
+        uri: hyper::Uri,
+        domain: String,
+        key_name: String,
+    },
+    /// `ShouldRateLimit` of a running service, over a few shared HTTP/2 connections.
+    Grpc {
+        clients: Vec<RateLimitServiceClient<Channel>>,
+        domain: String,
+        key_name: String,
+    },
+}
+
+impl Target {
+    pub async fn grpc(addr: &str, domain: String, key_name: String) -> anyhow::Result<Target> {
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            let channel = Channel::from_shared(format!("http://{addr}"))?
+                .connect()
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot reach grpc://{addr}: {e}"))?;
+            clients.push(RateLimitServiceClient::new(channel));
+        }
+        Ok(Target::Grpc {
+            clients,
+            domain,
+            key_name,
+        })
+    }
+
+    pub fn http(url: &str, domain: String, key_name: String) -> anyhow::Result<Target> {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(usize::MAX)
+            .build(connector);
+        let uri = format!("{}/v1/check", url.trim_end_matches('/')).parse()?;
+        Ok(Target::Http {
+            client: Box::new(client),
+            uri,
+            domain,
+            key_name,
+        })
+    }
+
+    /// One request of cost 1 for `key`, bounded by `timeout`.
+    pub async fn call(&self, key: &Key, worker: usize, timeout: Duration) -> Outcome {
+        match tokio::time::timeout(timeout, self.call_unbounded(key, worker)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Outcome::Error("timeout"),
+        }
+    }
+
+    async fn call_unbounded(&self, key: &Key, worker: usize) -> Outcome {
+        let admitted = |yes: bool| {
+            if yes {
+                Outcome::Admitted
+            } else {
+                Outcome::Rejected
+            }
+        };
+        match self {
+            Target::Store { store, limit } => {
+                match store
+                    .check_one(Request::new(key, limit, 1), SystemClock.now())
+                    .await
+                {
+                    Ok(d) => admitted(d.allowed()),
+                    Err(e) if e.is_transient() => Outcome::Error("store_unavailable"),
+                    Err(_) => Outcome::Error("store_error"),
+                }
+            }
+            Target::Service {
+                service,
+                domain,
+                key_name,
+            } => {
+                let req = CheckRequest {
+                    domain: domain.clone(),
+                    descriptors: vec![Descriptor {
+                        entries: vec![(key_name.clone(), key.as_str().to_owned())],
+                        ..Default::default()
+                    }],
+                    hits: 1,
+                };
+                match service.check(&req).await {
+                    Ok(r) => admitted(r.overall == Code::Ok),
+                    Err(spillway_server::CheckError::Invalid(_)) => {
+                        Outcome::Error("invalid_request")
+                    }
+                    Err(spillway_server::CheckError::Unavailable(_)) => {
+                        Outcome::Error("store_unavailable")
+                    }
+                }
+            }
+            Target::Http {
+                client,
+                uri,
+                domain,
+                key_name,
+            } => {
+                let body = serde_json::json!({
+                    "domain": domain,
+                    "descriptors": [{ "entries": [{ "key": key_name, "value": key.as_str() }] }],
+                });
+                let req = hyper::Request::post(uri.clone())
+                    .header("content-type", "application/json")
+                    .body(Full::new(body.to_string().into()))
+                    .expect("a valid request");
+                let Ok(response) = client.request(req).await else {
+                    return Outcome::Error("connect");
+                };
+                let status = response.status().as_u16();
+                if response.into_body().collect().await.is_err() {
+                    return Outcome::Error("body");
+                }
+                match status {
+                    200 => Outcome::Admitted,
+                    429 => Outcome::Rejected,
+                    400..=499 => Outcome::Error("http_4xx"),
+                    503 => Outcome::Error("http_503"),
+                    _ => Outcome::Error("http_5xx"),
+                }
+            }
+            Target::Grpc {
+                clients,
+                domain,
+                key_name,
+            } => {
+                let mut client = clients[worker % clients.len()].clone();
+                let req = RateLimitRequest {
+                    domain: domain.clone(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: key_name.clone(),
+                            value: key.as_str().to_owned(),
+                        }],
+                        ..Default::default()
+                    }],
+                    hits_addend: 1,
+                };
+                match client.should_rate_limit(req).await {
+                    Ok(r) => admitted(r.into_inner().overall_code != 2),
+                    Err(s) if s.code() == tonic::Code::Unavailable => {
+                        Outcome::Error("grpc_unavailable")
+                    }
+                    Err(s) if s.code() == tonic::Code::InvalidArgument => {
+                        Outcome::Error("grpc_invalid_argument")
+                    }
+                    Err(_) => Outcome::Error("grpc_error"),
+                }
+            }
+        }
+    }
+}

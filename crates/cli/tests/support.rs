@@ -1,0 +1,46 @@
+//! Shared by the CLI's test files: a real service on loopback ports, on the test Redis.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use spillway_server::{AnyStore, Running, Settings};
+use spillway_testkit::redis::{standalone_url, unique_prefix};
+
+/// A scratch directory for this test process.
+pub fn tempdir(name: &str) -> PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A service serving one policy file, its counters in the test Redis (server time).
+/// The runtime must outlive the service.
+pub fn server(name: &str, policy: &str) -> (tokio::runtime::Runtime, Running) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempdir(name);
+    std::fs::write(dir.join("policy.yaml"), policy).unwrap();
+    let settings = Settings {
+        config: dir,
+        http_addr: "127.0.0.1:0".parse().unwrap(),
+        grpc_addr: "127.0.0.1:0".parse().unwrap(),
+        ..Settings::default()
+    };
+    let running = runtime.block_on(async {
+        let store = spillway_redis::RedisStore::builder(standalone_url())
+            .prefix(unique_prefix(name))
+            .build()
+            .await
+            .unwrap();
+        spillway_server::start_with_store(
+            &settings,
+            AnyStore::Redis(store),
+            Arc::new(spillway_core::SystemClock),
+        )
+        .await
+        .unwrap()
+    });
+    (runtime, running)
+}
