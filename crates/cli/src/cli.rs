@@ -120,7 +120,7 @@ pub struct BenchArgs {
 
     /// Open loop: requests per second, sent on schedule whatever the answers' latency
     /// (latency counts from when a request should have been sent).
-    #[arg(long, conflicts_with = "concurrency")]
+    #[arg(long, conflicts_with = "concurrency", allow_negative_numbers = true)]
     pub rate: Option<f64>,
 
     /// How long to run.
