@@ -2,6 +2,9 @@
 //! and turns an error into one line on stderr and exit status 2.
 
 #![forbid(unsafe_code)]
+// `bench` spawns the service's decision future, which nests the Redis client's futures
+// (see spillway-server); proving it `Send` needs more than the default depth.
+#![recursion_limit = "256"]
 
 mod cli;
 mod cmd;

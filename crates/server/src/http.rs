@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use spillway_policy::Unit;
 
-use crate::request::{CheckRequest, CheckResponse, Code, Descriptor, Override, Status};
+use crate::request::{CheckRequest, CheckResponse, Code, Descriptor, Override, Status, ceil_ms};
 use crate::respond::error_body;
 use crate::{AppState, CheckError, json, metrics, wire};
 
@@ -224,10 +224,6 @@ fn v1_status(s: &Status) -> V1Status<'_> {
         shadow_denied: s.shadow_denied,
         degraded: s.degraded,
     }
-}
-
-fn ceil_ms(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
 }
 
 fn code_name(c: Code) -> &'static str {

@@ -29,6 +29,7 @@ mod request;
 mod respond;
 mod service;
 pub mod settings;
+mod status;
 mod store;
 mod wire;
 
@@ -38,6 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use spillway_core::{Clock, SystemClock};
+use spillway_policy::PolicySet;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -110,9 +112,9 @@ pub async fn start_with_clock(
     clock: Arc<dyn Clock>,
 ) -> Result<Running, StartError> {
     // Policies first: a typo in a file should not wait for a store connection to show.
-    spillway_policy::load(&settings.config)?;
+    let policies = spillway_policy::load(&settings.config)?;
     let store = AnyStore::open(&settings.store, settings.store_timeout).await?;
-    start_with_store(settings, store, clock).await
+    start_with_policies(settings, policies, store, clock).await
 }
 
 /// [`start`] with a store already open (tests pass one that reads the manual clock).
@@ -121,7 +123,19 @@ pub async fn start_with_store(
     store: AnyStore,
     clock: Arc<dyn Clock>,
 ) -> Result<Running, StartError> {
-    let state = app_state(settings, store, clock)?;
+    let policies = spillway_policy::load(&settings.config)?;
+    start_with_policies(settings, policies, store, clock).await
+}
+
+/// [`start`] with the policies loaded and the store open (`serve` loads the policies
+/// before it waits for the store).
+pub async fn start_with_policies(
+    settings: &Settings,
+    policies: PolicySet,
+    store: AnyStore,
+    clock: Arc<dyn Clock>,
+) -> Result<Running, StartError> {
+    let state = app_state(settings, policies, store, clock);
     let bind = |addr: SocketAddr| async move {
         TcpListener::bind(addr)
             .await
@@ -182,11 +196,11 @@ pub async fn start_with_store(
 /// that drive [`http_app`] in process.
 pub fn app_state(
     settings: &Settings,
+    policies: PolicySet,
     store: AnyStore,
     clock: Arc<dyn Clock>,
-) -> Result<Arc<AppState>, StartError> {
+) -> Arc<AppState> {
     metrics::handle(); // installs the recorder before anything is counted
-    let policies = spillway_policy::load(&settings.config)?;
     metrics::config_load(true, policies.domains().len());
     tracing::info!(
         store = store.kind(),
@@ -201,7 +215,7 @@ pub fn app_state(
         on_store_error: settings.on_store_error,
         near_limit_ratio: settings.near_limit_ratio,
     };
-    Ok(Arc::new(AppState {
+    Arc::new(AppState {
         service: Service::new(policies, Stores::new(store, breaker), clock, options),
         headers: HeaderOptions {
             style: settings.headers,
@@ -212,7 +226,7 @@ pub fn app_state(
             generation: 1,
             error: None,
         }),
-    }))
+    })
 }
 
 /// The HTTP routes over `state` (`/v1/check`, `/json`, operations).

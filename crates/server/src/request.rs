@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use spillway_core::MAX_EXACT;
 use spillway_policy::Unit;
+
+use crate::service::CheckError;
 
 /// The most descriptors one request may carry. Envoy sends a handful; thousands are an
 /// attack on the service's memory and the store's time.
@@ -128,4 +131,62 @@ impl Status {
 /// A duration in whole seconds, rounded up (a client told 0 would retry at once).
 pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// A duration in whole milliseconds, rounded up: retrying after it never comes early.
+pub fn ceil_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+impl CheckRequest {
+    /// Refuses what no store should see, before anything is looked up.
+    pub(crate) fn validate(&self) -> Result<(), CheckError> {
+        let req = self;
+        let invalid = |m: String| Err(CheckError::Invalid(m));
+        if req.domain.is_empty() {
+            return invalid("rate limit domain must not be empty".into());
+        }
+        if req.domain.len() > MAX_DOMAIN_LEN {
+            return invalid(format!(
+                "domain is {} bytes, the most is {MAX_DOMAIN_LEN}",
+                req.domain.len()
+            ));
+        }
+        if req.descriptors.is_empty() {
+            return invalid("rate limit descriptor list must not be empty".into());
+        }
+        if req.descriptors.len() > MAX_DESCRIPTORS {
+            return invalid(format!(
+                "{} descriptors in one request, the most is {MAX_DESCRIPTORS}",
+                req.descriptors.len()
+            ));
+        }
+        if req.hits > MAX_EXACT {
+            return invalid(format!("hits {} is larger than 2^53", req.hits));
+        }
+        for (i, d) in req.descriptors.iter().enumerate() {
+            if d.entries.is_empty() {
+                return invalid(format!("descriptor {i} has no entries"));
+            }
+            if d.entries.len() > MAX_ENTRIES {
+                return invalid(format!(
+                    "descriptor {i} has {} entries, the most is {MAX_ENTRIES}",
+                    d.entries.len()
+                ));
+            }
+            if let Some(j) = d.entries.iter().position(|(k, _)| k.is_empty()) {
+                return invalid(format!("descriptor {i} entry {j} has an empty key"));
+            }
+            // Longer entries could not make a valid counter key anyway (the store refuses
+            // keys over 1 KiB); refusing them here keeps a 1 MB value from being copied.
+            let len: usize = d.entries.iter().map(|(k, v)| k.len() + v.len()).sum();
+            if len > spillway_core::MAX_KEY_LEN {
+                return invalid(format!(
+                    "descriptor {i} is {len} bytes of keys and values, the most is {}",
+                    spillway_core::MAX_KEY_LEN
+                ));
+            }
+        }
+        Ok(())
+    }
 }

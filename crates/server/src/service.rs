@@ -16,10 +16,8 @@ use spillway_core::{Clock, Decision, Key, MAX_EXACT, Outcome, Request, Timestamp
 use spillway_policy::{Mode, OnStoreError, PolicySet, Rule, RuleLimit, override_key};
 
 use crate::metrics;
-use crate::request::{
-    CheckRequest, CheckResponse, Code, MAX_DESCRIPTORS, MAX_DOMAIN_LEN, MAX_ENTRIES, ReportedRule,
-    Status,
-};
+use crate::request::{CheckRequest, CheckResponse, Code, Status};
+use crate::status::{Rank, rule_status};
 use crate::store::{StoreFailure, Stores};
 
 /// Service-wide switches (the reference's `SHADOW_MODE`, `QUOTA_MODE`, `NEAR_LIMIT_RATIO`).
@@ -119,7 +117,7 @@ impl Service {
 
     /// Decides a request.
     pub async fn check(&self, req: &CheckRequest) -> Result<CheckResponse, CheckError> {
-        validate(req)?;
+        req.validate()?;
         let policies = self.policies.load();
         let Some(domain) = policies.domain(&req.domain) else {
             metrics::domain_not_found();
@@ -403,134 +401,4 @@ fn requests<'h>(hits: &'h [Hit<'_>], which: &[usize]) -> Vec<Request<'h>> {
             }
         })
         .collect()
-}
-
-/// Which rule a descriptor reports: a denial first, then a shadow denial, then the rule
-/// closest to its limit (the reference and Envoy pick the lowest remaining).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Rank {
-    Denied,
-    ShadowDenied,
-    Limited,
-    Unlimited,
-    Nothing,
-}
-
-impl Rank {
-    fn of(s: &Status) -> Rank {
-        match (s.code, s.shadow_denied, &s.rule) {
-            (Code::OverLimit, ..) => Rank::Denied,
-            (_, true, _) => Rank::ShadowDenied,
-            (_, _, Some(_)) => Rank::Limited,
-            (_, _, None) => Rank::Unlimited,
-        }
-    }
-}
-
-/// One rule's status.
-fn rule_status(rule: &Rule, decision: Option<(Decision, bool)>, now: Timestamp) -> Status {
-    let shadow = rule.mode == Mode::Shadow;
-    let reported = || ReportedRule {
-        name: rule.name.clone(),
-        path: Arc::clone(&rule.metric),
-        requests_per_unit: rule.requests_per_unit,
-        unit: rule.unit,
-        window: rule.window().unwrap_or_default(),
-        algorithm: match &rule.limit {
-            RuleLimit::Limited(l) => l.algorithm().name(),
-            _ => "fixed_window",
-        },
-        shadow,
-    };
-    let (allowed, remaining, reset_after, retry_after, degraded) = match (&rule.limit, decision) {
-        (RuleLimit::Unlimited, _) => {
-            return Status {
-                remaining: u64::from(u32::MAX),
-                ..Status::no_rule()
-            };
-        }
-        (RuleLimit::BlockAll, _) | (RuleLimit::Limited(_), None) => {
-            // Until the end of the current epoch-aligned window, as the reference says.
-            let window = rule.window().map_or(1, |w| w.as_micros().max(1) as u64);
-            let left = Duration::from_micros(window - now.as_micros() % window);
-            (false, 0, left, Some(left), false)
-        }
-        (RuleLimit::Limited(_), Some((d, degraded))) => {
-            let remaining = if rule.reference && !d.allowed() {
-                0
-            } else {
-                d.remaining
-            };
-            (
-                d.allowed(),
-                remaining,
-                d.reset_after,
-                d.retry_after(),
-                degraded,
-            )
-        }
-    };
-    Status {
-        code: if allowed || shadow {
-            Code::Ok
-        } else {
-            Code::OverLimit
-        },
-        rule: Some(reported()),
-        remaining,
-        reset_after,
-        retry_after: if allowed { None } else { retry_after },
-        shadow_denied: shadow && !allowed,
-        degraded,
-    }
-}
-
-/// Refuses what no store should see, before anything is looked up.
-fn validate(req: &CheckRequest) -> Result<(), CheckError> {
-    let invalid = |m: String| Err(CheckError::Invalid(m));
-    if req.domain.is_empty() {
-        return invalid("rate limit domain must not be empty".into());
-    }
-    if req.domain.len() > MAX_DOMAIN_LEN {
-        return invalid(format!(
-            "domain is {} bytes, the most is {MAX_DOMAIN_LEN}",
-            req.domain.len()
-        ));
-    }
-    if req.descriptors.is_empty() {
-        return invalid("rate limit descriptor list must not be empty".into());
-    }
-    if req.descriptors.len() > MAX_DESCRIPTORS {
-        return invalid(format!(
-            "{} descriptors in one request, the most is {MAX_DESCRIPTORS}",
-            req.descriptors.len()
-        ));
-    }
-    if req.hits > MAX_EXACT {
-        return invalid(format!("hits {} is larger than 2^53", req.hits));
-    }
-    for (i, d) in req.descriptors.iter().enumerate() {
-        if d.entries.is_empty() {
-            return invalid(format!("descriptor {i} has no entries"));
-        }
-        if d.entries.len() > MAX_ENTRIES {
-            return invalid(format!(
-                "descriptor {i} has {} entries, the most is {MAX_ENTRIES}",
-                d.entries.len()
-            ));
-        }
-        if let Some(j) = d.entries.iter().position(|(k, _)| k.is_empty()) {
-            return invalid(format!("descriptor {i} entry {j} has an empty key"));
-        }
-        // Longer entries could not make a valid counter key anyway (the store refuses
-        // keys over 1 KiB); refusing them here keeps a 1 MB value from being copied.
-        let len: usize = d.entries.iter().map(|(k, v)| k.len() + v.len()).sum();
-        if len > spillway_core::MAX_KEY_LEN {
-            return invalid(format!(
-                "descriptor {i} is {len} bytes of keys and values, the most is {}",
-                spillway_core::MAX_KEY_LEN
-            ));
-        }
-    }
-    Ok(())
 }

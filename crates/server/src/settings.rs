@@ -320,7 +320,8 @@ fn ratio(r: f64) -> Result<f64, String> {
     }
 }
 
-fn log_format(s: &str) -> Result<bool, String> {
+/// `text` or `json`: whether logs are JSON.
+pub fn log_format(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
         "json" => Ok(true),
         "text" => Ok(false),

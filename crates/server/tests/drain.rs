@@ -36,18 +36,9 @@ async fn requests_in_flight_finish_after_shutdown_begins() {
             .await
     });
     // Wait until the server has the request (its counter says so), then shut down.
-    let metrics_url = s.url("/metrics");
     tokio::time::timeout(Duration::from_secs(5), async {
         loop {
-            let text = s
-                .http
-                .get(&metrics_url)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let text = s.get_text("/metrics").await;
             if text.contains("spillway_requests_total{api=\"http\"} 1") {
                 break;
             }

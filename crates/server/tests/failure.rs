@@ -60,9 +60,7 @@ async fn each_failure_policy_then_recovery() {
                 assert_eq!(status, 503, "{body}");
                 assert_eq!(body["error"]["kind"], "store_unavailable");
                 let e = s
-                    .grpc()
-                    .await
-                    .should_rate_limit(support::request("f", &[&[("k", "closed")]]))
+                    .ask_status(support::request("f", &[&[("k", "closed")]]))
                     .await
                     .unwrap_err();
                 assert_eq!(e.code(), tonic::Code::Unavailable);
@@ -100,15 +98,7 @@ async fn each_failure_policy_then_recovery() {
             (200, &json!(7)),
             "{policy:?}: {body}"
         );
-        let metrics = s
-            .http
-            .get(s.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = s.get_text("/metrics").await;
         for line in [
             "spillway_store_duration_seconds_bucket",
             "spillway_store_errors_total{kind=\"timeout\"}",

@@ -21,12 +21,13 @@ async fn the_router_answers_without_a_socket() {
         ..Settings::default()
     };
     let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let policies = spillway_policy::load(&settings.config).unwrap();
     let state = spillway_server::app_state(
         &settings,
+        policies,
         AnyStore::Memory(MemoryStore::new()),
         Arc::new(clock),
-    )
-    .unwrap();
+    );
     let app = spillway_server::http_app(state);
 
     let call = |body: &'static str| {

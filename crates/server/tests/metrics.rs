@@ -32,15 +32,7 @@ descriptors:
         ]}))
         .await;
     }
-    let text = s
-        .http
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.get_text("/metrics").await;
     let has = |line: &str| assert!(text.lines().any(|l| l == line), "`{line}` in\n{text}");
     has(r#"spillway_decisions_total{domain="m",rule="user",outcome="ok"} 6"#);
     has(r#"spillway_decisions_total{domain="m",rule="trial",outcome="ok"} 1"#);

@@ -55,21 +55,12 @@ async fn reference_example_over_grpc() {
         // hits_addend 0 checks without consuming: over because the count is above the limit.
         let mut peek = request("rl", &[&[("foo", "a")]]);
         peek.descriptors[0].hits_addend = Some(UInt64Value { value: 0 });
-        let mut client = s.grpc().await;
-        assert_eq!(
-            client
-                .should_rate_limit(peek.clone())
-                .await
-                .unwrap()
-                .into_inner()
-                .overall_code,
-            OVER
-        );
+        assert_eq!(s.ask(peek.clone()).await.overall_code, OVER);
         // On a fresh key at exactly the limit, hits_addend 0 is OK with 0 remaining.
         s.should("rl", &[("foo", "c")]).await;
         s.should("rl", &[("foo", "c")]).await;
         peek.descriptors[0].entries[0].value = "c".into();
-        let at_limit = client.should_rate_limit(peek).await.unwrap().into_inner();
+        let at_limit = s.ask(peek).await;
         assert_eq!(
             (at_limit.overall_code, at_limit.statuses[0].limit_remaining),
             (OK, 0)
@@ -111,24 +102,12 @@ async fn reference_example_over_grpc() {
 
         // One over-limit descriptor makes the whole request over the limit.
         let both = s
-            .grpc()
-            .await
-            .should_rate_limit(request("rl", &[&[("foo", "a")], &[("foo", "zz")]]))
-            .await
-            .unwrap()
-            .into_inner();
-        s.grpc()
-            .await
-            .should_rate_limit(request("rl", &[&[("foo", "a")]]))
-            .await
-            .unwrap();
+            .ask(request("rl", &[&[("foo", "a")], &[("foo", "zz")]]))
+            .await;
+        s.ask(request("rl", &[&[("foo", "a")]])).await;
         let both_again = s
-            .grpc()
-            .await
-            .should_rate_limit(request("rl", &[&[("foo", "a")], &[("foo", "zz")]]))
-            .await
-            .unwrap()
-            .into_inner();
+            .ask(request("rl", &[&[("foo", "a")], &[("foo", "zz")]]))
+            .await;
         assert_eq!(both.overall_code, OK);
         assert_eq!(both_again.overall_code, OVER);
         assert_eq!(
@@ -142,12 +121,8 @@ async fn reference_example_over_grpc() {
 
         // Unknown domain: OK, one empty status per descriptor.
         let unknown = s
-            .grpc()
-            .await
-            .should_rate_limit(request("nope", &[&[("a", "b")], &[("c", "d")]]))
-            .await
-            .unwrap()
-            .into_inner();
+            .ask(request("nope", &[&[("a", "b")], &[("c", "d")]]))
+            .await;
         assert_eq!((unknown.overall_code, unknown.statuses.len()), (OK, 2));
         assert!(unknown.statuses.iter().all(|s| s.current_limit.is_none()));
 
@@ -157,23 +132,8 @@ async fn reference_example_over_grpc() {
             requests_per_unit: 1,
             unit: 4,
         });
-        assert_eq!(
-            s.grpc()
-                .await
-                .should_rate_limit(o.clone())
-                .await
-                .unwrap()
-                .into_inner()
-                .overall_code,
-            OK
-        );
-        let o2 = s
-            .grpc()
-            .await
-            .should_rate_limit(o)
-            .await
-            .unwrap()
-            .into_inner();
+        assert_eq!(s.ask(o.clone()).await.overall_code, OK);
+        let o2 = s.ask(o).await;
         assert_eq!(o2.overall_code, OVER);
         assert_eq!(
             o2.statuses[0].current_limit.as_ref().unwrap().unit,
@@ -183,7 +143,7 @@ async fn reference_example_over_grpc() {
 
         // Empty domain or descriptors: INVALID_ARGUMENT.
         for bad in [request("", &[&[("a", "b")]]), request("rl", &[])] {
-            let e = s.grpc().await.should_rate_limit(bad).await.unwrap_err();
+            let e = s.ask_status(bad).await.unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         }
         s.running.stop().await;
@@ -209,14 +169,11 @@ descriptors:
 ";
     for backing in backings() {
         let s = Server::start("replaces", &[("d.yaml", yaml)], backing).await;
-        let mut c = s.grpc().await;
         // With vip in the same request, per-user is dropped: never over, never counted.
         for _ in 0..3 {
-            let r = c
-                .should_rate_limit(request("d", &[&[("user", "u")], &[("vip", "v")]]))
-                .await
-                .unwrap()
-                .into_inner();
+            let r = s
+                .ask(request("d", &[&[("user", "u")], &[("vip", "v")]]))
+                .await;
             assert_eq!(r.overall_code, OK);
             assert!(r.statuses[0].current_limit.is_none());
         }

@@ -47,30 +47,14 @@ async fn good_then_bad_then_good() {
         ),
         "{error}"
     );
-    let config: serde_json::Value = s
-        .http
-        .get(s.url("/v1/config"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let config: serde_json::Value = serde_json::from_str(&s.get_text("/v1/config").await).unwrap();
     assert!(
         config["last_load_error"]
             .as_str()
             .unwrap()
             .contains("fortnight")
     );
-    let metrics = s
-        .http
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.get_text("/metrics").await;
     assert!(
         metrics.contains("spillway_config_loads_total{result=\"error\"}"),
         "{metrics}"

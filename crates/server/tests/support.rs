@@ -94,12 +94,32 @@ impl Server {
 
     /// `ShouldRateLimit` with one descriptor.
     pub async fn should(&self, domain: &str, entries: &[(&str, &str)]) -> RateLimitResponse {
-        self.grpc()
-            .await
-            .should_rate_limit(request(domain, &[entries]))
+        self.ask(request(domain, &[entries])).await
+    }
+
+    /// `ShouldRateLimit` with any request; a gRPC error fails the test.
+    pub async fn ask(&self, req: RateLimitRequest) -> RateLimitResponse {
+        self.ask_status(req).await.unwrap()
+    }
+
+    /// `ShouldRateLimit` with any request, the gRPC status kept.
+    pub async fn ask_status(
+        &self,
+        req: RateLimitRequest,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        Ok(self.grpc().await.should_rate_limit(req).await?.into_inner())
+    }
+
+    /// `GET path` as text (`/metrics`, `/v1/config`, ...).
+    pub async fn get_text(&self, path: &str) -> String {
+        self.http
+            .get(self.url(path))
+            .send()
             .await
             .unwrap()
-            .into_inner()
+            .text()
+            .await
+            .unwrap()
     }
 
     /// `POST /v1/check` with a JSON body: the status and the body.

@@ -32,12 +32,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         });
         // A typo in a policy file fails at once, before any wait for the store.
-        spillway_policy::load(&settings.config)?;
+        let policies = spillway_policy::load(&settings.config)?;
         let Some(store) = open_store(&settings, &stop).await? else {
             return Ok(ExitCode::SUCCESS); // stopped while waiting for the store
         };
+        let clock = Arc::new(SystemClock);
         let running =
-            spillway_server::start_with_store(&settings, store, Arc::new(SystemClock)).await?;
+            spillway_server::start_with_policies(&settings, policies, store, clock).await?;
         let shutdown = running.shutdown.clone();
         tokio::spawn(async move {
             stop.cancelled().await;
@@ -112,11 +113,9 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
         s.log_level = v;
     }
     if let Some(v) = args.log_format {
-        s.log_json = match v.as_str() {
-            "json" => true,
-            "text" => false,
-            other => anyhow::bail!("--log-format: `{other}` is not text or json"),
-        };
+        s.log_json = settings::log_format(&v)
+            .map_err(anyhow::Error::msg)
+            .context("--log-format")?;
     }
     s.watch &= !args.no_watch;
     Ok(s)
