@@ -43,9 +43,11 @@
 #![warn(missing_docs)]
 
 pub mod algorithm;
+mod breaker;
 mod clock;
 mod decision;
 mod error;
+pub mod headers;
 mod key;
 mod limit;
 mod limiter;
@@ -53,6 +55,7 @@ pub mod store;
 mod time;
 
 pub use algorithm::{Algorithm, Edge, State};
+pub use breaker::{Breaker, BreakerState, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use decision::{BatchDecision, Decision, Outcome};
 pub use error::Error;

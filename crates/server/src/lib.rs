@@ -17,7 +17,6 @@
 // needs more than the default query depth.
 #![recursion_limit = "256"]
 
-mod breaker;
 mod grpc;
 mod headers;
 mod http;
@@ -44,12 +43,13 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use breaker::{Breaker, BreakerState};
-pub use headers::{HeaderOptions, HeaderStyle};
+pub use headers::HeaderOptions;
 pub use reload::LoadStatus;
 pub use request::{CheckRequest, CheckResponse, Code, Descriptor, Override, ReportedRule, Status};
 pub use service::{CheckError, Options, Service};
 pub use settings::{Settings, SettingsError};
+pub use spillway_core::headers::HeaderStyle;
+pub use spillway_core::{Breaker, BreakerState};
 pub use store::{AnyStore, Stores};
 
 /// What every endpoint shares.
@@ -207,7 +207,7 @@ pub fn app_state(
         domains = policies.domains().len(),
         "starting"
     );
-    let breaker = breaker::Breaker::new(settings.breaker_failures, settings.breaker_cooldown);
+    let breaker = Breaker::new(settings.breaker_failures, settings.breaker_cooldown);
     metrics::breaker(breaker.state());
     let options = Options {
         global_shadow: settings.shadow_mode,

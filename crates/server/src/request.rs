@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spillway_core::MAX_EXACT;
+use spillway_core::headers::ceil_secs;
 use spillway_policy::Unit;
 
 use crate::service::CheckError;
@@ -126,11 +127,6 @@ impl Status {
     pub fn reset_seconds(&self) -> u64 {
         ceil_secs(self.reset_after)
     }
-}
-
-/// A duration in whole seconds, rounded up (a client told 0 would retry at once).
-pub fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// A duration in whole milliseconds, rounded up: retrying after it never comes early.

@@ -61,8 +61,8 @@ impl Default for Settings {
             log_level: "info".into(),
             log_json: false,
             watch: true,
-            breaker_failures: crate::breaker::DEFAULT_FAILURES_TO_OPEN,
-            breaker_cooldown: crate::breaker::DEFAULT_COOLDOWN,
+            breaker_failures: spillway_core::DEFAULT_FAILURES_TO_OPEN,
+            breaker_cooldown: spillway_core::DEFAULT_COOLDOWN,
             header_read_timeout: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(10),
         }
@@ -136,7 +136,7 @@ impl Settings {
             self.near_limit_ratio = ratio(v).map_err(|e| at("near_limit_ratio", e))?;
         }
         if let Some(v) = f.headers {
-            self.headers = HeaderStyle::parse(&v).map_err(|e| at("headers", e))?;
+            self.headers = v.parse::<HeaderStyle>().map_err(|e| at("headers", e))?;
         }
         if let Some(on) = f.reference_headers {
             self.reference_headers = on.then(default_reference_headers);

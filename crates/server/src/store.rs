@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use spillway_core::{BatchDecision, Error, Key, Limit, MemoryStore, Request, Store, Timestamp};
 use spillway_redis::RedisStore;
 
-use crate::breaker::{Breaker, BreakerState};
 use crate::metrics;
+use spillway_core::{Breaker, BreakerState};
 
 /// The configured store.
 #[derive(Debug)]

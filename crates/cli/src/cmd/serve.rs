@@ -104,7 +104,8 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
             .context("--on-store-error")?;
     }
     if let Some(v) = args.headers {
-        s.headers = HeaderStyle::parse(&v)
+        s.headers = v
+            .parse::<HeaderStyle>()
             .map_err(anyhow::Error::msg)
             .context("--headers")?;
     }

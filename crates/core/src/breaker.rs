@@ -1,11 +1,12 @@
 //! A circuit breaker in front of the store: after a run of failures the store is not
 //! called for a cool-down, so a dead store costs callers nothing instead of a timeout
 //! each; then one probe goes through, and its success closes the breaker again.
+//! The service and the tower layer put one in front of their store.
 
 use std::time::Duration;
 
+use crate::Timestamp;
 use parking_lot::Mutex;
-use spillway_core::Timestamp;
 
 /// Failures in a row that open the breaker.
 pub const DEFAULT_FAILURES_TO_OPEN: u32 = 5;
@@ -24,6 +25,10 @@ pub enum BreakerState {
     HalfOpen,
 }
 
+/// Counts store failures and decides whether the next call may go to the store.
+///
+/// Shared by every caller of one store (behind an `Arc` or inside a shared struct);
+/// the lock is held for a few instructions, never across a store call.
 #[derive(Debug)]
 pub struct Breaker {
     inner: Mutex<Inner>,
@@ -46,6 +51,8 @@ enum Inner {
 }
 
 impl Breaker {
+    /// A closed breaker that opens after `failures_to_open` failures in a row and
+    /// stays open for `cooldown`.
     pub fn new(failures_to_open: u32, cooldown: Duration) -> Breaker {
         Breaker {
             inner: Mutex::new(Inner::Closed { failures: 0 }),
@@ -93,6 +100,7 @@ impl Breaker {
         }
     }
 
+    /// Closed, open or half-open, for metrics and readiness.
     pub fn state(&self) -> BreakerState {
         match *self.inner.lock() {
             Inner::Closed { .. } => BreakerState::Closed,
