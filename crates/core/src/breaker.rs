@@ -3,6 +3,7 @@
 //! each; then one probe goes through, and its success closes the breaker again.
 //! The service and the tower layer put one in front of their store.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::Timestamp;
@@ -32,6 +33,10 @@ pub enum BreakerState {
 #[derive(Debug)]
 pub struct Breaker {
     inner: Mutex<Inner>,
+    /// `true` exactly when `inner` is `Closed { failures: 0 }`, written only under the
+    /// lock: a healthy store's callers read it and never touch the lock, which every
+    /// decision on every core would otherwise contend for.
+    healthy: AtomicBool,
     failures_to_open: u32,
     cooldown: Duration,
 }
@@ -56,6 +61,7 @@ impl Breaker {
     pub fn new(failures_to_open: u32, cooldown: Duration) -> Breaker {
         Breaker {
             inner: Mutex::new(Inner::Closed { failures: 0 }),
+            healthy: AtomicBool::new(true),
             failures_to_open: failures_to_open.max(1),
             cooldown,
         }
@@ -63,6 +69,9 @@ impl Breaker {
 
     /// Whether a call may go to the store now.
     pub fn admit(&self, now: Timestamp) -> bool {
+        if self.healthy.load(Ordering::Relaxed) {
+            return true;
+        }
         let mut inner = self.inner.lock();
         match *inner {
             Inner::Closed { .. } => true,
@@ -78,12 +87,18 @@ impl Breaker {
 
     /// The store answered.
     pub fn success(&self) {
-        *self.inner.lock() = Inner::Closed { failures: 0 };
+        if self.healthy.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        *inner = Inner::Closed { failures: 0 };
+        self.healthy.store(true, Ordering::Relaxed);
     }
 
     /// The store failed or timed out.
     pub fn failure(&self, now: Timestamp) {
         let mut inner = self.inner.lock();
+        self.healthy.store(false, Ordering::Relaxed);
         let open = match *inner {
             Inner::Closed { failures } if failures + 1 < self.failures_to_open => {
                 *inner = Inner::Closed {

@@ -1,0 +1,341 @@
+//! `RateLimitLayer` and its builder: the limits, where their keys come from, and what
+//! happens on a denial, a missing key or a failing store. The layer holds the shared
+//! state behind one `Arc`, so every service it makes — and every clone of those —
+//! draws on the same limits.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+use http::request::Parts;
+use spillway_core::headers::HeaderStyle;
+use spillway_core::{
+    Breaker, Clock, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, Key, Limit, MAX_BATCH, MemoryStore,
+    Store, SystemClock,
+};
+use tower::Layer;
+
+use crate::shared::{CostFn, ShadowBanFn, Shared};
+use crate::{Error, KeyExtractor, RateLimit};
+
+/// How long the layer waits for the store before the failure policy applies.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(20);
+
+/// One limit the layer enforces: a name (for headers, keys and metrics), the limit, and
+/// where each request's key for it comes from.
+#[derive(Clone)]
+pub struct Rule {
+    pub(crate) name: Arc<str>,
+    pub(crate) limit: Limit,
+    pub(crate) key: KeyExtractor,
+    pub(crate) cost: Option<CostFn>,
+}
+
+impl Rule {
+    /// A limit named `name` (1–64 of `A-Z a-z 0-9 - _ .`), keyed by `key`.
+    pub fn new(name: &str, limit: Limit, key: KeyExtractor) -> Rule {
+        Rule {
+            name: name.into(),
+            limit,
+            key,
+            cost: None,
+        }
+    }
+
+    /// What a request costs against this limit (bytes for a bandwidth limit, say);
+    /// overrides the layer's [`cost`](RateLimitLayerBuilder::cost). 0 only looks.
+    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Rule {
+        self.cost = Some(Arc::new(cost));
+        self
+    }
+}
+
+impl fmt::Debug for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rule")
+            .field("name", &self.name)
+            .field("limit", &self.limit)
+            .field("key", &self.key)
+            .field("cost", &self.cost.as_ref().map(|_| "Fn"))
+            .finish()
+    }
+}
+
+/// What to do with a request whose key a limit cannot find.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum MissingKey {
+    /// Refuse it: HTTP 400 (gRPC `INVALID_ARGUMENT`) saying which key is missing.
+    #[default]
+    Reject,
+    /// Count it under this key instead (every keyless request shares one limit).
+    Fallback(String),
+}
+
+/// Whether denials are enforced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Denied requests are refused (or shadow-banned).
+    #[default]
+    Enforce,
+    /// Every request goes through; denials are only recorded (logs and metrics), to try
+    /// a limit on real traffic before enforcing it.
+    Shadow,
+}
+
+/// What happens when the store fails, times out, or its circuit breaker is open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnStoreError {
+    /// Let the request through, unlimited.
+    #[default]
+    Open,
+    /// Refuse it: HTTP 503 (gRPC `UNAVAILABLE`) — never a 429.
+    Closed,
+    /// Decide with an in-process store and the same limits (per instance, so
+    /// `n` instances admit up to `n` times the limit while the store is down).
+    Local,
+}
+
+/// Configures a [`RateLimitLayer`]. Made by [`RateLimitLayer::builder`].
+pub struct RateLimitLayerBuilder<St, C = SystemClock> {
+    store: St,
+    clock: C,
+    rules: Vec<Rule>,
+    cost: Option<CostFn>,
+    missing_key: MissingKey,
+    mode: Mode,
+    shadow_ban: Option<ShadowBanFn>,
+    headers: HeaderStyle,
+    headers_on_allowed: bool,
+    on_store_error: OnStoreError,
+    timeout: Duration,
+    breaker: (u32, Duration),
+}
+
+/// A tower [`Layer`] that rate limits the services it wraps.
+///
+/// Cloning the layer, and cloning the services it makes, shares one set of limits:
+/// unlike tower's own `RateLimit`, ten clones still admit the limit once.
+pub struct RateLimitLayer<St, C = SystemClock> {
+    shared: Arc<Shared<St, C>>,
+}
+
+// === impl RateLimitLayer ===
+
+impl<St: Store> RateLimitLayer<St> {
+    /// Starts configuring a layer over `store` (a `MemoryStore`, a `RedisStore`, …).
+    pub fn builder(store: St) -> RateLimitLayerBuilder<St> {
+        RateLimitLayerBuilder {
+            store,
+            clock: SystemClock,
+            rules: Vec::new(),
+            cost: None,
+            missing_key: MissingKey::Reject,
+            mode: Mode::Enforce,
+            shadow_ban: None,
+            headers: HeaderStyle::Ietf,
+            headers_on_allowed: false,
+            on_store_error: OnStoreError::Open,
+            timeout: DEFAULT_TIMEOUT,
+            breaker: (DEFAULT_FAILURES_TO_OPEN, DEFAULT_COOLDOWN),
+        }
+    }
+}
+
+impl<St, C> RateLimitLayer<St, C> {
+    /// The store the layer decides on.
+    pub fn store(&self) -> &St {
+        &self.shared.store
+    }
+}
+
+impl<St, C> Clone for RateLimitLayer<St, C> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S, St, C> Layer<S> for RateLimitLayer<St, C> {
+    type Service = RateLimit<S, St, C>;
+
+    fn layer(&self, inner: S) -> RateLimit<S, St, C> {
+        RateLimit::new(inner, Arc::clone(&self.shared))
+    }
+}
+
+impl<St, C> fmt::Debug for RateLimitLayer<St, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("rules", &self.shared.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl RateLimitLayerBuilder ===
+
+impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
+    /// Decides at the time `clock` says ([`ManualClock`](spillway_core::ManualClock) in
+    /// tests). A Redis store in server-time mode uses Redis's clock for limits; this
+    /// one still times the circuit breaker.
+    pub fn clock<C2: Clock>(self, clock: C2) -> RateLimitLayerBuilder<St, C2> {
+        RateLimitLayerBuilder {
+            store: self.store,
+            clock,
+            rules: self.rules,
+            cost: self.cost,
+            missing_key: self.missing_key,
+            mode: self.mode,
+            shadow_ban: self.shadow_ban,
+            headers: self.headers,
+            headers_on_allowed: self.headers_on_allowed,
+            on_store_error: self.on_store_error,
+            timeout: self.timeout,
+            breaker: self.breaker,
+        }
+    }
+
+    /// Adds a limit. Every request is checked against all of them at once: admitted
+    /// and charged by all, or refused and charged by none.
+    pub fn limit(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
+        self
+    }
+
+    /// What a request costs, for limits without their own cost (default 1).
+    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
+        self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// What to do when a limit finds no key in a request (default: 400).
+    pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
+        self.missing_key = missing;
+        self
+    }
+
+    /// Enforce denials, or only record them (default: enforce).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Answers denied requests with `handler` instead of a 429, without calling the
+    /// inner service: the client sees what looks like success and has no signal to
+    /// rotate keys or addresses against (a shadow ban).
+    pub fn shadow_ban<F, B>(mut self, handler: F) -> Self
+    where
+        F: Fn(&Parts) -> Response<B> + Send + Sync + 'static,
+        B: Into<Bytes>,
+    {
+        self.shadow_ban = Some(Arc::new(move |parts: &Parts| {
+            handler(parts).map(Into::into)
+        }));
+        self
+    }
+
+    /// Which rate limit headers denials carry (default: IETF `RateLimit-Policy` +
+    /// `RateLimit`). `Retry-After` is always sent on a 429 that a wait can cure.
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.headers = style;
+        self
+    }
+
+    /// Adds the rate limit headers to admitted responses too (default: off).
+    pub fn headers_on_allowed(mut self, on: bool) -> Self {
+        self.headers_on_allowed = on;
+        self
+    }
+
+    /// What happens when the store fails or times out (default: open).
+    pub fn on_store_error(mut self, policy: OnStoreError) -> Self {
+        self.on_store_error = policy;
+        self
+    }
+
+    /// How long to wait for the store (default 20 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// After `failures` store failures in a row, stop calling it for `cooldown`
+    /// (defaults: 5 and 500 ms), so a dead store costs nothing instead of a timeout.
+    pub fn circuit_breaker(mut self, failures: u32, cooldown: Duration) -> Self {
+        self.breaker = (failures, cooldown);
+        self
+    }
+
+    /// Checks the configuration and builds the layer.
+    pub fn build(self) -> Result<RateLimitLayer<St, C>, Error> {
+        if self.rules.is_empty() {
+            return Err(Error::NoLimits);
+        }
+        if self.rules.len() > MAX_BATCH {
+            return Err(Error::TooManyLimits(self.rules.len()));
+        }
+        if self.timeout.is_zero() {
+            return Err(Error::ZeroTimeout(self.timeout));
+        }
+        let mut fallbacks = Vec::with_capacity(self.rules.len());
+        for (i, rule) in self.rules.iter().enumerate() {
+            let name = &*rule.name;
+            if !valid_name(name) {
+                return Err(Error::InvalidName(name.into()));
+            }
+            if self.rules[..i].iter().any(|r| r.name == rule.name) {
+                return Err(Error::DuplicateName(name.into()));
+            }
+            if let Some(message) = rule.key.errors().first() {
+                return Err(Error::InvalidKeySource {
+                    limit: name.into(),
+                    message: message.clone(),
+                });
+            }
+            if let MissingKey::Fallback(value) = &self.missing_key {
+                let key = Key::new(format!("{name}:{value}"))
+                    .map_err(|e| Error::InvalidFallback(e.to_string()))?;
+                fallbacks.push(key);
+            }
+        }
+        let shared = Shared {
+            store: self.store,
+            clock: self.clock,
+            rules: self.rules,
+            fallbacks: (!fallbacks.is_empty()).then_some(fallbacks),
+            cost: self.cost,
+            mode: self.mode,
+            shadow_ban: self.shadow_ban,
+            headers: self.headers,
+            headers_on_allowed: self.headers_on_allowed,
+            on_store_error: self.on_store_error,
+            timeout: self.timeout,
+            breaker: Breaker::new(self.breaker.0, self.breaker.1),
+            local: MemoryStore::new(),
+        };
+        Ok(RateLimitLayer {
+            shared: Arc::new(shared),
+        })
+    }
+}
+
+impl<St, C> fmt::Debug for RateLimitLayerBuilder<St, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .field("rules", &self.rules)
+            .field("missing_key", &self.missing_key)
+            .field("mode", &self.mode)
+            .field("on_store_error", &self.on_store_error)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Names appear in keys (`name:value`), headers and metrics.
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}

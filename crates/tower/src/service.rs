@@ -1,0 +1,96 @@
+//! `RateLimit<S>`: the service the layer wraps around yours. Each request is decided
+//! first; only an admitted one (or any, in shadow mode) reaches the inner service.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use spillway_core::{Clock, Store, SystemClock};
+use tower::Service;
+
+use crate::respond::{add_headers, rejection};
+use crate::shared::{Shared, Verdict};
+use crate::{ResponseBody, ResponseFuture};
+
+/// Rate limits the requests to `S`. Made by [`RateLimitLayer`](crate::RateLimitLayer);
+/// clones share their limits.
+pub struct RateLimit<S, St, C = SystemClock> {
+    inner: S,
+    shared: Arc<Shared<St, C>>,
+}
+
+impl<S, St, C> RateLimit<S, St, C> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<St, C>>) -> Self {
+        RateLimit { inner, shared }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S, St, C, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, St, C>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    St: Store + 'static,
+    C: Clock + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The service that was polled ready goes into the future; this one keeps a
+        // fresh clone for the next call (tower's guidance for services that must be
+        // called after an await).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        ResponseFuture::new(async move {
+            let (parts, body) = request.into_parts();
+            match shared.decide(&parts).await {
+                Verdict::Allow(headers) => {
+                    let response = inner.call(Request::from_parts(parts, body)).await?;
+                    let mut response = response.map(ResponseBody::inner);
+                    add_headers(response.headers_mut(), headers);
+                    Ok(response)
+                }
+                Verdict::ShadowBan => {
+                    let handler = shared
+                        .shadow_ban
+                        .as_ref()
+                        .expect("a shadow-ban verdict only comes with a handler");
+                    Ok(handler(&parts).map(ResponseBody::own))
+                }
+                Verdict::Reject(why, headers) => Ok(rejection(&parts, &why, headers)),
+            }
+        })
+    }
+}
+
+impl<S: Clone, St, C> Clone for RateLimit<S, St, C> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, St, C> fmt::Debug for RateLimit<S, St, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("rules", &self.shared.rules)
+            .finish_non_exhaustive()
+    }
+}
