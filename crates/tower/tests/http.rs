@@ -1,0 +1,553 @@
+//! The layer in an axum app over a real loopback socket, on the memory store with a
+//! manual clock: each key extractor, missing keys, several limits, costs, headers,
+//! shadow ban, shadow mode, and clones sharing one set of limits.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::routing::{get, post};
+use axum::{Router, response::Response};
+use spillway_core::{Algorithm, MemoryStore};
+use spillway_tower::{
+    ClientIp, HeaderStyle, KeyExtractor, MissingKey, Mode, RateLimitLayer, RateLimitLayerBuilder,
+    Rule,
+};
+use support::{Client, clock, header, limit, per_minute, serve};
+use tower::{Layer, Service, ServiceExt};
+
+fn builder() -> RateLimitLayerBuilder<MemoryStore, spillway_core::ManualClock> {
+    RateLimitLayer::builder(MemoryStore::new()).clock(clock())
+}
+
+/// An app whose handler counts its calls.
+fn app(
+    layer: RateLimitLayer<MemoryStore, spillway_core::ManualClock>,
+) -> (Router, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let router = Router::new()
+        .route(
+            "/",
+            get(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { "hello" }
+            }),
+        )
+        .route("/upload", post(|| async { "stored" }))
+        .layer(layer);
+    (router, calls)
+}
+
+async fn serve_layer(layer: RateLimitLayer<MemoryStore, spillway_core::ManualClock>) -> Client {
+    serve(app(layer).0).await
+}
+
+#[tokio::test]
+async fn the_peer_address_is_the_key_and_a_denial_is_a_429_with_headers() {
+    let clock = clock();
+    let per_ip = limit(Algorithm::Gcra, 2, Duration::from_secs(1));
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .clock(clock.clone())
+        .limit(Rule::new(
+            "per-ip",
+            per_ip,
+            KeyExtractor::client_ip(ClientIp::new()),
+        ))
+        .build()
+        .unwrap();
+    let client = serve_layer(layer).await;
+
+    assert_eq!(client.admitted(2, "/", &[]).await, 2);
+    let denied = client.get("/", &[]).await;
+    assert_eq!(denied.status(), 429);
+    assert_eq!(header(&denied, "retry-after"), "1");
+    assert_eq!(header(&denied, "ratelimit-policy"), r#""per-ip";q=2;w=1"#);
+    assert_eq!(header(&denied, "ratelimit"), r#""per-ip";r=0;t=1"#);
+    assert_eq!(header(&denied, "content-type"), "application/json");
+    let body: serde_json::Value = denied.json().await.unwrap();
+    assert_eq!(body["limit"], "per-ip");
+    assert_eq!(body["retry_after_ms"], 500);
+    assert!(body["error"].as_str().unwrap().contains("rate limited"));
+
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(client.status("/", &[]).await, 200);
+}
+
+#[tokio::test]
+async fn forwarding_headers_count_only_behind_trusted_proxies_and_ipv6_groups_by_prefix() {
+    let trusting = builder()
+        .limit(Rule::new(
+            "per-ip",
+            per_minute(1),
+            KeyExtractor::client_ip(ClientIp::new().trust("127.0.0.1")),
+        ))
+        .build()
+        .unwrap();
+    let client = serve_layer(trusting).await;
+    let from = |ip: &'static str| [("x-forwarded-for", ip)];
+    assert_eq!(client.status("/", &from("203.0.113.1")).await, 200);
+    assert_eq!(client.status("/", &from("203.0.113.1")).await, 429);
+    assert_eq!(
+        client.status("/", &from("203.0.113.2")).await,
+        200,
+        "another client"
+    );
+    // A client's own entry is left of the one the proxy appended: it cannot pick a key.
+    assert_eq!(client.status("/", &from("9.9.9.9, 203.0.113.1")).await, 429);
+    // One /64, two addresses: one client. Another /64: another client.
+    assert_eq!(client.status("/", &from("2001:db8:0:1::a")).await, 200);
+    assert_eq!(client.status("/", &from("2001:db8:0:1::b")).await, 429);
+    assert_eq!(client.status("/", &from("2001:db8:0:2::a")).await, 200);
+    // An unreadable hop from a trusted proxy: no key, so 400.
+    assert_eq!(client.status("/", &from("unknown")).await, 400);
+
+    let untrusting = builder()
+        .limit(Rule::new(
+            "per-ip",
+            per_minute(1),
+            KeyExtractor::client_ip(ClientIp::new()),
+        ))
+        .build()
+        .unwrap();
+    let client = serve_layer(untrusting).await;
+    assert_eq!(client.status("/", &from("203.0.113.1")).await, 200);
+    assert_eq!(
+        client.status("/", &from("203.0.113.2")).await,
+        429,
+        "the header is ignored: both came from 127.0.0.1"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_key_is_a_400_naming_it_or_counts_under_the_fallback() {
+    let per_key = || Rule::new("per-key", per_minute(1), KeyExtractor::header("x-api-key"));
+    let client = serve_layer(builder().limit(per_key()).build().unwrap()).await;
+    let missing = client.get("/", &[]).await;
+    assert_eq!(missing.status(), 400);
+    let body: serde_json::Value = missing.json().await.unwrap();
+    assert_eq!(
+        body["error"],
+        "missing rate limit key for `per-key`: no `x-api-key` header"
+    );
+    assert_eq!(client.status("/", &[("x-api-key", "k1")]).await, 200);
+    assert_eq!(client.status("/", &[("x-api-key", "k1")]).await, 429);
+    assert_eq!(client.status("/", &[("x-api-key", "k2")]).await, 200);
+
+    let fallback = builder()
+        .limit(per_key())
+        .on_missing_key(MissingKey::Fallback("anonymous".into()))
+        .build()
+        .unwrap();
+    let client = serve_layer(fallback).await;
+    assert_eq!(client.status("/", &[]).await, 200);
+    assert_eq!(
+        client.status("/", &[]).await,
+        429,
+        "keyless requests share one limit"
+    );
+    assert_eq!(client.status("/", &[("x-api-key", "k1")]).await, 200);
+}
+
+#[derive(Clone, Debug)]
+struct User(String);
+
+impl std::fmt::Display for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Stands in for an auth layer: the bearer token is the user.
+async fn authenticate(mut request: Request, next: Next) -> Response {
+    let user = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|u| User(u.to_owned()));
+    if let Some(user) = user {
+        request.extensions_mut().insert(user);
+    }
+    next.run(request).await
+}
+
+#[tokio::test]
+async fn an_authenticated_user_from_the_extensions_is_the_key() {
+    let layer = builder()
+        .limit(Rule::new(
+            "per-user",
+            per_minute(2),
+            KeyExtractor::extension::<User>(),
+        ))
+        .build()
+        .unwrap();
+    // Layers run outside-in: authentication first, then the limit.
+    let router = Router::new()
+        .route("/", get(|| async { "hi" }))
+        .layer(layer)
+        .layer(middleware::from_fn(authenticate));
+    let client = serve(router).await;
+    let alice = [("authorization", "Bearer alice")];
+    assert_eq!(client.admitted(3, "/", &alice).await, 2);
+    assert_eq!(
+        client.status("/", &[("authorization", "Bearer bob")]).await,
+        200
+    );
+    let anonymous = client.get("/", &[]).await;
+    assert_eq!(anonymous.status(), 400);
+    let body: serde_json::Value = anonymous.json().await.unwrap();
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("User` request extension")
+    );
+}
+
+#[tokio::test]
+async fn method_and_route_keys_on_the_matched_route_not_the_path() {
+    let layer = builder()
+        .limit(Rule::new(
+            "per-route",
+            per_minute(2),
+            KeyExtractor::method_and_route(),
+        ))
+        .build()
+        .unwrap();
+    let router = Router::new()
+        .route(
+            "/items/{id}",
+            get(|| async { "item" }).post(|| async { "made" }),
+        )
+        .route_layer(layer);
+    let client = serve(router).await;
+    assert_eq!(client.status("/items/1", &[]).await, 200);
+    assert_eq!(client.status("/items/2", &[]).await, 200);
+    assert_eq!(
+        client.status("/items/3", &[]).await,
+        429,
+        "one route, three paths"
+    );
+    let post = client
+        .http
+        .post(format!("{}/items/1", client.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), 200, "another method is another key");
+}
+
+#[tokio::test]
+async fn a_closure_can_make_any_key() {
+    let by_query = KeyExtractor::from_fn(|parts| {
+        parts
+            .uri
+            .query()?
+            .strip_prefix("tenant=")
+            .map(str::to_owned)
+    });
+    let layer = builder()
+        .limit(Rule::new("per-tenant", per_minute(1), by_query))
+        .build()
+        .unwrap();
+    let client = serve_layer(layer).await;
+    assert_eq!(client.status("/?tenant=a", &[]).await, 200);
+    assert_eq!(client.status("/?tenant=a", &[]).await, 429);
+    assert_eq!(client.status("/?tenant=b", &[]).await, 200);
+    assert_eq!(client.status("/?other=1", &[]).await, 400);
+}
+
+#[tokio::test]
+async fn several_limits_are_all_or_nothing() {
+    let clock = clock();
+    let burst = limit(Algorithm::Gcra, 2, Duration::from_secs(1));
+    let daily = limit(Algorithm::FixedWindow, 3, Duration::from_secs(86_400));
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .clock(clock.clone())
+        .limit(Rule::new(
+            "burst",
+            burst,
+            KeyExtractor::client_ip(ClientIp::new()),
+        ))
+        .limit(Rule::new("daily", daily, KeyExtractor::header("x-api-key")))
+        .headers_on_allowed(true)
+        .build()
+        .unwrap();
+    let client = serve_layer(layer).await;
+    let key = [("x-api-key", "k1")];
+
+    let first = client.get("/", &key).await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(
+        header(&first, "ratelimit-policy"),
+        r#""burst";q=2;w=1, "daily";q=3;w=86400"#
+    );
+    assert_eq!(header(&first, "ratelimit"), r#""burst";r=1;t=1"#);
+    assert_eq!(client.status("/", &key).await, 200);
+    // The burst is spent: denied, and the daily quota is not charged for it.
+    let denied = client.get("/", &key).await;
+    assert_eq!(denied.status(), 429);
+    assert_eq!(header(&denied, "ratelimit"), r#""burst";r=0;t=1"#);
+    for _ in 0..5 {
+        assert_eq!(client.status("/", &key).await, 429);
+    }
+    clock.advance(Duration::from_secs(1));
+    let after = client.get("/", &key).await;
+    assert_eq!(after.status(), 200);
+    // Had the denials been charged, the daily quota would be gone; 3 of 3 are used.
+    // (T0 is 80,000 s into its UTC day: the day ends 6,400 s later.)
+    assert_eq!(header(&after, "ratelimit"), r#""daily";r=0;t=6399"#);
+    let denied = client.get("/", &key).await;
+    assert_eq!(header(&denied, "ratelimit"), r#""daily";r=0;t=6399"#);
+}
+
+#[tokio::test]
+async fn costs_come_from_closures() {
+    let body_bytes = |parts: &http::request::Parts| {
+        parts
+            .headers
+            .get("content-length")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let layer = builder()
+        .limit(
+            Rule::new(
+                "bytes",
+                per_minute(100),
+                KeyExtractor::client_ip(ClientIp::new()),
+            )
+            .cost(body_bytes),
+        )
+        .limit(Rule::new(
+            "calls",
+            per_minute(1000),
+            KeyExtractor::client_ip(ClientIp::new()),
+        ))
+        .cost(|parts| if parts.uri.path() == "/upload" { 10 } else { 1 })
+        .headers_on_allowed(true)
+        .build()
+        .unwrap();
+    let client = serve_layer(layer).await;
+    let upload = |n: usize| {
+        client
+            .http
+            .post(format!("{}/upload", client.base))
+            .body(vec![b'x'; n])
+            .send()
+    };
+    let r = upload(60).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "ratelimit"), r#""bytes";r=40;t=40"#);
+    assert_eq!(
+        upload(60).await.unwrap().status(),
+        429,
+        "60 more bytes do not fit"
+    );
+    let r = upload(40).await.unwrap();
+    assert_eq!(r.status(), 200, "40 do");
+    // The layer's cost closure charged `calls` 10 per upload (two admitted).
+    let get = client.get("/", &[("content-length", "0")]).await;
+    assert_eq!(header(&get, "ratelimit"), r#""bytes";r=0;t=40"#);
+    // Larger than the limit can ever admit: a 429 without Retry-After.
+    let huge = upload(1000).await.unwrap();
+    assert_eq!(huge.status(), 429);
+    assert!(huge.headers().get("retry-after").is_none());
+    let body: serde_json::Value = huge.json().await.unwrap();
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("retrying will not help")
+    );
+    assert!(body.get("retry_after_ms").is_none());
+}
+
+#[tokio::test]
+async fn legacy_header_styles_and_none() {
+    for (style, limit_header) in [
+        (HeaderStyle::Legacy, Some("ratelimit-limit")),
+        (HeaderStyle::XRateLimit, Some("x-ratelimit-limit")),
+        (HeaderStyle::None, None),
+    ] {
+        let layer = builder()
+            .limit(Rule::new(
+                "per-ip",
+                per_minute(1),
+                KeyExtractor::client_ip(ClientIp::new()),
+            ))
+            .headers(style)
+            .build()
+            .unwrap();
+        let client = serve_layer(layer).await;
+        let allowed = client.get("/", &[]).await;
+        assert!(
+            allowed.headers().get("ratelimit-limit").is_none(),
+            "off on allowed by default"
+        );
+        let denied = client.get("/", &[]).await;
+        assert_eq!(denied.status(), 429);
+        assert!(denied.headers().get("ratelimit").is_none());
+        // T0 is 20 s into its minute.
+        assert_eq!(header(&denied, "retry-after"), "40");
+        match limit_header {
+            Some(name) => {
+                assert_eq!(header(&denied, name), "1");
+                let prefix = name.trim_end_matches("limit");
+                assert_eq!(header(&denied, &format!("{prefix}remaining")), "0");
+                assert_eq!(header(&denied, &format!("{prefix}reset")), "40");
+            }
+            None => assert_eq!(denied.headers().len(), 4, "{:?}", denied.headers()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_shadow_ban_answers_for_the_service_without_calling_it() {
+    let layer = builder()
+        .limit(Rule::new(
+            "per-ip",
+            per_minute(2),
+            KeyExtractor::client_ip(ClientIp::new()),
+        ))
+        .shadow_ban(|parts| {
+            assert_eq!(parts.uri.path(), "/");
+            http::Response::new("hello")
+        })
+        .build()
+        .unwrap();
+    let (router, calls) = app(layer);
+    let client = serve(router).await;
+    for _ in 0..5 {
+        let r = client.get("/", &[]).await;
+        assert_eq!(r.status(), 200);
+        assert!(r.headers().get("retry-after").is_none());
+        assert_eq!(r.text().await.unwrap(), "hello");
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "only the two admitted calls ran"
+    );
+}
+
+#[tokio::test]
+async fn shadow_mode_calls_through_and_reports_what_it_would_have_done() {
+    let layer = builder()
+        .limit(Rule::new(
+            "per-ip",
+            per_minute(2),
+            KeyExtractor::client_ip(ClientIp::new()),
+        ))
+        .mode(Mode::Shadow)
+        .headers_on_allowed(true)
+        .build()
+        .unwrap();
+    let (router, calls) = app(layer);
+    let client = serve(router).await;
+    let mut last = None;
+    for _ in 0..5 {
+        let r = client.get("/", &[]).await;
+        assert_eq!(r.status(), 200);
+        last = Some(r);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+    // Denied requests were not charged, so the limit still reads "spent", not "-3".
+    assert_eq!(header(&last.unwrap(), "ratelimit"), r#""per-ip";r=0;t=40"#);
+}
+
+#[tokio::test]
+async fn clones_of_the_layer_and_the_service_share_one_limit() {
+    let layer = builder()
+        .limit(Rule::new(
+            "per-ip",
+            per_minute(3),
+            KeyExtractor::client_ip(ClientIp::new()),
+        ))
+        .build()
+        .unwrap();
+    // Two routers (two listeners) from clones of one layer.
+    let a = serve_layer(layer.clone()).await;
+    let b = serve_layer(layer.clone()).await;
+    let mut admitted = 0;
+    for _ in 0..4 {
+        admitted += a.admitted(1, "/", &[]).await + b.admitted(1, "/", &[]).await;
+    }
+    assert_eq!(admitted, 3);
+
+    // Ten clones of one service, in process: still one limit.
+    let fresh = builder()
+        .limit(Rule::new(
+            "all",
+            per_minute(3),
+            KeyExtractor::from_fn(|_| Some("k".into())),
+        ))
+        .build()
+        .unwrap();
+    let service = fresh.layer(tower::service_fn(|_: http::Request<String>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    }));
+    let mut ok = 0;
+    for _ in 0..10 {
+        let mut clone = service.clone();
+        let response = clone
+            .ready()
+            .await
+            .unwrap()
+            .call(http::Request::new(String::new()))
+            .await
+            .unwrap();
+        ok += usize::from(response.status() == 200);
+    }
+    assert_eq!(ok, 3);
+}
+
+#[test]
+fn bad_configurations_are_refused_when_built() {
+    use spillway_tower::Error;
+    let ip = || KeyExtractor::client_ip(ClientIp::new());
+    let err =
+        |b: RateLimitLayerBuilder<MemoryStore, spillway_core::ManualClock>| b.build().unwrap_err();
+    assert_eq!(err(builder()), Error::NoLimits);
+    assert_eq!(
+        err(builder().limit(Rule::new("a b", per_minute(1), ip()))),
+        Error::InvalidName("a b".into())
+    );
+    assert_eq!(
+        err(builder()
+            .limit(Rule::new("a", per_minute(1), ip()))
+            .limit(Rule::new("a", per_minute(2), ip()))),
+        Error::DuplicateName("a".into())
+    );
+    let bad_proxy = KeyExtractor::client_ip(ClientIp::new().trust("10.0.0.0/99"));
+    assert!(matches!(
+        err(builder().limit(Rule::new("a", per_minute(1), bad_proxy))),
+        Error::InvalidKeySource { .. }
+    ));
+    assert!(matches!(
+        err(builder().limit(Rule::new(
+            "a",
+            per_minute(1),
+            KeyExtractor::header("bad header")
+        ))),
+        Error::InvalidKeySource { .. }
+    ));
+    assert!(matches!(
+        err(builder()
+            .limit(Rule::new("a", per_minute(1), ip()))
+            .timeout(Duration::ZERO)),
+        Error::ZeroTimeout(_)
+    ));
+    let too_long = "x".repeat(2000);
+    assert!(matches!(
+        err(builder()
+            .limit(Rule::new("a", per_minute(1), ip()))
+            .on_missing_key(MissingKey::Fallback(too_long))),
+        Error::InvalidFallback(_)
+    ));
+}
