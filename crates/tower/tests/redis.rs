@@ -1,0 +1,145 @@
+//! The layer on real Redis: two app instances (two layers, two connections) sharing
+//! one limit on standalone Redis and on Redis Cluster, under concurrency; and the
+//! failure policies while a Redis process is frozen with SIGSTOP, then thawed.
+
+mod support;
+
+use std::time::Duration;
+
+use spillway_core::ManualClock;
+use spillway_redis::{RedisStore, TimeSource};
+use spillway_testkit::redis::{RedisServer, cluster_url, standalone_url, unique_prefix};
+use spillway_tower::{ClientIp, KeyExtractor, OnStoreError, RateLimitLayer, Rule};
+use support::{Client, clock, header, per_minute, serve};
+use tokio::task::JoinSet;
+
+async fn store(url: &str, prefix: &str, timeout: Duration) -> RedisStore {
+    RedisStore::builder(url)
+        .prefix(prefix)
+        .time_source(TimeSource::Caller)
+        .timeout(timeout)
+        .build()
+        .await
+        .expect("connect to the test Redis")
+}
+
+/// An app instance on its own Redis connection.
+async fn instance(url: &str, prefix: &str, clock: &ManualClock, limit: u64) -> Client {
+    let layer = RateLimitLayer::builder(store(url, prefix, Duration::from_secs(1)).await)
+        .clock(clock.clone())
+        .limit(Rule::new(
+            "per-key",
+            per_minute(limit),
+            KeyExtractor::header("x-api-key"),
+        ))
+        .build()
+        .unwrap();
+    let router = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "ok" }))
+        .layer(layer);
+    serve(router).await
+}
+
+async fn two_instances_share_one_limit(url: &str) {
+    let prefix = unique_prefix("tower-two");
+    let clock = clock();
+    let a = instance(url, &prefix, &clock, 10).await;
+    let b = instance(url, &prefix, &clock, 10).await;
+    // 60 requests at once, half through each instance.
+    let mut calls = JoinSet::new();
+    for i in 0..60 {
+        let client = if i % 2 == 0 { a.clone() } else { b.clone() };
+        calls.spawn(async move { client.status("/", &[("x-api-key", "shared")]).await });
+    }
+    let statuses = calls.join_all().await;
+    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 10);
+    assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 50);
+    assert_eq!(a.status("/", &[("x-api-key", "other")]).await, 200);
+}
+
+#[tokio::test]
+async fn two_app_instances_share_one_limit_on_standalone_redis() {
+    two_instances_share_one_limit(&standalone_url()).await;
+}
+
+#[tokio::test]
+async fn two_app_instances_share_one_limit_on_redis_cluster() {
+    two_instances_share_one_limit(&cluster_url()).await;
+}
+
+/// Each failure policy while Redis is frozen, then after it thaws.
+#[tokio::test]
+async fn failure_policies_while_redis_is_frozen() {
+    for policy in [
+        OnStoreError::Open,
+        OnStoreError::Closed,
+        OnStoreError::Local,
+    ] {
+        let redis = RedisServer::start();
+        let clock = clock();
+        // The store would wait 10 s; the layer gives up after 100 ms.
+        let layer =
+            RateLimitLayer::builder(store(&redis.url(), "tower", Duration::from_secs(10)).await)
+                .clock(clock.clone())
+                .limit(Rule::new(
+                    "per-ip",
+                    per_minute(10),
+                    KeyExtractor::client_ip(ClientIp::new()),
+                ))
+                .on_store_error(policy)
+                .timeout(Duration::from_millis(100))
+                .circuit_breaker(2, Duration::from_secs(1))
+                .headers_on_allowed(true)
+                .build()
+                .unwrap();
+        let client = serve(
+            axum::Router::new()
+                .route("/", axum::routing::get(|| async { "ok" }))
+                .layer(layer),
+        )
+        .await;
+        let first = client.get("/", &[]).await;
+        assert_eq!(
+            header(&first, "ratelimit"),
+            r#""per-ip";r=9;t=40"#,
+            "{policy:?}"
+        );
+
+        redis.signal("STOP");
+        // Two timeouts open the breaker; the next two do not call the store at all.
+        for i in 1..=4 {
+            let r = client.get("/", &[]).await;
+            match policy {
+                OnStoreError::Open => {
+                    assert_eq!(r.status(), 200);
+                    assert!(
+                        r.headers().get("ratelimit").is_none(),
+                        "no decision, no headers"
+                    );
+                }
+                OnStoreError::Closed => {
+                    assert_eq!(r.status(), 503);
+                    let body: serde_json::Value = r.json().await.unwrap();
+                    assert_eq!(body["error"], "rate limit store unavailable");
+                }
+                OnStoreError::Local => {
+                    assert_eq!(r.status(), 200);
+                    let local = format!(r#""per-ip";r={};t=40"#, 10 - i);
+                    assert_eq!(header(&r, "ratelimit"), local, "the local store decides");
+                }
+            }
+        }
+
+        redis.signal("CONT");
+        clock.advance(Duration::from_secs(1)); // the breaker's cool-down
+        let back = client.get("/", &[]).await;
+        assert_eq!(back.status(), 200, "{policy:?}");
+        // Store-backed again: the first call, the two that timed out (Redis ran them
+        // when it thawed — a timed-out call may still count), and this one.
+        assert_eq!(
+            header(&back, "ratelimit"),
+            r#""per-ip";r=6;t=39"#,
+            "{policy:?}"
+        );
+    }
+}
