@@ -120,6 +120,9 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 self.breaker.success();
                 Ok(batch)
             }
+            // A refused request (keys in different Cluster slots) says nothing about
+            // the store's health.
+            Ok(Err(e)) if e.is_invalid_input() => Err(Failure::Store(e)),
             Ok(Err(e)) => {
                 self.breaker.failure(now);
                 Err(Failure::Store(e))

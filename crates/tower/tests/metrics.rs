@@ -16,7 +16,11 @@ async fn shadow_mode_records_what_it_would_have_denied() {
 
     let layer = RateLimitLayer::builder(MemoryStore::new())
         .clock(clock())
-        .limit(Rule::new("per-ip", per_minute(2), KeyExtractor::client_ip(ClientIp::new())))
+        .limit(Rule::new(
+            "per-ip",
+            per_minute(2),
+            KeyExtractor::client_ip(ClientIp::new()),
+        ))
         .mode(Mode::Shadow)
         .build()
         .unwrap();

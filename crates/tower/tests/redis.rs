@@ -67,6 +67,40 @@ async fn two_app_instances_share_one_limit_on_redis_cluster() {
     two_instances_share_one_limit(&cluster_url()).await;
 }
 
+#[tokio::test]
+async fn on_cluster_limits_on_different_keys_are_refused_by_the_store() {
+    let store = store(
+        &cluster_url(),
+        &unique_prefix("tower-slots"),
+        Duration::from_secs(1),
+    )
+    .await;
+    let layer = RateLimitLayer::builder(store)
+        .clock(clock())
+        .limit(Rule::new(
+            "per-ip",
+            per_minute(5),
+            KeyExtractor::client_ip(ClientIp::new()),
+        ))
+        .limit(Rule::new(
+            "per-key",
+            per_minute(5),
+            KeyExtractor::header("x-api-key"),
+        ))
+        .on_store_error(OnStoreError::Closed)
+        .build()
+        .unwrap();
+    let router = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "ok" }))
+        .layer(layer);
+    let client = serve(router).await;
+    // `per-ip:127.0.0.1` and `per-key:k` hash to different slots: no atomic decision,
+    // so the failure policy answers (here: 503), every time — the breaker stays shut.
+    for _ in 0..10 {
+        assert_eq!(client.status("/", &[("x-api-key", "k")]).await, 503);
+    }
+}
+
 /// Each failure policy while Redis is frozen, then after it thaws.
 #[tokio::test]
 async fn failure_policies_while_redis_is_frozen() {
