@@ -5,10 +5,14 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use spillway_core::{Algorithm, Limit, ManualClock, Timestamp};
+use axum::routing::{get, post};
+use spillway_core::{Algorithm, Limit, ManualClock, MemoryStore, Timestamp};
+use spillway_tower::{RateLimitLayer, RateLimitLayerBuilder};
 
 /// 2023-11-14T22:13:20Z.
 pub const T0: u64 = 1_700_000_000;
@@ -79,4 +83,30 @@ pub fn header<'r>(response: &'r reqwest::Response, name: &str) -> &'r str {
         .unwrap_or_else(|| panic!("no `{name}` header in {:?}", response.headers()))
         .to_str()
         .unwrap()
+}
+
+/// A layer builder on a fresh memory store and the manual clock.
+pub fn builder() -> RateLimitLayerBuilder<MemoryStore, ManualClock> {
+    RateLimitLayer::builder(MemoryStore::new()).clock(clock())
+}
+
+/// An app whose handler counts its calls.
+pub fn app(layer: RateLimitLayer<MemoryStore, ManualClock>) -> (Router, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let router = Router::new()
+        .route(
+            "/",
+            get(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { "hello" }
+            }),
+        )
+        .route("/upload", post(|| async { "stored" }))
+        .layer(layer);
+    (router, calls)
+}
+
+pub async fn serve_layer(layer: RateLimitLayer<MemoryStore, ManualClock>) -> Client {
+    serve(app(layer).0).await
 }
