@@ -13,7 +13,11 @@ type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 
 /// Takes a limit's key from a request. `None` from any of them means "no key": the
 /// layer then rejects with 400 or uses the fallback key (see
-/// [`on_missing_key`](crate::RateLimitLayerBuilder::on_missing_key)).
+/// [`on_missing_key`](crate::RateLimitLayerBuilder::on_missing_key)). So does a value
+/// longer than [`MAX_KEY_LEN`](spillway_core::MAX_KEY_LEN) bytes.
+///
+/// The layer stores each limit's state under `name:value`: two limits never share a
+/// key, whatever their values.
 #[derive(Clone)]
 pub struct KeyExtractor(Source);
 

@@ -224,7 +224,8 @@ impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
 
     /// Answers denied requests with `handler` instead of a 429, without calling the
     /// inner service: the client sees what looks like success and has no signal to
-    /// rotate keys or addresses against (a shadow ban).
+    /// rotate keys or addresses against (a shadow ban). In [`Mode::Shadow`] nothing is
+    /// denied, so the handler is not used.
     pub fn shadow_ban<F, B>(mut self, handler: F) -> Self
     where
         F: Fn(&Parts) -> Response<B> + Send + Sync + 'static,

@@ -304,3 +304,51 @@ fn bad_configurations_are_refused_when_built() {
         Error::InvalidFallback(_)
     ));
 }
+
+/// Plain hyper: no framework records the peer, so the accept loop inserts it as a
+/// `SocketAddr` extension in front of the layer.
+#[tokio::test]
+async fn a_plain_hyper_server_works_with_the_peer_in_an_extension() {
+    use http_body_util::Full;
+    use hyper_util::rt::TokioIo;
+
+    let layer = builder()
+        .limit(Rule::new(
+            "per-ip",
+            per_minute(1),
+            KeyExtractor::client_ip(ClientIp::new()),
+        ))
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = listener.accept().await.unwrap();
+            let service = tower::ServiceBuilder::new()
+                .map_request(move |mut r: http::Request<hyper::body::Incoming>| {
+                    r.extensions_mut().insert(peer);
+                    r
+                })
+                .layer(layer.clone())
+                .service_fn(|_| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                        bytes::Bytes::from("hi"),
+                    )))
+                });
+            let hyper_service = hyper::service::service_fn(move |r| service.clone().oneshot(r));
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), hyper_service),
+            );
+        }
+    });
+    let client = support::Client {
+        base: format!("http://{addr}"),
+        http: reqwest::Client::new(),
+    };
+    assert_eq!(client.status("/", &[]).await, 200);
+    let denied = client.get("/", &[]).await;
+    assert_eq!(denied.status(), 429);
+    assert_eq!(header(&denied, "retry-after"), "40");
+}
