@@ -51,6 +51,9 @@
 //! # }
 //! ```
 //!
+//! The layer waits for the store with `tokio::time::timeout`: it runs inside a Tokio
+//! runtime with the time driver on (as `#[tokio::main]`, axum and tonic have it).
+//!
 //! On Redis Cluster one atomic decision must stay in one slot: limits keyed by
 //! different values (an IP and an API key) land in different slots, and the store
 //! refuses the batch. Give such layers a single limit each, or run them on

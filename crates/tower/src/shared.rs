@@ -182,7 +182,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
             (Mode::Enforce, None) => "limited",
         };
         metrics::counter!("spillway_tower_requests_total", "outcome" => outcome).increment(1);
-        metrics::counter!("spillway_tower_denials_total", "limit" => rule.name.to_string())
+        metrics::counter!("spillway_tower_denials_total", "limit" => Arc::clone(&rule.name))
             .increment(1);
         tracing::debug!(limit = &*rule.name, outcome, "rate limited");
         match (self.mode, &self.shadow_ban) {
