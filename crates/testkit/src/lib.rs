@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod conformance;
+pub mod proxy;
 pub mod redis;
 mod scenarios;
 

@@ -75,22 +75,39 @@ impl RedisServer {
             .port();
         let dir = std::env::temp_dir().join(format!("spillway-redis-{port}"));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server runs (scripts/test installs it)");
+        let child = spawn(port, &dir);
         let server = RedisServer { child, port, dir };
+        server.wait_for_ping();
+        server
+    }
+
+    /// Kills the server with SIGKILL: no shutdown, its data gone (it keeps none on disk).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts a fresh server on the same port (after [`kill`](Self::kill)), and waits
+    /// until it answers PING.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = spawn(self.port, &self.dir);
+        self.wait_for_ping();
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn wait_for_ping(&self) {
         for _ in 0..300 {
-            if server.ping() {
-                return server;
+            if self.ping() {
+                return;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("redis-server on port {port} did not answer PING within 3 s");
+        panic!("redis-server on port {} did not answer PING within 3 s", self.port);
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -131,4 +148,17 @@ impl Drop for RedisServer {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+fn spawn(port: u16, dir: &std::path::Path) -> Child {
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        // Fault tests freeze it with DEBUG SLEEP.
+        .args(["--enable-debug-command", "local"])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server runs (scripts/test installs it)")
 }
