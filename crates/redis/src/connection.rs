@@ -13,6 +13,8 @@
 //! - `redis+sentinel://[user:pass@]host:port,host:port,…/master_name[/db]`
 //!   (`user:pass` is for the master; sentinels are asked without it)
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -133,9 +135,17 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
+/// Calls in a row that got no answer in time before a connection is presumed dead
+/// and replaced. A connection whose peer vanished without a reset (a host lost, a
+/// partition, a NAT entry expired) raises no error for the many minutes TCP takes to
+/// give up; and if bytes were lost, replies no longer line up with requests. Both
+/// look like this, and only a new connection ends them (found by the reliability
+/// suite's `proxy-drop` fault: the store never recovered).
+const SILENT_CALLS_BEFORE_RECONNECT: u32 = 3;
+
 /// An open connection to one of the three kinds of deployment.
 pub(crate) enum Connection {
-    Standalone(ConnectionManager),
+    Standalone(Box<Standalone>),
     Cluster(ClusterConnection),
     Sentinel(Box<Sentinel>),
 }
@@ -166,9 +176,15 @@ impl Connection {
                         .set_response_timeout(Some(response_timeout))
                         .set_number_of_retries(2)
                         .set_max_delay(Duration::from_millis(500));
-                    Ok(Connection::Standalone(
-                        ConnectionManager::new_with_config(client, config).await?,
-                    ))
+                    let manager =
+                        ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+                    Ok(Connection::Standalone(Box::new(Standalone {
+                        client,
+                        config,
+                        current: Arc::new(Mutex::new(manager)),
+                        silent: AtomicU32::new(0),
+                        replacing: Arc::new(AtomicBool::new(false)),
+                    })))
                 }
                 Target::Cluster(nodes) => {
                     let client = ClusterClient::builder(nodes.iter().map(String::as_str))
@@ -209,7 +225,10 @@ impl Connection {
 
     async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
         match self {
-            Connection::Standalone(c) => c.clone().req_packed_command(cmd).await,
+            Connection::Standalone(s) => {
+                let mut c = s.current.lock().clone();
+                c.req_packed_command(cmd).await
+            }
             Connection::Cluster(c) => c.clone().req_packed_command(cmd).await,
             Connection::Sentinel(s) => {
                 let mut c = s.connection().await?;
@@ -221,12 +240,78 @@ impl Connection {
             }
         }
     }
+
+    /// A call got no answer in time: after a few in a row, the connection is replaced.
+    pub(crate) fn timed_out(&self) {
+        match self {
+            Connection::Standalone(s) => {
+                if s.silent.fetch_add(1, Ordering::Relaxed) + 1 >= SILENT_CALLS_BEFORE_RECONNECT {
+                    s.replace();
+                }
+            }
+            Connection::Sentinel(s) => {
+                if s.silent.fetch_add(1, Ordering::Relaxed) + 1 >= SILENT_CALLS_BEFORE_RECONNECT {
+                    s.silent.store(0, Ordering::Relaxed);
+                    *s.current.lock() = None;
+                }
+            }
+            // redis-rs's cluster connection checks and rebuilds its node connections
+            // itself (slot refreshes after errors).
+            Connection::Cluster(_) => {}
+        }
+    }
+
+    /// A call got its answer.
+    pub(crate) fn answered(&self) {
+        let silent = match self {
+            Connection::Standalone(s) => &s.silent,
+            Connection::Sentinel(s) => &s.silent,
+            Connection::Cluster(_) => return,
+        };
+        // A load, not a store, on the hot path: most calls find it already 0.
+        if silent.load(Ordering::Relaxed) != 0 {
+            silent.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A standalone server's connection: a `ConnectionManager` (which reconnects after
+/// errors), itself replaced when calls stop being answered.
+pub(crate) struct Standalone {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    current: Arc<Mutex<ConnectionManager>>,
+    /// Calls in a row without an answer in time.
+    silent: AtomicU32,
+    /// A replacement is being connected (one at a time).
+    replacing: Arc<AtomicBool>,
+}
+
+impl Standalone {
+    /// Connects a new manager in the background and swaps it in; calls meanwhile use
+    /// the old one. A failed attempt is retried after the next timeout.
+    fn replace(&self) {
+        if self.replacing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (client, config) = (self.client.clone(), self.config.clone());
+        let (current, replacing) = (Arc::clone(&self.current), Arc::clone(&self.replacing));
+        tokio::spawn(async move {
+            if let Ok(fresh) = ConnectionManager::new_with_config(client, config).await {
+                *current.lock() = fresh;
+                tracing::info!("replaced a Redis connection that stopped answering");
+            }
+            replacing.store(false, Ordering::Release);
+        });
+    }
 }
 
 /// A master found through Sentinel, re-resolved when it stops answering as master.
 pub(crate) struct Sentinel {
     client: tokio::sync::Mutex<SentinelClient>,
     current: Mutex<Option<MultiplexedConnection>>,
+    /// Calls in a row without an answer in time.
+    silent: AtomicU32,
     config: AsyncConnectionConfig,
 }
 
@@ -262,6 +347,7 @@ impl Sentinel {
         Ok(Sentinel {
             client: tokio::sync::Mutex::new(client),
             current: Mutex::new(None),
+            silent: AtomicU32::new(0),
             config: AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(connect))
                 .set_response_timeout(Some(response)),

@@ -124,10 +124,20 @@ impl RedisStore {
     ) -> Result<T, CoreError> {
         // redis-rs has the same response timeout and may notice first: either way the
         // caller sees one kind of error for "no answer in time".
+        let connection = &self.inner.connection;
         match tokio::time::timeout(self.inner.timeout, call).await {
-            Ok(Err(e)) if e.is_timeout() => Err(CoreError::Timeout(self.inner.timeout)),
-            Ok(result) => result.map_err(store_error),
-            Err(_) => Err(CoreError::Timeout(self.inner.timeout)),
+            Ok(Err(e)) if e.is_timeout() => {
+                connection.timed_out();
+                Err(CoreError::Timeout(self.inner.timeout))
+            }
+            Ok(result) => {
+                connection.answered();
+                result.map_err(store_error)
+            }
+            Err(_) => {
+                connection.timed_out();
+                Err(CoreError::Timeout(self.inner.timeout))
+            }
         }
     }
 

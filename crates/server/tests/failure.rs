@@ -113,3 +113,36 @@ async fn each_failure_policy_then_recovery() {
         s.running.stop().await;
     }
 }
+
+/// Found by the reliability suite (`spillway-reliability faults --policy shadow`): a
+/// shadow-mode rule answered 503 when the store failed under the default `closed`
+/// policy. A shadow rule never changes an answer, so it lets the request through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_rule_lets_through_when_the_store_fails_even_under_closed() {
+    const SHADOW: &str = "domain: f\ndescriptors:\n  - key: k\n    mode: shadow\n    limits: [{ algorithm: fixed_window, limit: 10, window: 1h }]\n";
+    let redis = RedisServer::start();
+    let s = Server::start_with(
+        "shadow-failure",
+        &[("f.yaml", SHADOW)],
+        Backing::Redis(redis.url()),
+        |st| {
+            st.on_store_error = OnStoreError::Closed;
+            st.store_timeout = Duration::from_millis(200);
+        },
+    )
+    .await;
+    let hit = || {
+        s.check(json!({ "domain": "f", "descriptors": [{ "entries": [{ "key": "k", "value": "v" }] }] }))
+    };
+    assert_eq!(hit().await.0, 200);
+    redis.signal("STOP");
+    let (status, _, body) = hit().await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["descriptors"][0]["degraded"], json!(true));
+    let ok = s
+        .ask_status(support::request("f", &[&[("k", "v")]]))
+        .await
+        .unwrap();
+    assert_eq!(ok.overall_code, 1, "OK over gRPC too");
+    redis.signal("CONT");
+}

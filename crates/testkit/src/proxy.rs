@@ -71,6 +71,10 @@ async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Re
     let Ok(server) = TcpStream::connect(upstream).await else {
         return reset(client);
     };
+    // Without TCP_NODELAY a request split over two writes waits for the peer's delayed
+    // ACK (40 ms on Linux): the proxy itself would look like a slow network.
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
     let (mut client, mut server) = (client, server);
     if pump(&mut client, &mut server, &mut mode).await {
         reset(client);

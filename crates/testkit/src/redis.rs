@@ -107,7 +107,10 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("redis-server on port {} did not answer PING within 3 s", self.port);
+        panic!(
+            "redis-server on port {} did not answer PING within 3 s",
+            self.port
+        );
     }
 
     /// `redis://127.0.0.1:PORT`.

@@ -1,0 +1,16 @@
+//! Spillway under faults, load and hostile input, against real processes: the suite
+//! behind `docs/reliability.md`. The fast part runs in the test suite
+//! (`tests/`); the whole matrix runs from the `spillway-reliability` binary:
+//!
+//! ```text
+//! cargo run --release -p spillway-reliability -- faults
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod fault;
+pub mod load;
+pub mod trial;
+
+pub use fault::Fault;
+pub use trial::{Policy, Report, TABLE_HEADER, Timing};

@@ -1,0 +1,129 @@
+//! Steady open-loop load on a running service's `/v1/check`: one request every
+//! `1 / rate` seconds whether or not earlier ones have answered (a stalled store must
+//! show up as latency, not as fewer requests), each answer recorded.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+
+/// What one request got back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Status 200; `degraded`: decided without the store (fail-open or the local fallback);
+    /// `shadow_denied`: a shadow rule would have denied it.
+    Allowed { degraded: bool, shadow_denied: bool },
+    /// Status 429.
+    Denied { degraded: bool },
+    /// Status 503: the store failed and the policy is closed.
+    Unavailable,
+    /// Any other status: a bug.
+    Other(u16),
+    /// No answer (connection refused, reset, or no reply within 5 s).
+    Transport,
+}
+
+impl Answer {
+    /// Decided by the store (not a fallback, not an error).
+    pub fn store_backed(self) -> bool {
+        matches!(
+            self,
+            Answer::Allowed {
+                degraded: false,
+                ..
+            } | Answer::Denied { degraded: false }
+        )
+    }
+}
+
+/// One request: when it was sent (since the run began), how long it took, the answer.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    pub sent: Duration,
+    pub latency: Duration,
+    pub answer: Answer,
+}
+
+impl Sample {
+    /// When the answer arrived (since the run began).
+    pub fn done(&self) -> Duration {
+        self.sent + self.latency
+    }
+}
+
+/// Sends `rate` requests per second with `body` to `url` for `length`; returns every
+/// sample, ordered by sending time.
+pub async fn drive(
+    client: reqwest::Client,
+    url: String,
+    body: Vec<u8>,
+    rate: u32,
+    length: Duration,
+    start: Instant,
+) -> Vec<Sample> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let body = Arc::new(body);
+    let mut ticks = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Burst);
+    let end = start + length;
+    loop {
+        let due = ticks.tick().await;
+        if due >= end {
+            break;
+        }
+        let (client, url, body, tx) = (client.clone(), url.clone(), body.clone(), tx.clone());
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let answer = ask(&client, &url, body.as_ref().clone()).await;
+            let _ = tx.send(Sample {
+                sent: sent - start,
+                latency: sent.elapsed(),
+                answer,
+            });
+        });
+    }
+    drop(tx);
+    let mut samples = Vec::new();
+    while let Some(s) = rx.recv().await {
+        samples.push(s);
+    }
+    samples.sort_by_key(|s| s.sent);
+    samples
+}
+
+async fn ask(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Answer {
+    let response = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await;
+    let Ok(response) = response else {
+        return Answer::Transport;
+    };
+    let status = response.status().as_u16();
+    let Ok(json) = response.json::<serde_json::Value>().await else {
+        return if status == 503 {
+            Answer::Unavailable
+        } else {
+            Answer::Other(status)
+        };
+    };
+    let flag = |name: &str| {
+        json["descriptors"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|s| s[name] == true))
+    };
+    match status {
+        200 => Answer::Allowed {
+            degraded: flag("degraded"),
+            shadow_denied: flag("shadow_denied"),
+        },
+        429 => Answer::Denied {
+            degraded: flag("degraded"),
+        },
+        503 => Answer::Unavailable,
+        other => Answer::Other(other),
+    }
+}
