@@ -184,6 +184,10 @@ impl Connection {
                         current: Arc::new(Mutex::new(manager)),
                         silent: AtomicU32::new(0),
                         replacing: Arc::new(AtomicBool::new(false)),
+                        attempt: (response_timeout * 20).clamp(
+                            Duration::from_millis(100),
+                            connect_timeout.max(Duration::from_millis(100)),
+                        ),
                     })))
                 }
                 Target::Cluster(nodes) => {
@@ -285,21 +289,32 @@ pub(crate) struct Standalone {
     silent: AtomicU32,
     /// A replacement is being connected (one at a time).
     replacing: Arc<AtomicBool>,
+    /// How long one replacement attempt may take.
+    attempt: Duration,
 }
 
 impl Standalone {
-    /// Connects a new manager in the background and swaps it in; calls meanwhile use
-    /// the old one. A failed attempt is retried after the next timeout.
+    /// Connects a new manager in the background, retrying until one answers, and swaps
+    /// it in; calls meanwhile use the old one. Each attempt is short: on a healthy
+    /// network a connection takes milliseconds, and a long attempt begun during the
+    /// outage would hold up recovery after it.
     fn replace(&self) {
         if self.replacing.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (client, config) = (self.client.clone(), self.config.clone());
-        let (current, replacing) = (Arc::clone(&self.current), Arc::clone(&self.replacing));
+        let (client, config, attempt) = (self.client.clone(), self.config.clone(), self.attempt);
+        let (current, replacing) = (Arc::downgrade(&self.current), Arc::clone(&self.replacing));
         tokio::spawn(async move {
-            if let Ok(fresh) = ConnectionManager::new_with_config(client, config).await {
-                *current.lock() = fresh;
-                tracing::info!("replaced a Redis connection that stopped answering");
+            // Ends when a new connection is in, or when the store is gone.
+            while let Some(slot) = current.upgrade() {
+                let connect = ConnectionManager::new_with_config(client.clone(), config.clone());
+                if let Ok(Ok(fresh)) = tokio::time::timeout(attempt, connect).await {
+                    *slot.lock() = fresh;
+                    tracing::info!("replaced a Redis connection that stopped answering");
+                    break;
+                }
+                drop(slot);
+                tokio::time::sleep(attempt / 2).await;
             }
             replacing.store(false, Ordering::Release);
         });

@@ -1,0 +1,43 @@
+//! The fast part of the fault matrix, in the test suite: four faults under each failure
+//! policy and shadow mode, one second each, under steady load through a real service
+//! on a real Redis. No answer may break its policy's rule, and store-backed decisions
+//! must come back after each fault. (The whole matrix, with the published figures:
+//! `cargo run --release -p spillway-reliability -- faults`.)
+
+use std::time::Duration;
+
+use spillway_reliability::{Fault, Policy, TABLE_HEADER, Timing, trial};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_break_no_policy_and_the_store_comes_back() {
+    let timing = Timing {
+        before: Duration::from_millis(500),
+        fault: Duration::from_secs(1),
+        after: Duration::from_secs(1),
+        ..Timing::default()
+    };
+    let mut table = vec![TABLE_HEADER.to_string()];
+    let mut failures = Vec::new();
+    for fault in [
+        Fault::Stop,
+        Fault::ScriptFlush,
+        Fault::ProxyDrop,
+        Fault::ProxyReset,
+    ] {
+        for policy in Policy::ALL {
+            let report = trial::run(fault, policy, timing).await.unwrap();
+            table.push(report.to_string());
+            if report.violations > 0 {
+                failures.push(format!("{fault}/{}: {:?}", policy.name(), report.examples));
+            }
+            // The breaker's cool-down is 500 ms; the bound leaves room for a busy machine.
+            match report.recovery {
+                Some(r) if r < Duration::from_secs(2) => {}
+                other => failures.push(format!("{fault}/{}: recovery {other:?}", policy.name())),
+            }
+        }
+    }
+    let table = table.join("\n");
+    assert!(failures.is_empty(), "{failures:#?}\n{table}");
+    println!("{table}");
+}
