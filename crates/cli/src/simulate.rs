@@ -5,9 +5,7 @@ pub mod chart;
 pub mod pattern;
 
 use serde::Serialize;
-use spillway_core::{
-    Algorithm, Clock, Edge, Key, Limit, ManualClock, MemoryStore, Request, Timestamp,
-};
+use spillway_core::{Algorithm, Clock, Key, Limit, ManualClock, MemoryStore, Request, Timestamp};
 
 /// Where simulated time starts: a day boundary, so every window is aligned to it.
 pub const START: Timestamp = Timestamp::from_secs(19_700 * 86_400);
@@ -81,7 +79,7 @@ pub fn replay(limit: &Limit, arrivals: &[u64], mut tick: impl FnMut()) -> Report
         rejected: (arrivals.len() - admitted_at.len()) as u64,
         max_in_window,
         limit: limit.limit(),
-        bound: bound(limit),
+        bound: limit.most_in_any_window(),
         max_ratio: max_in_window as f64 / limit.limit() as f64,
         over_admitted_vs_log: 0,
         under_admitted_vs_log: 0,
@@ -107,20 +105,6 @@ fn label(algorithm: Algorithm) -> String {
             format!("sliding_window p={precision} {edge}")
         }
         other => other.name().to_string(),
-    }
-}
-
-/// What each algorithm promises in any window of length W.
-fn bound(limit: &Limit) -> Option<u64> {
-    let l = limit.limit();
-    match limit.algorithm() {
-        Algorithm::FixedWindow => Some(2 * l),
-        Algorithm::SlidingLog
-        | Algorithm::SlidingWindow {
-            edge: Edge::Strict, ..
-        } => Some(l),
-        Algorithm::TokenBucket | Algorithm::Gcra => Some(limit.burst() + l),
-        Algorithm::SlidingWindow { .. } => None,
     }
 }
 

@@ -232,6 +232,24 @@ impl Limit {
         }
     }
 
+    /// What the algorithm promises: the most units it admits in any window of length
+    /// `window` (fixed windows: `limit` per aligned window, so twice that across an
+    /// edge; token bucket and GCRA: a full burst plus a window's refill). `None` for
+    /// the approximate `sliding_window` edges (`interpolate`, `lenient`).
+    pub fn most_in_any_window(&self) -> Option<u64> {
+        let l = self.limit;
+        match self.algorithm {
+            Algorithm::FixedWindow => Some(2 * l),
+            Algorithm::SlidingLog
+            | Algorithm::SlidingWindow {
+                edge: crate::Edge::Strict,
+                ..
+            } => Some(l),
+            Algorithm::TokenBucket | Algorithm::Gcra => Some(self.burst + l),
+            Algorithm::SlidingWindow { .. } => None,
+        }
+    }
+
     /// Whether rejected requests are charged too.
     pub fn count_rejected(&self) -> bool {
         self.count_rejected
@@ -317,6 +335,30 @@ mod tests {
 
     fn err(b: LimitBuilder) -> String {
         b.build().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn what_each_algorithm_promises_in_any_window() {
+        let w = Duration::from_secs(1);
+        let most = |a| {
+            Limit::builder(a, 10, w)
+                .build()
+                .unwrap()
+                .most_in_any_window()
+        };
+        assert_eq!(most(Algorithm::FixedWindow), Some(20));
+        assert_eq!(most(Algorithm::SlidingLog), Some(10));
+        let sliding = |edge| Algorithm::SlidingWindow {
+            precision: 10,
+            edge,
+        };
+        assert_eq!(most(sliding(Edge::Strict)), Some(10));
+        assert_eq!(most(sliding(Edge::Interpolate)), None);
+        let gcra = Limit::builder(Algorithm::Gcra, 10, w)
+            .burst(3)
+            .build()
+            .unwrap();
+        assert_eq!(gcra.most_in_any_window(), Some(13));
     }
 
     #[test]

@@ -4,12 +4,14 @@
 //!
 //! ```text
 //! cargo run --release -p spillway-reliability -- faults
+//! cargo run --release -p spillway-reliability -- overload
 //! ```
 
 #![forbid(unsafe_code)]
 
 pub mod fault;
 pub mod load;
+pub mod overload;
 pub mod trial;
 
 pub use fault::Fault;

@@ -2,6 +2,7 @@
 //! `1 / rate` seconds whether or not earlier ones have answered (a stalled store must
 //! show up as latency, not as fewer requests), each answer recorded.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,18 +53,15 @@ impl Sample {
     }
 }
 
-/// Sends `rate` requests per second with `body` to `url` for `length`; returns every
+/// Makes `rate` calls per second for `length`, each a new task; returns every
 /// sample, ordered by sending time.
-pub async fn drive(
-    client: reqwest::Client,
-    url: String,
-    body: Vec<u8>,
-    rate: u32,
-    length: Duration,
-    start: Instant,
-) -> Vec<Sample> {
+pub async fn drive<F, Fut>(rate: u32, length: Duration, start: Instant, call: F) -> Vec<Sample>
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send + 'static,
+{
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let body = Arc::new(body);
+    let call = Arc::new(call);
     let mut ticks = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
     ticks.set_missed_tick_behavior(MissedTickBehavior::Burst);
     let end = start + length;
@@ -72,10 +70,10 @@ pub async fn drive(
         if due >= end {
             break;
         }
-        let (client, url, body, tx) = (client.clone(), url.clone(), body.clone(), tx.clone());
+        let (call, tx) = (Arc::clone(&call), tx.clone());
         tokio::spawn(async move {
             let sent = Instant::now();
-            let answer = ask(&client, &url, body.as_ref().clone()).await;
+            let answer = call().await;
             let _ = tx.send(Sample {
                 sent: sent - start,
                 latency: sent.elapsed(),
@@ -90,6 +88,39 @@ pub async fn drive(
     }
     samples.sort_by_key(|s| s.sent);
     samples
+}
+
+/// One `/v1/check` call with `body`.
+pub async fn http(client: reqwest::Client, url: Arc<str>, body: &'static [u8]) -> Answer {
+    ask(&client, &url, body.to_vec()).await
+}
+
+/// The most samples in one window of length `window`, certainly: a decision happened
+/// between sending and answering, so samples are certainly within one window when the
+/// last answer came less than a window after the first was sent.
+pub fn certain_most(samples: &[Sample], window: Duration) -> usize {
+    let mut most = 0;
+    let mut lo = 0;
+    for (j, s) in samples.iter().enumerate() {
+        while lo <= j && samples[lo].sent + window <= s.done() {
+            lo += 1;
+        }
+        most = most.max((j + 1).saturating_sub(lo));
+    }
+    most
+}
+
+/// The most samples sent in any window `[t, t + window)`: what a client saw.
+pub fn most_sent(samples: &[Sample], window: Duration) -> usize {
+    let mut most = 0;
+    let mut lo = 0;
+    for (j, s) in samples.iter().enumerate() {
+        while samples[lo].sent + window <= s.sent {
+            lo += 1;
+        }
+        most = most.max(j + 1 - lo);
+    }
+    most
 }
 
 async fn ask(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Answer {

@@ -2,10 +2,16 @@
 //! load through a real service on a real Redis; prints the table in
 //! `docs/reliability.md`.
 
+// The service's decision future nests the Redis client's futures deeply.
+#![recursion_limit = "256"]
+
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use spillway_redis::RedisStore;
+use spillway_reliability::overload::{self, OVERLOAD_HEADER, Overload};
 use spillway_reliability::{Fault, Policy, TABLE_HEADER, Timing, trial};
+use spillway_testkit::redis::{RedisServer, unique_prefix};
 
 #[derive(Parser, Debug)]
 #[command(version, about)]
@@ -34,6 +40,24 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         rate: u32,
     },
+    /// Open-loop overload on one key for each algorithm, every admission checked
+    /// against what the algorithm promises in any window.
+    ///
+    /// Example: spillway-reliability overload --store redis+cluster://127.0.0.1:7000 --length 1m
+    Overload {
+        /// A Redis URL (default: a redis-server of its own on a free port).
+        #[arg(long)]
+        store: Option<String>,
+        #[arg(long, default_value_t = 1000)]
+        limit: u64,
+        #[arg(long, default_value = "10s", value_parser = humantime_duration)]
+        window: Duration,
+        /// Load as a multiple of the limit's rate.
+        #[arg(long, default_value_t = 3)]
+        multiplier: u32,
+        #[arg(long, default_value = "30s", value_parser = humantime_duration)]
+        length: Duration,
+    },
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
@@ -57,12 +81,37 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let Command::Faults {
-        faults,
-        policies,
-        length,
-        rate,
-    } = cli.command;
+    match cli.command {
+        Command::Faults {
+            faults,
+            policies,
+            length,
+            rate,
+        } => faults_matrix(faults, policies, length, rate).await,
+        Command::Overload {
+            store,
+            limit,
+            window,
+            multiplier,
+            length,
+        } => {
+            let o = Overload {
+                limit,
+                window,
+                multiplier,
+                length,
+            };
+            overload_all(store, o).await
+        }
+    }
+}
+
+async fn faults_matrix(
+    faults: Vec<Fault>,
+    policies: Vec<Policy>,
+    length: Duration,
+    rate: u32,
+) -> anyhow::Result<()> {
     let faults = if faults.is_empty() {
         Fault::ALL.to_vec()
     } else {
@@ -91,5 +140,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     anyhow::ensure!(broken == 0, "{broken} answers broke their policy's rule");
+    Ok(())
+}
+
+/// Every algorithm at once, each on its own key.
+async fn overload_all(store: Option<String>, o: Overload) -> anyhow::Result<()> {
+    let own = store.is_none().then(RedisServer::start);
+    let url = store.unwrap_or_else(|| own.as_ref().map(RedisServer::url).unwrap_or_default());
+    let prefix = unique_prefix("overload");
+    let store = RedisStore::builder(&url).prefix(prefix).build().await?;
+    eprintln!(
+        "{} per {:?}, {}x for {:?}, every algorithm at once on {}",
+        o.limit, o.window, o.multiplier, o.length, url
+    );
+    let reports = overload::run_all(&store, o).await?;
+    println!("{OVERLOAD_HEADER}");
+    let mut broken = 0;
+    for report in reports {
+        println!("{report}");
+        broken += report.violations();
+    }
+    anyhow::ensure!(
+        broken == 0,
+        "{broken} admissions past an algorithm's promise"
+    );
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use spillway_server::Settings;
@@ -12,7 +13,7 @@ use spillway_testkit::redis::RedisServer;
 use tokio::time::Instant;
 
 use crate::fault::Fault;
-use crate::load::{Answer, Sample, drive};
+use crate::load::{self, Answer, Sample, certain_most};
 
 /// The limit under test: exact, so any over-admission is a bug.
 pub const LIMIT: u64 = 100;
@@ -129,24 +130,18 @@ pub async fn run(fault: Fault, policy: Policy, timing: Timing) -> anyhow::Result
         ..Settings::default()
     };
     let running = spillway_server::start(&settings).await?;
-    let url = format!("http://{}/v1/check", running.http_addr);
-    let body =
+    let url: Arc<str> = format!("http://{}/v1/check", running.http_addr).into();
+    let body: &[u8] =
         br#"{"domain":"reliability","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}"#;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()?;
+    let call = move || load::http(client.clone(), Arc::clone(&url), body);
 
     let rss_before = rss_kib();
     let start = Instant::now();
     let length = timing.before + timing.fault + timing.after;
-    let load = tokio::spawn(drive(
-        client,
-        url,
-        body.to_vec(),
-        timing.rate,
-        length,
-        start,
-    ));
+    let load = tokio::spawn(load::drive(timing.rate, length, start, call));
     tokio::time::sleep(timing.before).await;
     let fault_start = start.elapsed();
     fault.run(&mut redis, &proxy, timing.fault).await;
@@ -263,19 +258,9 @@ pub fn judge(
     }
 }
 
-/// The most admissions past [`LIMIT`] that certainly fell in one window: a decision
-/// happened between sending and answering, so `n` admissions are certainly within one
-/// window when the last answer came less than a window after the first was sent.
+/// Admissions past [`LIMIT`] that certainly fell in one window.
 fn excess(admitted: &[Sample]) -> usize {
-    let mut worst = 0;
-    let mut lo = 0;
-    for (j, s) in admitted.iter().enumerate() {
-        while lo <= j && admitted[lo].sent + WINDOW <= s.done() {
-            lo += 1;
-        }
-        worst = worst.max((j + 1).saturating_sub(lo));
-    }
-    worst.saturating_sub(LIMIT as usize)
+    certain_most(admitted, WINDOW).saturating_sub(LIMIT as usize)
 }
 
 fn scratch_dir(fault: Fault, policy: Policy) -> std::io::Result<PathBuf> {
