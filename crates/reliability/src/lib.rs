@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release -p spillway-reliability -- faults
 //! cargo run --release -p spillway-reliability -- overload
+//! cargo run --release -p spillway-reliability -- skew
 //! ```
 
 #![forbid(unsafe_code)]
@@ -12,6 +13,7 @@
 pub mod fault;
 pub mod load;
 pub mod overload;
+pub mod skew;
 pub mod trial;
 
 pub use fault::Fault;

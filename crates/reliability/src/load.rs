@@ -91,8 +91,17 @@ where
 }
 
 /// One `/v1/check` call with `body`.
-pub async fn http(client: reqwest::Client, url: Arc<str>, body: &'static [u8]) -> Answer {
+pub async fn http(client: reqwest::Client, url: Arc<str>, body: Arc<[u8]>) -> Answer {
     ask(&client, &url, body.to_vec()).await
+}
+
+/// The admitted samples (status 200), in sending order.
+pub fn admitted(samples: &[Sample]) -> Vec<Sample> {
+    samples
+        .iter()
+        .filter(|s| matches!(s.answer, Answer::Allowed { .. }))
+        .copied()
+        .collect()
 }
 
 /// The most samples in one window of length `window`, certainly: a decision happened

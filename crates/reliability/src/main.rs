@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use spillway_redis::RedisStore;
 use spillway_reliability::overload::{self, OVERLOAD_HEADER, Overload};
-use spillway_reliability::{Fault, Policy, TABLE_HEADER, Timing, trial};
+use spillway_reliability::{Fault, Policy, TABLE_HEADER, Timing, skew, trial};
 use spillway_testkit::redis::{RedisServer, unique_prefix};
 
 #[derive(Parser, Debug)]
@@ -58,6 +58,20 @@ enum Command {
         #[arg(long, default_value = "30s", value_parser = humantime_duration)]
         length: Duration,
     },
+    /// Two services whose clocks disagree, sharing one Redis in server-time mode: the
+    /// admissions of both together against the limit.
+    ///
+    /// Example: spillway-reliability skew --offset 30s --length 20s
+    Skew {
+        /// A Redis URL (default: a redis-server of its own on a free port).
+        #[arg(long)]
+        store: Option<String>,
+        /// One service runs this far ahead of the real time, the other this far behind.
+        #[arg(long, default_value = "5s", value_parser = humantime_duration)]
+        offset: Duration,
+        #[arg(long, default_value = "10s", value_parser = humantime_duration)]
+        length: Duration,
+    },
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
@@ -102,6 +116,31 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 length,
             };
             overload_all(store, o).await
+        }
+        Command::Skew {
+            store,
+            offset,
+            length,
+        } => {
+            let own = store.is_none().then(RedisServer::start);
+            let url =
+                store.unwrap_or_else(|| own.as_ref().map(RedisServer::url).unwrap_or_default());
+            let r = skew::run(&url, offset, length).await?;
+            println!(
+                "two services {offset:?} ahead and behind, {} sent, {} admitted, at most {} \
+                 certainly in one {:?} window (limit {}): {} past the limit",
+                r.sent,
+                r.admitted,
+                r.certain_most,
+                trial::WINDOW,
+                trial::LIMIT,
+                r.violations()
+            );
+            anyhow::ensure!(
+                r.violations() == 0,
+                "the services together admitted past the limit"
+            );
+            Ok(())
         }
     }
 }

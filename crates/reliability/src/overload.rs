@@ -11,7 +11,7 @@ use spillway_core::{Algorithm, Clock, Edge, Key, Limit, Request, Store, SystemCl
 use spillway_redis::RedisStore;
 use tokio::time::Instant;
 
-use crate::load::{self, Answer, Sample, certain_most, most_sent};
+use crate::load::{self, Answer, certain_most, most_sent};
 
 /// The load.
 #[derive(Clone, Copy, Debug)]
@@ -113,11 +113,7 @@ pub async fn run(
         }
     };
     let samples = load::drive(o.rate(), o.length, Instant::now(), call).await;
-    let admitted: Vec<Sample> = samples
-        .iter()
-        .filter(|s| matches!(s.answer, Answer::Allowed { .. }))
-        .copied()
-        .collect();
+    let admitted = load::admitted(&samples);
     Ok(OverloadReport {
         algorithm: label,
         sent: samples.len(),

@@ -45,7 +45,8 @@ impl Policy {
         }
     }
 
-    fn yaml(self) -> String {
+    /// The policy file: one `sliding_log` rule, [`LIMIT`] per [`WINDOW`], on `user`.
+    pub fn yaml(self) -> String {
         let mode = match self {
             Policy::Shadow => "    mode: shadow\n".to_string(),
             other => format!("    on_store_error: {}\n", other.name()),
@@ -131,12 +132,13 @@ pub async fn run(fault: Fault, policy: Policy, timing: Timing) -> anyhow::Result
     };
     let running = spillway_server::start(&settings).await?;
     let url: Arc<str> = format!("http://{}/v1/check", running.http_addr).into();
-    let body: &[u8] =
-        br#"{"domain":"reliability","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}"#;
+    let body: Arc<[u8]> = Arc::from(
+        &br#"{"domain":"reliability","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}"#[..],
+    );
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()?;
-    let call = move || load::http(client.clone(), Arc::clone(&url), body);
+    let call = move || load::http(client.clone(), Arc::clone(&url), Arc::clone(&body));
 
     let rss_before = rss_kib();
     let start = Instant::now();
