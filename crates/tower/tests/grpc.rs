@@ -8,8 +8,8 @@ mod support;
 use std::time::Duration;
 
 use spillway_core::{Algorithm, MemoryStore};
-use spillway_tower::{ClientIp, KeyExtractor, RateLimitLayer, Rule};
-use support::{clock, limit};
+use spillway_tower::{KeyExtractor, RateLimitLayer, Rule};
+use support::{clock, limit, per_ip};
 use tonic::Code;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
@@ -38,11 +38,7 @@ async fn a_grpc_denial_is_resource_exhausted_with_retry_info() {
     let clock = clock();
     let layer = RateLimitLayer::builder(MemoryStore::new())
         .clock(clock.clone())
-        .limit(Rule::new(
-            "per-ip",
-            limit(Algorithm::Gcra, 2, Duration::from_secs(1)),
-            KeyExtractor::client_ip(ClientIp::new()),
-        ))
+        .limit(per_ip(limit(Algorithm::Gcra, 2, Duration::from_secs(1))))
         .build()
         .unwrap();
     let mut client = serve(layer).await;

@@ -12,7 +12,7 @@ use spillway_tower::{
     ClientIp, HeaderStyle, KeyExtractor, MissingKey, Mode, RateLimitLayer, RateLimitLayerBuilder,
     Rule,
 };
-use support::{app, builder, clock, header, limit, per_minute, serve, serve_layer};
+use support::{app, builder, clock, header, limit, per_ip, per_minute, serve, serve_layer};
 use tower::{Layer, Service, ServiceExt};
 
 #[tokio::test]
@@ -129,11 +129,7 @@ async fn legacy_header_styles_and_none() {
         (HeaderStyle::None, None),
     ] {
         let layer = builder()
-            .limit(Rule::new(
-                "per-ip",
-                per_minute(1),
-                KeyExtractor::client_ip(ClientIp::new()),
-            ))
+            .limit(per_ip(per_minute(1)))
             .headers(style)
             .build()
             .unwrap();
@@ -163,11 +159,7 @@ async fn legacy_header_styles_and_none() {
 #[tokio::test]
 async fn a_shadow_ban_answers_for_the_service_without_calling_it() {
     let layer = builder()
-        .limit(Rule::new(
-            "per-ip",
-            per_minute(2),
-            KeyExtractor::client_ip(ClientIp::new()),
-        ))
+        .limit(per_ip(per_minute(2)))
         .shadow_ban(|parts| {
             assert_eq!(parts.uri.path(), "/");
             http::Response::new("hello")
@@ -192,11 +184,7 @@ async fn a_shadow_ban_answers_for_the_service_without_calling_it() {
 #[tokio::test]
 async fn shadow_mode_calls_through_and_reports_what_it_would_have_done() {
     let layer = builder()
-        .limit(Rule::new(
-            "per-ip",
-            per_minute(2),
-            KeyExtractor::client_ip(ClientIp::new()),
-        ))
+        .limit(per_ip(per_minute(2)))
         .mode(Mode::Shadow)
         .headers_on_allowed(true)
         .build()
@@ -216,14 +204,7 @@ async fn shadow_mode_calls_through_and_reports_what_it_would_have_done() {
 
 #[tokio::test]
 async fn clones_of_the_layer_and_the_service_share_one_limit() {
-    let layer = builder()
-        .limit(Rule::new(
-            "per-ip",
-            per_minute(3),
-            KeyExtractor::client_ip(ClientIp::new()),
-        ))
-        .build()
-        .unwrap();
+    let layer = builder().limit(per_ip(per_minute(3))).build().unwrap();
     // Two routers (two listeners) from clones of one layer.
     let a = serve_layer(layer.clone()).await;
     let b = serve_layer(layer.clone()).await;
@@ -312,14 +293,7 @@ async fn a_plain_hyper_server_works_with_the_peer_in_an_extension() {
     use http_body_util::Full;
     use hyper_util::rt::TokioIo;
 
-    let layer = builder()
-        .limit(Rule::new(
-            "per-ip",
-            per_minute(1),
-            KeyExtractor::client_ip(ClientIp::new()),
-        ))
-        .build()
-        .unwrap();
+    let layer = builder().limit(per_ip(per_minute(1))).build().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

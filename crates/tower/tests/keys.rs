@@ -12,19 +12,15 @@ use axum::routing::get;
 use axum::{Router, response::Response};
 use spillway_core::{Algorithm, MemoryStore};
 use spillway_tower::{ClientIp, KeyExtractor, MissingKey, RateLimitLayer, Rule};
-use support::{builder, clock, header, limit, per_minute, serve, serve_layer};
+use support::{builder, clock, header, limit, per_ip, per_minute, serve, serve_layer};
 
 #[tokio::test]
 async fn the_peer_address_is_the_key_and_a_denial_is_a_429_with_headers() {
     let clock = clock();
-    let per_ip = limit(Algorithm::Gcra, 2, Duration::from_secs(1));
+    let gcra = limit(Algorithm::Gcra, 2, Duration::from_secs(1));
     let layer = RateLimitLayer::builder(MemoryStore::new())
         .clock(clock.clone())
-        .limit(Rule::new(
-            "per-ip",
-            per_ip,
-            KeyExtractor::client_ip(ClientIp::new()),
-        ))
+        .limit(per_ip(gcra))
         .build()
         .unwrap();
     let client = serve_layer(layer).await;
@@ -73,14 +69,7 @@ async fn forwarding_headers_count_only_behind_trusted_proxies_and_ipv6_groups_by
     // An unreadable hop from a trusted proxy: no key, so 400.
     assert_eq!(client.status("/", &from("unknown")).await, 400);
 
-    let untrusting = builder()
-        .limit(Rule::new(
-            "per-ip",
-            per_minute(1),
-            KeyExtractor::client_ip(ClientIp::new()),
-        ))
-        .build()
-        .unwrap();
+    let untrusting = builder().limit(per_ip(per_minute(1))).build().unwrap();
     let client = serve_layer(untrusting).await;
     assert_eq!(client.status("/", &from("203.0.113.1")).await, 200);
     assert_eq!(

@@ -5,8 +5,8 @@ mod support;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
 use spillway_core::MemoryStore;
-use spillway_tower::{ClientIp, KeyExtractor, Mode, RateLimitLayer, Rule};
-use support::{clock, per_minute, serve};
+use spillway_tower::{Mode, RateLimitLayer};
+use support::{clock, per_ip, per_minute, serve_layer};
 
 #[tokio::test]
 async fn shadow_mode_records_what_it_would_have_denied() {
@@ -16,18 +16,11 @@ async fn shadow_mode_records_what_it_would_have_denied() {
 
     let layer = RateLimitLayer::builder(MemoryStore::new())
         .clock(clock())
-        .limit(Rule::new(
-            "per-ip",
-            per_minute(2),
-            KeyExtractor::client_ip(ClientIp::new()),
-        ))
+        .limit(per_ip(per_minute(2)))
         .mode(Mode::Shadow)
         .build()
         .unwrap();
-    let router = axum::Router::new()
-        .route("/", axum::routing::get(|| async { "ok" }))
-        .layer(layer);
-    let client = serve(router).await;
+    let client = serve_layer(layer).await;
     assert_eq!(client.admitted(5, "/", &[]).await, 5);
 
     let text = handle.render();

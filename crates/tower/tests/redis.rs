@@ -9,8 +9,8 @@ use std::time::Duration;
 use spillway_core::ManualClock;
 use spillway_redis::{RedisStore, TimeSource};
 use spillway_testkit::redis::{RedisServer, cluster_url, standalone_url, unique_prefix};
-use spillway_tower::{ClientIp, KeyExtractor, OnStoreError, RateLimitLayer, Rule};
-use support::{Client, clock, header, per_minute, serve};
+use spillway_tower::{KeyExtractor, OnStoreError, RateLimitLayer, Rule};
+use support::{Client, clock, header, per_ip, per_minute, serve_layer};
 use tokio::task::JoinSet;
 
 async fn store(url: &str, prefix: &str, timeout: Duration) -> RedisStore {
@@ -32,12 +32,15 @@ async fn instance(url: &str, prefix: &str, clock: &ManualClock, limit: u64) -> C
             per_minute(limit),
             KeyExtractor::header("x-api-key"),
         ))
+        // The first calls on a fresh connection load the script, 30 at once: give them
+        // the store's time, and make any failure a 503 rather than a fail-open 200
+        // that would pass for a second instance's own limit (a flake seen once on a
+        // debug build against a cluster started seconds before).
+        .timeout(Duration::from_secs(1))
+        .on_store_error(OnStoreError::Closed)
         .build()
         .unwrap();
-    let router = axum::Router::new()
-        .route("/", axum::routing::get(|| async { "ok" }))
-        .layer(layer);
-    serve(router).await
+    serve_layer(layer).await
 }
 
 async fn two_instances_share_one_limit(url: &str) {
@@ -52,8 +55,16 @@ async fn two_instances_share_one_limit(url: &str) {
         calls.spawn(async move { client.status("/", &[("x-api-key", "shared")]).await });
     }
     let statuses = calls.join_all().await;
-    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 10);
-    assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 50);
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 200).count(),
+        10,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 429).count(),
+        50,
+        "{statuses:?}"
+    );
     assert_eq!(a.status("/", &[("x-api-key", "other")]).await, 200);
 }
 
@@ -77,11 +88,7 @@ async fn on_cluster_limits_on_different_keys_are_refused_by_the_store() {
     .await;
     let layer = RateLimitLayer::builder(store)
         .clock(clock())
-        .limit(Rule::new(
-            "per-ip",
-            per_minute(5),
-            KeyExtractor::client_ip(ClientIp::new()),
-        ))
+        .limit(per_ip(per_minute(5)))
         .limit(Rule::new(
             "per-key",
             per_minute(5),
@@ -90,10 +97,7 @@ async fn on_cluster_limits_on_different_keys_are_refused_by_the_store() {
         .on_store_error(OnStoreError::Closed)
         .build()
         .unwrap();
-    let router = axum::Router::new()
-        .route("/", axum::routing::get(|| async { "ok" }))
-        .layer(layer);
-    let client = serve(router).await;
+    let client = serve_layer(layer).await;
     // `per-ip:127.0.0.1` and `per-key:k` hash to different slots: no atomic decision,
     // so the failure policy answers (here: 503), every time — the breaker stays shut.
     for _ in 0..10 {
@@ -115,23 +119,14 @@ async fn failure_policies_while_redis_is_frozen() {
         let layer =
             RateLimitLayer::builder(store(&redis.url(), "tower", Duration::from_secs(10)).await)
                 .clock(clock.clone())
-                .limit(Rule::new(
-                    "per-ip",
-                    per_minute(10),
-                    KeyExtractor::client_ip(ClientIp::new()),
-                ))
+                .limit(per_ip(per_minute(10)))
                 .on_store_error(policy)
                 .timeout(Duration::from_millis(100))
                 .circuit_breaker(2, Duration::from_secs(1))
                 .headers_on_allowed(true)
                 .build()
                 .unwrap();
-        let client = serve(
-            axum::Router::new()
-                .route("/", axum::routing::get(|| async { "ok" }))
-                .layer(layer),
-        )
-        .await;
+        let client = serve_layer(layer).await;
         let first = client.get("/", &[]).await;
         assert_eq!(
             header(&first, "ratelimit"),

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
-use spillway_core::{Algorithm, Limit, ManualClock, MemoryStore, Timestamp};
-use spillway_tower::{RateLimitLayer, RateLimitLayerBuilder};
+use spillway_core::{Algorithm, Clock, Limit, ManualClock, MemoryStore, Store, Timestamp};
+use spillway_tower::{ClientIp, KeyExtractor, RateLimitLayer, RateLimitLayerBuilder, Rule};
 
 /// 2023-11-14T22:13:20Z.
 pub const T0: u64 = 1_700_000_000;
@@ -90,8 +90,15 @@ pub fn builder() -> RateLimitLayerBuilder<MemoryStore, ManualClock> {
     RateLimitLayer::builder(MemoryStore::new()).clock(clock())
 }
 
+/// `limit` per client IP (the peer address), named `per-ip`.
+pub fn per_ip(limit: Limit) -> Rule {
+    Rule::new("per-ip", limit, KeyExtractor::client_ip(ClientIp::new()))
+}
+
 /// An app whose handler counts its calls.
-pub fn app(layer: RateLimitLayer<MemoryStore, ManualClock>) -> (Router, Arc<AtomicUsize>) {
+pub fn app<St: Store + 'static, C: Clock + 'static>(
+    layer: RateLimitLayer<St, C>,
+) -> (Router, Arc<AtomicUsize>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
     let router = Router::new()
@@ -107,6 +114,9 @@ pub fn app(layer: RateLimitLayer<MemoryStore, ManualClock>) -> (Router, Arc<Atom
     (router, calls)
 }
 
-pub async fn serve_layer(layer: RateLimitLayer<MemoryStore, ManualClock>) -> Client {
+/// [`app`] behind `layer`, served on a loopback port.
+pub async fn serve_layer<St: Store + 'static, C: Clock + 'static>(
+    layer: RateLimitLayer<St, C>,
+) -> Client {
     serve(app(layer).0).await
 }
