@@ -90,9 +90,35 @@ where
     samples
 }
 
-/// One `/v1/check` call with `body`.
-pub async fn http(client: reqwest::Client, url: Arc<str>, body: Arc<[u8]>) -> Answer {
-    ask(&client, &url, body.to_vec()).await
+/// A service's `/v1/check`, asked about domain `reliability`, descriptor
+/// `user=<value>` (the rule of [`Policy::yaml`](crate::Policy::yaml)).
+#[derive(Clone, Debug)]
+pub struct HttpCheck {
+    client: reqwest::Client,
+    url: Arc<str>,
+    body: Arc<[u8]>,
+}
+
+impl HttpCheck {
+    pub fn new(addr: std::net::SocketAddr, value: &str) -> anyhow::Result<HttpCheck> {
+        let body = serde_json::json!({
+            "domain": "reliability",
+            "descriptors": [{ "entries": [{ "key": "user", "value": value }] }],
+        });
+        Ok(HttpCheck {
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()?,
+            url: format!("http://{addr}/v1/check").into(),
+            body: body.to_string().into_bytes().into(),
+        })
+    }
+
+    /// One call, for [`drive`].
+    pub fn call(&self) -> impl Future<Output = Answer> + Send + use<> {
+        let this = self.clone();
+        async move { ask(&this.client, &this.url, this.body.to_vec()).await }
+    }
 }
 
 /// The admitted samples (status 200), in sending order.

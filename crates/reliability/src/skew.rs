@@ -6,11 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spillway_core::{Clock, SystemClock, Timestamp};
-use spillway_server::Settings;
 use tokio::time::Instant;
 
 use crate::load::{self, Sample, certain_most};
-use crate::trial::{LIMIT, Policy, WINDOW};
+use crate::trial::{LIMIT, Policy, WINDOW, service_settings};
 
 /// A clock `offset` ahead (or behind, when `ahead` is false) of the OS's.
 #[derive(Debug)]
@@ -49,43 +48,23 @@ impl SkewReport {
 /// Two services on `url`, one `offset` ahead and one `offset` behind, each loaded at
 /// 1.5× the limit's rate on the same key for `length`.
 pub async fn run(url: &str, offset: Duration, length: Duration) -> anyhow::Result<SkewReport> {
-    let dir = std::env::temp_dir().join(format!("spillway-skew-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("reliability.yaml"), Policy::Closed.yaml())?;
-    let settings = Settings {
-        config: dir.clone(),
-        store: url.to_owned(),
-        http_addr: "127.0.0.1:0".parse()?,
-        grpc_addr: "127.0.0.1:0".parse()?,
-        watch: false,
-        ..Settings::default()
-    };
+    let settings = service_settings("skew", Policy::Closed, url.to_owned())?;
     let mut services = Vec::new();
     for ahead in [true, false] {
         let clock: Arc<dyn Clock> = Arc::new(Skewed { offset, ahead });
         services.push(spillway_server::start_with_clock(&settings, clock).await?);
     }
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()?;
     // A key no earlier run used, so the limit starts empty.
-    let body: Arc<[u8]> = format!(
-        r#"{{"domain":"reliability","descriptors":[{{"entries":[{{"key":"user","value":"skew-{}"}}]}}]}}"#,
-        std::process::id()
-    )
-    .into_bytes()
-    .into();
+    let value = format!("skew-{}", std::process::id());
     let rate = (LIMIT as f64 * 1.5 / WINDOW.as_secs_f64()).ceil() as u32;
     let start = Instant::now();
-    let loads: Vec<_> = services
-        .iter()
-        .map(|s| {
-            let url: Arc<str> = format!("http://{}/v1/check", s.http_addr).into();
-            let (client, body) = (client.clone(), Arc::clone(&body));
-            let call = move || load::http(client.clone(), Arc::clone(&url), Arc::clone(&body));
-            tokio::spawn(load::drive(rate, length, start, call))
-        })
-        .collect();
+    let mut loads = Vec::new();
+    for s in &services {
+        let check = load::HttpCheck::new(s.http_addr, &value)?;
+        loads.push(tokio::spawn(load::drive(rate, length, start, move || {
+            check.call()
+        })));
+    }
     let mut samples: Vec<Sample> = Vec::new();
     for l in loads {
         samples.extend(l.await?);
@@ -93,7 +72,7 @@ pub async fn run(url: &str, offset: Duration, length: Duration) -> anyhow::Resul
     for s in services {
         s.stop().await;
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&settings.config);
     samples.sort_by_key(|s| s.sent);
     let admitted = load::admitted(&samples);
     Ok(SkewReport {

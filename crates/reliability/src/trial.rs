@@ -3,8 +3,6 @@
 //! judged against what that policy promises.
 
 use std::fmt;
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use spillway_server::Settings;
@@ -120,25 +118,14 @@ pub struct Report {
 pub async fn run(fault: Fault, policy: Policy, timing: Timing) -> anyhow::Result<Report> {
     let mut redis = tokio::task::spawn_blocking(RedisServer::start).await?;
     let proxy = Proxy::start(redis.addr()).await;
-    let dir = scratch_dir(fault, policy)?;
-    std::fs::write(dir.join("reliability.yaml"), policy.yaml())?;
-    let settings = Settings {
-        config: dir.clone(),
-        store: format!("redis://{}", proxy.addr()),
-        http_addr: "127.0.0.1:0".parse()?,
-        grpc_addr: "127.0.0.1:0".parse()?,
-        watch: false,
-        ..Settings::default()
-    };
+    let settings = service_settings(
+        &format!("{fault}-{}", policy.name()),
+        policy,
+        format!("redis://{}", proxy.addr()),
+    )?;
     let running = spillway_server::start(&settings).await?;
-    let url: Arc<str> = format!("http://{}/v1/check", running.http_addr).into();
-    let body: Arc<[u8]> = Arc::from(
-        &br#"{"domain":"reliability","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}"#[..],
-    );
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()?;
-    let call = move || load::http(client.clone(), Arc::clone(&url), Arc::clone(&body));
+    let check = load::HttpCheck::new(running.http_addr, "u1")?;
+    let call = move || check.call();
 
     let rss_before = rss_kib();
     let start = Instant::now();
@@ -152,7 +139,7 @@ pub async fn run(fault: Fault, policy: Policy, timing: Timing) -> anyhow::Result
     let rss_after = rss_kib();
 
     running.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&settings.config);
     Ok(judge(
         fault,
         policy,
@@ -265,14 +252,27 @@ fn excess(admitted: &[Sample]) -> usize {
     certain_most(admitted, WINDOW).saturating_sub(LIMIT as usize)
 }
 
-fn scratch_dir(fault: Fault, policy: Policy) -> std::io::Result<PathBuf> {
+/// Settings for a service on `store` whose one policy file is `policy`'s, in a
+/// scratch directory of its own (the caller removes `config` when done).
+pub(crate) fn service_settings(
+    name: &str,
+    policy: Policy,
+    store: String,
+) -> anyhow::Result<Settings> {
     let dir = std::env::temp_dir().join(format!(
-        "spillway-reliability-{}-{fault}-{}",
-        std::process::id(),
-        policy.name()
+        "spillway-reliability-{}-{name}",
+        std::process::id()
     ));
     std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+    std::fs::write(dir.join("reliability.yaml"), policy.yaml())?;
+    Ok(Settings {
+        config: dir,
+        store,
+        http_addr: "127.0.0.1:0".parse()?,
+        grpc_addr: "127.0.0.1:0".parse()?,
+        watch: false,
+        ..Settings::default()
+    })
 }
 
 /// This process's resident memory (the service runs in it), from /proc.
