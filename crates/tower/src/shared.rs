@@ -166,31 +166,21 @@ impl<St: Store, C: Clock> Shared<St, C> {
     }
 
     fn verdict(&self, batch: &BatchDecision) -> Verdict {
-        let Some(denied) = batch.denied_by else {
-            metrics::counter!("spillway_tower_requests_total", "outcome" => "allowed").increment(1);
-            let headers = if self.headers_on_allowed {
+        let pass = || {
+            Verdict::Allow(if self.headers_on_allowed {
                 self.rate_limit_headers(batch)
             } else {
                 Vec::new()
-            };
-            return Verdict::Allow(headers);
+            })
+        };
+        let Some(denied) = batch.denied_by else {
+            metrics::counter!("spillway_tower_requests_total", "outcome" => "allowed").increment(1);
+            return pass();
         };
         let rule = &self.rules[denied];
-        let outcome = match (self.mode, &self.shadow_ban) {
-            (Mode::Shadow, _) => "shadow_limited",
-            (Mode::Enforce, Some(_)) => "shadow_banned",
-            (Mode::Enforce, None) => "limited",
-        };
-        metrics::counter!("spillway_tower_requests_total", "outcome" => outcome).increment(1);
-        metrics::counter!("spillway_tower_denials_total", "limit" => Arc::clone(&rule.name))
-            .increment(1);
-        tracing::debug!(limit = &*rule.name, outcome, "rate limited");
-        match (self.mode, &self.shadow_ban) {
-            (Mode::Shadow, _) if self.headers_on_allowed => {
-                Verdict::Allow(self.rate_limit_headers(batch))
-            }
-            (Mode::Shadow, _) => Verdict::Allow(Vec::new()),
-            (Mode::Enforce, Some(_)) => Verdict::ShadowBan,
+        let (outcome, verdict) = match (self.mode, &self.shadow_ban) {
+            (Mode::Shadow, _) => ("shadow_limited", pass()),
+            (Mode::Enforce, Some(_)) => ("shadow_banned", Verdict::ShadowBan),
             (Mode::Enforce, None) => {
                 let retry_after = batch.retry_after();
                 let mut headers = self.rate_limit_headers(batch);
@@ -201,9 +191,14 @@ impl<St: Store, C: Clock> Shared<St, C> {
                     limit: rule.name.clone(),
                     retry_after,
                 };
-                Verdict::Reject(rejection, headers)
+                ("limited", Verdict::Reject(rejection, headers))
             }
-        }
+        };
+        metrics::counter!("spillway_tower_requests_total", "outcome" => outcome).increment(1);
+        metrics::counter!("spillway_tower_denials_total", "limit" => Arc::clone(&rule.name))
+            .increment(1);
+        tracing::debug!(limit = &*rule.name, outcome, "rate limited");
+        verdict
     }
 
     /// `RateLimit-Policy` / `RateLimit` (or the older forms): every limit, reporting
