@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::Timestamp;
+use crate::{Error, Timestamp};
 use parking_lot::Mutex;
 
 /// Failures in a row that open the breaker.
@@ -24,6 +24,41 @@ pub enum BreakerState {
     Open,
     /// One probe is in flight; other calls fail fast.
     HalfOpen,
+}
+
+/// Why a store behind a breaker gave no decision.
+#[derive(Debug)]
+pub enum StoreFailure {
+    /// The breaker is open: the store was not called.
+    BreakerOpen,
+    /// The store failed, timed out, or refused the request.
+    Failed(Error),
+}
+
+impl StoreFailure {
+    /// A label for metrics and logs: `breaker_open`, `timeout` or `error`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreFailure::BreakerOpen => "breaker_open",
+            StoreFailure::Failed(Error::Timeout(_)) => "timeout",
+            StoreFailure::Failed(_) => "error",
+        }
+    }
+
+    /// Whether the store was called and failed (a refused request and an open
+    /// breaker say nothing new about the store's health).
+    pub fn is_store_fault(&self) -> bool {
+        matches!(self, StoreFailure::Failed(e) if !e.is_invalid_input())
+    }
+}
+
+impl std::fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreFailure::BreakerOpen => f.write_str("store unavailable (circuit breaker open)"),
+            StoreFailure::Failed(e) => write!(f, "{e}"),
+        }
+    }
 }
 
 /// Counts store failures and decides whether the next call may go to the store.
@@ -81,6 +116,23 @@ impl Breaker {
                     since: now.saturating_add(self.cooldown),
                 };
                 true
+            }
+        }
+    }
+
+    /// Records how a store call ended: an answer closes the breaker, a failure or
+    /// timeout counts towards opening it, a refused request (invalid input) counts for
+    /// nothing.
+    pub fn record<T>(&self, result: Result<T, Error>, now: Timestamp) -> Result<T, StoreFailure> {
+        match result {
+            Ok(answer) => {
+                self.success();
+                Ok(answer)
+            }
+            Err(e) if e.is_invalid_input() => Err(StoreFailure::Failed(e)),
+            Err(e) => {
+                self.failure(now);
+                Err(StoreFailure::Failed(e))
             }
         }
     }
@@ -160,6 +212,25 @@ mod tests {
         b.success();
         assert_eq!(b.state(), BreakerState::Closed);
         assert!(b.admit(t2));
+    }
+
+    #[test]
+    fn record_counts_store_faults_but_not_refused_requests() {
+        let b = Breaker::new(1, Duration::from_millis(100));
+        let t = Timestamp::from_secs(1);
+        let refused = b.record::<()>(Err(Error::InvalidRequest("bad".into())), t);
+        assert!(!refused.unwrap_err().is_store_fault());
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "a refusal says nothing of the store"
+        );
+        let timeout = b.record::<()>(Err(Error::Timeout(Duration::from_millis(5))), t);
+        assert_eq!(timeout.unwrap_err().kind(), "timeout");
+        assert_eq!(b.state(), BreakerState::Open);
+        assert!(b.admit(t.saturating_add(Duration::from_millis(100))));
+        assert_eq!(b.record(Ok(7), t).unwrap(), 7);
+        assert_eq!(b.state(), BreakerState::Closed);
     }
 
     #[test]

@@ -55,7 +55,9 @@ pub mod store;
 mod time;
 
 pub use algorithm::{Algorithm, Edge, State};
-pub use breaker::{Breaker, BreakerState, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN};
+pub use breaker::{
+    Breaker, BreakerState, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, StoreFailure,
+};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use decision::{BatchDecision, Decision, Outcome};
 pub use error::Error;

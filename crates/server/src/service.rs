@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use spillway_core::{Clock, Decision, Key, MAX_EXACT, Outcome, Request, Timestamp};
+use spillway_core::{Clock, Decision, Key, MAX_EXACT, Outcome, Request, StoreFailure, Timestamp};
 use spillway_policy::{Mode, OnStoreError, PolicySet, Rule, RuleLimit, override_key};
 
 use crate::metrics;
 use crate::request::{CheckRequest, CheckResponse, Code, Status};
 use crate::status::{Rank, rule_status};
-use crate::store::{StoreFailure, Stores};
+use crate::store::Stores;
 
 /// Service-wide switches (the reference's `SHADOW_MODE`, `QUOTA_MODE`, `NEAR_LIMIT_RATIO`).
 #[derive(Clone, Debug)]

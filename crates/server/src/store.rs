@@ -7,7 +7,7 @@ use spillway_core::{BatchDecision, Error, Key, Limit, MemoryStore, Request, Stor
 use spillway_redis::RedisStore;
 
 use crate::metrics;
-use spillway_core::{Breaker, BreakerState};
+use spillway_core::{Breaker, BreakerState, StoreFailure};
 
 /// The configured store.
 #[derive(Debug)]
@@ -73,35 +73,6 @@ impl Store for AnyStore {
     }
 }
 
-/// Why the store could not decide.
-#[derive(Debug)]
-pub enum StoreFailure {
-    /// The breaker is open: the store was not called.
-    BreakerOpen,
-    /// The store failed or timed out.
-    Failed(Error),
-}
-
-impl StoreFailure {
-    /// A label for metrics and logs.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            StoreFailure::BreakerOpen => "breaker_open",
-            StoreFailure::Failed(Error::Timeout(_)) => "timeout",
-            StoreFailure::Failed(_) => "error",
-        }
-    }
-}
-
-impl std::fmt::Display for StoreFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StoreFailure::BreakerOpen => f.write_str("store unavailable (circuit breaker open)"),
-            StoreFailure::Failed(e) => write!(f, "{e}"),
-        }
-    }
-}
-
 /// The configured store, guarded; and the local fallback.
 #[derive(Debug)]
 pub struct Stores {
@@ -138,21 +109,14 @@ impl Stores {
         if let Some(started) = started {
             metrics::store_latency(started.elapsed());
         }
-        match result {
-            Ok(batch) => {
-                self.breaker.success();
-                Ok(batch)
-            }
-            // A refused request says nothing about the store's health.
-            Err(e) if e.is_invalid_input() => Err(StoreFailure::Failed(e)),
-            Err(e) => {
-                self.breaker.failure(now);
-                metrics::breaker(self.breaker.state());
-                let failure = StoreFailure::Failed(e);
-                metrics::store_error(failure.kind());
-                Err(failure)
-            }
+        let result = self.breaker.record(result, now);
+        if let Err(failure) = &result
+            && failure.is_store_fault()
+        {
+            metrics::breaker(self.breaker.state());
+            metrics::store_error(failure.kind());
         }
+        result
     }
 
     /// A decision round on the in-process fallback store.

@@ -11,7 +11,7 @@ use http::request::Parts;
 use spillway_core::headers::{self, Current, HeaderStyle, Quota, ceil_secs};
 use spillway_core::{
     BatchDecision, Breaker, Clock, Error as StoreError, Key, MAX_EXACT, MemoryStore, Request,
-    Store, Timestamp,
+    Store, StoreFailure, Timestamp,
 };
 
 use crate::Rejection;
@@ -46,13 +46,6 @@ pub(crate) enum Verdict {
     ShadowBan,
     /// Refuse it, with these headers.
     Reject(Rejection, Vec<(&'static str, String)>),
-}
-
-/// Why the store gave no decision.
-enum Failure {
-    BreakerOpen,
-    Timeout,
-    Store(StoreError),
 }
 
 impl<St: Store, C: Clock> Shared<St, C> {
@@ -110,54 +103,34 @@ impl<St: Store, C: Clock> Shared<St, C> {
         &self,
         requests: &[Request<'_>],
         now: Timestamp,
-    ) -> Result<BatchDecision, Failure> {
+    ) -> Result<BatchDecision, StoreFailure> {
         if !self.breaker.admit(now) {
-            return Err(Failure::BreakerOpen);
+            return Err(StoreFailure::BreakerOpen);
         }
-        let result = tokio::time::timeout(self.timeout, self.store.check(requests, now)).await;
-        match result {
-            Ok(Ok(batch)) => {
-                self.breaker.success();
-                Ok(batch)
-            }
-            // A refused request (keys in different Cluster slots) says nothing about
-            // the store's health.
-            Ok(Err(e)) if e.is_invalid_input() => Err(Failure::Store(e)),
-            Ok(Err(e)) => {
-                self.breaker.failure(now);
-                Err(Failure::Store(e))
-            }
-            Err(_) => {
-                self.breaker.failure(now);
-                Err(Failure::Timeout)
-            }
-        }
+        let result = tokio::time::timeout(self.timeout, self.store.check(requests, now))
+            .await
+            .unwrap_or(Err(StoreError::Timeout(self.timeout)));
+        self.breaker.record(result, now)
     }
 
     /// The failure policy: a local decision, or `None` (let through or refuse).
     fn on_failure(
         &self,
-        failure: Failure,
+        failure: StoreFailure,
         requests: &[Request<'_>],
         now: Timestamp,
     ) -> Option<BatchDecision> {
-        let (kind, detail) = match &failure {
-            Failure::BreakerOpen => ("breaker_open", None),
-            Failure::Timeout => ("timeout", None),
-            Failure::Store(e) => ("error", Some(e)),
-        };
         let policy = match self.on_store_error {
             OnStoreError::Open => "open",
             OnStoreError::Closed => "closed",
             OnStoreError::Local => "local",
         };
+        let kind = failure.kind();
         metrics::counter!("spillway_tower_store_errors_total", "kind" => kind, "policy" => policy)
             .increment(1);
-        // The breaker already says the store is down; one line per failure would flood.
-        if let Some(e) = detail {
+        // The breaker already says the store is down; one line per request would flood.
+        if let StoreFailure::Failed(e) = &failure {
             tracing::warn!(error = %e, policy, "rate limit store failed");
-        } else if matches!(failure, Failure::Timeout) {
-            tracing::warn!(timeout = ?self.timeout, policy, "rate limit store timed out");
         }
         match self.on_store_error {
             OnStoreError::Local => self.local.decide(requests, now).ok(),
