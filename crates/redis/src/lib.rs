@@ -25,6 +25,7 @@ mod error;
 mod key;
 mod script;
 mod store;
+mod target;
 
 pub use error::Error;
 pub use key::redis_key;

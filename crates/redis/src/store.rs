@@ -14,9 +14,10 @@ use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use spillway_core::store::validate;
 use spillway_core::{BatchDecision, Error as CoreError, Key, Limit, Request, Store, Timestamp};
 
-use crate::connection::{Connection, Target, redact};
+use crate::connection::Connection;
 use crate::key::{check_prefix, redis_key};
 use crate::script::{self, FIELDS, SOURCE, TimeSource};
+use crate::target::{Target, redact};
 use crate::{Error, error::store_error};
 
 /// The default time a decision may take before the call fails with
