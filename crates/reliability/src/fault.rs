@@ -1,11 +1,13 @@
 //! The faults, each injected into a real `redis-server` (or the TCP proxy between it
-//! and Spillway) and healed again.
+//! and Spillway, or a Redis Cluster of the trial's own) and healed again.
 
 use std::fmt;
 use std::time::Duration;
 
 use spillway_testkit::proxy::{Proxy, ProxyMode};
 use spillway_testkit::redis::RedisServer;
+
+use crate::cluster::{Cluster, cli};
 
 /// One way Redis fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,11 +28,19 @@ pub enum Fault {
     ProxyDelay,
     /// The proxy resets every connection, and every new one.
     ProxyReset,
+    /// Cluster: `CLUSTER FAILOVER` on each replica in turn (every master changes).
+    Failover,
+    /// Cluster: SIGKILL the master serving the trial's key; its replica is promoted
+    /// after the node timeout, then the killed node rejoins as a replica.
+    MasterKill,
+    /// Cluster: the trial's slot migrated, keys and all, from master to master again
+    /// and again (clients meet ASK and MOVED redirects).
+    Reshard,
 }
 
 impl Fault {
     /// Every fault, in the order the report lists them.
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 11] = [
         Fault::Kill,
         Fault::Stop,
         Fault::ClientPause,
@@ -39,6 +49,9 @@ impl Fault {
         Fault::ProxyDrop,
         Fault::ProxyDelay,
         Fault::ProxyReset,
+        Fault::Failover,
+        Fault::MasterKill,
+        Fault::Reshard,
     ];
 
     /// The name the command line and the report use.
@@ -52,7 +65,15 @@ impl Fault {
             Fault::ProxyDrop => "proxy-drop",
             Fault::ProxyDelay => "proxy-delay",
             Fault::ProxyReset => "proxy-reset",
+            Fault::Failover => "failover",
+            Fault::MasterKill => "master-kill",
+            Fault::Reshard => "reshard",
         }
+    }
+
+    /// Whether the fault needs a Redis Cluster (the others use one server behind the proxy).
+    pub fn on_cluster(self) -> bool {
+        matches!(self, Fault::Failover | Fault::MasterKill | Fault::Reshard)
     }
 
     /// Whether Redis loses its counters (windows spanning the fault are not comparable).
@@ -60,8 +81,15 @@ impl Fault {
         self == Fault::Kill
     }
 
-    /// Keeps the fault going for `length`, then heals it.
-    pub async fn run(self, redis: &mut RedisServer, proxy: &Proxy, length: Duration) {
+    /// Keeps the fault going for `length` (a cluster fault: until the cluster has done
+    /// what it was asked, and at least `length` for a reshard), then heals it.
+    pub async fn run(self, rig: &mut Rig, length: Duration) -> anyhow::Result<()> {
+        let (redis, proxy) = match rig {
+            Rig::Single { redis, proxy } => (redis, proxy),
+            Rig::Cluster(cluster) => {
+                return tokio::task::block_in_place(|| self.run_on_cluster(cluster, length));
+            }
+        };
         match self {
             Fault::Kill => {
                 redis.kill();
@@ -102,6 +130,91 @@ impl Fault {
                 tokio::time::sleep(length).await;
                 proxy.set(ProxyMode::Pass);
             }
+            Fault::Failover | Fault::MasterKill | Fault::Reshard => {
+                anyhow::bail!("{self} needs a cluster")
+            }
+        }
+        Ok(())
+    }
+
+    fn run_on_cluster(self, cluster: &mut Cluster, length: Duration) -> anyhow::Result<()> {
+        let (slot, owner) = cluster
+            .busy_slot()
+            .ok_or_else(|| anyhow::anyhow!("no key on the cluster: no load reached it"))?;
+        match self {
+            Fault::Failover => {
+                let replicas: Vec<_> = cluster
+                    .topology()
+                    .into_iter()
+                    .filter(|n| !n.master && !n.failed)
+                    .collect();
+                for r in replicas {
+                    let out = cli(r.port, &["CLUSTER", "FAILOVER"]);
+                    anyhow::ensure!(out.trim() == "OK", "CLUSTER FAILOVER on {}: {out}", r.port);
+                    cluster.wait_until("the replica takes over", |c| {
+                        c.topology().iter().any(|n| n.id == r.id && n.master)
+                    })?;
+                }
+            }
+            Fault::MasterKill => {
+                cluster.node_mut(owner.port).kill();
+                cluster.wait_until("a replica is promoted", |c| {
+                    c.master_of(slot).is_some_and(|m| m.port != owner.port)
+                })?;
+                cluster.node_mut(owner.port).restart();
+            }
+            Fault::Reshard => {
+                #[allow(clippy::disallowed_methods, reason = "a wall-clock deadline")]
+                let end = std::time::Instant::now() + length;
+                let mut moves = 0;
+                #[allow(clippy::disallowed_methods, reason = "a wall-clock deadline")]
+                while std::time::Instant::now() < end {
+                    let from = cluster
+                        .master_of(slot)
+                        .ok_or_else(|| anyhow::anyhow!("no master serves slot {slot}"))?;
+                    let to = cluster
+                        .topology()
+                        .into_iter()
+                        .find(|n| n.master && !n.failed && n.id != from.id)
+                        .ok_or_else(|| anyhow::anyhow!("no other master"))?;
+                    cluster.move_slot(slot, &from, &to)?;
+                    moves += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                eprintln!("  reshard: slot {slot} moved {moves} times, keys and all");
+            }
+            _ => anyhow::bail!("{self} is not a cluster fault"),
+        }
+        Ok(())
+    }
+}
+
+/// What a trial runs on: one server behind the fault proxy, or a cluster of its own.
+#[derive(Debug)]
+pub enum Rig {
+    Single { redis: RedisServer, proxy: Proxy },
+    Cluster(Cluster),
+}
+
+impl Rig {
+    /// What `fault` needs.
+    pub async fn start(fault: Fault) -> anyhow::Result<Rig> {
+        if fault.on_cluster() {
+            Ok(Rig::Cluster(
+                tokio::task::spawn_blocking(Cluster::start).await??,
+            ))
+        } else {
+            let redis = tokio::task::spawn_blocking(RedisServer::start).await?;
+            let proxy = Proxy::start(redis.addr()).await;
+            Ok(Rig::Single { redis, proxy })
+        }
+    }
+
+    /// The store URL the service is given.
+    pub fn store_url(&self) -> String {
+        match self {
+            Rig::Single { proxy, .. } => format!("redis://{}", proxy.addr()),
+            Rig::Cluster(cluster) => cluster.url(),
         }
     }
 }

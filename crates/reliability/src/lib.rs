@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 pub mod fault;
 pub mod load;
 pub mod overload;

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
 /// What one request got back.
@@ -60,14 +60,29 @@ where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Answer> + Send + 'static,
 {
+    let (_end, until) = watch::channel(start + length);
+    drive_until(rate, start, until, call).await
+}
+
+/// [`drive`] until the instant `until` holds, which may move while the load runs (a
+/// fault whose length is only known when it ends).
+pub async fn drive_until<F, Fut>(
+    rate: u32,
+    start: Instant,
+    until: watch::Receiver<Instant>,
+    call: F,
+) -> Vec<Sample>
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send + 'static,
+{
     let (tx, mut rx) = mpsc::unbounded_channel();
     let call = Arc::new(call);
     let mut ticks = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
     ticks.set_missed_tick_behavior(MissedTickBehavior::Burst);
-    let end = start + length;
     loop {
         let due = ticks.tick().await;
-        if due >= end {
+        if due >= *until.borrow() {
             break;
         }
         let (call, tx) = (Arc::clone(&call), tx.clone());

@@ -27,7 +27,8 @@ enum Command {
     /// Example: spillway-reliability faults --fault stop --fault proxy-drop --policy closed
     Faults {
         /// Only these faults (default: all): kill, stop, client-pause, debug-sleep,
-        /// script-flush, proxy-drop, proxy-delay, proxy-reset.
+        /// script-flush, proxy-drop, proxy-delay, proxy-reset on one server; failover,
+        /// master-kill, reshard on a 6-node Redis Cluster of the run's own.
         #[arg(long = "fault")]
         faults: Vec<Fault>,
         /// Only these policies (default: all): open, closed, local, shadow.

@@ -6,11 +6,10 @@ use std::fmt;
 use std::time::Duration;
 
 use spillway_server::Settings;
-use spillway_testkit::proxy::Proxy;
-use spillway_testkit::redis::RedisServer;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::fault::Fault;
+use crate::fault::{Fault, Rig};
 use crate::load::{self, Answer, Sample, certain_most};
 
 /// The limit under test: exact, so any over-admission is a bug.
@@ -116,12 +115,11 @@ pub struct Report {
 
 /// Runs one trial.
 pub async fn run(fault: Fault, policy: Policy, timing: Timing) -> anyhow::Result<Report> {
-    let mut redis = tokio::task::spawn_blocking(RedisServer::start).await?;
-    let proxy = Proxy::start(redis.addr()).await;
+    let mut rig = Rig::start(fault).await?;
     let settings = service_settings(
         &format!("{fault}-{}", policy.name()),
         policy,
-        format!("redis://{}", proxy.addr()),
+        rig.store_url(),
     )?;
     let running = spillway_server::start(&settings).await?;
     let check = load::HttpCheck::new(running.http_addr, "u1")?;
@@ -129,12 +127,15 @@ pub async fn run(fault: Fault, policy: Policy, timing: Timing) -> anyhow::Result
 
     let rss_before = rss_kib();
     let start = Instant::now();
-    let length = timing.before + timing.fault + timing.after;
-    let load = tokio::spawn(load::drive(timing.rate, length, start, call));
+    // The load goes on until `after` past the fault's healing, however long that took
+    // (a promotion waits for the cluster's node timeout): no end is set until then.
+    let (end, until) = watch::channel(start + Duration::from_secs(3600));
+    let load = tokio::spawn(load::drive_until(timing.rate, start, until, call));
     tokio::time::sleep(timing.before).await;
     let fault_start = start.elapsed();
-    fault.run(&mut redis, &proxy, timing.fault).await;
+    fault.run(&mut rig, timing.fault).await?;
     let healed = start.elapsed();
+    end.send_replace(start + healed + timing.after);
     let samples = load.await?;
     let rss_after = rss_kib();
 

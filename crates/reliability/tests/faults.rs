@@ -1,7 +1,8 @@
-//! The fast part of the fault matrix, in the test suite: four faults under each failure
-//! policy and shadow mode, one second each, under steady load through a real service
-//! on a real Redis. No answer may break its policy's rule, and store-backed decisions
-//! must come back after each fault. (The whole matrix, with the published figures:
+//! The fast part of the fault matrix, in the test suite: faults under each failure
+//! policy and shadow mode, about a second each, under steady load through a real
+//! service on a real Redis (or a Redis Cluster of the test's own). No answer may break
+//! its policy's rule, and store-backed decisions must come back after each fault.
+//! (The whole matrix, with the published figures:
 //! `cargo run --release -p spillway-reliability -- faults`.)
 
 use std::time::Duration;
@@ -10,6 +11,21 @@ use spillway_reliability::{Fault, Policy, TABLE_HEADER, Timing, trial};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_break_no_policy_and_the_store_comes_back() {
+    matrix(&[
+        Fault::Stop,
+        Fault::ScriptFlush,
+        Fault::ProxyDrop,
+        Fault::ProxyReset,
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failover_promotion_and_reshard_break_no_policy() {
+    matrix(&[Fault::Failover, Fault::MasterKill, Fault::Reshard]).await;
+}
+
+async fn matrix(faults: &[Fault]) {
     let timing = Timing {
         before: Duration::from_millis(500),
         fault: Duration::from_secs(1),
@@ -18,12 +34,7 @@ async fn faults_break_no_policy_and_the_store_comes_back() {
     };
     let mut table = vec![TABLE_HEADER.to_string()];
     let mut failures = Vec::new();
-    for fault in [
-        Fault::Stop,
-        Fault::ScriptFlush,
-        Fault::ProxyDrop,
-        Fault::ProxyReset,
-    ] {
+    for &fault in faults {
         for policy in Policy::ALL {
             let report = trial::run(fault, policy, timing).await.unwrap();
             table.push(report.to_string());

@@ -51,6 +51,7 @@ pub struct RedisServer {
     child: Child,
     port: u16,
     dir: PathBuf,
+    args: Vec<String>,
 }
 
 /// The Redis a benchmark runs against: `SPILLWAY_BENCH_REDIS` if set, else a server of
@@ -69,14 +70,33 @@ pub fn bench_redis() -> (Option<RedisServer>, String) {
 impl RedisServer {
     /// Starts a standalone server and waits until it answers PING.
     pub fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`--cluster-enabled yes`, …),
+    /// on a port whose cluster bus port (+10000) is free too, and waits until it
+    /// answers PING. [`restart`](Self::restart) starts it with the same arguments, in
+    /// the same directory (a cluster node finds its `nodes.conf` there and rejoins).
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        let port = loop {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            if port < 55535 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+                break port;
+            }
+        };
         let dir = std::env::temp_dir().join(format!("spillway-redis-{port}"));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
-        let child = spawn(port, &dir);
-        let server = RedisServer { child, port, dir };
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let child = spawn(port, &dir, &args);
+        let server = RedisServer {
+            child,
+            port,
+            dir,
+            args,
+        };
         server.wait_for_ping();
         server
     }
@@ -91,8 +111,13 @@ impl RedisServer {
     /// until it answers PING.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = spawn(self.port, &self.dir);
+        self.child = spawn(self.port, &self.dir, &self.args);
         self.wait_for_ping();
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// `127.0.0.1:PORT`.
@@ -153,7 +178,7 @@ impl Drop for RedisServer {
     }
 }
 
-fn spawn(port: u16, dir: &std::path::Path) -> Child {
+fn spawn(port: u16, dir: &std::path::Path, args: &[String]) -> Child {
     Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
@@ -161,6 +186,7 @@ fn spawn(port: u16, dir: &std::path::Path) -> Child {
         .args(["--enable-debug-command", "local"])
         .arg("--dir")
         .arg(dir)
+        .args(args)
         .stdout(Stdio::null())
         .spawn()
         .expect("redis-server runs (scripts/test installs it)")
