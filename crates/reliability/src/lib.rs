@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod fault;
+pub mod hostile;
 pub mod load;
 pub mod overload;
 pub mod skew;

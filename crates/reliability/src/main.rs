@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use spillway_redis::RedisStore;
+use spillway_reliability::hostile::{self, CONFIG_HEADER, HOSTILE_HEADER, SLOW_HEADER};
 use spillway_reliability::overload::{self, OVERLOAD_HEADER, Overload};
 use spillway_reliability::{Fault, Policy, TABLE_HEADER, Timing, skew, trial};
 use spillway_testkit::redis::{RedisServer, unique_prefix};
@@ -73,6 +74,12 @@ enum Command {
         #[arg(long, default_value = "10s", value_parser = humantime_duration)]
         length: Duration,
     },
+    /// Every malformed request class on /v1/check, /json and gRPC, against a service
+    /// on a Redis of its own: each must be refused with a 4xx (INVALID_ARGUMENT), no
+    /// panic, no 5xx, no store call; a valid control request must reach the store.
+    ///
+    /// Example: spillway-reliability hostile
+    Hostile,
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
@@ -118,6 +125,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             overload_all(store, o).await
         }
+        Command::Hostile => hostile_table().await,
         Command::Skew {
             store,
             offset,
@@ -144,6 +152,48 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+async fn hostile_table() -> anyhow::Result<()> {
+    let (outcomes, panics) = hostile::run().await?;
+    println!("{HOSTILE_HEADER}");
+    for o in &outcomes {
+        println!("{o}");
+    }
+    let (slow, answer, latency) = hostile::slow_clients(1000, Duration::from_secs(5)).await?;
+    println!("\n{SLOW_HEADER}");
+    for r in &slow {
+        println!("{r}");
+    }
+    println!(
+        "\nwith all {} held: a valid request answered {answer:?} in {:.1} ms",
+        slow.iter().map(|r| r.held).sum::<usize>(),
+        latency.as_secs_f64() * 1e3
+    );
+    let config = hostile::run_config()?;
+    println!("\n{CONFIG_HEADER}");
+    for c in &config {
+        println!("{c}");
+    }
+    let wrong = outcomes.iter().filter(|o| !o.ok()).count()
+        + config.iter().filter(|c| !c.ok()).count()
+        + slow.iter().filter(|r| r.closed < r.held).count();
+    let faults = outcomes.iter().filter(|o| o.server_fault).count();
+    let calls: u64 = outcomes
+        .iter()
+        .filter(|o| !o.valid)
+        .map(|o| o.store_calls)
+        .sum();
+    println!(
+        "\n{} requests: {panics} panics, {faults} server faults, {calls} store calls for \
+         refused requests, {wrong} not as they must",
+        outcomes.len()
+    );
+    anyhow::ensure!(
+        wrong == 0 && panics == 0,
+        "hostile input was not refused cleanly"
+    );
+    Ok(())
 }
 
 async fn faults_matrix(

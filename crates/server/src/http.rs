@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -32,8 +33,51 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthcheck", get(healthcheck))
         .route("/v1/config", get(config))
         .fallback(|| async { error_body(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            read_body,
+        ))
         .with_state(state)
+}
+
+/// Reads the whole body before any handler runs: at most [`MAX_BODY_BYTES`] (413), all
+/// of it within the body read timeout (408). A client that sends its headers and then
+/// trickles its body, or never sends it, cannot hold a connection past that.
+async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let timeout = state.body_read_timeout;
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Ok(Err(e)) if is_length_limit(&e) => error_body(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            &format!("the request body is over {MAX_BODY_BYTES} bytes"),
+        ),
+        Ok(Err(e)) => error_body(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            &format!("the request body could not be read: {e}"),
+        ),
+        Err(_) => error_body(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            &format!("the request body did not arrive within {timeout:?}"),
+        ),
+    }
+}
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 // === POST /v1/check ===

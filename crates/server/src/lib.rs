@@ -60,6 +60,9 @@ pub struct AppState {
     pub shutting_down: AtomicBool,
     /// The last policy load; subscribe to hear of reloads.
     pub load_status: tokio::sync::watch::Sender<LoadStatus>,
+    /// How long an HTTP client may take to send a request's body, all of it (the
+    /// header read timeout, again).
+    pub body_read_timeout: Duration,
 }
 
 /// Why the service could not start.
@@ -222,6 +225,7 @@ pub fn app_state(
             reference: settings.reference_headers.clone(),
         },
         shutting_down: AtomicBool::new(false),
+        body_read_timeout: settings.header_read_timeout,
         load_status: tokio::sync::watch::Sender::new(LoadStatus {
             generation: 1,
             error: None,

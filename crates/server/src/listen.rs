@@ -54,12 +54,23 @@ pub async fn serve(
             () = shutdown.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()))
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let (builder, app, watcher) = (builder.clone(), app.clone(), graceful.watcher());
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            // hyper's header timeout starts with the first bytes (after it has sniffed
+            // HTTP/1 or 2): a client that connects and sends nothing gets the same time
+            // to send its first byte, then is closed.
+            let mut first = [0u8; 1];
+            if tokio::time::timeout(timeouts.header_read, stream.peek(&mut first))
+                .await
+                .is_err()
+            {
+                tracing::debug!("connection closed: nothing sent within the header timeout");
+                return;
+            }
+            let conn = builder
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
+                .into_owned();
+            if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });

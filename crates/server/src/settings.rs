@@ -40,6 +40,8 @@ pub struct Settings {
     pub watch: bool,
     pub breaker_failures: u32,
     pub breaker_cooldown: Duration,
+    /// How long an HTTP client may take to send its first byte, then its headers, then
+    /// its whole body (each; a slow client is closed, or answered 408 for its body).
     pub header_read_timeout: Duration,
     pub drain_timeout: Duration,
 }

@@ -1,0 +1,50 @@
+//! Every malformed request class on `/v1/check`, `/json` and gRPC, against a real
+//! service on a real Redis: refused with a 4xx (INVALID_ARGUMENT) that says what is
+//! wrong, no panic, no 5xx, no store call; the valid controls reach the store. And slow
+//! clients of every kind are closed after the read timeout while others are served.
+//! (The published table: `cargo run --release -p spillway-reliability -- hostile`.)
+
+use std::time::Duration;
+
+use spillway_reliability::hostile::{self, HOSTILE_HEADER};
+use spillway_reliability::load::Answer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_malformed_request_is_refused_without_a_panic_a_5xx_or_a_store_call() {
+    let (outcomes, panics) = hostile::run().await.unwrap();
+    let table: Vec<String> = outcomes.iter().map(ToString::to_string).collect();
+    let table = format!("{HOSTILE_HEADER}\n{}", table.join("\n"));
+    assert_eq!(panics, 0, "{table}");
+    assert!(outcomes.iter().all(|o| o.ok()), "{table}");
+    assert!(
+        outcomes.iter().all(|o| o.valid || !o.message.is_empty()),
+        "every refusal says why:\n{table}"
+    );
+    assert_eq!(
+        outcomes.iter().filter(|o| o.valid).count(),
+        3,
+        "a control per API"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_closed_and_do_not_block_others() {
+    let timeout = Duration::from_millis(300);
+    let (reports, answer, _) = hostile::slow_clients(200, timeout).await.unwrap();
+    assert!(matches!(answer, Answer::Allowed { .. }), "{answer:?}");
+    for r in reports {
+        assert_eq!(r.closed, r.held, "{r}");
+    }
+}
+
+#[test]
+fn every_broken_policy_file_is_refused_quickly_without_a_panic() {
+    let outcomes = hostile::run_config().unwrap();
+    let table: Vec<String> = outcomes.iter().map(ToString::to_string).collect();
+    assert!(outcomes.iter().all(|o| o.ok()), "{}", table.join("\n"));
+    // Every error names the file (and, where the YAML was readable, the line).
+    for o in &outcomes {
+        let e = o.error.as_deref().unwrap_or("");
+        assert!(e.starts_with("p.yaml"), "{e}");
+    }
+}
