@@ -28,6 +28,9 @@ pub enum Fault {
     ProxyDelay,
     /// The proxy resets every connection, and every new one.
     ProxyReset,
+    /// Root only, in a private network namespace: the kernel drops every packet to the
+    /// proxy's port (`iptables -j DROP`), new connections' SYNs included.
+    IptablesDrop,
     /// Cluster: `CLUSTER FAILOVER` on each replica in turn (every master changes).
     Failover,
     /// Cluster: SIGKILL the master serving the trial's key; its replica is promoted
@@ -40,7 +43,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, in the order the report lists them.
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 12] = [
         Fault::Kill,
         Fault::Stop,
         Fault::ClientPause,
@@ -49,6 +52,7 @@ impl Fault {
         Fault::ProxyDrop,
         Fault::ProxyDelay,
         Fault::ProxyReset,
+        Fault::IptablesDrop,
         Fault::Failover,
         Fault::MasterKill,
         Fault::Reshard,
@@ -65,10 +69,16 @@ impl Fault {
             Fault::ProxyDrop => "proxy-drop",
             Fault::ProxyDelay => "proxy-delay",
             Fault::ProxyReset => "proxy-reset",
+            Fault::IptablesDrop => "iptables-drop",
             Fault::Failover => "failover",
             Fault::MasterKill => "master-kill",
             Fault::Reshard => "reshard",
         }
+    }
+
+    /// Whether the fault needs root and a network namespace of its own.
+    pub fn needs_root(self) -> bool {
+        self == Fault::IptablesDrop
     }
 
     /// Whether the fault needs a Redis Cluster (the others use one server behind the proxy).
@@ -129,6 +139,13 @@ impl Fault {
                 });
                 tokio::time::sleep(length).await;
                 proxy.set(ProxyMode::Pass);
+            }
+            Fault::IptablesDrop => {
+                let port = proxy.addr().port().to_string();
+                let rule = ["-p", "tcp", "--dport", &port, "-j", "DROP"];
+                iptables("-I", &rule)?;
+                tokio::time::sleep(length).await;
+                iptables("-D", &rule)?;
             }
             Fault::Failover | Fault::MasterKill | Fault::Reshard => {
                 anyhow::bail!("{self} needs a cluster")
@@ -236,6 +253,44 @@ impl std::str::FromStr for Fault {
                 let names: Vec<_> = Fault::ALL.iter().map(|f| f.name()).collect();
                 format!("unknown fault `{s}` (expected one of {})", names.join(", "))
             })
+    }
+}
+
+fn iptables(action: &str, rule: &[&str]) -> anyhow::Result<()> {
+    let status = std::process::Command::new("iptables")
+        .args(["-w", action, "INPUT"])
+        .args(rule)
+        .status()?;
+    anyhow::ensure!(status.success(), "iptables {action} INPUT {rule:?} failed");
+    Ok(())
+}
+
+/// Why the root-only faults can't run here, if they can't: they need root, iptables
+/// and `unshare` (they run in a network namespace of their own, so the rule touches
+/// nothing else on the machine).
+pub fn root_faults_unavailable() -> Option<String> {
+    let ok = |cmd: &str, args: &[&str]| {
+        std::process::Command::new(cmd)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("Uid:"))?.to_string();
+            line.split_whitespace().nth(1).map(String::from)
+        });
+    if uid.as_deref() != Some("0") {
+        Some("not root".into())
+    } else if !ok("iptables", &["--version"]) {
+        Some("no iptables (apt-get install iptables)".into())
+    } else if !ok("unshare", &["-n", "true"]) {
+        Some("`unshare -n` is not allowed here".into())
+    } else {
+        None
     }
 }
 

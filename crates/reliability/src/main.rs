@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use spillway_redis::RedisStore;
+use spillway_reliability::fault::root_faults_unavailable;
 use spillway_reliability::hostile::{self, CONFIG_HEADER, HOSTILE_HEADER, SLOW_HEADER};
 use spillway_reliability::overload::{self, OVERLOAD_HEADER, Overload};
 use spillway_reliability::{Fault, Policy, TABLE_HEADER, Timing, skew, trial};
@@ -28,8 +29,10 @@ enum Command {
     /// Example: spillway-reliability faults --fault stop --fault proxy-drop --policy closed
     Faults {
         /// Only these faults (default: all): kill, stop, client-pause, debug-sleep,
-        /// script-flush, proxy-drop, proxy-delay, proxy-reset on one server; failover,
-        /// master-kill, reshard on a 6-node Redis Cluster of the run's own.
+        /// script-flush, proxy-drop, proxy-delay, proxy-reset on one server;
+        /// iptables-drop (root only, in a network namespace of its own; skipped
+        /// elsewhere); failover, master-kill, reshard on a 6-node Redis Cluster of the
+        /// run's own.
         #[arg(long = "fault")]
         faults: Vec<Fault>,
         /// Only these policies (default: all): open, closed, local, shadow.
@@ -217,9 +220,22 @@ async fn faults_matrix(
         rate,
         ..Timing::default()
     };
-    println!("{TABLE_HEADER}");
+    let inside = std::env::var_os(IN_NETNS).is_some();
+    if !inside {
+        println!("{TABLE_HEADER}");
+    }
     let mut broken = 0;
     for fault in faults {
+        if fault.needs_root() && !inside {
+            match root_faults_unavailable() {
+                Some(why) => eprintln!(
+                    "skipped {fault}: it needs root, iptables and `unshare -n` (it runs in a \
+                     network namespace of its own): {why}"
+                ),
+                None => in_private_netns(fault, &policies, length, rate)?,
+            }
+            continue;
+        }
         for &policy in &policies {
             let report = trial::run(fault, policy, timing).await?;
             println!("{report}");
@@ -230,6 +246,36 @@ async fn faults_matrix(
         }
     }
     anyhow::ensure!(broken == 0, "{broken} answers broke their policy's rule");
+    Ok(())
+}
+
+/// Set in the child that runs a root-only fault inside its own network namespace.
+const IN_NETNS: &str = "SPILLWAY_RELIABILITY_IN_NETNS";
+
+/// Runs `fault` in a copy of this program inside `unshare -n` (loopback up, nothing
+/// else), so its iptables rule touches nothing outside; its rows are printed here.
+fn in_private_netns(
+    fault: Fault,
+    policies: &[Policy],
+    length: Duration,
+    rate: u32,
+) -> anyhow::Result<()> {
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-n", "sh", "-c", "ip link set lo up && exec \"$@\"", "sh"])
+        .arg(std::env::current_exe()?)
+        .args(["faults", "--fault", fault.name()])
+        .args(["--length", &format!("{}ms", length.as_millis())])
+        .args(["--rate", &rate.to_string()])
+        .env(IN_NETNS, "1")
+        .stderr(std::process::Stdio::inherit());
+    for p in policies {
+        cmd.args(["--policy", p.name()]);
+    }
+    let status = cmd.status()?;
+    anyhow::ensure!(
+        status.success(),
+        "{fault} in its network namespace: {status}"
+    );
     Ok(())
 }
 

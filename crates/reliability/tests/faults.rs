@@ -52,3 +52,33 @@ async fn matrix(faults: &[Fault]) {
     assert!(failures.is_empty(), "{failures:#?}\n{table}");
     println!("{table}");
 }
+
+/// The kernel dropping packets (iptables in a network namespace of the fault's own):
+/// root only; elsewhere the binary says it skipped the fault, and so does this test.
+#[test]
+fn iptables_drop_in_a_private_network_namespace() {
+    if let Some(why) = spillway_reliability::fault::root_faults_unavailable() {
+        println!("skipped: iptables-drop needs root, iptables and `unshare -n`: {why}");
+        return;
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spillway-reliability"))
+        .args(["faults", "--fault", "iptables-drop", "--length", "1s"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One row per policy, each with 0 broken answers.
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| iptables-drop"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    assert!(
+        rows.iter().all(|r| r.split('|').nth(4) == Some(" 0 ")),
+        "{stdout}"
+    );
+}

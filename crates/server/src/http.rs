@@ -17,7 +17,7 @@ use spillway_policy::Unit;
 
 use crate::request::{CheckRequest, CheckResponse, Code, Descriptor, Override, Status, ceil_ms};
 use crate::respond::error_body;
-use crate::{AppState, CheckError, json, metrics, wire};
+use crate::{AppState, CheckError, decode, json, metrics, wire};
 
 /// The most bytes a request body may have.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -84,7 +84,7 @@ fn is_length_limit(e: &axum::Error) -> bool {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct V1Request {
+pub(crate) struct V1Request {
     domain: String,
     descriptors: Vec<V1Descriptor>,
     /// Units each matched limit is charged; 0 looks without consuming.
@@ -201,13 +201,7 @@ async fn check(
     let from = |e: CheckError| (e.http_status(), e.kind(), e.to_string());
     let answer = async {
         let body = body.map_err(|e| invalid(e.status(), e.body_text()))?;
-        let v1: V1Request = serde_json::from_slice(&body).map_err(|e| {
-            invalid(
-                StatusCode::BAD_REQUEST,
-                format!("invalid request body: {e}"),
-            )
-        })?;
-        let req = CheckRequest::try_from(v1).map_err(from)?;
+        let req = decode::v1_check(&body).map_err(from)?;
         state.service.check(&req).await.map_err(from)
     };
     match answer.await {
@@ -299,8 +293,8 @@ async fn reference_json(
     metrics::request("json");
     let answer = async {
         let body = body.map_err(|e| (e.status(), e.body_text()))?;
-        let pb = json::decode(&body).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
-        let req = wire::request(pb).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+        let req =
+            decode::reference_json(&body).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
         let r = state
             .service
             .check(&req)

@@ -17,6 +17,7 @@
 // needs more than the default query depth.
 #![recursion_limit = "256"]
 
+pub mod decode;
 mod grpc;
 mod headers;
 mod http;
@@ -45,7 +46,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use headers::HeaderOptions;
 pub use reload::LoadStatus;
-pub use request::{CheckRequest, CheckResponse, Code, Descriptor, Override, ReportedRule, Status};
+pub use request::{
+    CheckRequest, CheckResponse, Code, Descriptor, MAX_DESCRIPTORS, MAX_DOMAIN_LEN, MAX_ENTRIES,
+    Override, ReportedRule, Status,
+};
 pub use service::{CheckError, Options, Service};
 pub use settings::{Settings, SettingsError};
 pub use spillway_core::headers::HeaderStyle;

@@ -135,8 +135,10 @@ pub fn ceil_ms(d: Duration) -> u64 {
 }
 
 impl CheckRequest {
-    /// Refuses what no store should see, before anything is looked up.
-    pub(crate) fn validate(&self) -> Result<(), CheckError> {
+    /// Refuses what no store should see, before anything is looked up: the service's
+    /// bounds (a domain, 1 to [`MAX_DESCRIPTORS`] descriptors, …), as `Service::check`
+    /// does first.
+    pub fn validate(&self) -> Result<(), CheckError> {
         let req = self;
         let invalid = |m: String| Err(CheckError::Invalid(m));
         if req.domain.is_empty() {
