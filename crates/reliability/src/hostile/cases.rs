@@ -1,0 +1,247 @@
+//! The malformed requests, class by class, on every API.
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use prost::Message;
+use serde_json::json;
+
+use super::{Api, Case};
+
+/// The classes, on every API. Domain `reliability`, descriptor key `user` (the rule of
+/// [`Policy::yaml`](crate::Policy::yaml)).
+pub fn cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut check = |class: &str, body: serde_json::Value| {
+        cases.push(Case {
+            class: class.into(),
+            api: Api::Check,
+            body: body.to_string().into_bytes(),
+            valid: false,
+        })
+    };
+    let one = |value: &str| json!([{ "entries": [{ "key": "user", "value": value }] }]);
+    let many = |n: usize| -> Vec<_> { (0..n).map(|i| one(&i.to_string())[0].clone()).collect() };
+    let domain = "reliability";
+    check(
+        "empty domain",
+        json!({ "domain": "", "descriptors": one("a") }),
+    );
+    check(
+        "domain of 300 bytes",
+        json!({ "domain": "d".repeat(300), "descriptors": one("a") }),
+    );
+    check(
+        "no descriptors",
+        json!({ "domain": domain, "descriptors": [] }),
+    );
+    check(
+        "65 descriptors (limit 64)",
+        json!({ "domain": domain, "descriptors": many(65) }),
+    );
+    check(
+        "10,000 descriptors",
+        json!({ "domain": domain, "descriptors": many(10_000) }),
+    );
+    let entries: Vec<_> = (0..33).map(|i| json!({ "key": format!("k{i}") })).collect();
+    check(
+        "33 entries in a descriptor (limit 32)",
+        json!({ "domain": domain, "descriptors": [{ "entries": entries }] }),
+    );
+    check(
+        "empty key",
+        json!({ "domain": domain, "descriptors": [{ "entries": [{ "key": "" }] }] }),
+    );
+    check(
+        "value of 2,000 bytes (limit 1,024)",
+        json!({ "domain": domain, "descriptors": one(&"v".repeat(2000)) }),
+    );
+    check(
+        "value of 1 MiB (body over 64 KiB)",
+        json!({ "domain": domain, "descriptors": one(&"v".repeat(1 << 20)) }),
+    );
+    check(
+        "cost 2^53 + 1",
+        json!({ "domain": domain, "descriptors": one("a"), "cost": 9_007_199_254_740_993_u64 }),
+    );
+    check(
+        "cost 2^64 - 1",
+        json!({ "domain": domain, "descriptors": one("a"), "cost": u64::MAX }),
+    );
+    check(
+        "descriptor cost 2^64 - 1",
+        json!({ "domain": domain, "descriptors": [{ "entries": [{ "key": "user", "value": "a" }], "cost": u64::MAX }] }),
+    );
+    check(
+        "override unit `fortnight`",
+        json!({ "domain": domain, "descriptors": [{ "entries": [{ "key": "user", "value": "a" }], "limit": { "requests_per_unit": 1, "unit": "fortnight" } }] }),
+    );
+    check(
+        "unknown field",
+        json!({ "domain": domain, "descriptors": one("a"), "surprise": 1 }),
+    );
+    check(
+        "domain of the wrong type",
+        json!({ "domain": 5, "descriptors": one("a") }),
+    );
+    let raw = |class: &str, api: Api, body: &[u8]| Case {
+        class: class.into(),
+        api,
+        body: body.to_vec(),
+        valid: false,
+    };
+    // Deep nesting where a value is expected: a recursive parser must stop, not overflow.
+    let deep = [
+        &br#"{"domain":"reliability","descriptors":"#[..],
+        &[b'['; 30_000],
+        &[b']'; 30_000],
+        b"}",
+    ]
+    .concat();
+    let prefix = br#"{"domain":"reliability","descriptors":[{"entries":[{"key":"user","value":"a"}]}],"cost":"#;
+    for (class, cost) in [
+        ("cost -1", "-1"),
+        ("cost NaN", "NaN"),
+        ("cost 1e300", "1e300"),
+        ("cost 1.5", "1.5"),
+    ] {
+        cases.push(raw(
+            class,
+            Api::Check,
+            &[&prefix[..], cost.as_bytes(), b"}"].concat(),
+        ));
+    }
+    cases.push(raw("not JSON", Api::Check, b"not json"));
+    cases.push(raw("empty body", Api::Check, b""));
+    cases.push(raw("non-UTF-8 bytes in a value", Api::Check, b"{\"domain\":\"reliability\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"\xff\xfe\"}]}]}"));
+    cases.push(raw(
+        "lone UTF-16 surrogate in a key",
+        Api::Check,
+        br#"{"domain":"reliability","descriptors":[{"entries":[{"key":"\udc00"}]}]}"#,
+    ));
+    cases.push(raw("JSON nested 30,000 deep", Api::Check, &deep));
+    cases.push(Case {
+        class: "control: a valid request".into(),
+        api: Api::Check,
+        body: json!({ "domain": domain, "descriptors": one("control") })
+            .to_string()
+            .into_bytes(),
+        valid: true,
+    });
+
+    let mut json_api = |class: &str, body: serde_json::Value| {
+        cases.push(raw(class, Api::Json, body.to_string().as_bytes()))
+    };
+    json_api("domain of the wrong type", json!({ "domain": 5 }));
+    json_api(
+        "hitsAddend -1",
+        json!({ "domain": domain, "descriptors": one("a"), "hitsAddend": -1 }),
+    );
+    json_api(
+        "hitsAddend 2^40 (over 32 bits)",
+        json!({ "domain": domain, "descriptors": one("a"), "hitsAddend": 1_u64 << 40 }),
+    );
+    json_api(
+        "unit 99",
+        json!({ "domain": domain, "descriptors": [{ "entries": [{ "key": "user", "value": "a" }], "limit": { "requestsPerUnit": 1, "unit": 99 } }] }),
+    );
+    json_api(
+        "unknown field",
+        json!({ "domain": domain, "descriptors": one("a"), "surprise": 1 }),
+    );
+    json_api(
+        "65 descriptors",
+        json!({ "domain": domain, "descriptors": many(65) }),
+    );
+    cases.push(raw("not JSON", Api::Json, b"\xff\xfe not json"));
+    cases.push(raw("JSON nested 30,000 deep", Api::Json, &deep));
+    cases.push(Case {
+        class: "control: a valid request".into(),
+        api: Api::Json,
+        body: json!({ "domain": domain, "descriptors": one("control") })
+            .to_string()
+            .into_bytes(),
+        valid: true,
+    });
+
+    let request = |descriptors: Vec<RateLimitDescriptor>| RateLimitRequest {
+        domain: domain.into(),
+        descriptors,
+        hits_addend: 0,
+    };
+    let descriptor = |value: &str| RateLimitDescriptor {
+        entries: vec![Entry {
+            key: "user".into(),
+            value: value.into(),
+        }],
+        ..Default::default()
+    };
+    let mut grpc =
+        |class: &str, r: RateLimitRequest| cases.push(raw(class, Api::Grpc, &r.encode_to_vec()));
+    grpc(
+        "empty domain",
+        RateLimitRequest {
+            domain: String::new(),
+            ..request(vec![descriptor("a")])
+        },
+    );
+    grpc(
+        "domain of 300 bytes",
+        RateLimitRequest {
+            domain: "d".repeat(300),
+            ..request(vec![descriptor("a")])
+        },
+    );
+    grpc("no descriptors", request(vec![]));
+    grpc(
+        "65 descriptors (limit 64)",
+        request((0..65).map(|i| descriptor(&i.to_string())).collect()),
+    );
+    grpc(
+        "10,000 descriptors (message over 64 KiB)",
+        request((0..10_000).map(|i| descriptor(&i.to_string())).collect()),
+    );
+    grpc(
+        "empty key",
+        request(vec![RateLimitDescriptor {
+            entries: vec![Entry::default()],
+            ..Default::default()
+        }]),
+    );
+    grpc(
+        "value of 2,000 bytes",
+        request(vec![descriptor(&"v".repeat(2000))]),
+    );
+    grpc(
+        "override unit 99",
+        request(vec![RateLimitDescriptor {
+            limit: Some(RateLimitOverride {
+                requests_per_unit: 1,
+                unit: 99,
+            }),
+            ..descriptor("a")
+        }]),
+    );
+    // Field 1 (domain), length 2, bytes that are not UTF-8.
+    cases.push(raw(
+        "non-UTF-8 domain",
+        Api::Grpc,
+        &[0x0a, 0x02, 0xff, 0xfe],
+    ));
+    cases.push(raw(
+        "malformed protobuf",
+        Api::Grpc,
+        &[0xff, 0xff, 0xff, 0xff, 0x0f, 0x12],
+    ));
+    cases.push(raw("truncated varint", Api::Grpc, &[0x18, 0xff]));
+    cases.push(raw("length past the end", Api::Grpc, &[0x0a, 0x7f, b'a']));
+    cases.push(Case {
+        class: "control: a valid request".into(),
+        api: Api::Grpc,
+        body: request(vec![descriptor("control")]).encode_to_vec(),
+        valid: true,
+    });
+    cases
+}

@@ -1,0 +1,274 @@
+//! Hostile input: every malformed request class, on `/v1/check`, the reference's
+//! `/json` and gRPC `ShouldRateLimit`, sent to a real service on a real Redis. Each
+//! must get a 4xx (gRPC `INVALID_ARGUMENT`) saying what is wrong, never a panic, never
+//! a 5xx, and never reach Redis: store calls are counted by Redis itself
+//! (`INFO commandstats`), so a valid control request proves the count works.
+
+mod cases;
+mod config;
+mod slow;
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use spillway_testkit::redis::RedisServer;
+
+pub use cases::cases;
+pub use config::{CONFIG_HEADER, ConfigOutcome, config_cases, run_config};
+pub use slow::{SLOW_HEADER, Slow, SlowReport, slow_clients};
+
+use crate::Policy;
+use crate::trial::service_settings;
+
+/// Where a case is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// `POST /v1/check`.
+    Check,
+    /// The reference's `POST /json`.
+    Json,
+    /// gRPC `ShouldRateLimit`, the bytes framed as they are (so they need not decode).
+    Grpc,
+}
+
+/// One request: what it is, where it goes, its body, and whether it is valid (the
+/// control, which must reach the store).
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub class: String,
+    pub api: Api,
+    pub body: Vec<u8>,
+    pub valid: bool,
+}
+
+/// What a case got.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub class: String,
+    pub api: Api,
+    /// The HTTP status, or the gRPC status code.
+    pub status: String,
+    /// The error message the caller was given.
+    pub message: String,
+    /// A server fault: 5xx, a gRPC code other than OK / INVALID_ARGUMENT /
+    /// RESOURCE_EXHAUSTED, no answer at all, or (HTTP) an error body that is not JSON.
+    pub server_fault: bool,
+    /// Script calls Redis counted while the case ran.
+    pub store_calls: u64,
+    pub valid: bool,
+}
+
+impl Outcome {
+    /// Whether the case went as it must.
+    pub fn ok(&self) -> bool {
+        !self.server_fault && (self.store_calls > 0) == self.valid && self.refused() != self.valid
+    }
+
+    fn refused(&self) -> bool {
+        self.status.starts_with('4') || self.status == "3 INVALID_ARGUMENT"
+    }
+}
+
+/// Panics anywhere in this process since [`count_panics`] was called.
+static PANICS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts every panic (the service runs in this process), then reports it as usual.
+pub fn count_panics() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICS.fetch_add(1, Ordering::SeqCst);
+        report(info);
+    }));
+}
+
+/// Every case against a fresh service on a Redis of its own.
+pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
+    count_panics();
+    let panics_before = PANICS.load(Ordering::SeqCst);
+    let redis = tokio::task::spawn_blocking(RedisServer::start).await?;
+    let settings = service_settings("hostile", Policy::Closed, redis.url())?;
+    let running = spillway_server::start(&settings).await?;
+    let sender = Sender::new(running.http_addr, running.grpc_addr)?;
+    let mut outcomes = Vec::new();
+    for case in cases() {
+        let before = script_calls(&redis.url()).await?;
+        let (status, message, server_fault) = sender.send(&case).await;
+        outcomes.push(Outcome {
+            store_calls: script_calls(&redis.url()).await? - before,
+            class: case.class,
+            api: case.api,
+            status,
+            message,
+            server_fault,
+            valid: case.valid,
+        });
+    }
+    running.stop().await;
+    let _ = std::fs::remove_dir_all(&settings.config);
+    Ok((outcomes, PANICS.load(Ordering::SeqCst) - panics_before))
+}
+
+/// `EVALSHA` and `EVAL` calls the server has run (`INFO commandstats`).
+async fn script_calls(url: &str) -> anyhow::Result<u64> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await?;
+    Ok(info
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum())
+}
+
+struct Sender {
+    http: reqwest::Client,
+    h2: Client<HttpConnector, Full<Bytes>>,
+    http_addr: std::net::SocketAddr,
+    grpc_addr: std::net::SocketAddr,
+}
+
+impl Sender {
+    fn new(
+        http_addr: std::net::SocketAddr,
+        grpc_addr: std::net::SocketAddr,
+    ) -> anyhow::Result<Sender> {
+        Ok(Sender {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()?,
+            h2: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build_http(),
+            http_addr,
+            grpc_addr,
+        })
+    }
+
+    /// Status, message, and whether it is a server fault.
+    async fn send(&self, case: &Case) -> (String, String, bool) {
+        match case.api {
+            Api::Check | Api::Json => {
+                let path = if case.api == Api::Check {
+                    "/v1/check"
+                } else {
+                    "/json"
+                };
+                let sent = self
+                    .http
+                    .post(format!("http://{}{path}", self.http_addr))
+                    .header("content-type", "application/json")
+                    .body(case.body.clone())
+                    .send()
+                    .await;
+                let Ok(r) = sent else {
+                    return ("no answer".into(), String::new(), true);
+                };
+                let status = r.status();
+                let text = r.text().await.unwrap_or_default();
+                let error = serde_json::from_str::<serde_json::Value>(&text)
+                    .ok()
+                    .and_then(|v| v["error"]["message"].as_str().map(String::from));
+                let fault =
+                    status.is_server_error() || (status.is_client_error() && error.is_none());
+                (
+                    status.as_u16().to_string(),
+                    error.unwrap_or_default(),
+                    fault,
+                )
+            }
+            Api::Grpc => self.grpc(&case.body).await,
+        }
+    }
+
+    async fn grpc(&self, message: &[u8]) -> (String, String, bool) {
+        let mut frame = vec![0u8];
+        frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        frame.extend_from_slice(message);
+        let req = hyper::Request::post(format!(
+            "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            self.grpc_addr
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from(frame)))
+        .expect("a request");
+        let Ok(resp) = self.h2.request(req).await else {
+            return ("no answer".into(), String::new(), true);
+        };
+        // The status is in the headers (trailers-only) or in the trailers.
+        let mut headers = resp.headers().clone();
+        if let Ok(body) = resp.into_body().collect().await
+            && let Some(trailers) = body.trailers()
+        {
+            headers.extend(trailers.clone());
+        }
+        let code: i32 = headers
+            .get("grpc-status")
+            .and_then(|s| s.to_str().ok()?.parse().ok())
+            .unwrap_or(-1);
+        let message = headers
+            .get("grpc-message")
+            .and_then(|m| m.to_str().ok())
+            .map(|m| m.replace("%20", " "))
+            .unwrap_or_default();
+        let fault = !matches!(code, 0 | 3 | 8);
+        (format!("{code} {}", grpc_name(code)), message, fault)
+    }
+}
+
+fn grpc_name(code: i32) -> &'static str {
+    match code {
+        0 => "OK",
+        3 => "INVALID_ARGUMENT",
+        8 => "RESOURCE_EXHAUSTED",
+        11 => "OUT_OF_RANGE",
+        12 => "UNIMPLEMENTED",
+        13 => "INTERNAL",
+        14 => "UNAVAILABLE",
+        _ => "other",
+    }
+}
+
+impl fmt::Display for Outcome {
+    /// One Markdown table row.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let api = match self.api {
+            Api::Check => "`/v1/check`",
+            Api::Json => "`/json`",
+            Api::Grpc => "gRPC",
+        };
+        let mut message: String = self.message.chars().take(90).collect();
+        if message.len() < self.message.len() {
+            message.push('…');
+        }
+        write!(
+            f,
+            "| {api} | {} | {} | {} | {} | {} |",
+            self.class,
+            self.status,
+            message.replace('|', "\\|"),
+            self.store_calls,
+            if self.ok() { "yes" } else { "**no**" }
+        )
+    }
+}
+
+/// The table's header, for [`Outcome`]'s rows.
+pub const HOSTILE_HEADER: &str =
+    "| API | request | answer | message | store calls | as it must |\n|---|---|---|---|---|---|";
