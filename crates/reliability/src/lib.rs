@@ -6,7 +6,10 @@
 //! cargo run --release -p spillway-reliability -- faults
 //! cargo run --release -p spillway-reliability -- overload
 //! cargo run --release -p spillway-reliability -- skew
+//! cargo run --release -p spillway-reliability -- hostile
 //! ```
+//!
+//! The fuzz targets are in `fuzz/` (`scripts/fuzz`).
 
 #![forbid(unsafe_code)]
 
