@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -42,31 +41,45 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// Reads the whole body before any handler runs: at most [`MAX_BODY_BYTES`] (413), all
 /// of it within the body read timeout (408). A client that sends its headers and then
-/// trickles its body, or never sends it, cannot hold a connection past that.
+/// trickles its body, or never sends it, cannot hold a connection past that. A body
+/// refused here never reaches its handler, so it is counted here as the handler would
+/// count it: a request to its API, and an invalid one.
 async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
     let timeout = state.body_read_timeout;
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
-        Ok(Ok(bytes)) => {
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
-        }
-        Ok(Err(e)) if is_length_limit(&e) => error_body(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            &format!("the request body is over {MAX_BODY_BYTES} bytes"),
-        ),
-        Ok(Err(e)) => error_body(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            &format!("the request body could not be read: {e}"),
-        ),
-        Err(_) => error_body(
-            StatusCode::REQUEST_TIMEOUT,
-            "body_timeout",
-            &format!("the request body did not arrive within {timeout:?}"),
-        ),
+    let refused =
+        match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+            Ok(Ok(bytes)) => {
+                return next
+                    .run(Request::from_parts(parts, Body::from(bytes)))
+                    .await;
+            }
+            Ok(Err(e)) if is_length_limit(&e) => error_body(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                &format!("the request body is over {MAX_BODY_BYTES} bytes"),
+            ),
+            Ok(Err(e)) => error_body(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                &format!("the request body could not be read: {e}"),
+            ),
+            Err(_) => error_body(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                &format!("the request body did not arrive within {timeout:?}"),
+            ),
+        };
+    let api = match parts.uri.path() {
+        "/v1/check" => Some("http"),
+        "/json" => Some("json"),
+        _ => None,
+    };
+    if let Some(api) = api {
+        metrics::request(api);
+        metrics::invalid_request(api);
     }
+    refused
 }
 
 fn is_length_limit(e: &axum::Error) -> bool {
@@ -192,15 +205,11 @@ impl TryFrom<V1Request> for CheckRequest {
     }
 }
 
-async fn check(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+/// The body arrives whole: [`read_body`] read it.
+async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     metrics::request("http");
-    let invalid = |status: StatusCode, message: String| (status, "invalid_request", message);
     let from = |e: CheckError| (e.http_status(), e.kind(), e.to_string());
     let answer = async {
-        let body = body.map_err(|e| invalid(e.status(), e.body_text()))?;
         let req = decode::v1_check(&body).map_err(from)?;
         state.service.check(&req).await.map_err(from)
     };
@@ -286,13 +295,9 @@ fn append<N: AsRef<str>>(headers: &mut HeaderMap, add: Vec<(N, String)>) {
 
 /// As the reference answers: 200 OK, 429 over the limit, 400 for a body that is not a
 /// request *or* when the service failed (the reference's mapping; `/v1/check` says 503).
-async fn reference_json(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn reference_json(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     metrics::request("json");
     let answer = async {
-        let body = body.map_err(|e| (e.status(), e.body_text()))?;
         let req =
             decode::reference_json(&body).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
         let r = state

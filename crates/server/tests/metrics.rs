@@ -42,5 +42,24 @@ descriptors:
     has(r#"spillway_requests_total{api="http"} 6"#);
     has("spillway_breaker_state 0");
     assert!(!text.contains("first"), "a request value became a label");
+
+    // A body refused before any handler (over 64 KiB: 413) is still a request to its
+    // API, and an invalid one.
+    for path in ["/v1/check", "/json"] {
+        let r = s
+            .http
+            .post(s.url(path))
+            .body(vec![b' '; 65 * 1024])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 413, "{path}");
+    }
+    let text = s.get_text("/metrics").await;
+    let has = |line: &str| assert!(text.lines().any(|l| l == line), "`{line}` in\n{text}");
+    has(r#"spillway_requests_total{api="http"} 7"#);
+    has(r#"spillway_invalid_requests_total{api="http"} 1"#);
+    has(r#"spillway_requests_total{api="json"} 1"#);
+    has(r#"spillway_invalid_requests_total{api="json"} 1"#);
     s.running.stop().await;
 }
