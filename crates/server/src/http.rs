@@ -11,6 +11,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 use spillway_policy::Unit;
 
@@ -39,37 +40,48 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// How much of an over-long body is read and thrown away before the 413 is sent: a
+/// connection closed with the client's bytes still unread is reset, and the reset can
+/// reach the client before the 413 does.
+const DRAIN_BYTES: usize = 4 * 1024 * 1024;
+
 /// Reads the whole body before any handler runs: at most [`MAX_BODY_BYTES`] (413), all
 /// of it within the body read timeout (408). A client that sends its headers and then
 /// trickles its body, or never sends it, cannot hold a connection past that. A body
 /// refused here never reaches its handler, so it is counted here as the handler would
 /// count it: a request to its API, and an invalid one.
 async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    let (parts, body) = request.into_parts();
+    let (parts, mut body) = request.into_parts();
     let timeout = state.body_read_timeout;
-    let refused =
-        match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
-            Ok(Ok(bytes)) => {
-                return next
-                    .run(Request::from_parts(parts, Body::from(bytes)))
-                    .await;
-            }
-            Ok(Err(e)) if is_length_limit(&e) => error_body(
+    let deadline = tokio::time::Instant::now() + timeout;
+    let refused = match tokio::time::timeout_at(deadline, read_at_most(&mut body, MAX_BODY_BYTES))
+        .await
+    {
+        Ok(Ok(Some(bytes))) => {
+            return next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await;
+        }
+        Ok(Ok(None)) => {
+            // Whatever the drain ends with, the answer is the same.
+            let _ = tokio::time::timeout_at(deadline, read_at_most(&mut body, DRAIN_BYTES)).await;
+            error_body(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
                 &format!("the request body is over {MAX_BODY_BYTES} bytes"),
-            ),
-            Ok(Err(e)) => error_body(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                &format!("the request body could not be read: {e}"),
-            ),
-            Err(_) => error_body(
-                StatusCode::REQUEST_TIMEOUT,
-                "body_timeout",
-                &format!("the request body did not arrive within {timeout:?}"),
-            ),
-        };
+            )
+        }
+        Ok(Err(e)) => error_body(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            &format!("the request body could not be read: {e}"),
+        ),
+        Err(_) => error_body(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            &format!("the request body did not arrive within {timeout:?}"),
+        ),
+    };
     let api = match parts.uri.path() {
         "/v1/check" => Some("http"),
         "/json" => Some("json"),
@@ -82,15 +94,19 @@ async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: N
     refused
 }
 
-fn is_length_limit(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if s.is::<http_body_util::LengthLimitError>() {
-            return true;
+/// The rest of `body` if it is at most `limit` bytes; `None` (having read a little past
+/// `limit`) if it is longer.
+async fn read_at_most(body: &mut Body, limit: usize) -> Result<Option<Bytes>, axum::Error> {
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            if bytes.len() + data.len() > limit {
+                return Ok(None);
+            }
+            bytes.extend_from_slice(&data);
         }
-        source = s.source();
     }
-    false
+    Ok(Some(Bytes::from(bytes)))
 }
 
 // === POST /v1/check ===
