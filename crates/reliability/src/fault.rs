@@ -277,12 +277,8 @@ pub fn root_faults_unavailable() -> Option<String> {
             .status()
             .is_ok_and(|s| s.success())
     };
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("Uid:"))?.to_string();
-            line.split_whitespace().nth(1).map(String::from)
-        });
+    // The real user id is the first of the four.
+    let uid = crate::proc_status("Uid").and_then(|v| v.split_whitespace().next().map(String::from));
     if uid.as_deref() != Some("0") {
         Some("not root".into())
     } else if !ok("iptables", &["--version"]) {

@@ -23,3 +23,12 @@ pub mod trial;
 
 pub use fault::Fault;
 pub use trial::{Policy, Report, TABLE_HEADER, Timing};
+
+/// One field of this process's `/proc/self/status` (`VmRSS`, `Uid`, …), trimmed.
+pub(crate) fn proc_status(field: &str) -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| {
+        let value = l.strip_prefix(field)?.strip_prefix(':')?;
+        Some(value.trim().to_string())
+    })
+}

@@ -278,13 +278,8 @@ pub(crate) fn service_settings(
 
 /// This process's resident memory (the service runs in it), from /proc.
 fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
+    crate::proc_status("VmRSS")
+        .and_then(|v| v.trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
 

@@ -15,16 +15,15 @@ use super::{Api, Case};
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
     let mut check = |class: &str, body: serde_json::Value| {
-        cases.push(Case {
-            class: class.into(),
-            api: Api::Check,
-            body: body.to_string().into_bytes(),
-            valid: false,
-        })
+        cases.push(refused(class, Api::Check, body.to_string().as_bytes()))
     };
     let one = |value: &str| json!([{ "entries": [{ "key": "user", "value": value }] }]);
     let many = |n: usize| -> Vec<_> { (0..n).map(|i| one(&i.to_string())[0].clone()).collect() };
     let domain = "reliability";
+    // The same valid request on /v1/check and /json.
+    let valid_json = json!({ "domain": domain, "descriptors": one("control") })
+        .to_string()
+        .into_bytes();
     check(
         "empty domain",
         json!({ "domain": "", "descriptors": one("a") }),
@@ -86,12 +85,6 @@ pub fn cases() -> Vec<Case> {
         "domain of the wrong type",
         json!({ "domain": 5, "descriptors": one("a") }),
     );
-    let raw = |class: &str, api: Api, body: &[u8]| Case {
-        class: class.into(),
-        api,
-        body: body.to_vec(),
-        valid: false,
-    };
     // Deep nesting where a value is expected: a recursive parser must stop, not overflow.
     let deep = [
         &br#"{"domain":"reliability","descriptors":"#[..],
@@ -107,32 +100,25 @@ pub fn cases() -> Vec<Case> {
         ("cost 1e300", "1e300"),
         ("cost 1.5", "1.5"),
     ] {
-        cases.push(raw(
+        cases.push(refused(
             class,
             Api::Check,
             &[&prefix[..], cost.as_bytes(), b"}"].concat(),
         ));
     }
-    cases.push(raw("not JSON", Api::Check, b"not json"));
-    cases.push(raw("empty body", Api::Check, b""));
-    cases.push(raw("non-UTF-8 bytes in a value", Api::Check, b"{\"domain\":\"reliability\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"\xff\xfe\"}]}]}"));
-    cases.push(raw(
+    cases.push(refused("not JSON", Api::Check, b"not json"));
+    cases.push(refused("empty body", Api::Check, b""));
+    cases.push(refused("non-UTF-8 bytes in a value", Api::Check, b"{\"domain\":\"reliability\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"\xff\xfe\"}]}]}"));
+    cases.push(refused(
         "lone UTF-16 surrogate in a key",
         Api::Check,
         br#"{"domain":"reliability","descriptors":[{"entries":[{"key":"\udc00"}]}]}"#,
     ));
-    cases.push(raw("JSON nested 30,000 deep", Api::Check, &deep));
-    cases.push(Case {
-        class: "control: a valid request".into(),
-        api: Api::Check,
-        body: json!({ "domain": domain, "descriptors": one("control") })
-            .to_string()
-            .into_bytes(),
-        valid: true,
-    });
+    cases.push(refused("JSON nested 30,000 deep", Api::Check, &deep));
+    cases.push(control(Api::Check, valid_json.clone()));
 
     let mut json_api = |class: &str, body: serde_json::Value| {
-        cases.push(raw(class, Api::Json, body.to_string().as_bytes()))
+        cases.push(refused(class, Api::Json, body.to_string().as_bytes()))
     };
     json_api("domain of the wrong type", json!({ "domain": 5 }));
     json_api(
@@ -155,16 +141,9 @@ pub fn cases() -> Vec<Case> {
         "65 descriptors",
         json!({ "domain": domain, "descriptors": many(65) }),
     );
-    cases.push(raw("not JSON", Api::Json, b"\xff\xfe not json"));
-    cases.push(raw("JSON nested 30,000 deep", Api::Json, &deep));
-    cases.push(Case {
-        class: "control: a valid request".into(),
-        api: Api::Json,
-        body: json!({ "domain": domain, "descriptors": one("control") })
-            .to_string()
-            .into_bytes(),
-        valid: true,
-    });
+    cases.push(refused("not JSON", Api::Json, b"\xff\xfe not json"));
+    cases.push(refused("JSON nested 30,000 deep", Api::Json, &deep));
+    cases.push(control(Api::Json, valid_json));
 
     let request = |descriptors: Vec<RateLimitDescriptor>| RateLimitRequest {
         domain: domain.into(),
@@ -178,8 +157,9 @@ pub fn cases() -> Vec<Case> {
         }],
         ..Default::default()
     };
-    let mut grpc =
-        |class: &str, r: RateLimitRequest| cases.push(raw(class, Api::Grpc, &r.encode_to_vec()));
+    let mut grpc = |class: &str, r: RateLimitRequest| {
+        cases.push(refused(class, Api::Grpc, &r.encode_to_vec()))
+    };
     grpc(
         "empty domain",
         RateLimitRequest {
@@ -225,23 +205,45 @@ pub fn cases() -> Vec<Case> {
         }]),
     );
     // Field 1 (domain), length 2, bytes that are not UTF-8.
-    cases.push(raw(
+    cases.push(refused(
         "non-UTF-8 domain",
         Api::Grpc,
         &[0x0a, 0x02, 0xff, 0xfe],
     ));
-    cases.push(raw(
+    cases.push(refused(
         "malformed protobuf",
         Api::Grpc,
         &[0xff, 0xff, 0xff, 0xff, 0x0f, 0x12],
     ));
-    cases.push(raw("truncated varint", Api::Grpc, &[0x18, 0xff]));
-    cases.push(raw("length past the end", Api::Grpc, &[0x0a, 0x7f, b'a']));
-    cases.push(Case {
-        class: "control: a valid request".into(),
-        api: Api::Grpc,
-        body: request(vec![descriptor("control")]).encode_to_vec(),
-        valid: true,
-    });
+    cases.push(refused("truncated varint", Api::Grpc, &[0x18, 0xff]));
+    cases.push(refused(
+        "length past the end",
+        Api::Grpc,
+        &[0x0a, 0x7f, b'a'],
+    ));
+    cases.push(control(
+        Api::Grpc,
+        request(vec![descriptor("control")]).encode_to_vec(),
+    ));
     cases
+}
+
+/// A request that must be refused without reaching the store.
+fn refused(class: &str, api: Api, body: &[u8]) -> Case {
+    Case {
+        class: class.into(),
+        api,
+        body: body.to_vec(),
+        valid: false,
+    }
+}
+
+/// The valid request that must reach the store: proof the store calls are counted.
+fn control(api: Api, body: Vec<u8>) -> Case {
+    Case {
+        class: "control: a valid request".into(),
+        api,
+        body,
+        valid: true,
+    }
 }
