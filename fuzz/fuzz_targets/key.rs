@@ -1,7 +1,7 @@
-//! Key encoding: two different identities never share a Redis key, and the key's hash
-//! tag, by Redis's own rule, is the identity's tag or the whole (escaped) identity, so
-//! the prefix and the limit's suffix can never move a key to another slot. Two
-//! different descriptor paths never share a counter key.
+//! Key encoding: two different keys never share a Redis key, and the key's hash tag,
+//! by Redis's own rule, is the key's (escaped) group, so neither the prefix, the
+//! member nor the limit's suffix can move a key to another slot. Two different
+//! descriptor paths never share a counter key.
 
 #![no_main]
 
@@ -18,32 +18,32 @@ fn tag(key: &str) -> Option<&str> {
 }
 
 fuzz_target!(
-    |input: (String, String, Vec<(String, String)>, Vec<(String, String)>)| {
-        let (a, b, path_a, path_b) = input;
+    |input: (String, String, String, Vec<(String, String)>, Vec<(String, String)>)| {
+        let (a, b, member, path_a, path_b) = input;
         let limit = Limit::new(Algorithm::Gcra, 10, Duration::from_secs(60)).expect("a limit");
-        if let (Ok(ka), Ok(kb)) = (Key::new(&a), Key::new(&b)) {
-            let (ra, rb) = (
-                spillway_redis::redis_key("p:", &ka, &limit),
-                spillway_redis::redis_key("p:", &kb, &limit),
-            );
-            assert_eq!(a == b, ra == rb, "{a:?} {b:?} -> {ra:?} {rb:?}");
-            let escaped = |s: &str| {
-                s.replace('%', "%25")
-                    .replace('{', "%7B")
-                    .replace('}', "%7D")
-            };
-            let expected = escaped(tag(&a).unwrap_or(&a));
-            assert_eq!(tag(&ra), Some(expected.as_str()), "{a:?} -> {ra:?}");
-            assert!(ra.starts_with("p:{"), "{ra:?}");
+        let escaped = |s: &str| {
+            s.replace('%', "%25")
+                .replace('{', "%7B")
+                .replace('}', "%7D")
+        };
+        // Keys of their own, and members of a group: `b` with and without `member`.
+        let keys = [Key::new(&a), Key::new(&b), Key::grouped(&b, &member)];
+        let keys: Vec<Key> = keys.into_iter().filter_map(Result::ok).collect();
+        for x in &keys {
+            let rx = spillway_redis::redis_key("p:", x, &limit);
+            let expected = escaped(x.group());
+            assert_eq!(tag(&rx), Some(expected.as_str()), "{x:?} -> {rx:?}");
+            assert!(rx.starts_with("p:{"), "{rx:?}");
+            for y in &keys {
+                let ry = spillway_redis::redis_key("p:", y, &limit);
+                assert_eq!(x == y, rx == ry, "{x:?} {y:?} -> {rx:?} {ry:?}");
+            }
         }
-        let (oa, ob) = (
+        if let (Ok(oa), Ok(ob)) = (
             spillway_policy::override_key("d", &path_a),
             spillway_policy::override_key("d", &path_b),
-        );
-        assert_eq!(
-            path_a == path_b,
-            oa == ob,
-            "{path_a:?} {path_b:?} -> {oa:?}"
-        );
+        ) {
+            assert_eq!(path_a == path_b, oa == ob, "{path_a:?} {path_b:?} -> {oa:?}");
+        }
     }
 );

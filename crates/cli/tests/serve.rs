@@ -1,11 +1,15 @@
 //! `spillway serve` as a real process: configured the way a deployment of the Envoy
 //! reference service is (its environment variables and directory layout), answering
-//! over HTTP, logging JSON, and stopping cleanly on SIGTERM.
+//! over HTTP, logging JSON, and stopping cleanly on SIGTERM; and the keys it writes to
+//! Redis (`cargo test -p spillway --release --test serve -- --nocapture service_keys`
+//! prints the table of their sizes that the README quotes).
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
+
+use spillway_testkit::redis::RedisServer;
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -131,4 +135,83 @@ fn a_bad_store_url_fails_at_once_and_an_unreachable_store_is_waited_for() {
     assert!(waiting.is_some(), "a line saying it waits for the store");
     terminate(&child);
     assert!(child.wait().unwrap().success());
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs (it comes with redis-server)");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn service_keys_hold_the_descriptor_once_and_a_gcra_key_is_under_100_bytes() {
+    let redis = RedisServer::start();
+    let http = free_port();
+    let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["serve", "--config"])
+        .arg(&policies)
+        .args(["--store", &redis.url()])
+        .args(["--http-addr", &format!("127.0.0.1:{http}")])
+        .args(["--grpc-addr", "127.0.0.1:0"])
+        .env_clear()
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spillway starts");
+    let mut logs = BufReader::new(child.stderr.take().unwrap()).lines();
+    logs.by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("listening"))
+        .expect("a listening line");
+
+    // One request for each of examples/policies/api.yaml's descriptors: every algorithm.
+    // An upload of 50 MB: a token bucket refilling 100 MB a minute holds 1 byte for
+    // under a microsecond, and a state that is already idle is deleted, not written.
+    for (entries, cost) in [
+        (r#"[{"key":"api_key","value":"k1"}]"#, 1),
+        (
+            r#"[{"key":"api_key","value":"k1"},{"key":"route","value":"upload"}]"#,
+            50_000_000,
+        ),
+        (r#"[{"key":"tenant","value":"t1"}]"#, 1),
+        (r#"[{"key":"remote_address","value":"10.0.0.1"}]"#, 1),
+    ] {
+        let body =
+            format!(r#"{{"domain":"api","descriptors":[{{"entries":{entries},"cost":{cost}}}]}}"#);
+        let answer = curl(http, "/v1/check", Some(&body));
+        assert!(answer.starts_with("200"), "{answer}");
+    }
+    terminate(&child);
+    assert!(child.wait().unwrap().success());
+
+    let mut keys: Vec<String> = redis_cli(redis.port(), &["--scan"])
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    keys.sort();
+    assert_eq!(keys.len(), 5, "{keys:?}");
+    println!("| key | MEMORY USAGE bytes |\n|---|---|");
+    for key in &keys {
+        assert!(
+            !key.contains("%7B"),
+            "the descriptor is written twice: {key}"
+        );
+        let group = &key[key.find('{').unwrap() + 1..key.find('}').unwrap()];
+        assert_eq!(key.matches(group).count(), 1, "{key}");
+        let bytes: u64 = redis_cli(redis.port(), &["MEMORY", "USAGE", key, "SAMPLES", "0"])
+            .trim()
+            .parse()
+            .unwrap();
+        println!("| `{key}` | {bytes} |");
+        if key.contains(":gcra:") {
+            assert!(bytes <= 100, "{key}: {bytes} bytes");
+        }
+    }
+    assert!(
+        keys.contains(&"spillway:{api|api_key=k1}#burst:gcra:1s".to_owned()),
+        "{keys:?}"
+    );
 }

@@ -1,6 +1,6 @@
-//! `Key`: the identity a limit is counted for (a user, an API key, an IP, a tenant).
+//! `Key`: the identity a limit is counted for (a user, an API key, an IP, a tenant), and
+//! the group it is stored with.
 
-use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -13,37 +13,100 @@ pub const MAX_KEY_LEN: usize = 1024;
 
 /// A validated, cheaply cloned identity: non-empty UTF-8, at most [`MAX_KEY_LEN`] bytes.
 ///
+/// A key belongs to a *group*: the keys a store keeps together so that one atomic
+/// decision can cover them (on Redis Cluster, the hash tag, so one slot). A key made
+/// with [`Key::new`] is a group of its own; [`Key::grouped`] puts several keys (one
+/// descriptor's limits, say) in one group. Two keys are equal when their text and
+/// their group are.
+///
 /// ```
 /// use spillway_core::Key;
 ///
 /// let key = Key::new("user:42").unwrap();
-/// assert_eq!(key.as_str(), "user:42");
+/// assert_eq!((key.as_str(), key.group()), ("user:42", "user:42"));
 /// assert!(Key::new("").is_err());
+///
+/// let burst = Key::grouped("api|key=k1", "#burst").unwrap();
+/// assert_eq!((burst.group(), burst.member()), ("api|key=k1", "#burst"));
+/// assert_ne!(burst, Key::new("api|key=k1#burst").unwrap());
 /// ```
 #[derive(Clone, Eq, PartialOrd, Ord)]
-pub struct Key(Arc<str>);
+pub struct Key {
+    text: Arc<str>,
+    /// Bytes of `text` that name the group; 0 when the group is the whole key.
+    group: u16,
+}
 
 impl Key {
-    /// Validates `key`.
+    /// Validates `key`; the key is a group of its own.
     pub fn new(key: impl AsRef<str>) -> Result<Key, Error> {
         let key = key.as_ref();
-        if key.is_empty() {
-            return Err(Error::InvalidKey("key is empty".into()));
-        }
-        if key.len() > MAX_KEY_LEN {
-            return Err(Error::InvalidKey(format!(
-                "key is {} bytes, the most is {MAX_KEY_LEN}",
-                key.len()
-            )));
-        }
-        Ok(Key(Arc::from(key)))
+        check_len(key.len())?;
+        Ok(Key {
+            text: Arc::from(key),
+            group: 0,
+        })
     }
 
-    /// The key as a string.
+    /// The key `member` of `group`: stored together with the group's other keys.
+    /// An empty member is the group's own key, the same as `Key::new(group)`.
+    pub fn grouped(group: &str, member: &str) -> Result<Key, Error> {
+        if member.is_empty() {
+            return Key::new(group);
+        }
+        if group.is_empty() {
+            return Err(Error::InvalidKey("key group is empty".into()));
+        }
+        check_len(group.len() + member.len())?;
+        let mut text = String::with_capacity(group.len() + member.len());
+        text.push_str(group);
+        text.push_str(member);
+        Ok(Key {
+            text: Arc::from(text),
+            // ≤ MAX_KEY_LEN, checked above.
+            group: group.len() as u16,
+        })
+    }
+
+    /// The key as a string: the group, then the member.
     #[inline]
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
     }
+
+    /// The group the key is stored with.
+    #[inline]
+    pub fn group(&self) -> &str {
+        match self.group {
+            0 => &self.text,
+            n => &self.text[..usize::from(n)],
+        }
+    }
+
+    /// What follows the group: empty for a key that is a group of its own.
+    #[inline]
+    pub fn member(&self) -> &str {
+        &self.text[self.group_len()..]
+    }
+
+    fn group_len(&self) -> usize {
+        match self.group {
+            0 => self.text.len(),
+            n => usize::from(n),
+        }
+    }
+}
+
+fn check_len(len: usize) -> Result<(), Error> {
+    if len == 0 {
+        return Err(Error::InvalidKey("key is empty".into()));
+    }
+    if len > MAX_KEY_LEN {
+        return Err(Error::InvalidKey(format!(
+            "key is {len} bytes, the most is {MAX_KEY_LEN}"
+        )));
+    }
+    Ok(())
 }
 
 impl PartialEq for Key {
@@ -51,14 +114,16 @@ impl PartialEq for Key {
     /// stored, and std's `Arc<str>` comparison always compares the bytes.
     #[inline]
     fn eq(&self, other: &Key) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
+        self.group == other.group
+            && (Arc::ptr_eq(&self.text, &other.text) || *self.text == *other.text)
     }
 }
 
 impl Hash for Key {
-    /// Hashes as the `str` it holds, as `Borrow<str>` requires.
+    /// Hashes the text only: equal keys have equal text, and a store that hashes
+    /// `as_str()` finds the same bucket.
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.hash(state);
+        self.text.hash(state);
     }
 }
 
@@ -78,25 +143,19 @@ impl TryFrom<String> for Key {
 
 impl AsRef<str> for Key {
     fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Borrow<str> for Key {
-    fn borrow(&self) -> &str {
-        &self.0
+        &self.text
     }
 }
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(&*self.text, f)
     }
 }
 
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.text)
     }
 }
 
@@ -115,5 +174,25 @@ mod tests {
                 .contains("1025 bytes")
         );
         assert!(Key::new("k".repeat(MAX_KEY_LEN)).is_ok());
+    }
+
+    #[test]
+    fn a_group_is_part_of_the_key() {
+        let a = Key::grouped("ab", "c").unwrap();
+        let b = Key::grouped("a", "bc").unwrap();
+        let whole = Key::new("abc").unwrap();
+        assert_eq!(a.as_str(), b.as_str());
+        assert_ne!(a, b);
+        assert_ne!(a, whole);
+        assert_eq!(Key::grouped("abc", "").unwrap(), whole);
+        assert_eq!(whole.member(), "");
+        assert!(Key::grouped("", "x").is_err());
+        let long = "k".repeat(MAX_KEY_LEN);
+        assert!(
+            Key::grouped(&long, "x")
+                .unwrap_err()
+                .to_string()
+                .contains("1025 bytes")
+        );
     }
 }

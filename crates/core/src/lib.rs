@@ -51,6 +51,7 @@ pub mod headers;
 mod key;
 mod limit;
 mod limiter;
+mod mode;
 pub mod store;
 mod time;
 
@@ -64,5 +65,9 @@ pub use error::Error;
 pub use key::{Key, MAX_KEY_LEN};
 pub use limit::{Limit, LimitBuilder, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Shape};
 pub use limiter::Limiter;
-pub use store::{MAX_BATCH, MemoryStore, MemoryStoreBuilder, Request, Store};
+pub use mode::{Mode, OnStoreError};
+pub use store::{
+    Guard, Guarded, GuardedStore, MAX_BATCH, MemoryStore, MemoryStoreBuilder, Request, Source,
+    Store, Unanswered,
+};
 pub use time::Timestamp;

@@ -3,13 +3,16 @@
 //! none is (except `count_rejected` limits, which are charged either way).
 //!
 //! Implementations: [`MemoryStore`] here; `spillway-redis` for Redis. Both pass the
-//! conformance scenarios in `spillway-testkit`.
+//! conformance scenarios in `spillway-testkit`. [`GuardedStore`] wraps any of them with
+//! a breaker, a timeout and each limit's failure policy.
 
+mod guarded;
 mod memory;
 mod round;
 
 use std::future::Future;
 
+pub use guarded::{Guard, Guarded, GuardedStore, Source, Unanswered};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 
 use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp, limit::MAX_EXACT};

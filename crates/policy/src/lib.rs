@@ -46,6 +46,7 @@ mod validate;
 
 pub use error::{Error, Errors};
 pub use load::{assemble, is_policy_file, load, parse};
-pub use rule::{Mode, OnStoreError, Rule, RuleLimit};
+pub use rule::{Rule, RuleLimit};
 pub use set::{Domain, Match, PolicySet, escape_into, override_key, wildcard_match};
+pub use spillway_core::{Mode, OnStoreError};
 pub use unit::Unit;

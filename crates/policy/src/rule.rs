@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use spillway_core::{Algorithm, Limit};
+use spillway_core::{Algorithm, Limit, Mode, OnStoreError};
 
 use crate::Unit;
 
@@ -16,51 +16,6 @@ pub enum RuleLimit {
     Unlimited,
     /// The reference's `requests_per_unit: 0`: always over the limit, no store call.
     BlockAll,
-}
-
-/// Whether a rule's denial denies the request.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// Deny when over the limit.
-    #[default]
-    Enforce,
-    /// Decide, count and report, but never deny (observe-only rollout).
-    Shadow,
-}
-
-/// What a rule does when its store fails or times out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OnStoreError {
-    /// Admit the request.
-    Open,
-    /// Refuse to decide: gRPC `UNAVAILABLE`, HTTP 503 (never reported as over the limit).
-    /// Envoy then applies its own `failure_mode_deny`, as with the reference service.
-    Closed,
-    /// Decide with an in-process limiter holding the same rule.
-    Local,
-}
-
-impl OnStoreError {
-    /// Parses `open`, `closed` or `local`.
-    pub fn parse(s: &str) -> Result<OnStoreError, String> {
-        match s {
-            "open" => Ok(OnStoreError::Open),
-            "closed" => Ok(OnStoreError::Closed),
-            "local" => Ok(OnStoreError::Local),
-            other => Err(format!(
-                "unknown on_store_error `{other}` (expected open, closed or local)"
-            )),
-        }
-    }
-
-    /// The name as written in configuration.
-    pub fn name(self) -> &'static str {
-        match self {
-            OnStoreError::Open => "open",
-            OnStoreError::Closed => "closed",
-            OnStoreError::Local => "local",
-        }
-    }
 }
 
 /// One limit a descriptor is checked against.

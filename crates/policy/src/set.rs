@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use spillway_core::Key;
+
 use crate::Rule;
 
 /// Every domain loaded from a file or directory. Immutable: a reload builds a new one.
@@ -39,15 +41,24 @@ pub(crate) struct Node {
     pub(crate) shared_pattern: Option<String>,
 }
 
-/// The rules one descriptor matched, and the counter key they count under.
+/// The rules one descriptor matched, and the key group they count under.
 #[derive(Debug)]
 pub struct Match<'a> {
     /// The rules of the matched node (never empty).
     pub rules: &'a [Rule],
-    /// The counter identity: the domain and the request's entries (a `share_threshold`
+    /// The counter group: the domain and the request's entries (a `share_threshold`
     /// level contributes its pattern instead of the value), escaped so that different
-    /// descriptors never collide. Append a rule's `slot` for a native limit.
-    pub key: String,
+    /// descriptors never collide. Every rule of the match counts in this group.
+    pub group: String,
+}
+
+impl Match<'_> {
+    /// The counter key of `rule` (one of [`rules`](Match::rules)): the group, then the
+    /// rule's `slot`; e.g. `api|api_key=k1` + `#burst`. Fails only past
+    /// [`MAX_KEY_LEN`](spillway_core::MAX_KEY_LEN).
+    pub fn key(&self, rule: &Rule) -> Result<Key, spillway_core::Error> {
+        Key::grouped(&self.group, &rule.slot)
+    }
 }
 
 impl PolicySet {
@@ -107,8 +118,8 @@ impl Domain {
     /// without rules (a whitelisted value) or a path that runs out matches nothing.
     pub fn resolve<K: AsRef<str>, V: AsRef<str>>(&self, entries: &[(K, V)]) -> Option<Match<'_>> {
         let mut level = &self.root;
-        let mut key = String::with_capacity(64);
-        escape_into(&mut key, &self.name);
+        let mut group = String::with_capacity(64);
+        escape_into(&mut group, &self.name);
         let mut composite = String::with_capacity(64);
         let last = entries.len().checked_sub(1)?;
         for (i, (k, v)) in entries.iter().enumerate() {
@@ -127,23 +138,23 @@ impl Domain {
                 })
                 .or_else(|| level.nodes.get(k))?;
 
-            key.push('|');
-            escape_into(&mut key, k);
+            group.push('|');
+            escape_into(&mut group, k);
             match &node.shared_pattern {
                 Some(pattern) => {
-                    key.push(':');
-                    escape_into(&mut key, pattern);
+                    group.push(':');
+                    escape_into(&mut group, pattern);
                 }
                 None => {
-                    key.push('=');
-                    escape_into(&mut key, v);
+                    group.push('=');
+                    escape_into(&mut group, v);
                 }
             }
 
             if i == last {
                 return (!node.rules.is_empty()).then_some(Match {
                     rules: &node.rules,
-                    key,
+                    group,
                 });
             }
             level = node.children.as_ref()?;
@@ -152,8 +163,12 @@ impl Domain {
     }
 }
 
-/// The counter key of a limit override: the domain and every entry as given.
-pub fn override_key<K: AsRef<str>, V: AsRef<str>>(domain: &str, entries: &[(K, V)]) -> String {
+/// The counter key of a limit override: the domain and every entry as given, a group
+/// of its own. Fails only past [`MAX_KEY_LEN`](spillway_core::MAX_KEY_LEN).
+pub fn override_key<K: AsRef<str>, V: AsRef<str>>(
+    domain: &str,
+    entries: &[(K, V)],
+) -> Result<Key, spillway_core::Error> {
     let mut key = String::with_capacity(64);
     escape_into(&mut key, domain);
     for (k, v) in entries {
@@ -163,12 +178,11 @@ pub fn override_key<K: AsRef<str>, V: AsRef<str>>(domain: &str, entries: &[(K, V
         escape_into(&mut key, v.as_ref());
     }
     key.push('!');
-    key
+    Key::new(key)
 }
 
 /// Appends `s` with the key's separators (`| = : # ! %`) and braces percent-escaped,
-/// so that the joined key is unambiguous whatever the entries hold, and a store may
-/// wrap it in a `{…}` hash tag of its own.
+/// so that the joined key is unambiguous whatever the entries hold.
 pub fn escape_into(out: &mut String, s: &str) {
     for c in s.chars() {
         match c {
@@ -234,8 +248,8 @@ mod tests {
     #[test]
     fn escaping_keeps_keys_apart() {
         // Without escaping, these two descriptors would join to the same key.
-        let a = override_key("d", &[("a", "b|c=d")]);
-        let b = override_key("d", &[("a", "b"), ("c", "d")]);
+        let a = override_key("d", &[("a", "b|c=d")]).unwrap();
+        let b = override_key("d", &[("a", "b"), ("c", "d")]).unwrap();
         assert_ne!(a, b);
     }
 }

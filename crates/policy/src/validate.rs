@@ -7,9 +7,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::raw;
-use crate::rule::{Mode, OnStoreError, Rule, RuleLimit};
+use crate::rule::{Rule, RuleLimit};
 use crate::set::{Domain, Level, Node};
 use crate::{Error, Unit};
+use spillway_core::{Mode, OnStoreError};
 
 /// Collects the mistakes of one file.
 struct Checker<'a> {
@@ -161,7 +162,8 @@ fn node(
         },
     };
     let on_store_error = d.on_store_error.as_ref().and_then(|o| {
-        OnStoreError::parse(&o.value)
+        o.value
+            .parse::<OnStoreError>()
             .map_err(|e| c.error(o, &format!("{field}.on_store_error"), e))
             .ok()
     });

@@ -66,8 +66,8 @@ fn reference_example_matches_as_the_reference_does() {
 #[test]
 fn every_value_gets_its_own_counter_unless_shared() {
     let d = example("envoy/rl.yaml");
-    let a = d.resolve(&[("foo", "a")]).unwrap().key;
-    let b = d.resolve(&[("foo", "b")]).unwrap().key;
+    let a = d.resolve(&[("foo", "a")]).unwrap().group;
+    let b = d.resolve(&[("foo", "b")]).unwrap().group;
     assert_ne!(
         a, b,
         "the request's value is part of the counter even on a key-only match"
@@ -77,7 +77,7 @@ fn every_value_gets_its_own_counter_unless_shared() {
     let x = api.resolve(&[("path", "/admin/users")]).unwrap();
     let y = api.resolve(&[("path", "/admin")]).unwrap();
     assert_eq!(
-        x.key, y.key,
+        x.group, y.group,
         "share_threshold: one counter for every matching value"
     );
     assert_eq!(x.rules[0].name.as_deref(), Some("admin"));
@@ -97,6 +97,11 @@ fn native_limits_carry_algorithm_mode_and_failure_policy() {
     assert_eq!(limit.burst(), 20);
     assert_eq!(burst.on_store_error, Some(OnStoreError::Local));
     assert_ne!(burst.slot, daily.slot, "two limits of one node count apart");
+    // One group per descriptor, the descriptor written once: every limit of it lands
+    // in one Redis Cluster slot.
+    let key = m.key(burst).unwrap();
+    assert_eq!((key.group(), key.member()), ("api|api_key=k1", "#burst"));
+    assert_eq!(m.key(daily).unwrap().group(), key.group());
     assert_eq!(daily.unit, Some(Unit::Day));
     assert!(!burst.reference);
 

@@ -1,21 +1,21 @@
-//! Redis key names: `<prefix>{<identity>}:<algorithm>:<window>`, e.g.
-//! `spillway:{user:42}:gcra:60s`. Algorithms have short tags (`fw`, `sl`, `sw<precision>`,
-//! `tb<limit>.<burst>`, `gcra`) and windows a compact unit (`60s`, `1500ms`, `7us`):
-//! the name is most of a small state's bytes in Redis.
+//! Redis key names: `<prefix>{<group>}<member>:<algorithm>:<window>`, e.g.
+//! `spillway:{user:42}:gcra:60s` for a key that is a group of its own, and
+//! `spillway:{api|api_key=k1}#burst:gcra:1s` for the limit `burst` of a service
+//! descriptor (group `api|api_key=k1`, member `#burst`). Algorithms have short tags
+//! (`fw`, `sl`, `sw<precision>`, `tb<limit>.<burst>`, `gcra`) and windows a compact
+//! unit (`60s`, `1500ms`, `7us`): the name is most of a small state's bytes in Redis.
 //!
-//! The `{…}` hash tag wraps the identity, so every limit of one identity lands in one
-//! Redis Cluster slot and a batch over them is one script call. An identity that holds
-//! its own hash tag (`tenant:{acme}:user:7`, Redis's rule: the first `{`, up to the
-//! first `}` after it, not empty) hashes by that tag instead, so identities that share a
-//! tag can be limited together in one batch on Cluster:
-//! `<prefix>{acme}tenant:%7Bacme%7D:user:7:gcra:60s`.
+//! The `{…}` hash tag is the key's [group](Key::group), so every key of one group lands
+//! in one Redis Cluster slot and a batch over them is one script call. Each part is
+//! written once.
 //!
-//! No two (identity, shape) pairs give the same name: `%`, `{` and `}` in the
-//! identity are percent-escaped, so the only braces are the tag's; the algorithm and
-//! window, which contain no `:`, are the last two `:`-separated fields. The name holds
-//! the limit's shape as `Limit::shape` defines it: algorithm, window, sliding-window
-//! precision, token-bucket rate and burst, and not the
-//! capacity of the counting algorithms or GCRA: changing their size keeps their counts.
+//! No two (key, shape) pairs give the same name: `%`, `{` and `}` in the group and the
+//! member are percent-escaped, so the first `}` ends the group; a key with a member
+//! differs from every key without one by the member's text (never empty); the
+//! algorithm and window, which contain no `:`, are the last two `:`-separated fields.
+//! The name holds the limit's shape as `Limit::shape` defines it: algorithm, window,
+//! sliding-window precision, token-bucket rate and burst, and not the capacity of the
+//! counting algorithms or GCRA: changing their size keeps their counts.
 
 use std::fmt::Write as _;
 
@@ -23,21 +23,12 @@ use spillway_core::{Algorithm, Key, Limit};
 
 /// The Redis key holding `key`'s state for `limit`.
 pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
-    let identity = key.as_str();
-    let mut out = String::with_capacity(prefix.len() + identity.len() + 32);
+    let mut out = String::with_capacity(prefix.len() + key.as_str().len() + 32);
     out.push_str(prefix);
     out.push('{');
-    match user_tag(identity) {
-        Some(tag) => {
-            escape(&mut out, tag);
-            out.push('}');
-            escape(&mut out, identity);
-        }
-        None => {
-            escape(&mut out, identity);
-            out.push('}');
-        }
-    }
+    escape(&mut out, key.group());
+    out.push('}');
+    escape(&mut out, key.member());
     // Short tags: the key name is most of a small state's bytes in Redis.
     let _ = match limit.algorithm() {
         Algorithm::FixedWindow => write!(out, ":fw"),
@@ -56,13 +47,6 @@ pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
         write!(out, ":{w}us")
     };
     out
-}
-
-/// The identity's own hash tag, by Redis's rule.
-fn user_tag(identity: &str) -> Option<&str> {
-    let open = identity.find('{')?;
-    let len = identity[open + 1..].find('}')?;
-    (len > 0).then(|| &identity[open + 1..open + 1 + len])
 }
 
 fn escape(out: &mut String, s: &str) {
@@ -121,14 +105,17 @@ mod tests {
     }
 
     #[test]
-    fn a_user_tag_decides_the_slot() {
-        let a = name("tenant:{acme}:user:1", Algorithm::Gcra);
-        let b = name("tenant:{acme}:user:2", Algorithm::SlidingLog);
-        assert_eq!(a, "rl:{acme}tenant:%7Bacme%7D:user:1:gcra:60s");
+    fn a_group_decides_the_slot_and_is_written_once() {
+        let l = limit(Algorithm::Gcra);
+        let a = redis_key("rl:", &Key::grouped("api|k=1", "#burst").unwrap(), &l);
+        let b = redis_key("rl:", &Key::grouped("api|k=1", "#day").unwrap(), &l);
+        assert_eq!(a, "rl:{api|k=1}#burst:gcra:60s");
         assert_eq!(Slot::for_key(&a), Slot::for_key(&b));
-        assert_eq!(Slot::for_key(&a), Slot::for_key("{acme}"));
-        // An empty tag is no tag, as in Redis.
-        assert_eq!(name("x{}y", Algorithm::Gcra), "rl:{x%7B%7Dy}:gcra:60s");
+        assert_eq!(Slot::for_key(&a), Slot::for_key("{api|k=1}"));
+        // Braces in a key are only text: they never pick the slot.
+        assert_eq!(name("x{a}y", Algorithm::Gcra), "rl:{x%7Ba%7Dy}:gcra:60s");
+        let braced = redis_key("rl:", &Key::grouped("{a}", "}b").unwrap(), &l);
+        assert_eq!(braced, "rl:{%7Ba%7D}%7Db:gcra:60s");
     }
 
     #[test]
@@ -141,16 +128,28 @@ mod tests {
     }
 
     #[test]
-    fn distinct_identities_never_collide() {
+    fn distinct_keys_never_collide() {
         // Pairs that naive joining or unescaped braces would confuse.
         let ids = [
             "a", "a:", ":a", "a}", "a{", "{a}", "a%7D", "a%", "{a}a", "a{a}", "x{a}", "{a}:x",
             "%7Ba%7D",
         ];
+        let mut keys: Vec<Key> = ids.iter().map(|id| Key::new(id).unwrap()).collect();
+        for (g, m) in [
+            ("a", ":x"),
+            ("a", "}"),
+            ("a", "a"),
+            ("a}", "a"),
+            ("a", "}a"),
+            ("{a", "}"),
+        ] {
+            keys.push(Key::grouped(g, m).unwrap());
+        }
         let mut seen = std::collections::HashSet::new();
-        for id in ids {
+        for key in &keys {
             for a in Algorithm::ALL {
-                assert!(seen.insert(name(id, a)), "collision for {id:?}");
+                let name = redis_key("rl:", key, &limit(a));
+                assert!(seen.insert(name.clone()), "collision for {key:?}: {name}");
             }
         }
     }

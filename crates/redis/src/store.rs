@@ -203,8 +203,9 @@ fn same_slot(keys: &[String], requests: &[Request<'_>]) -> Result<(), CoreError>
         None => Ok(()),
         Some(i) => Err(CoreError::InvalidRequest(format!(
             "keys `{}` and `{}` hash to different Redis Cluster slots, so one atomic \
-             decision cannot cover both; give them a common hash tag, e.g. \
-             `{{tenant-1}}:user:7` and `{{tenant-1}}:ip:10.0.0.1`",
+             decision cannot cover both; put them in one key group, e.g. \
+             `Key::grouped(\"tenant-1\", \":user:7\")` and \
+             `Key::grouped(\"tenant-1\", \":ip:10.0.0.1\")`",
             requests[0].key.as_str(),
             requests[i].key.as_str()
         ))),

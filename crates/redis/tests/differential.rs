@@ -82,7 +82,7 @@ fn check_equal(
 ) -> Result<(), TestCaseError> {
     let memory = MemoryStore::new();
     let keys: Vec<Key> = (0..2)
-        .map(|k| Key::new(format!("{{case{case}}}:k{k}")).unwrap())
+        .map(|k| Key::grouped(&format!("case{case}"), &format!(":k{k}")).unwrap())
         .collect();
     let mut now = Timestamp::from_secs(1_800_000_000);
     for (n, step) in steps.iter().enumerate() {

@@ -104,7 +104,7 @@ async fn every_key_written_has_a_ttl() {
         }
         let mut now = Timestamp::from_secs(1_800_000_000);
         for round in 0..40u64 {
-            let k = key(&format!("{{ttl}}:user:{}", round % 4));
+            let k = Key::grouped("ttl", &format!(":user:{}", round % 4)).unwrap();
             let requests: Vec<Request<'_>> = limits
                 .iter()
                 .enumerate()
@@ -279,7 +279,7 @@ async fn a_hung_redis_times_out_with_a_transient_error() {
 }
 
 /// On Cluster a batch must live in one slot: different identities get a clear error
-/// before any Redis call; a shared hash tag makes the batch one atomic call.
+/// before any Redis call; one key group makes the batch one atomic call.
 #[tokio::test]
 async fn cross_slot_batches_are_refused_with_advice_on_cluster() {
     let store = support::caller_clock_store(&cluster_url(), "slots").await;
@@ -291,14 +291,17 @@ async fn cross_slot_batches_are_refused_with_advice_on_cluster() {
         .await
         .unwrap_err();
     assert!(err.is_invalid_input());
-    assert!(err.to_string().contains("common hash tag"), "{err}");
+    assert!(err.to_string().contains("one key group"), "{err}");
     assert_eq!(
         int(&store, &["EXISTS", &store.key_for(&a, &l)]).await,
         0,
         "nothing was charged"
     );
 
-    let (a, b) = (key("{tenant-1}:user:1"), key("{tenant-1}:ip:10.1.2.3"));
+    let (a, b) = (
+        Key::grouped("tenant-1", ":user:1").unwrap(),
+        Key::grouped("tenant-1", ":ip:10.1.2.3").unwrap(),
+    );
     let tight = limit(Algorithm::FixedWindow, 1, Duration::from_secs(60));
     let both = [Request::new(&a, &l, 1), Request::new(&b, &tight, 1)];
     assert!(store.check(&both, now).await.unwrap().allowed());

@@ -135,7 +135,7 @@ pub async fn run_all(store: &RedisStore, o: Overload) -> anyhow::Result<Vec<Over
     let runs: Vec<_> = algorithms()
         .into_iter()
         .map(|(label, algorithm)| {
-            let key = format!("{{{label}}}");
+            let key = label.to_owned();
             tokio::spawn(run(store.clone(), label, algorithm, key, o))
         })
         .collect();

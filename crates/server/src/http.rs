@@ -388,7 +388,7 @@ impl AppState {
         }
         self.service
             .stores()
-            .primary
+            .store()
             .ping()
             .await
             .map_err(|e| format!("store unreachable: {e}"))

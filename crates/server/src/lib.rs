@@ -260,7 +260,7 @@ async fn upkeep(
                 let ready = state.readiness().await.is_ok();
                 grpc::set_health(&reporter, ready).await;
                 metrics::handle().run_upkeep();
-                metrics::breaker(state.service.stores().breaker_state());
+                metrics::breaker(state.service.stores().breaker().state());
             }
             () = shutdown.cancelled() => {
                 state.shutting_down.store(true, Ordering::Relaxed);

@@ -9,16 +9,17 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use spillway_core::{Clock, Decision, Key, MAX_EXACT, Outcome, Request, StoreFailure, Timestamp};
+use spillway_core::{
+    Clock, Decision, Guard, Key, MAX_EXACT, Request, Source, StoreFailure, Timestamp, Unanswered,
+};
 use spillway_policy::{Mode, OnStoreError, PolicySet, Rule, RuleLimit, override_key};
 
 use crate::metrics;
 use crate::request::{CheckRequest, CheckResponse, Code, Status};
 use crate::status::{Rank, rule_status};
-use crate::store::Stores;
+use crate::store::{self, Stores};
 
 /// Service-wide switches (the reference's `SHADOW_MODE`, `QUOTA_MODE`, `NEAR_LIMIT_RATIO`).
 #[derive(Clone, Debug)]
@@ -67,7 +68,7 @@ pub struct Service {
 impl std::fmt::Debug for Service {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Service")
-            .field("store", &self.stores.primary.kind())
+            .field("store", &self.stores.store().kind())
             .finish_non_exhaustive()
     }
 }
@@ -164,32 +165,31 @@ impl Service {
                     "descriptor {i}: hits {cost} is larger than 2^53"
                 )));
             }
-            let key = |k: String| {
-                Key::new(k).map_err(|e| CheckError::Invalid(format!("descriptor {i}: {e}")))
-            };
+            let invalid =
+                |e: spillway_core::Error| CheckError::Invalid(format!("descriptor {i}: {e}"));
             if let Some(o) = d.limit {
                 let mut rule = Rule::reference(o.requests_per_unit, o.unit);
                 rule.metric = Arc::clone(&self.override_path);
-                let k = counts(&rule)
-                    .then(|| key(format!("{{{}}}", override_key(domain.name(), &d.entries))))
-                    .transpose()?;
+                let key = counts(&rule)
+                    .then(|| override_key(domain.name(), &d.entries))
+                    .transpose()
+                    .map_err(invalid)?;
                 hits.push(Hit {
                     descriptor: i,
                     rule: Cow::Owned(rule),
-                    key: k,
+                    key,
                     cost,
                 });
             } else if let Some(m) = domain.resolve(&d.entries) {
                 for rule in m.rules {
-                    // `{descriptor}slot`: the braces are a hash tag, so every limit of
-                    // one descriptor lands in one Redis Cluster slot.
-                    let k = counts(rule)
-                        .then(|| key(format!("{{{}}}{}", m.key, rule.slot)))
-                        .transpose()?;
+                    let key = counts(rule)
+                        .then(|| m.key(rule))
+                        .transpose()
+                        .map_err(invalid)?;
                     hits.push(Hit {
                         descriptor: i,
                         rule: Cow::Borrowed(rule),
-                        key: k,
+                        key,
                         cost,
                     });
                 }
@@ -214,7 +214,7 @@ impl Service {
         let spans_slots = which
             .windows(2)
             .any(|w| hits[w[0]].descriptor != hits[w[1]].descriptor);
-        if !(self.stores.primary.is_cluster() && spans_slots) {
+        if !(self.stores.store().is_cluster() && spans_slots) {
             return self.round_on_one_slot(hits, which, now).await;
         }
         let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -243,73 +243,54 @@ impl Service {
             return Ok(Vec::new());
         }
         let batch = requests(hits, which);
-        let failure = match self.stores.decide(&batch, now).await {
-            Ok(batch) => {
-                return Ok(which
-                    .iter()
-                    .zip(batch.decisions)
-                    .map(|(&i, d)| (i, d, false))
-                    .collect());
+        let guards: Vec<Guard> = which
+            .iter()
+            .map(|&i| {
+                let rule = &hits[i].rule;
+                let policy = rule.on_store_error.unwrap_or(self.options.on_store_error);
+                Guard::new(rule.mode, policy)
+            })
+            .collect();
+        let answer = match self.stores.decide(&batch, &guards, now).await {
+            Ok(answer) => answer,
+            Err(Unanswered::Invalid(e)) => return Err(CheckError::Invalid(e.to_string())),
+            Err(Unanswered::Unavailable(failure)) => {
+                self.failed(&failure, true);
+                metrics::fallback("closed");
+                return Err(CheckError::Unavailable(failure.to_string()));
             }
-            Err(StoreFailure::Failed(e)) if e.is_invalid_input() => {
-                return Err(CheckError::Invalid(e.to_string()));
-            }
-            Err(failure) => failure,
         };
-        // A shadow rule never changes an answer, so without the store it lets through
-        // (found by the reliability suite: under `closed` it used to answer 503).
-        let policy = |i: usize| match hits[i].rule.mode {
-            Mode::Shadow => OnStoreError::Open,
-            Mode::Enforce => hits[i]
-                .rule
-                .on_store_error
-                .unwrap_or(self.options.on_store_error),
-        };
-        let closed = which.iter().any(|&i| policy(i) == OnStoreError::Closed);
+        if let Some(failure) = &answer.failure {
+            self.failed(failure, false);
+        }
+        let mut locally = false;
+        let decided = which
+            .iter()
+            .zip(answer.batch.decisions)
+            .zip(answer.sources)
+            .map(|((&i, d), source)| {
+                match source {
+                    Source::Store => {}
+                    Source::Local => locally = true,
+                    Source::Open => metrics::fallback("open"),
+                }
+                (i, d, source != Source::Store)
+            })
+            .collect();
+        if locally {
+            metrics::fallback("local");
+        }
+        Ok(decided)
+    }
+
+    /// A round the store did not answer: metrics, and a log line for a failed call.
+    fn failed(&self, failure: &StoreFailure, closed: bool) {
+        store::observe(&self.stores, failure);
         // Only failed calls are logged: while the breaker is open nothing new is
         // learned, and a line per request would flood the log during an outage.
         if !matches!(failure, StoreFailure::BreakerOpen) {
             tracing::warn!(error = %failure, closed, "store failed; answering by each rule's on_store_error");
         }
-        if closed {
-            metrics::fallback("closed");
-            return Err(CheckError::Unavailable(failure.to_string()));
-        }
-
-        let local: Vec<usize> = which
-            .iter()
-            .copied()
-            .filter(|&i| policy(i) == OnStoreError::Local)
-            .collect();
-        let mut decided = Vec::with_capacity(which.len());
-        if !local.is_empty() {
-            metrics::fallback("local");
-            let batch = self
-                .stores
-                .decide_locally(&requests(hits, &local), now)
-                .map_err(|e| CheckError::Invalid(e.to_string()))?;
-            decided.extend(
-                local
-                    .iter()
-                    .zip(batch.decisions)
-                    .map(|(&i, d)| (i, d, true)),
-            );
-        }
-        for &i in which.iter().filter(|&&i| policy(i) == OnStoreError::Open) {
-            metrics::fallback("open");
-            let capacity = match &hits[i].rule.limit {
-                RuleLimit::Limited(l) => l.capacity(),
-                _ => 0,
-            };
-            let open = Decision {
-                outcome: Outcome::Allowed,
-                limit: capacity,
-                remaining: capacity,
-                reset_after: Duration::ZERO,
-            };
-            decided.push((i, open, true));
-        }
-        Ok(decided)
     }
 
     /// Statuses per descriptor and the overall code, as the reference combines them.

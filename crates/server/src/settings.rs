@@ -130,7 +130,9 @@ impl Settings {
             self.store_timeout = duration(&v).map_err(|e| at("store_timeout", e))?;
         }
         if let Some(v) = f.on_store_error {
-            self.on_store_error = OnStoreError::parse(&v).map_err(|e| at("on_store_error", e))?;
+            self.on_store_error = v
+                .parse::<OnStoreError>()
+                .map_err(|e| at("on_store_error", e))?;
         }
         self.shadow_mode = f.shadow_mode.unwrap_or(self.shadow_mode);
         self.quota_mode = f.quota_mode.unwrap_or(self.quota_mode);

@@ -1,13 +1,17 @@
-//! The stores behind the service: the configured one (memory or Redis) behind a circuit
-//! breaker, and the in-process store that `on_store_error: local` rules fall back to.
+//! The store behind the service: the configured one (memory or Redis), guarded by
+//! core's [`GuardedStore`] (breaker, failure policies, the `local` fallback).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use spillway_core::{BatchDecision, Error, Key, Limit, MemoryStore, Request, Store, Timestamp};
+use spillway_core::{
+    BatchDecision, Error, GuardedStore, Key, Limit, MemoryStore, Request, Store, StoreFailure,
+    Timestamp,
+};
 use spillway_redis::RedisStore;
 
 use crate::metrics;
-use spillway_core::{Breaker, BreakerState, StoreFailure};
 
 /// The configured store.
 #[derive(Debug)]
@@ -59,9 +63,21 @@ impl Store for AnyStore {
     ) -> Result<BatchDecision, Error> {
         match self {
             AnyStore::Memory(m) => m.check(requests, now).await,
-            // Boxed: the Redis call's future is kilobytes, and without the box every
-            // decision's future (memory ones too) would carry and copy it.
-            AnyStore::Redis(r) => Box::pin(r.check(requests, now)).await,
+            AnyStore::Redis(r) => {
+                // Only a remote store's latency is worth a histogram; in process, the
+                // two clock reads would be most of the call's cost.
+                #[allow(clippy::disallowed_methods)] // latency for the histogram, not a decision
+                let started = Instant::now();
+                // Boxed: the Redis call's future is kilobytes, and without the box every
+                // decision's future (memory ones too) would carry and copy it. As a
+                // `dyn` its type stops here, which keeps the compiler's `Send` proofs
+                // for the futures holding it within the default recursion limit.
+                let call: Pin<Box<dyn Future<Output = Result<BatchDecision, Error>> + Send + '_>> =
+                    Box::pin(r.check(requests, now));
+                let result = call.await;
+                metrics::store_latency(started.elapsed());
+                result
+            }
         }
     }
 
@@ -73,62 +89,18 @@ impl Store for AnyStore {
     }
 }
 
-/// The configured store, guarded; and the local fallback.
-#[derive(Debug)]
-pub struct Stores {
-    pub primary: AnyStore,
-    pub local: MemoryStore,
-    breaker: Breaker,
-}
+/// The configured store behind the breaker, with the `local` fallback: the one place
+/// a store failure is handled, shared with the tower layer.
+pub type Stores = GuardedStore<AnyStore>;
 
-impl Stores {
-    pub fn new(primary: AnyStore, breaker: Breaker) -> Stores {
-        Stores {
-            primary,
-            local: MemoryStore::new(),
-            breaker,
-        }
+/// Records a round the store did not answer, in metrics: the breaker's state and the
+/// kind of failure (an open breaker too: nothing new is learned about the store, but
+/// the refused calls are counted).
+pub fn observe(stores: &Stores, failure: &StoreFailure) {
+    if failure.is_store_fault() {
+        metrics::breaker(stores.breaker().state());
     }
-
-    /// One decision round on the configured store, unless the breaker is open.
-    pub async fn decide(
-        &self,
-        requests: &[Request<'_>],
-        now: Timestamp,
-    ) -> Result<BatchDecision, StoreFailure> {
-        if !self.breaker.admit(now) {
-            metrics::store_error("breaker_open");
-            return Err(StoreFailure::BreakerOpen);
-        }
-        // Only a remote store's latency is worth a histogram; in process, the two clock
-        // reads would be most of the call's cost.
-        let remote = matches!(self.primary, AnyStore::Redis(_));
-        #[allow(clippy::disallowed_methods)] // latency for the histogram, not a decision
-        let started = remote.then(Instant::now);
-        let result = self.primary.check(requests, now).await;
-        if let Some(started) = started {
-            metrics::store_latency(started.elapsed());
-        }
-        let result = self.breaker.record(result, now);
-        if let Err(failure) = &result
-            && failure.is_store_fault()
-        {
-            metrics::breaker(self.breaker.state());
-            metrics::store_error(failure.kind());
-        }
-        result
-    }
-
-    /// A decision round on the in-process fallback store.
-    pub fn decide_locally(
-        &self,
-        requests: &[Request<'_>],
-        now: Timestamp,
-    ) -> Result<BatchDecision, Error> {
-        self.local.decide(requests, now)
-    }
-
-    pub fn breaker_state(&self) -> BreakerState {
-        self.breaker.state()
+    if failure.is_store_fault() || matches!(failure, StoreFailure::BreakerOpen) {
+        metrics::store_error(failure.kind());
     }
 }

@@ -78,7 +78,7 @@ async fn each_failure_policy_then_recovery() {
                 );
             }
         }
-        let breaker = s.running.state.service.stores().breaker_state();
+        let breaker = s.running.state.service.stores().breaker().state();
         assert_eq!(breaker, spillway_server::BreakerState::Open, "{policy:?}");
 
         redis.signal("CONT");

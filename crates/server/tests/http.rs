@@ -179,7 +179,7 @@ async fn bad_input_is_a_4xx_with_a_json_error_and_no_store_call() {
             "`{expected}` in {text}"
         );
     }
-    let spillway_server::AnyStore::Memory(m) = &s.running.state.service.stores().primary else {
+    let spillway_server::AnyStore::Memory(m) = &s.running.state.service.stores().store() else {
         unreachable!()
     };
     assert_eq!(m.len(), 0, "no bad request reached the store");

@@ -12,8 +12,8 @@ use http::Response;
 use http::request::Parts;
 use spillway_core::headers::HeaderStyle;
 use spillway_core::{
-    Breaker, Clock, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, Key, Limit, MAX_BATCH, MemoryStore,
-    Store, SystemClock,
+    Breaker, Clock, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, GuardedStore, Key, Limit,
+    MAX_BATCH, Mode, OnStoreError, Store, SystemClock,
 };
 use tower::Layer;
 
@@ -73,30 +73,6 @@ pub enum MissingKey {
     Fallback(String),
 }
 
-/// Whether denials are enforced.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Mode {
-    /// Denied requests are refused (or shadow-banned).
-    #[default]
-    Enforce,
-    /// Every request goes through; denials are only recorded (logs and metrics), to try
-    /// a limit on real traffic before enforcing it.
-    Shadow,
-}
-
-/// What happens when the store fails, times out, or its circuit breaker is open.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum OnStoreError {
-    /// Let the request through, unlimited.
-    #[default]
-    Open,
-    /// Refuse it: HTTP 503 (gRPC `UNAVAILABLE`) — never a 429.
-    Closed,
-    /// Decide with an in-process store and the same limits (per instance, so
-    /// `n` instances admit up to `n` times the limit while the store is down).
-    Local,
-}
-
 /// Configures a [`RateLimitLayer`]. Made by [`RateLimitLayer::builder`].
 pub struct RateLimitLayerBuilder<St, C = SystemClock> {
     store: St,
@@ -146,7 +122,7 @@ impl<St: Store> RateLimitLayer<St> {
 impl<St, C> RateLimitLayer<St, C> {
     /// The store the layer decides on.
     pub fn store(&self) -> &St {
-        &self.shared.store
+        self.shared.store.store()
     }
 }
 
@@ -301,8 +277,9 @@ impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
                 fallbacks.push(key);
             }
         }
+        let breaker = Breaker::new(self.breaker.0, self.breaker.1);
         let shared = Shared {
-            store: self.store,
+            store: GuardedStore::new(self.store, breaker).timeout(self.timeout),
             clock: self.clock,
             rules: self.rules,
             fallbacks: (!fallbacks.is_empty()).then_some(fallbacks),
@@ -312,9 +289,6 @@ impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
             headers: self.headers,
             headers_on_allowed: self.headers_on_allowed,
             on_store_error: self.on_store_error,
-            timeout: self.timeout,
-            breaker: Breaker::new(self.breaker.0, self.breaker.1),
-            local: MemoryStore::new(),
         };
         Ok(RateLimitLayer {
             shared: Arc::new(shared),

@@ -77,8 +77,7 @@ pub use client_ip::ClientIp;
 pub use error::{Error, Rejection};
 pub use future::ResponseFuture;
 pub use key::KeyExtractor;
-pub use layer::{
-    DEFAULT_TIMEOUT, MissingKey, Mode, OnStoreError, RateLimitLayer, RateLimitLayerBuilder, Rule,
-};
+pub use layer::{DEFAULT_TIMEOUT, MissingKey, RateLimitLayer, RateLimitLayerBuilder, Rule};
 pub use service::RateLimit;
 pub use spillway_core::headers::HeaderStyle;
+pub use spillway_core::{Mode, OnStoreError};

@@ -3,25 +3,25 @@
 //! and a circuit breaker), the failure policy, and the mode.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
 use http::request::Parts;
 use spillway_core::headers::{self, Current, HeaderStyle, Quota, ceil_secs};
 use spillway_core::{
-    BatchDecision, Breaker, Clock, Error as StoreError, Key, MAX_EXACT, MemoryStore, Request,
-    Store, StoreFailure, Timestamp,
+    BatchDecision, Clock, Guard, GuardedStore, Key, MAX_EXACT, Mode, OnStoreError, Request, Source,
+    Store, StoreFailure, Unanswered,
 };
 
 use crate::Rejection;
-use crate::layer::{Mode, OnStoreError, Rule};
+use crate::layer::Rule;
 
 pub(crate) type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 pub(crate) type ShadowBanFn = Arc<dyn Fn(&Parts) -> Response<Bytes> + Send + Sync>;
 
 pub(crate) struct Shared<St, C> {
-    pub store: St,
+    /// The store, its breaker and timeout, and the `local` fallback.
+    pub store: GuardedStore<St>,
     pub clock: C,
     pub rules: Vec<Rule>,
     /// Per rule, the key for requests without one; `None` rejects them.
@@ -32,10 +32,6 @@ pub(crate) struct Shared<St, C> {
     pub headers: HeaderStyle,
     pub headers_on_allowed: bool,
     pub on_store_error: OnStoreError,
-    pub timeout: Duration,
-    pub breaker: Breaker,
-    /// The `OnStoreError::Local` fallback.
-    pub local: MemoryStore,
 }
 
 /// What to do with a request.
@@ -84,57 +80,42 @@ impl<St: Store, C: Clock> Shared<St, C> {
             .collect();
 
         let now = self.clock.now();
-        let batch = match self.on_store(&requests, now).await {
-            Ok(batch) => batch,
-            Err(failure) => match self.on_failure(failure, &requests, now) {
-                Some(batch) => batch,
-                None if self.on_store_error == OnStoreError::Closed => {
-                    return Verdict::Reject(Rejection::Unavailable, Vec::new());
+        let guards = vec![Guard::new(self.mode, self.on_store_error); requests.len()];
+        let answer = match self.store.decide(&requests, &guards, now).await {
+            Ok(answer) => answer,
+            Err(Unanswered::Unavailable(failure)) => {
+                self.failed(&failure);
+                return Verdict::Reject(Rejection::Unavailable, Vec::new());
+            }
+            // Not seen in practice: the layer's build bounds the batch, and costs are
+            // clamped above. Refuse to decide rather than guess.
+            Err(Unanswered::Invalid(e)) => {
+                tracing::error!(error = %e, "rate limit layer built an invalid batch");
+                return Verdict::Reject(Rejection::Unavailable, Vec::new());
+            }
+        };
+        match &answer.failure {
+            None => self.verdict(&answer.batch),
+            Some(failure) => {
+                self.failed(failure);
+                // Admitted without a store: no limit was counted, so no headers.
+                if answer.sources.iter().all(|s| *s == Source::Open) {
+                    return Verdict::Allow(Vec::new());
                 }
-                None => return Verdict::Allow(Vec::new()),
-            },
-        };
-        self.verdict(&batch)
-    }
-
-    /// One decision round on the store, unless the breaker is open; bounded by the
-    /// timeout.
-    async fn on_store(
-        &self,
-        requests: &[Request<'_>],
-        now: Timestamp,
-    ) -> Result<BatchDecision, StoreFailure> {
-        if !self.breaker.admit(now) {
-            return Err(StoreFailure::BreakerOpen);
+                self.verdict(&answer.batch)
+            }
         }
-        let result = tokio::time::timeout(self.timeout, self.store.check(requests, now))
-            .await
-            .unwrap_or(Err(StoreError::Timeout(self.timeout)));
-        self.breaker.record(result, now)
     }
 
-    /// The failure policy: a local decision, or `None` (let through or refuse).
-    fn on_failure(
-        &self,
-        failure: StoreFailure,
-        requests: &[Request<'_>],
-        now: Timestamp,
-    ) -> Option<BatchDecision> {
-        let policy = match self.on_store_error {
-            OnStoreError::Open => "open",
-            OnStoreError::Closed => "closed",
-            OnStoreError::Local => "local",
-        };
+    /// A round the store did not answer, in metrics and (for a failed call) the log.
+    fn failed(&self, failure: &StoreFailure) {
+        let policy = self.on_store_error.name();
         let kind = failure.kind();
         metrics::counter!("spillway_tower_store_errors_total", "kind" => kind, "policy" => policy)
             .increment(1);
         // The breaker already says the store is down; one line per request would flood.
-        if let StoreFailure::Failed(e) = &failure {
+        if let StoreFailure::Failed(e) = failure {
             tracing::warn!(error = %e, policy, "rate limit store failed");
-        }
-        match self.on_store_error {
-            OnStoreError::Local => self.local.decide(requests, now).ok(),
-            OnStoreError::Open | OnStoreError::Closed => None,
         }
     }
 

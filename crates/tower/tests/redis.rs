@@ -172,3 +172,22 @@ async fn failure_policies_while_redis_is_frozen() {
         );
     }
 }
+
+/// A shadow layer never changes an answer, not even under `closed` with Redis gone.
+/// Reproduces a bug: the layer answered 503 here (the service had the same bug, fixed
+/// earlier); both now decide through core's `GuardedStore`.
+#[tokio::test]
+async fn a_shadow_layer_lets_through_when_the_store_is_down_even_if_closed() {
+    let mut redis = RedisServer::start();
+    let store = store(&redis.url(), "tower-shadow", Duration::from_millis(300)).await;
+    redis.kill();
+    let layer = RateLimitLayer::builder(store)
+        .clock(clock())
+        .limit(per_ip(per_minute(1)))
+        .mode(spillway_tower::Mode::Shadow)
+        .on_store_error(OnStoreError::Closed)
+        .build()
+        .unwrap();
+    let client = serve_layer(layer).await;
+    assert_eq!(client.admitted(3, "/", &[]).await, 3);
+}

@@ -99,7 +99,8 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
         s.store_timeout = v;
     }
     if let Some(v) = args.on_store_error {
-        s.on_store_error = OnStoreError::parse(&v)
+        s.on_store_error = v
+            .parse::<OnStoreError>()
             .map_err(anyhow::Error::msg)
             .context("--on-store-error")?;
     }

@@ -1,0 +1,231 @@
+//! `GuardedStore`: what happens between a decision and a store that may fail. The
+//! service and the tower layer both decide through one, so a failing store is handled
+//! one way everywhere:
+//!
+//! - the call goes through a circuit [`Breaker`], and an optional timeout (for stores
+//!   without one of their own), so a dead store costs a request at most the timeout;
+//! - an invalid request (too many limits, a cost past 2^53) is refused before any store
+//!   call, as the caller's error; whatever the store then refuses (a batch across Redis
+//!   Cluster slots, say) is the store's failure, though it does not trip the breaker;
+//! - on a failure each request's failure policy answers: a [`Mode::Shadow`] limit lets
+//!   through (it never changes an answer), `closed` refuses the whole round, `local`
+//!   decides on an in-process [`MemoryStore`] holding the same limits, `open` admits.
+
+use std::time::Duration;
+
+use crate::{
+    BatchDecision, Breaker, Decision, Error, Mode, OnStoreError, Outcome, Store, StoreFailure,
+    Timestamp,
+};
+
+use super::{MemoryStore, Request};
+
+/// How one request's answer is used: the mode and failure policy of its limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Guard {
+    /// Enforce, or only observe.
+    pub mode: Mode,
+    /// What to do when the store gives no answer.
+    pub on_store_error: OnStoreError,
+}
+
+impl Guard {
+    /// A guard for a limit in `mode` with failure policy `on_store_error`.
+    pub fn new(mode: Mode, on_store_error: OnStoreError) -> Guard {
+        Guard {
+            mode,
+            on_store_error,
+        }
+    }
+
+    /// The failure policy that applies: a shadow limit never changes an answer, so
+    /// without a store it lets through whatever its configured policy.
+    pub fn policy(self) -> OnStoreError {
+        match self.mode {
+            Mode::Shadow => OnStoreError::Open,
+            Mode::Enforce => self.on_store_error,
+        }
+    }
+}
+
+/// Who gave a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The store.
+    Store,
+    /// The in-process fallback store (`on_store_error: local`).
+    Local,
+    /// No one: the store failed and the limit's policy admits (`open`, or shadow).
+    Open,
+}
+
+/// The answer to one round: every request's decision and who gave it.
+#[derive(Debug)]
+pub struct Guarded {
+    /// One decision per request, in request order; `denied_by` as the store's.
+    pub batch: BatchDecision,
+    /// Who gave each decision, in request order.
+    pub sources: Vec<Source>,
+    /// Why the store gave none, when it did not (the failure policies answered).
+    pub failure: Option<StoreFailure>,
+}
+
+/// Why a round has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Unanswered {
+    /// The request is invalid (too many limits, a cost past 2^53): the caller's error.
+    /// No store was called.
+    #[error("{0}")]
+    Invalid(Error),
+    /// The store failed and a limit's policy is `closed`.
+    #[error("{0}")]
+    Unavailable(StoreFailure),
+}
+
+/// A store behind a circuit breaker and an optional timeout, with an in-process
+/// fallback for `local` limits. See the [module docs](self).
+#[derive(Debug)]
+pub struct GuardedStore<S> {
+    store: S,
+    breaker: Breaker,
+    timeout: Option<Duration>,
+    local: MemoryStore,
+}
+
+impl<S: Store> GuardedStore<S> {
+    /// Guards `store` with `breaker`. Without a [`timeout`](GuardedStore::timeout),
+    /// the store's own bounds the wait (the Redis store has one).
+    pub fn new(store: S, breaker: Breaker) -> GuardedStore<S> {
+        GuardedStore {
+            store,
+            breaker,
+            timeout: None,
+            local: MemoryStore::new(),
+        }
+    }
+
+    /// Gives up on the store after `timeout` (needs a Tokio runtime with its timer).
+    pub fn timeout(mut self, timeout: Duration) -> GuardedStore<S> {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Decides `requests` (all or nothing) on the store, or, when it gives no answer,
+    /// by each request's guard (`guards[i]` for `requests[i]`).
+    pub async fn decide(
+        &self,
+        requests: &[Request<'_>],
+        guards: &[Guard],
+        now: Timestamp,
+    ) -> Result<Guarded, Unanswered> {
+        debug_assert_eq!(requests.len(), guards.len());
+        if requests.is_empty() {
+            return Ok(Guarded {
+                batch: BatchDecision {
+                    decisions: Vec::new(),
+                    denied_by: None,
+                },
+                sources: Vec::new(),
+                failure: None,
+            });
+        }
+        super::validate(requests).map_err(Unanswered::Invalid)?;
+        let failure = match self.call(requests, now).await {
+            Ok(batch) => {
+                return Ok(Guarded {
+                    sources: vec![Source::Store; batch.decisions.len()],
+                    batch,
+                    failure: None,
+                });
+            }
+            Err(failure) => failure,
+        };
+        if guards.iter().any(|g| g.policy() == OnStoreError::Closed) {
+            return Err(Unanswered::Unavailable(failure));
+        }
+        self.fall_back(requests, guards, now, failure)
+    }
+
+    /// One round on the store, unless the breaker is open; bounded by the timeout.
+    async fn call(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, StoreFailure> {
+        if !self.breaker.admit(now) {
+            return Err(StoreFailure::BreakerOpen);
+        }
+        let result = match self.timeout {
+            None => self.store.check(requests, now).await,
+            Some(t) => tokio::time::timeout(t, self.store.check(requests, now))
+                .await
+                .unwrap_or(Err(Error::Timeout(t))),
+        };
+        self.breaker.record(result, now)
+    }
+
+    /// The `local` requests decided together (all or nothing among them) on the
+    /// in-process store; the `open` ones admitted.
+    fn fall_back(
+        &self,
+        requests: &[Request<'_>],
+        guards: &[Guard],
+        now: Timestamp,
+        failure: StoreFailure,
+    ) -> Result<Guarded, Unanswered> {
+        let local: Vec<usize> = (0..requests.len())
+            .filter(|&i| guards[i].policy() == OnStoreError::Local)
+            .collect();
+        let mut sources = vec![Source::Open; requests.len()];
+        let mut decisions: Vec<Decision> = requests.iter().map(|r| admit(r)).collect();
+        let mut denied_by = None;
+        if !local.is_empty() {
+            let subset: Vec<Request<'_>> = local.iter().map(|&i| requests[i]).collect();
+            let batch = self
+                .local
+                .decide(&subset, now)
+                .map_err(Unanswered::Invalid)?;
+            for (&i, d) in local.iter().zip(batch.decisions) {
+                decisions[i] = d;
+                sources[i] = Source::Local;
+            }
+            denied_by = batch.denied_by.map(|j| local[j]);
+        }
+        Ok(Guarded {
+            batch: BatchDecision {
+                decisions,
+                denied_by,
+            },
+            sources,
+            failure: Some(failure),
+        })
+    }
+}
+
+impl<S> GuardedStore<S> {
+    /// The guarded store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The breaker in front of it.
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+
+    /// The in-process store that `local` limits fall back to.
+    pub fn local(&self) -> &MemoryStore {
+        &self.local
+    }
+}
+
+/// What an `open` policy answers: admitted, with the whole limit left.
+fn admit(r: &Request<'_>) -> Decision {
+    let capacity = r.limit.capacity();
+    Decision {
+        outcome: Outcome::Allowed,
+        limit: capacity,
+        remaining: capacity,
+        reset_after: Duration::ZERO,
+    }
+}
