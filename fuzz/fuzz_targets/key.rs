@@ -17,33 +17,41 @@ fn tag(key: &str) -> Option<&str> {
     (len > 0).then(|| &key[open + 1..open + 1 + len])
 }
 
-fuzz_target!(
-    |input: (String, String, String, Vec<(String, String)>, Vec<(String, String)>)| {
-        let (a, b, member, path_a, path_b) = input;
-        let limit = Limit::new(Algorithm::Gcra, 10, Duration::from_secs(60)).expect("a limit");
-        let escaped = |s: &str| {
-            s.replace('%', "%25")
-                .replace('{', "%7B")
-                .replace('}', "%7D")
-        };
-        // Keys of their own, and members of a group: `b` with and without `member`.
-        let keys = [Key::new(&a), Key::new(&b), Key::grouped(&b, &member)];
-        let keys: Vec<Key> = keys.into_iter().filter_map(Result::ok).collect();
-        for x in &keys {
-            let rx = spillway_redis::redis_key("p:", x, &limit);
-            let expected = escaped(x.group());
-            assert_eq!(tag(&rx), Some(expected.as_str()), "{x:?} -> {rx:?}");
-            assert!(rx.starts_with("p:{"), "{rx:?}");
-            for y in &keys {
-                let ry = spillway_redis::redis_key("p:", y, &limit);
-                assert_eq!(x == y, rx == ry, "{x:?} {y:?} -> {rx:?} {ry:?}");
-            }
-        }
-        if let (Ok(oa), Ok(ob)) = (
-            spillway_policy::override_key("d", &path_a),
-            spillway_policy::override_key("d", &path_b),
-        ) {
-            assert_eq!(path_a == path_b, oa == ob, "{path_a:?} {path_b:?} -> {oa:?}");
+fuzz_target!(|input: (
+    String,
+    String,
+    String,
+    Vec<(String, String)>,
+    Vec<(String, String)>
+)| {
+    let (a, b, member, path_a, path_b) = input;
+    let limit = Limit::new(Algorithm::Gcra, 10, Duration::from_secs(60)).expect("a limit");
+    let escaped = |s: &str| {
+        s.replace('%', "%25")
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+    };
+    // Keys of their own, and members of a group: `b` with and without `member`.
+    let keys = [Key::new(&a), Key::new(&b), Key::grouped(&b, &member)];
+    let keys: Vec<Key> = keys.into_iter().filter_map(Result::ok).collect();
+    for x in &keys {
+        let rx = spillway_redis::redis_key("p:", x, &limit);
+        let expected = escaped(x.group());
+        assert_eq!(tag(&rx), Some(expected.as_str()), "{x:?} -> {rx:?}");
+        assert!(rx.starts_with("p:{"), "{rx:?}");
+        for y in &keys {
+            let ry = spillway_redis::redis_key("p:", y, &limit);
+            assert_eq!(x == y, rx == ry, "{x:?} {y:?} -> {rx:?} {ry:?}");
         }
     }
-);
+    if let (Ok(oa), Ok(ob)) = (
+        spillway_policy::override_key("d", &path_a),
+        spillway_policy::override_key("d", &path_b),
+    ) {
+        assert_eq!(
+            path_a == path_b,
+            oa == ob,
+            "{path_a:?} {path_b:?} -> {oa:?}"
+        );
+    }
+});
