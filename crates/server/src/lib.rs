@@ -3,10 +3,10 @@
 //! a circuit breaker, hot reload, Prometheus metrics and graceful shutdown.
 //!
 //! ```text
-//! grpc.rs  (ShouldRateLimit) ┐                      ┌ store.rs: breaker -> memory | Redis
-//! http.rs  (/v1/check, /json)┴> service.rs: match ──┤          (or the local fallback)
-//!                                 rules, decide,    └ metrics.rs
-//!                                 aggregate
+//! api/grpc.rs      (ShouldRateLimit) ┐                     ┌ store.rs: core's GuardedStore
+//! api/v1.rs        (/v1/check)       ├> service.rs: match ─┤   over memory | Redis
+//! api/reference.rs (/json)           ┘   rules, decide,    └ metrics.rs
+//!                                        aggregate
 //! ```
 //!
 //! [`start`] binds the two listeners and returns at once (tests bind port 0);
@@ -17,21 +17,13 @@
 // needs more than the default query depth.
 #![recursion_limit = "256"]
 
-pub mod decode;
-mod grpc;
-mod headers;
-mod http;
-mod json;
+mod api;
 pub mod listen;
 pub mod metrics;
 mod reload;
-mod request;
-mod respond;
 mod service;
 pub mod settings;
-mod status;
 mod store;
-mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -44,9 +36,10 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use headers::HeaderOptions;
+pub use api::decode;
+pub use api::headers::HeaderOptions;
 pub use reload::LoadStatus;
-pub use request::{
+pub use service::request::{
     CheckRequest, CheckResponse, Code, Descriptor, MAX_DESCRIPTORS, MAX_DOMAIN_LEN, MAX_ENTRIES,
     Override, ReportedRule, Status,
 };
@@ -170,13 +163,13 @@ pub async fn start_with_policies(
     let (reporter, health) = tonic_health::server::health_reporter();
     // Registered before the port opens (not serving until the first readiness check), so
     // a health check never finds the names missing.
-    grpc::set_health(&reporter, false).await;
+    api::grpc::set_health(&reporter, false).await;
     let timeouts = listen::Timeouts {
         header_read: settings.header_read_timeout,
         drain: settings.drain_timeout,
     };
-    let http_app = http::router(Arc::clone(&state));
-    let grpc_app = grpc::router(Arc::clone(&state), health);
+    let http_app = api::router::router(Arc::clone(&state));
+    let grpc_app = api::grpc::router(Arc::clone(&state), health);
     let task = tokio::spawn({
         let (state, shutdown) = (Arc::clone(&state), shutdown.clone());
         async move {
@@ -239,7 +232,7 @@ pub fn app_state(
 
 /// The HTTP routes over `state` (`/v1/check`, `/json`, operations).
 pub fn http_app(state: Arc<AppState>) -> axum::Router {
-    http::router(state)
+    api::router::router(state)
 }
 
 fn local(l: &TcpListener) -> SocketAddr {
@@ -258,13 +251,13 @@ async fn upkeep(
         tokio::select! {
             _ = tick.tick() => {
                 let ready = state.readiness().await.is_ok();
-                grpc::set_health(&reporter, ready).await;
+                api::grpc::set_health(&reporter, ready).await;
                 metrics::handle().run_upkeep();
                 metrics::breaker(state.service.stores().breaker().state());
             }
             () = shutdown.cancelled() => {
                 state.shutting_down.store(true, Ordering::Relaxed);
-                grpc::set_health(&reporter, false).await;
+                api::grpc::set_health(&reporter, false).await;
                 return;
             }
         }

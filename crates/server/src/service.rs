@@ -12,14 +12,17 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use spillway_core::{
-    Clock, Decision, Guard, Key, MAX_EXACT, Request, Source, StoreFailure, Timestamp, Unanswered,
+    Clock, Decision, Guard, Key, Request, Source, StoreFailure, Timestamp, Unanswered,
 };
 use spillway_policy::{Mode, OnStoreError, PolicySet, Rule, RuleLimit, override_key};
 
+pub(crate) mod request;
+mod status;
+
 use crate::metrics;
-use crate::request::{CheckRequest, CheckResponse, Code, Status};
-use crate::status::{Rank, rule_status};
 use crate::store::{self, Stores};
+use request::{CheckRequest, CheckResponse, Code, Status};
+use status::{Rank, rule_status};
 
 /// Service-wide switches (the reference's `SHADOW_MODE`, `QUOTA_MODE`, `NEAR_LIMIT_RATIO`).
 #[derive(Clone, Debug)]
@@ -159,12 +162,8 @@ impl Service {
     ) -> Result<Vec<Hit<'p>>, CheckError> {
         let mut hits = Vec::with_capacity(req.descriptors.len());
         for (i, d) in req.descriptors.iter().enumerate() {
+            // At most 2^53: `CheckRequest::validate` checked it.
             let cost = d.hits.unwrap_or(req.hits);
-            if cost > MAX_EXACT {
-                return Err(CheckError::Invalid(format!(
-                    "descriptor {i}: hits {cost} is larger than 2^53"
-                )));
-            }
             let invalid =
                 |e: spillway_core::Error| CheckError::Invalid(format!("descriptor {i}: {e}"));
             if let Some(o) = d.limit {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use spillway_core::{Decision, Timestamp};
 use spillway_policy::{Mode, Rule, RuleLimit};
 
-use crate::request::{Code, ReportedRule, Status};
+use super::request::{Code, ReportedRule, Status};
 
 /// Which rule a descriptor reports: a denial first, then a shadow denial, then the rule
 /// closest to its limit (the reference and Envoy pick the lowest remaining).

@@ -13,7 +13,10 @@ use tonic::server::NamedService;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::{AppState, metrics, wire};
+use prost::Message;
+
+use super::wire;
+use crate::{AppState, CheckError, CheckRequest, metrics};
 
 /// The most bytes one gRPC request may take, decoded.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -39,13 +42,20 @@ impl RateLimitService for Grpc {
                 &self.state.headers,
             ))),
             Err(e) => {
-                if matches!(e, crate::CheckError::Invalid(_)) {
+                if e.is_invalid() {
                     metrics::invalid_request("grpc");
                 }
                 Err(e.grpc())
             }
         }
     }
+}
+
+/// A `ShouldRateLimit` message, as tonic's codec and then the handler decode it.
+pub fn decode(message: &[u8]) -> Result<CheckRequest, CheckError> {
+    let pb = RateLimitRequest::decode(message)
+        .map_err(|e| CheckError::Invalid(format!("failed to decode Protobuf message: {e}")))?;
+    wire::request(pb)
 }
 
 /// The gRPC services as an axum router (served on the gRPC port).

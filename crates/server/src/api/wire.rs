@@ -1,5 +1,6 @@
-//! Conversions between Envoy's protobuf messages and the service's own types. The only
-//! file (with `grpc.rs` and `json.rs`) that knows the wire types.
+//! Conversions between Envoy's protobuf messages and the service's own types, for the
+//! gRPC API and the reference's `/json` (the same messages in JSON). The only file
+//! (with `grpc.rs` and `reference.rs`) that knows the wire types.
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -9,9 +10,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use spillway_policy::Unit;
 
-use crate::headers::HeaderOptions;
-use crate::request::{CheckRequest, CheckResponse, Code, Descriptor, Override, Status};
+use super::headers::HeaderOptions;
 use crate::service::CheckError;
+use crate::service::request::{CheckRequest, CheckResponse, Code, Descriptor, Override, Status};
 
 /// A `RateLimitRequest` as the service's request. Numbers the protocol allows but the
 /// service refuses (an unknown unit) are an `Invalid` error.

@@ -8,7 +8,7 @@ use spillway_core::MAX_EXACT;
 use spillway_core::headers::ceil_secs;
 use spillway_policy::Unit;
 
-use crate::service::CheckError;
+use super::CheckError;
 
 /// The most descriptors one request may carry. Envoy sends a handful; thousands are an
 /// attack on the service's memory and the store's time.
@@ -171,6 +171,10 @@ impl CheckRequest {
                     "descriptor {i} has {} entries, the most is {MAX_ENTRIES}",
                     d.entries.len()
                 ));
+            }
+            // The one check of a cost in the service (the store's script checks again).
+            if let Some(hits) = d.hits.filter(|&h| h > MAX_EXACT) {
+                return invalid(format!("descriptor {i}: hits {hits} is larger than 2^53"));
             }
             if let Some(j) = d.entries.iter().position(|(k, _)| k.is_empty()) {
                 return invalid(format!("descriptor {i} entry {j} has an empty key"));

@@ -4,7 +4,7 @@
 
 use spillway_core::headers::{self, Current, HeaderStyle, Quota, ceil_secs};
 
-use crate::request::{CheckResponse, Code, Status};
+use crate::service::request::{CheckResponse, Code, Status};
 
 /// Header settings.
 #[derive(Clone, Debug)]

@@ -12,9 +12,23 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+
+use super::{respond, wire};
+use crate::{AppState, CheckError, CheckRequest, metrics};
+
+/// A body of `POST /json`, decoded (not yet checked against the service's bounds).
+pub fn decode_request(body: &[u8]) -> Result<CheckRequest, CheckError> {
+    wire::request(decode(body).map_err(CheckError::Invalid)?)
+}
 
 /// Decodes a request, or says what is wrong with it.
-pub fn decode(body: &[u8]) -> Result<RateLimitRequest, String> {
+fn decode(body: &[u8]) -> Result<RateLimitRequest, String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
     let o = object(&v, "request")?;
     let mut req = RateLimitRequest::default();
@@ -200,6 +214,26 @@ pub fn encode(r: &RateLimitResponse) -> Value {
 
 fn code(c: i32) -> Value {
     json!(Code::try_from(c).map_or("UNKNOWN", |c| c.as_str_name()))
+}
+
+/// As the reference answers: 200 OK, 429 over the limit, 400 for a body that is not a
+/// request *or* when the service failed (the reference's mapping; `/v1/check` says 503).
+pub(super) async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    metrics::request("json");
+    let answer = async {
+        let req = decode_request(&body)?;
+        state.service.check(&req).await
+    };
+    match answer.await {
+        Ok(r) => {
+            let status = respond::answer_status(r.overall);
+            (status, Json(encode(&wire::response(&r, &state.headers)))).into_response()
+        }
+        Err(e) => {
+            metrics::invalid_request("json");
+            respond::reference_error(&e)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,33 @@
+//! The service's edges, one file per API, each converting its wire format to the
+//! service's [`CheckRequest`](crate::CheckRequest) and back:
+//!
+//! | file | API |
+//! |---|---|
+//! | `grpc.rs` | Envoy's `ShouldRateLimit` (and gRPC health), on the gRPC port |
+//! | `v1.rs` | Spillway's `POST /v1/check` |
+//! | `reference.rs` | the reference's `POST /json` (the protobuf JSON mapping) |
+//! | `wire.rs` | Envoy's protobuf messages ↔ the service's types (gRPC and `/json`) |
+//! | `headers.rs` | which rate limit headers an answer carries |
+//! | `ops.rs` | `/metrics`, `/healthz`, `/readyz`, `/healthcheck`, `/v1/config` |
+//! | `router.rs` | the HTTP routes, and the body read every HTTP request passes first |
+//! | `respond.rs` | every status code: answers, errors, refused requests |
+
+pub mod grpc;
+pub mod headers;
+mod ops;
+mod reference;
+mod respond;
+pub mod router;
+mod v1;
+mod wire;
+
+/// Each API's request bytes to a [`CheckRequest`](crate::CheckRequest), as its endpoint
+/// decodes them before deciding (public for the fuzz targets in `fuzz/`). A decoded
+/// request is not yet checked against the service's bounds;
+/// [`CheckRequest::validate`](crate::CheckRequest::validate) does that, as
+/// `Service::check` does first.
+pub mod decode {
+    pub use super::grpc::decode as grpc;
+    pub use super::reference::decode_request as reference_json;
+    pub use super::v1::decode as v1_check;
+}

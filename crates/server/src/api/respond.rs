@@ -1,0 +1,112 @@
+//! Every answer's status code is decided here, and nowhere else: a check's answer (200
+//! or 429), a [`CheckError`] as HTTP status and gRPC code for each API, and the requests
+//! the HTTP port refuses before any API sees them. A denial is not an error: it is a
+//! 429 / `OVER_LIMIT` answer.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::service::CheckError;
+use crate::service::request::Code;
+
+/// `/healthcheck`'s answer when not ready, as the reference's.
+pub const REFERENCE_UNHEALTHY: StatusCode = StatusCode::INTERNAL_SERVER_ERROR;
+
+/// What the HTTP port refuses before an API sees it.
+#[derive(Debug)]
+pub enum Refused {
+    /// A body over this many bytes: 413.
+    BodyTooLarge(usize),
+    /// A body that did not arrive within this time: 408.
+    BodyTimeout(Duration),
+    /// A body that could not be read: 400.
+    BodyUnreadable(String),
+    /// No route: 404.
+    NoSuchEndpoint,
+    /// `/readyz` while not ready, and why: 503.
+    NotReady(String),
+}
+
+/// A check's answer on `/v1/check` and `/json`: 200, or 429 over the limit.
+pub fn answer_status(overall: Code) -> StatusCode {
+    match overall {
+        Code::Ok => StatusCode::OK,
+        Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
+    }
+}
+
+/// A `/v1/check` error: 400 for a bad request, 503 when the store failed under
+/// `closed`; the body says which.
+pub fn v1_error(e: &CheckError) -> Response {
+    let status = match e {
+        CheckError::Invalid(_) => StatusCode::BAD_REQUEST,
+        CheckError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error_body(status, e.kind(), &e.to_string())
+}
+
+/// A `/json` error, as the reference answers it: 400 for a body that is not a request
+/// *and* when the service failed.
+pub fn reference_error(e: &CheckError) -> Response {
+    error_body(StatusCode::BAD_REQUEST, "invalid_request", &e.to_string())
+}
+
+/// A refused HTTP request, with a JSON error body.
+pub fn refused(r: Refused) -> Response {
+    let (status, kind, message) = match r {
+        Refused::BodyTooLarge(most) => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is over {most} bytes"),
+        ),
+        Refused::BodyTimeout(after) => (
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!("the request body did not arrive within {after:?}"),
+        ),
+        Refused::BodyUnreadable(e) => (
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("the request body could not be read: {e}"),
+        ),
+        Refused::NoSuchEndpoint => (
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such endpoint".to_owned(),
+        ),
+        Refused::NotReady(why) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready", why),
+    };
+    error_body(status, kind, &message)
+}
+
+impl CheckError {
+    /// The gRPC status: `INVALID_ARGUMENT` for a bad request, `UNAVAILABLE` when the
+    /// store failed under `on_store_error: closed` (Envoy's `failure_mode_deny` decides).
+    pub fn grpc(&self) -> tonic::Status {
+        match self {
+            CheckError::Invalid(m) => tonic::Status::invalid_argument(m.clone()),
+            CheckError::Unavailable(m) => tonic::Status::unavailable(m.clone()),
+        }
+    }
+
+    /// Whether the request was at fault (counted as an invalid request).
+    pub fn is_invalid(&self) -> bool {
+        matches!(self, CheckError::Invalid(_))
+    }
+
+    /// A short machine-readable kind for JSON bodies.
+    fn kind(&self) -> &'static str {
+        match self {
+            CheckError::Invalid(_) => "invalid_request",
+            CheckError::Unavailable(_) => "store_unavailable",
+        }
+    }
+}
+
+/// A JSON error body: `{"error": {"kind": "...", "message": "..."}}`.
+fn error_body(status: StatusCode, kind: &str, message: &str) -> Response {
+    let body = serde_json::json!({ "error": { "kind": kind, "message": message } });
+    (status, axum::Json(body)).into_response()
+}

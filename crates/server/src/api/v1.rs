@@ -1,0 +1,214 @@
+//! Spillway's own HTTP API, `POST /v1/check`: a JSON body naming a domain and its
+//! descriptors (with costs and overrides), answered with every descriptor's status, 200
+//! or 429, and the rate limit headers.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use spillway_policy::Unit;
+
+use super::respond;
+use crate::service::request::{Code, Descriptor, Override, Status, ceil_ms};
+use crate::{AppState, CheckError, CheckRequest, CheckResponse, metrics};
+
+/// A `POST /v1/check` body, decoded (not yet checked against the service's bounds).
+pub fn decode(body: &[u8]) -> Result<CheckRequest, CheckError> {
+    let v1: V1Request = serde_json::from_slice(body)
+        .map_err(|e| CheckError::Invalid(format!("invalid request body: {e}")))?;
+    CheckRequest::try_from(v1)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct V1Request {
+    domain: String,
+    descriptors: Vec<V1Descriptor>,
+    /// Units each matched limit is charged; 0 looks without consuming.
+    #[serde(default = "one")]
+    cost: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct V1Descriptor {
+    entries: Vec<V1Entry>,
+    cost: Option<u64>,
+    limit: Option<V1Override>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct V1Entry {
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct V1Override {
+    requests_per_unit: u64,
+    unit: String,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Debug, Serialize)]
+struct V1Response<'a> {
+    allowed: bool,
+    overall_code: &'static str,
+    /// The first descriptor an enforcing rule denied, and that rule's name.
+    denied_by: Option<DeniedBy<'a>>,
+    descriptors: Vec<V1Status<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct DeniedBy<'a> {
+    descriptor: usize,
+    rule: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+struct V1Status<'a> {
+    code: &'static str,
+    rule: Option<V1Rule<'a>>,
+    remaining: u64,
+    reset_after_ms: u64,
+    retry_after_ms: Option<u64>,
+    shadow_denied: bool,
+    degraded: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct V1Rule<'a> {
+    name: &'a str,
+    path: &'a str,
+    algorithm: &'static str,
+    limit: u64,
+    window_ms: u64,
+    unit: Option<&'static str>,
+    mode: &'static str,
+}
+
+impl TryFrom<V1Request> for CheckRequest {
+    type Error = CheckError;
+
+    fn try_from(r: V1Request) -> Result<CheckRequest, CheckError> {
+        let descriptors = r
+            .descriptors
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let limit = d
+                    .limit
+                    .map(|o| {
+                        let unit = o.unit.parse::<Unit>().map_err(|e| {
+                            CheckError::Invalid(format!("descriptor {i}: limit: {e}"))
+                        })?;
+                        Ok::<_, CheckError>(Override {
+                            requests_per_unit: o.requests_per_unit,
+                            unit,
+                        })
+                    })
+                    .transpose()?;
+                Ok(Descriptor {
+                    entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+                    hits: d.cost,
+                    limit,
+                })
+            })
+            .collect::<Result<_, CheckError>>()?;
+        Ok(CheckRequest {
+            domain: r.domain,
+            descriptors,
+            hits: r.cost,
+        })
+    }
+}
+
+/// The body arrives whole: the router's `read_body` read it.
+pub(super) async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    metrics::request("http");
+    let answer = async {
+        let req = decode(&body)?;
+        state.service.check(&req).await
+    };
+    match answer.await {
+        Ok(r) => v1_response(&state, &r),
+        Err(e) => {
+            if e.is_invalid() {
+                metrics::invalid_request("http");
+            }
+            respond::v1_error(&e)
+        }
+    }
+}
+
+fn v1_response(state: &AppState, r: &CheckResponse) -> Response {
+    let allowed = r.overall == Code::Ok;
+    let denied_by = r
+        .statuses
+        .iter()
+        .position(|s| s.code == Code::OverLimit)
+        .map(|i| DeniedBy {
+            descriptor: i,
+            rule: r.statuses[i]
+                .rule
+                .as_ref()
+                .map_or("", |rule| rule.name.as_deref().unwrap_or(&rule.path)),
+        });
+    let body = V1Response {
+        allowed,
+        overall_code: code_name(r.overall),
+        denied_by,
+        descriptors: r.statuses.iter().map(v1_status).collect(),
+    };
+    let mut response = (respond::answer_status(r.overall), Json(body)).into_response();
+    append(response.headers_mut(), state.headers.http_headers(r));
+    response
+}
+
+fn v1_status(s: &Status) -> V1Status<'_> {
+    V1Status {
+        code: code_name(s.code),
+        rule: s.rule.as_ref().map(|r| V1Rule {
+            name: r.name.as_deref().unwrap_or(&r.path),
+            path: &r.path,
+            algorithm: r.algorithm,
+            limit: r.requests_per_unit,
+            window_ms: ceil_ms(r.window),
+            unit: r.unit.map(Unit::name),
+            mode: if r.shadow { "shadow" } else { "enforce" },
+        }),
+        remaining: s.remaining,
+        reset_after_ms: ceil_ms(s.reset_after),
+        retry_after_ms: s.retry_after.map(ceil_ms),
+        shadow_denied: s.shadow_denied,
+        degraded: s.degraded,
+    }
+}
+
+fn code_name(c: Code) -> &'static str {
+    match c {
+        Code::Ok => "OK",
+        Code::OverLimit => "OVER_LIMIT",
+    }
+}
+
+fn append<N: AsRef<str>>(headers: &mut HeaderMap, add: Vec<(N, String)>) {
+    for (name, value) in add {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(name.as_ref()),
+            HeaderValue::try_from(value),
+        ) {
+            headers.append(name, value);
+        }
+    }
+}
