@@ -1,4 +1,5 @@
-//! One module per subcommand; each `run` returns the process exit status.
+//! The command line: one module per subcommand, holding its arguments, examples and
+//! `run` (which returns the process exit status).
 
 mod bench;
 mod check;
@@ -8,7 +9,34 @@ mod validate;
 
 use std::process::ExitCode;
 
-use crate::cli::Command;
+use clap::{Parser, Subcommand};
+
+/// Spillway: rate limiting that is exact where others approximate.
+#[derive(Debug, Parser)]
+#[command(name = "spillway", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the rate limit service: Envoy's gRPC protocol and an HTTP/JSON API.
+    #[command(after_help = serve::EXAMPLES)]
+    Serve(serve::ServeArgs),
+    /// Load-test a store or a running service: throughput, latency percentiles, decisions.
+    #[command(after_help = bench::EXAMPLES)]
+    Bench(bench::BenchArgs),
+    /// Ask a store for one decision: would KEY be admitted under this limit?
+    #[command(after_help = check::EXAMPLES)]
+    Check(check::CheckArgs),
+    /// Load policy files exactly as `serve` would: every error, or a summary of the rules.
+    #[command(after_help = validate::EXAMPLES)]
+    Validate(validate::ValidateArgs),
+    /// Replay a traffic pattern through the algorithms on a manual clock and compare them.
+    #[command(after_help = simulate::EXAMPLES)]
+    Simulate(simulate::SimulateArgs),
+}
 
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {

@@ -6,18 +6,16 @@
 // (see spillway-server); proving it `Send` needs more than the default depth.
 #![recursion_limit = "256"]
 
-mod cli;
+mod args;
 mod cmd;
-mod duration;
 mod limit;
-mod simulate;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = match cli::Cli::try_parse() {
+    let cli = match cmd::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
             // --help, --version

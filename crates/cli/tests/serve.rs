@@ -215,3 +215,28 @@ fn service_keys_hold_the_descriptor_once_and_a_gcra_key_is_under_100_bytes() {
         "{keys:?}"
     );
 }
+
+#[test]
+fn a_bad_failure_policy_or_header_style_is_refused_by_the_parser() {
+    for (flag, value, says) in [
+        (
+            "--on-store-error",
+            "maybe",
+            "expected open, closed or local",
+        ),
+        (
+            "--headers",
+            "fancy",
+            "expected ietf, legacy, x-ratelimit or none",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["serve", flag, value])
+            .env_clear()
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(flag) && err.contains(says), "{err}");
+    }
+}

@@ -333,12 +333,7 @@ fn native_limit(l: &raw::NativeLimit) -> Result<(Limit, Option<Unit>), (&'static
                 "a limit needs a window (`90s`, `1m`) or a unit".into(),
             ));
         }
-        (Some(w), None) => humantime::parse_duration(w).map_err(|e| {
-            (
-                "window",
-                format!("`{w}` is not a duration like 1s, 250ms, 1m ({e})"),
-            )
-        })?,
+        (Some(w), None) => crate::duration::parse(w).map_err(|e| ("window", e))?,
         (None, Some(u)) => u.parse::<Unit>().map_err(|e| ("unit", e))?.duration(),
     };
     let algorithm = match algorithm {

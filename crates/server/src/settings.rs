@@ -302,11 +302,8 @@ pub fn addr(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("`{s}` is not an address like 127.0.0.1:8080"))
 }
 
-/// A duration like `10ms`, `2s`, `1m`.
-pub fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("`{s}` is not a duration like 10ms, 2s, 1m ({e})"))
-}
+/// A duration like `10ms`, `2s`, `1m`: the policies' parser.
+pub use spillway_policy::duration::parse as duration;
 
 fn boolean(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {

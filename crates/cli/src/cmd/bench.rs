@@ -6,6 +6,7 @@
 mod load;
 mod target;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +16,108 @@ use rand_distr::Zipf;
 use serde_json::json;
 use spillway_core::{Algorithm, Key, Limit};
 use spillway_policy::RuleLimit;
+use spillway_policy::duration;
 use spillway_server::{AnyStore, Breaker, Options, Service, Stores};
 
-use crate::cli::BenchArgs;
+use crate::args;
 use load::{Keys, Loop, Tally};
 use target::Target;
+
+pub const EXAMPLES: &str = "\
+Exit status: 0 done, 1 --check found more admitted than the limit allows, 2 error.
+
+Examples:
+  # The in-process memory store, GCRA, 10,000 keys, 32 callers for 10 s
+  spillway bench --store memory --algorithm gcra --limit 100 --window 1s
+
+  # Redis, a Zipf-distributed key population, an open loop at 20,000 requests/s
+  spillway bench --store redis://127.0.0.1:6379 --algorithm sliding_log --limit 100 --window 1m \\
+      --zipf 1.1 --rate 20000 --duration 30s
+
+  # A running service over gRPC, with its policy file; verify exactness on one hot key
+  spillway bench --server grpc://127.0.0.1:8081 --config policies/ --domain api --key-name user \\
+      --hot --check --json";
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// A store to load directly: `memory` (in this process) or a Redis URL.
+    #[arg(long, conflicts_with = "server", required_unless_present = "server")]
+    pub store: Option<String>,
+
+    /// A running service: http://host:8080 (POST /v1/check) or grpc://host:8081 (ShouldRateLimit).
+    #[arg(long)]
+    pub server: Option<String>,
+
+    /// The algorithm (with --limit and --window), instead of --config.
+    #[arg(long, conflicts_with = "config", requires_all = ["limit", "window"])]
+    pub algorithm: Option<String>,
+
+    /// Requests allowed per window.
+    #[arg(long, allow_negative_numbers = true, value_parser = args::positive)]
+    pub limit: Option<u64>,
+
+    /// The window (1s, 1m, 1h).
+    #[arg(long, value_parser = duration::parse)]
+    pub window: Option<Duration>,
+
+    /// token_bucket and gcra: the most admitted at once.
+    #[arg(long, allow_negative_numbers = true, value_parser = args::positive)]
+    pub burst: Option<u64>,
+
+    /// sliding_window: sub-buckets per window.
+    #[arg(long, allow_negative_numbers = true, value_parser = args::positive_u32)]
+    pub precision: Option<u32>,
+
+    /// A policy file or directory (with --domain): its rules decide, as `serve` would.
+    #[arg(long, requires = "domain")]
+    pub config: Option<PathBuf>,
+
+    /// The policy domain (with --config, or --server).
+    #[arg(long)]
+    pub domain: Option<String>,
+
+    /// The descriptor key each request carries (its value is the generated key).
+    #[arg(long, default_value = "key")]
+    pub key_name: String,
+
+    /// Distinct keys, chosen uniformly.
+    #[arg(long, default_value = "10000", value_parser = args::positive, conflicts_with_all = ["hot"])]
+    pub keys: u64,
+
+    /// Every request on one key.
+    #[arg(long)]
+    pub hot: bool,
+
+    /// Keys chosen by a Zipf law with this exponent over --keys keys.
+    #[arg(long, conflicts_with = "hot")]
+    pub zipf: Option<f64>,
+
+    /// Closed loop: callers, each waiting for its answer before the next request.
+    #[arg(long, default_value = "32", value_parser = args::positive)]
+    pub concurrency: u64,
+
+    /// Open loop: requests per second, sent on schedule whatever the answers' latency
+    /// (latency counts from when a request should have been sent).
+    #[arg(long, conflicts_with = "concurrency", allow_negative_numbers = true)]
+    pub rate: Option<f64>,
+
+    /// How long to run.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    pub duration: Duration,
+
+    /// Verify exactness: with --hot and an exact algorithm, fail if more were admitted
+    /// than the limit allows for the elapsed time.
+    #[arg(long, requires = "hot")]
+    pub check: bool,
+
+    /// Give up on one call after this long (counted as a timeout error).
+    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    pub timeout: Duration,
+
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()

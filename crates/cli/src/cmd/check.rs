@@ -10,10 +10,108 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde_json::json;
 use spillway_core::{Algorithm, Decision, Edge, Key, Limit, Limiter, MemoryStore, Outcome, Store};
+use spillway_policy::duration;
 use spillway_redis::{RedisStore, TimeSource};
 
-use crate::cli::CheckArgs;
-use crate::duration;
+use crate::args;
+
+pub const EXAMPLES: &str = "\
+Exit status: 0 allowed, 1 denied, 2 error (one line on stderr).
+
+Examples:
+  # Charge one request for user:42 against 100 per minute (GCRA) in Redis
+  spillway check --store redis://127.0.0.1:6379 --algorithm gcra --limit 100 --window 1m user:42
+
+  # Look without charging, as JSON, on a Redis Cluster
+  spillway check --store redis+cluster://10.0.0.1:7000,10.0.0.2:7000 --algorithm sliding_log \\
+      --limit 1000 --window 1h --peek --json tenant:7
+
+  # Forget a key's state
+  spillway check --store redis://127.0.0.1:6379 --algorithm fixed_window --limit 10 --window 1s \\
+      --reset ip:203.0.113.9
+
+  # Ask a running service, as Envoy would (gRPC), or over its HTTP API
+  spillway check --server grpc://127.0.0.1:8081 --domain api api_key=k1
+  spillway check --server http://127.0.0.1:8080 --domain api --peek --json api_key=k1 route=upload";
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// With --store: the key to decide for (a user, an API key, an IP address, ...).
+    /// With --server: the descriptor's entries, `key=value` (or `key` for an empty value).
+    #[arg(required = true, value_name = "KEY | KEY=VALUE...")]
+    pub keys: Vec<String>,
+
+    /// Ask a running Spillway (or any Envoy rate limit service) instead of a store:
+    /// http://host:8080 (POST /v1/check) or grpc://host:8081 (ShouldRateLimit).
+    #[arg(long, conflicts_with_all = ["store", "algorithm", "limit", "window", "precision", "edge",
+        "burst", "count_rejected", "reset", "prefix", "local_time"], requires = "domain")]
+    pub server: Option<String>,
+
+    /// With --server: the policy domain.
+    #[arg(long, requires = "server")]
+    pub domain: Option<String>,
+
+    /// Where state lives: `memory` (this process only), or a Redis URL: redis://host:port,
+    /// rediss://…, unix:///path, redis+cluster://host:port,…, redis+sentinel://host:port,…/master.
+    #[arg(long, env = "SPILLWAY_STORE", default_value = "memory")]
+    pub store: String,
+
+    /// The algorithm: fixed_window, sliding_log, sliding_window, token_bucket, gcra.
+    #[arg(long, required_unless_present = "server")]
+    pub algorithm: Option<String>,
+
+    /// Requests (or cost units) allowed per window.
+    #[arg(long, allow_negative_numbers = true, value_parser = args::positive, required_unless_present = "server")]
+    pub limit: Option<u64>,
+
+    /// Window length (1s, 90s, 1m, 1h, 1d).
+    #[arg(long, value_parser = duration::parse, required_unless_present = "server")]
+    pub window: Option<Duration>,
+
+    /// sliding_window: sub-buckets per window.
+    #[arg(long, allow_negative_numbers = true, value_parser = args::positive_u32)]
+    pub precision: Option<u32>,
+
+    /// sliding_window: how the partly expired sub-bucket counts (interpolate, strict, lenient).
+    #[arg(long)]
+    pub edge: Option<String>,
+
+    /// token_bucket and gcra: the most admitted at once (default: --limit).
+    #[arg(long, allow_negative_numbers = true, value_parser = args::positive)]
+    pub burst: Option<u64>,
+
+    /// Charge rejected requests too.
+    #[arg(long)]
+    pub count_rejected: bool,
+
+    /// Units to charge.
+    #[arg(long, default_value = "1", allow_negative_numbers = true, value_parser = args::cost)]
+    pub cost: u64,
+
+    /// Report without charging (cost 0).
+    #[arg(long, conflicts_with_all = ["cost", "reset"])]
+    pub peek: bool,
+
+    /// Forget the key's state for this limit instead of deciding.
+    #[arg(long)]
+    pub reset: bool,
+
+    /// Redis key prefix.
+    #[arg(long, default_value = spillway_redis::DEFAULT_PREFIX)]
+    pub prefix: String,
+
+    /// Decide with this machine's clock instead of Redis TIME.
+    #[arg(long)]
+    pub local_time: bool,
+
+    /// Give up on the store (or server) after this long.
+    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    pub timeout: Duration,
+
+    /// Print JSON instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
 
 mod server;
 

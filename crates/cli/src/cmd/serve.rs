@@ -2,18 +2,88 @@
 //! it is unreachable), then the service until SIGTERM or SIGINT, when it stops
 //! accepting and drains what is in flight.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use spillway_core::SystemClock;
 use spillway_policy::OnStoreError;
+use spillway_policy::duration;
 use spillway_server::{AnyStore, HeaderStyle, Settings, settings};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::ServeArgs;
+use crate::args;
+
+pub const EXAMPLES: &str = "\
+Settings come from, later winning: defaults, --settings FILE, the Envoy reference
+service's variables (REDIS_URL, REDIS_TYPE, RUNTIME_ROOT, PORT, GRPC_PORT, LOG_LEVEL,
+SHADOW_MODE, LIMIT_RESPONSE_HEADERS_ENABLED, ...), then flags and SPILLWAY_* variables.
+
+Examples:
+  # The example policies on the in-memory store (HTTP :8080, gRPC :8081)
+  spillway serve --config examples/policies
+
+  # Shared limits in Redis; fall back to a local limiter when Redis fails
+  spillway serve --config /etc/spillway --store redis://10.0.0.5:6379 --on-store-error local
+
+  # A drop-in for envoyproxy/ratelimit: its variables and files work unchanged
+  REDIS_SOCKET_TYPE=tcp REDIS_URL=redis:6379 RUNTIME_ROOT=/data RUNTIME_SUBDIRECTORY=ratelimit \\
+      spillway serve";
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// A policy file, or a directory of them (one domain per file).
+    #[arg(long, env = "SPILLWAY_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Where counters live: `memory`, or a Redis URL (redis://, rediss://, unix://,
+    /// redis+cluster://host:port,..., redis+sentinel://host:port,.../master).
+    #[arg(long, env = "SPILLWAY_STORE")]
+    pub store: Option<String>,
+
+    /// HTTP listen address (/v1/check, /json, /metrics, /healthz, /readyz).
+    #[arg(long, env = "SPILLWAY_HTTP_ADDR")]
+    pub http_addr: Option<String>,
+
+    /// gRPC listen address (ShouldRateLimit, health).
+    #[arg(long, env = "SPILLWAY_GRPC_ADDR")]
+    pub grpc_addr: Option<String>,
+
+    /// A settings file (YAML; the keys are these flags' names with underscores).
+    #[arg(long, env = "SPILLWAY_SETTINGS")]
+    pub settings: Option<PathBuf>,
+
+    /// Give up on a store call after this long (default 10ms).
+    #[arg(long, env = "SPILLWAY_STORE_TIMEOUT", value_parser = duration::parse)]
+    pub store_timeout: Option<Duration>,
+
+    /// For rules without their own: open (admit), closed (503 / UNAVAILABLE), local
+    /// (an in-process limiter). Default closed, as the reference answers an error.
+    #[arg(long, env = "SPILLWAY_ON_STORE_ERROR", value_parser = args::named::<OnStoreError>)]
+    pub on_store_error: Option<OnStoreError>,
+
+    /// /v1/check's rate limit headers: ietf, legacy, x-ratelimit, none.
+    #[arg(long, env = "SPILLWAY_HEADERS", value_parser = args::named::<HeaderStyle>)]
+    pub headers: Option<HeaderStyle>,
+
+    /// Never answer over-limit overall (statuses still say who is over).
+    #[arg(long, env = "SPILLWAY_SHADOW_MODE")]
+    pub shadow_mode: bool,
+
+    /// error, warn, info, debug, trace, or a tracing filter.
+    #[arg(long, env = "SPILLWAY_LOG_LEVEL")]
+    pub log_level: Option<String>,
+
+    /// text or json.
+    #[arg(long, env = "SPILLWAY_LOG_FORMAT")]
+    pub log_format: Option<String>,
+
+    /// Do not reload the policies when their files change.
+    #[arg(long)]
+    pub no_watch: bool,
+}
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = resolve(args)?;
@@ -99,16 +169,10 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
         s.store_timeout = v;
     }
     if let Some(v) = args.on_store_error {
-        s.on_store_error = v
-            .parse::<OnStoreError>()
-            .map_err(anyhow::Error::msg)
-            .context("--on-store-error")?;
+        s.on_store_error = v;
     }
     if let Some(v) = args.headers {
-        s.headers = v
-            .parse::<HeaderStyle>()
-            .map_err(anyhow::Error::msg)
-            .context("--headers")?;
+        s.headers = v;
     }
     s.shadow_mode |= args.shadow_mode;
     if let Some(v) = args.log_level {

@@ -2,16 +2,106 @@
 //! manual clock, over the memory store, and report what each admitted against the
 //! exact sliding log.
 
+mod chart;
+mod pattern;
+mod replay;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
+use clap::ValueEnum;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use indicatif::{ProgressBar, ProgressStyle};
 use spillway_core::{Algorithm, Edge, Limit};
+use spillway_policy::duration;
 
-use crate::cli::SimulateArgs;
-use crate::duration;
-use crate::simulate::{self, Report, chart, pattern};
+use crate::args;
+use replay::Report;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  # The boundary attack on every algorithm, 100 per minute: fixed windows let 2× through
+  spillway simulate --pattern boundary --limit 100 --window 1m
+
+  # Poisson traffic at twice the limit, as JSON, with a chart
+  spillway simulate --pattern poisson --rate 3.33 --json --svg poisson.svg
+
+  # Figma's limiter (60 sub-buckets, strict) against the exact log
+  spillway simulate --algorithms sliding_log,sliding_window --precision 60 --edge strict";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Pattern {
+    /// Evenly spaced requests at --rate.
+    Uniform,
+    /// Random (exponential) gaps averaging --rate.
+    Poisson,
+    /// Bursts of --limit requests, each within 1% of the window, averaging --rate.
+    Bursts,
+    /// --limit requests just before a window edge and --limit just after, every other window.
+    Boundary,
+    /// A seeded adversary: random bursts aimed at window and sub-bucket edges, trickles and pauses.
+    Adversarial,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// Traffic pattern.
+    #[arg(long, value_enum, default_value = "boundary")]
+    pub pattern: Pattern,
+
+    /// Algorithms to compare: comma-separated names (fixed_window, sliding_log,
+    /// sliding_window, token_bucket, gcra) or `all`. Without --edge, `all` runs
+    /// sliding_window in each edge mode.
+    #[arg(long, default_value = "all", value_delimiter = ',')]
+    pub algorithms: Vec<String>,
+
+    /// Requests allowed per window.
+    #[arg(long, default_value = "100", allow_negative_numbers = true, value_parser = args::positive)]
+    pub limit: u64,
+
+    /// Window length (90s, 1m, 1h, ...).
+    #[arg(long, default_value = "1m", value_parser = duration::parse)]
+    pub window: Duration,
+
+    /// sliding_window: sub-buckets per window.
+    #[arg(long, default_value = "1", allow_negative_numbers = true, value_parser = args::positive_u32)]
+    pub precision: u32,
+
+    /// sliding_window: how the partly expired sub-bucket counts (interpolate, strict, lenient).
+    #[arg(long)]
+    pub edge: Option<String>,
+
+    /// token_bucket and gcra: the most admitted at once (default: --limit).
+    #[arg(long, allow_negative_numbers = true, value_parser = args::positive)]
+    pub burst: Option<u64>,
+
+    /// Mean requests per second for uniform, poisson, bursts and adversarial
+    /// (default: twice the limit).
+    #[arg(long, allow_negative_numbers = true)]
+    pub rate: Option<f64>,
+
+    /// Simulated time (default: 10 windows).
+    #[arg(long, value_parser = duration::parse)]
+    pub duration: Option<Duration>,
+
+    /// Seed for the random patterns; the same seed gives the same run.
+    #[arg(long, default_value = "1")]
+    pub seed: u64,
+
+    /// Print JSON (an array, one object per algorithm) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Draw admitted requests in the trailing window over time as SVG.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+
+    /// The same chart as PNG.
+    #[arg(long, value_name = "FILE")]
+    pub png: Option<PathBuf>,
+}
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let limits = limits(&args)?;
@@ -40,11 +130,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     // The exact sliding log is the yardstick, whether or not it was asked for.
     let log_limit = Limit::new(Algorithm::SlidingLog, args.limit, limits[0].window())?;
     let progress = progress_bar(arrivals.len() as u64 * (limits.len() as u64 + 1));
-    let log = simulate::replay(&log_limit, &arrivals, || progress.inc(1));
+    let log = replay::replay(&log_limit, &arrivals, || progress.inc(1));
     let mut reports: Vec<Report> = limits
         .iter()
         .map(|limit| {
-            let mut report = simulate::replay(limit, &arrivals, || progress.inc(1));
+            let mut report = replay::replay(limit, &arrivals, || progress.inc(1));
             report.compare_with(&log);
             report
         })

@@ -2,12 +2,32 @@
 //! whether they would load — every error with its file, line and field, or what the
 //! files define. For CI before a deploy.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
 use spillway_policy::{Mode, Rule, RuleLimit};
 
-use crate::cli::ValidateArgs;
+pub const EXAMPLES: &str = "\
+Exit status: 0 every file is valid, 1 a file has errors (each printed as
+FILE:LINE: FIELD: MESSAGE on stderr), 2 the command itself could not run.
+
+Examples:
+  # Check a policy directory before deploying it
+  spillway validate /etc/spillway/policies
+
+  # In CI, as JSON
+  spillway validate --json policies/ > validation.json";
+
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// A policy file, or a directory of them (one domain per file).
+    pub path: PathBuf,
+
+    /// Print JSON: {"valid": true, "domains": [...]} or {"valid": false, "errors": [...]}.
+    #[arg(long)]
+    pub json: bool,
+}
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let set = match spillway_policy::load(&args.path) {

@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::google::protobuf::UInt64Value;
 use serde_json::{Value, json};
 
-use crate::cli::CheckArgs;
+use super::CheckArgs;
 
 /// One descriptor's answer, whichever API gave it.
 struct Answer {
@@ -205,13 +205,13 @@ fn describe(a: &Answer, entries: &[(String, String)]) -> String {
     if let Some(reset) = a.reset_after_ms {
         out.push_str(&format!(
             ", resets in {}",
-            crate::duration::format(Duration::from_millis(reset))
+            spillway_policy::duration::format(Duration::from_millis(reset))
         ));
     }
     if let Some(retry) = a.retry_after_ms {
         out.push_str(&format!(
             ", retry in {}",
-            crate::duration::format(Duration::from_millis(retry))
+            spillway_policy::duration::format(Duration::from_millis(retry))
         ));
     }
     out

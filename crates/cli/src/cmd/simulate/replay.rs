@@ -1,8 +1,5 @@
-//! The machinery behind `spillway simulate`: traffic patterns, the replay through the
-//! memory store on a manual clock, and the measurements.
-
-pub mod chart;
-pub mod pattern;
+//! The replay behind `spillway simulate`: arrivals through the memory store on a manual
+//! clock, and the measurements.
 
 use serde::Serialize;
 use spillway_core::{Algorithm, Clock, Key, Limit, ManualClock, MemoryStore, Request, Timestamp};

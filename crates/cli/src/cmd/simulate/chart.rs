@@ -9,7 +9,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use super::{Report, trailing_count};
+use super::replay::{Report, trailing_count};
 
 /// Points sampled along the time axis.
 const SAMPLES: u64 = 1000;

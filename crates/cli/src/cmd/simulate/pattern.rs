@@ -4,7 +4,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp};
 
-use crate::cli::Pattern;
+use super::Pattern;
 
 /// The most requests one simulation may generate (memory: 17 bytes each per algorithm).
 pub const MAX_REQUESTS: usize = 20_000_000;
