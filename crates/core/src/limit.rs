@@ -9,8 +9,13 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::Error;
-use crate::algorithm::{Algorithm, gcra};
-use crate::time::micros;
+use crate::algorithm::{Algorithm, Params, State, gcra};
+
+mod builder;
+
+use crate::decision::Decision;
+use crate::time::Timestamp;
+pub use builder::LimitBuilder;
 
 /// The largest count, cost or scaled quantity Spillway computes with: 2^53, the
 /// largest integer below which every integer is exact in an IEEE double.
@@ -51,128 +56,8 @@ pub struct Limit {
     rate_per_micro: u64,
     /// `window / gcd(limit, window)`: scaled units per token (token bucket, GCRA).
     units_per_token: u64,
-    /// GCRA: emission time of one unit, `ceil(window / limit)` µs.
-    emission_interval: u64,
-    /// GCRA: emission time of `burst` units, `ceil(burst × window / limit)` µs.
-    tolerance: u64,
-}
-
-/// Builds a [`Limit`] with optional parameters; [`build`](LimitBuilder::build) validates.
-#[derive(Clone, Debug)]
-pub struct LimitBuilder {
-    algorithm: Algorithm,
-    limit: u64,
-    window: Duration,
-    burst: Option<u64>,
-    count_rejected: bool,
-}
-
-impl LimitBuilder {
-    /// The most admitted at once (`token_bucket` bucket size, `gcra` burst).
-    /// Defaults to `limit`. Only `token_bucket` and `gcra` take a burst.
-    #[inline]
-    pub fn burst(mut self, burst: u64) -> Self {
-        self.burst = Some(burst);
-        self
-    }
-
-    /// Charge rejected requests too (the Envoy reference's and Figma's behaviour):
-    /// a client that keeps trying while over the limit stays limited.
-    #[inline]
-    pub fn count_rejected(mut self, yes: bool) -> Self {
-        self.count_rejected = yes;
-        self
-    }
-
-    /// Validates the parameters.
-    pub fn build(self) -> Result<Limit, Error> {
-        let invalid = |msg: String| Err(Error::InvalidLimit(msg));
-        let LimitBuilder {
-            algorithm,
-            limit,
-            window,
-            burst,
-            count_rejected,
-        } = self;
-
-        if window.subsec_nanos() % 1_000 != 0 {
-            return invalid(format!(
-                "window {window:?} is not a whole number of microseconds"
-            ));
-        }
-        let window_us = micros(window);
-        if window_us == 0 {
-            return invalid("window must be at least 1µs".into());
-        }
-        if window > MAX_WINDOW {
-            return invalid(format!("window {window:?} is longer than 100 years"));
-        }
-        if limit == 0 {
-            return invalid("limit must be at least 1".into());
-        }
-        if limit > MAX_EXACT {
-            return invalid(format!("limit {limit} is larger than 2^53"));
-        }
-        let burst = match burst {
-            Some(_) if !algorithm.has_burst() => {
-                return invalid(format!(
-                    "burst applies to token_bucket and gcra, not {}",
-                    algorithm.name()
-                ));
-            }
-            Some(0) => return invalid("burst must be at least 1".into()),
-            Some(b) if b > MAX_EXACT => return invalid(format!("burst {b} is larger than 2^53")),
-            Some(b) => b,
-            None => limit,
-        };
-        if let Algorithm::SlidingWindow { precision, .. } = algorithm {
-            if precision == 0 {
-                return invalid("precision must be at least 1".into());
-            }
-            if precision > MAX_PRECISION {
-                return invalid(format!(
-                    "precision {precision} is more than {MAX_PRECISION} sub-buckets"
-                ));
-            }
-            if u64::from(precision) > window_us {
-                return invalid(format!(
-                    "precision {precision} is larger than the window in µs ({window_us})"
-                ));
-            }
-            if !window_us.is_multiple_of(u64::from(precision)) {
-                return invalid(format!(
-                    "window {window_us}µs does not split into {precision} equal sub-buckets"
-                ));
-            }
-        }
-
-        let g = gcd(limit, window_us);
-        let (rate_per_micro, units_per_token) = (limit / g, window_us / g);
-        if algorithm.has_burst()
-            && u128::from(burst) * u128::from(units_per_token) > u128::from(MAX_EXACT)
-        {
-            return invalid(format!(
-                "burst {burst} × window {window_us}µs / gcd(limit, window) = {} is larger than 2^53; \
-                 pick a limit that divides the window more evenly, or a smaller burst",
-                u128::from(burst) * u128::from(units_per_token)
-            ));
-        }
-
-        // Both fit in u64: burst × units_per_token ≤ 2^53 was checked above (and is
-        // irrelevant for the algorithms without a burst, which never read these).
-        let emission = |units| gcra::emission_time(units, rate_per_micro, units_per_token);
-        Ok(Limit {
-            algorithm,
-            limit,
-            window: window_us,
-            burst,
-            count_rejected,
-            rate_per_micro,
-            units_per_token,
-            emission_interval: emission(1),
-            tolerance: emission(burst),
-        })
-    }
+    /// The algorithm's own parameters, precomputed by its module.
+    params: Params,
 }
 
 impl Limit {
@@ -183,13 +68,7 @@ impl Limit {
 
     /// A builder for a limit with a burst or `count_rejected`.
     pub fn builder(algorithm: Algorithm, limit: u64, window: Duration) -> LimitBuilder {
-        LimitBuilder {
-            algorithm,
-            limit,
-            window,
-            burst: None,
-            count_rejected: false,
-        }
+        LimitBuilder::new(algorithm, limit, window)
     }
 
     /// The algorithm and its parameters.
@@ -267,7 +146,11 @@ impl Limit {
     /// `τ = e(burst)`, computed once when the limit is built.
     #[inline]
     pub fn gcra_times(&self) -> (u64, u64) {
-        (self.emission_interval, self.tolerance)
+        match &self.params {
+            Params::Gcra(p) => p.times(),
+            // Not read for other algorithms; the same numbers, for a uniform answer.
+            _ => gcra::Params::new(self.rate_per_micro, self.units_per_token, self.burst).times(),
+        }
     }
 
     /// What a stored state belongs to: limits with the same shape share state for a key.
@@ -290,6 +173,44 @@ impl Limit {
             window: self.window,
             capacity,
         }
+    }
+}
+
+// === impl Limit: deciding ===
+
+impl Limit {
+    /// Would `cost` be admitted at `now`? The decision reports the state as it will be
+    /// after [`commit`](Limit::commit) if admitted, or as it is if denied.
+    #[inline]
+    pub fn check(&self, state: &State, now: Timestamp, cost: u64) -> Decision {
+        self.params.check(state, now.as_micros(), cost)
+    }
+
+    /// Charges an admitted `cost` at `now`.
+    #[inline]
+    pub fn commit(&self, state: &mut State, now: Timestamp, cost: u64) {
+        self.charge(state, now, cost, true);
+    }
+
+    /// Charges a denied `cost` at `now`, for `count_rejected` limits (see the module
+    /// docs), and returns the decision as it stands after the charge: the ban it
+    /// extended shows in `retry_after`.
+    #[inline]
+    pub fn charge_rejected(&self, state: &mut State, now: Timestamp, cost: u64) -> Decision {
+        self.charge(state, now, cost, false);
+        self.check(state, now, cost)
+    }
+
+    #[inline]
+    fn charge(&self, state: &mut State, now: Timestamp, cost: u64, admitted: bool) {
+        self.params.charge(state, now.as_micros(), cost, admitted);
+    }
+
+    /// When `state` becomes the same as no state if nothing more is charged: the
+    /// expiry a store gives it (a Redis PEXPIRE, a memory-store sweep).
+    #[inline]
+    pub fn idle_at(&self, state: &State) -> Timestamp {
+        Timestamp::from_micros(self.params.idle_at(state))
     }
 }
 
@@ -319,13 +240,6 @@ pub struct Shape {
     window: u64,
     /// `[limit, burst]` for `token_bucket`, else zeros.
     capacity: [u64; 2],
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 #[cfg(test)]

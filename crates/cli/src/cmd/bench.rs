@@ -4,6 +4,7 @@
 //! allows for the time the run took.
 
 mod load;
+mod report;
 mod target;
 
 use std::path::PathBuf;
@@ -13,14 +14,14 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use rand_distr::Zipf;
-use serde_json::json;
 use spillway_core::{Algorithm, Key, Limit};
 use spillway_policy::RuleLimit;
 use spillway_policy::duration;
 use spillway_server::{AnyStore, Breaker, Options, Service, Stores};
 
 use crate::args;
-use load::{Keys, Loop, Tally};
+use load::{Keys, Loop};
+use report::report;
 use target::Target;
 
 pub const EXAMPLES: &str = "\
@@ -319,70 +320,6 @@ fn allowed_in(limit: &Limit, elapsed: Duration) -> u64 {
         Algorithm::TokenBucket | Algorithm::Gcra => {
             limit.burst()
                 + (u128::from(limit.limit()) * u128::from(t)).div_ceil(u128::from(w)) as u64
-        }
-    }
-}
-
-fn report(args: &BenchArgs, target: &str, mode: Loop, t: &Tally, check: Option<(u64, u64)>) {
-    let secs = t.elapsed.as_secs_f64();
-    let per_sec = t.decisions() as f64 / secs;
-    // The histogram holds nanoseconds; reports say microseconds.
-    let us = |ns: u64| (ns as f64 / 100.0).round() / 10.0;
-    let q = |p: f64| us(t.latency.value_at_quantile(p));
-    let load = match mode {
-        Loop::Closed { callers } => format!("closed loop, {callers} callers"),
-        Loop::Open { per_sec } => format!("open loop, {per_sec} requests/s"),
-    };
-    let keys = if args.hot {
-        "one hot key".to_owned()
-    } else if let Some(s) = args.zipf {
-        format!("{} keys, Zipf s={s}", args.keys)
-    } else {
-        format!("{} keys, uniform", args.keys)
-    };
-    if args.json {
-        let check = check.map(|(admitted, allowed)| json!({ "admitted": admitted, "allowed": allowed, "ok": admitted <= allowed }));
-        println!(
-            "{}",
-            json!({
-                "target": target, "load": load, "keys": keys, "elapsed_s": secs,
-                "decisions": t.decisions(), "decisions_per_sec": per_sec,
-                "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99), "p999_us": q(0.999), "max_us": us(t.latency.max()),
-                "admitted": t.admitted, "rejected": t.rejected, "errors": t.error_count(), "errors_by_kind": t.errors,
-                "check": check,
-            })
-        );
-        return;
-    }
-    println!("target      {target}");
-    println!("load        {load}, {keys}, {:.1} s", secs);
-    println!("decisions   {} ({per_sec:.0}/s)", t.decisions());
-    println!(
-        "admitted    {}   rejected {}   errors {}",
-        t.admitted,
-        t.rejected,
-        t.error_count()
-    );
-    for (kind, n) in &t.errors {
-        println!("  {kind:<18} {n}");
-    }
-    println!(
-        "latency µs  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
-        q(0.5),
-        q(0.9),
-        q(0.99),
-        q(0.999),
-        us(t.latency.max())
-    );
-    if let Some((admitted, allowed)) = check {
-        if admitted <= allowed {
-            println!(
-                "check       ok: {admitted} admitted, the limit allows {allowed} in {secs:.1} s"
-            );
-        } else {
-            println!(
-                "check       FAILED: {admitted} admitted, the limit allows only {allowed} in {secs:.1} s"
-            );
         }
     }
 }

@@ -6,8 +6,22 @@
 //!
 //! State: `(start, count)` — 16 bytes.
 
-use super::{allow, deny};
-use crate::limit::Limit;
+use super::meter::{Meter, allow, deny};
+use crate::Decision;
+
+/// A fixed window's parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Params {
+    limit: u64,
+    /// µs.
+    window: u64,
+}
+
+impl Params {
+    pub(crate) fn new(limit: u64, window: u64) -> Params {
+        Params { limit, window }
+    }
+}
 
 /// The current window's start and what it has counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -18,8 +32,8 @@ pub struct Window {
 
 impl Window {
     /// Window start at `now` (never before the stored window: a key's time only moves forward).
-    fn start_at(&self, limit: &Limit, now: u64) -> u64 {
-        let start = now - now % limit.window_micros();
+    fn start_at(&self, p: &Params, now: u64) -> u64 {
+        let start = now - now % p.window;
         start.max(self.start)
     }
 
@@ -28,38 +42,42 @@ impl Window {
     }
 }
 
-pub(super) fn check(limit: &Limit, s: &Window, now: u64, cost: u64) -> crate::Decision {
-    let start = s.start_at(limit, now);
-    let end = start + limit.window_micros();
-    let now = now.max(start);
-    let used = s.used_in(start);
-    let capacity = limit.limit();
-    if cost <= capacity && used.saturating_add(cost) <= capacity {
-        allow(limit, capacity - used - cost, end - now)
-    } else {
-        // The count starts again at 0 in the next window, where any cost ≤ limit fits.
-        deny(
-            limit,
-            cost,
-            end - now,
-            capacity.saturating_sub(used),
-            end - now,
-        )
-    }
-}
+impl Meter for Params {
+    type State = Window;
 
-pub(super) fn commit(limit: &Limit, s: &mut Window, now: u64, cost: u64, _admitted: bool) {
-    let start = s.start_at(limit, now);
-    if s.start != start {
-        *s = Window { start, count: 0 };
+    fn check(&self, s: &Window, now: u64, cost: u64) -> Decision {
+        let start = s.start_at(self, now);
+        let end = start + self.window;
+        let now = now.max(start);
+        let used = s.used_in(start);
+        let capacity = self.limit;
+        if cost <= capacity && used.saturating_add(cost) <= capacity {
+            allow(capacity, capacity - used - cost, end - now)
+        } else {
+            // The count starts again at 0 in the next window, where any cost ≤ limit fits.
+            deny(
+                capacity,
+                cost,
+                end - now,
+                capacity.saturating_sub(used),
+                end - now,
+            )
+        }
     }
-    s.count = s.count.saturating_add(cost);
-}
 
-pub(super) fn idle_at(limit: &Limit, s: &Window) -> u64 {
-    if s.count == 0 {
-        0
-    } else {
-        s.start + limit.window_micros()
+    fn commit(&self, s: &mut Window, now: u64, cost: u64, _admitted: bool) {
+        let start = s.start_at(self, now);
+        if s.start != start {
+            *s = Window { start, count: 0 };
+        }
+        s.count = s.count.saturating_add(cost);
+    }
+
+    fn idle_at(&self, s: &Window) -> u64 {
+        if s.count == 0 {
+            0
+        } else {
+            s.start + self.window
+        }
     }
 }

@@ -17,56 +17,94 @@
 //!
 //! State: the TAT — 8 bytes.
 
-use super::{allow, deny};
-use crate::limit::Limit;
+use super::meter::{Meter, allow, deny};
+use crate::Decision;
 
 /// The theoretical arrival time, µs since the epoch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tat(u64);
 
-/// `e(cost)`: µs of emission time for `cost` units (saturating for costs that can
-/// never fit, which only `charge_rejected` computes, to clamp them).
-fn emission(limit: &Limit, cost: u64) -> u64 {
-    if cost == 1 {
-        return limit.gcra_times().0;
-    }
-    let (rate, unit) = limit.scaled_rate();
-    emission_time(cost, rate, unit)
+/// GCRA's parameters: the rate in scaled units (see `Limit`), and the emission times
+/// computed from it once, here.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Params {
+    /// Scaled units gained per µs, and per unit of cost.
+    rate: u64,
+    unit: u64,
+    burst: u64,
+    /// `e(1)`, µs.
+    per_unit: u64,
+    /// `τ = e(burst)`, µs.
+    tolerance: u64,
 }
 
-/// `ceil(cost × unit / rate)`: µs of emission time for `cost` units at `rate` scaled
-/// units per µs and `unit` per token (see `Limit::scaled_rate`); `u64::MAX` on overflow.
-/// `Limit` precomputes it for one unit and for the burst.
-pub(crate) fn emission_time(cost: u64, rate: u64, unit: u64) -> u64 {
+impl Params {
+    pub(crate) fn new(rate: u64, unit: u64, burst: u64) -> Params {
+        Params {
+            rate,
+            unit,
+            burst,
+            per_unit: emission_time(1, rate, unit),
+            tolerance: emission_time(burst, rate, unit),
+        }
+    }
+
+    /// `(e(1), τ)` in µs, as the Redis script is given them.
+    pub(crate) fn times(&self) -> (u64, u64) {
+        (self.per_unit, self.tolerance)
+    }
+
+    /// `e(cost)`: µs of emission time for `cost` units (saturating for costs that can
+    /// never fit, which only `charge_rejected` computes, to clamp them).
+    fn emission(&self, cost: u64) -> u64 {
+        if cost == 1 {
+            return self.per_unit;
+        }
+        emission_time(cost, self.rate, self.unit)
+    }
+}
+
+/// `ceil(cost × unit / rate)` µs; past u64, never (a cost that large never fits).
+fn emission_time(cost: u64, rate: u64, unit: u64) -> u64 {
     cost.checked_mul(unit)
         .map_or(u64::MAX, |units| units.div_ceil(rate))
 }
 
-pub(super) fn check(limit: &Limit, s: &Tat, now: u64, cost: u64) -> crate::Decision {
-    let (per_unit, tolerance) = limit.gcra_times();
-    let base = s.0.max(now);
-    // Unit-cost requests still admitted if the TAT were `t`.
-    let slack = |t: u64| now.saturating_add(tolerance).saturating_sub(t) / per_unit;
-    if cost <= limit.burst() {
-        let tat = base + emission(limit, cost);
-        if tat - now <= tolerance {
-            return allow(limit, slack(tat), tat - now);
+impl Meter for Params {
+    type State = Tat;
+
+    fn check(&self, s: &Tat, now: u64, cost: u64) -> Decision {
+        let (per_unit, tolerance) = self.times();
+        let base = s.0.max(now);
+        // Unit-cost requests still admitted if the TAT were `t`.
+        let slack = |t: u64| now.saturating_add(tolerance).saturating_sub(t) / per_unit;
+        if cost <= self.burst {
+            let tat = base + self.emission(cost);
+            if tat - now <= tolerance {
+                return allow(self.burst, slack(tat), tat - now);
+            }
+            return deny(
+                self.burst,
+                cost,
+                tat - now - tolerance,
+                slack(base),
+                base - now,
+            );
         }
-        return deny(limit, cost, tat - now - tolerance, slack(base), base - now);
+        deny(self.burst, cost, 0, slack(base), base - now)
     }
-    deny(limit, cost, 0, slack(base), base - now)
-}
 
-pub(super) fn commit(limit: &Limit, s: &mut Tat, now: u64, cost: u64, admitted: bool) {
-    let tat = s.0.max(now).saturating_add(emission(limit, cost));
-    s.0 = if admitted {
-        tat
-    } else {
-        // count_rejected: empty the bucket (TAT at now + τ) but never beyond.
-        tat.min(now.saturating_add(limit.gcra_times().1)).max(s.0)
-    };
-}
+    fn commit(&self, s: &mut Tat, now: u64, cost: u64, admitted: bool) {
+        let tat = s.0.max(now).saturating_add(self.emission(cost));
+        s.0 = if admitted {
+            tat
+        } else {
+            // count_rejected: empty the bucket (TAT at now + τ) but never beyond.
+            tat.min(now.saturating_add(self.tolerance)).max(s.0)
+        };
+    }
 
-pub(super) fn idle_at(_limit: &Limit, s: &Tat) -> u64 {
-    s.0
+    fn idle_at(&self, s: &Tat) -> u64 {
+        s.0
+    }
 }

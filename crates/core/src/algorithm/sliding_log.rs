@@ -12,8 +12,22 @@
 
 use std::collections::VecDeque;
 
-use super::{allow, deny};
-use crate::limit::Limit;
+use super::meter::{Meter, allow, deny};
+use crate::Decision;
+
+/// A sliding log's parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Params {
+    limit: u64,
+    /// µs.
+    window: u64,
+}
+
+impl Params {
+    pub(crate) fn new(limit: u64, window: u64) -> Params {
+        Params { limit, window }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
@@ -39,14 +53,12 @@ impl Log {
     }
 
     /// Entries still inside the window at `now`: an entry at `at` leaves at `at + W`.
-    fn live(&self, limit: &Limit, now: u64) -> impl Iterator<Item = &Entry> {
-        let w = limit.window_micros();
+    fn live(&self, w: u64, now: u64) -> impl Iterator<Item = &Entry> {
         self.entries.iter().skip_while(move |e| e.at + w <= now)
     }
 
     /// The cost still inside the window at `now`.
-    fn used(&self, limit: &Limit, now: u64) -> u64 {
-        let w = limit.window_micros();
+    fn used(&self, w: u64, now: u64) -> u64 {
         let expired: u64 = self
             .entries
             .iter()
@@ -57,67 +69,71 @@ impl Log {
     }
 }
 
-pub(super) fn check(limit: &Limit, s: &Log, now: u64, cost: u64) -> crate::Decision {
-    let now = s.clamp(now);
-    let w = limit.window_micros();
-    let capacity = limit.limit();
-    let used = s.used(limit, now);
-    let newest = s.entries.back().map(|e| e.at + w);
-    if cost <= capacity && used.saturating_add(cost) <= capacity {
-        // Admitted: everything is restored W after the newest entry, which is now
-        // (unless this is a peek).
-        let reset = if cost > 0 {
-            w
-        } else {
-            newest.map_or(0, |t| t.saturating_sub(now))
-        };
-        return allow(limit, capacity - used - cost, reset);
-    }
-    // Denied: the same cost fits once enough of the oldest live entries have left.
-    let mut need = used.saturating_add(cost) - capacity;
-    let mut retry_at = now;
-    if cost <= capacity {
-        for e in s.live(limit, now) {
-            retry_at = e.at + w;
-            need = need.saturating_sub(e.cost);
-            if need == 0 {
-                break;
+impl Meter for Params {
+    type State = Log;
+
+    fn check(&self, s: &Log, now: u64, cost: u64) -> Decision {
+        let now = s.clamp(now);
+        let w = self.window;
+        let capacity = self.limit;
+        let used = s.used(w, now);
+        let newest = s.entries.back().map(|e| e.at + w);
+        if cost <= capacity && used.saturating_add(cost) <= capacity {
+            // Admitted: everything is restored W after the newest entry, which is now
+            // (unless this is a peek).
+            let reset = if cost > 0 {
+                w
+            } else {
+                newest.map_or(0, |t| t.saturating_sub(now))
+            };
+            return allow(capacity, capacity - used - cost, reset);
+        }
+        // Denied: the same cost fits once enough of the oldest live entries have left.
+        let mut need = used.saturating_add(cost) - capacity;
+        let mut retry_at = now;
+        if cost <= capacity {
+            for e in s.live(w, now) {
+                retry_at = e.at + w;
+                need = need.saturating_sub(e.cost);
+                if need == 0 {
+                    break;
+                }
             }
         }
+        let reset = newest.map_or(0, |t| t.saturating_sub(now));
+        deny(
+            capacity,
+            cost,
+            retry_at - now,
+            capacity.saturating_sub(used),
+            reset,
+        )
     }
-    let reset = newest.map_or(0, |t| t.saturating_sub(now));
-    deny(
-        limit,
-        cost,
-        retry_at - now,
-        capacity.saturating_sub(used),
-        reset,
-    )
-}
 
-pub(super) fn commit(limit: &Limit, s: &mut Log, now: u64, cost: u64, admitted: bool) {
-    let now = s.clamp(now);
-    let w = limit.window_micros();
-    while let Some(e) = s.entries.front().copied().filter(|e| e.at + w <= now) {
-        s.entries.pop_front();
-        s.total -= e.cost;
-    }
-    if cost == 0 {
-        return;
-    }
-    s.total = s.total.saturating_add(cost);
-    match s.entries.back_mut() {
-        // Same microsecond, or a rejected charge: fold into the newest entry, moved to
-        // now. Moving it later only makes it expire later (stricter, never looser),
-        // and keeps the log at most `limit` entries however long a client keeps trying.
-        Some(newest) if newest.at == now || !admitted => {
-            newest.at = now;
-            newest.cost = newest.cost.saturating_add(cost);
+    fn commit(&self, s: &mut Log, now: u64, cost: u64, admitted: bool) {
+        let now = s.clamp(now);
+        let w = self.window;
+        while let Some(e) = s.entries.front().copied().filter(|e| e.at + w <= now) {
+            s.entries.pop_front();
+            s.total -= e.cost;
         }
-        _ => s.entries.push_back(Entry { at: now, cost }),
+        if cost == 0 {
+            return;
+        }
+        s.total = s.total.saturating_add(cost);
+        match s.entries.back_mut() {
+            // Same microsecond, or a rejected charge: fold into the newest entry, moved to
+            // now. Moving it later only makes it expire later (stricter, never looser),
+            // and keeps the log at most `limit` entries however long a client keeps trying.
+            Some(newest) if newest.at == now || !admitted => {
+                newest.at = now;
+                newest.cost = newest.cost.saturating_add(cost);
+            }
+            _ => s.entries.push_back(Entry { at: now, cost }),
+        }
     }
-}
 
-pub(super) fn idle_at(limit: &Limit, s: &Log) -> u64 {
-    s.entries.back().map_or(0, |e| e.at + limit.window_micros())
+    fn idle_at(&self, s: &Log) -> u64 {
+        s.entries.back().map_or(0, |e| e.at + self.window)
+    }
 }

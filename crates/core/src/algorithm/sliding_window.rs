@@ -22,9 +22,9 @@
 //! slid out of the window is subtracted. A check after a pause of k sub-buckets costs
 //! O(min(k, P)).
 
-use super::{allow, deny};
-use crate::algorithm::{Algorithm, Edge};
-use crate::limit::Limit;
+use super::kind::Edge;
+use super::meter::{Meter, allow, deny};
+use crate::Decision;
 
 /// Counts of the last P+1 buckets, in a ring indexed by `bucket % (P+1)`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -72,8 +72,9 @@ impl Buckets {
     }
 }
 
-/// The limit's sliding-window parameters.
-struct Params {
+/// A sliding window's parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Params {
     precision: u64,
     edge: Edge,
     /// Sub-bucket width in µs.
@@ -81,20 +82,19 @@ struct Params {
     limit: u64,
 }
 
-fn params(limit: &Limit) -> Params {
-    let Algorithm::SlidingWindow { precision, edge } = limit.algorithm() else {
-        unreachable!("sliding_window called for {}", limit.algorithm())
-    };
-    let precision = u64::from(precision);
-    Params {
-        precision,
-        edge,
-        width: limit.window_micros() / precision,
-        limit: limit.limit(),
-    }
-}
-
 impl Params {
+    /// `limit` per `window` µs in `precision` sub-buckets (the window divides evenly:
+    /// `Limit` checked it).
+    pub(crate) fn new(limit: u64, window: u64, precision: u32, edge: Edge) -> Params {
+        let precision = u64::from(precision);
+        Params {
+            precision,
+            edge,
+            width: window / precision,
+            limit,
+        }
+    }
+
     /// Whether `cost` fits with `full` counted in the whole buckets and `prev` in the
     /// partial one, `off` µs into the current bucket.
     fn fits(&self, full: u64, prev: u64, off: u64, cost: u64) -> bool {
@@ -134,7 +134,7 @@ impl Params {
     }
 
     /// When the newest count stops counting, if nothing more is charged.
-    fn idle_at(&self, newest: u64) -> u64 {
+    fn idle_at_bucket(&self, newest: u64) -> u64 {
         (newest + self.precision + 1).saturating_mul(self.width)
     }
 }
@@ -148,31 +148,74 @@ fn clamp(p: &Params, s: &Buckets, now: u64) -> u64 {
     }
 }
 
-pub(super) fn check(limit: &Limit, s: &Buckets, now: u64, cost: u64) -> crate::Decision {
-    let p = params(limit);
-    let now = clamp(&p, s, now);
-    let (j, off) = (now / p.width, now % p.width);
-    let (full, prev) = p.window(s, j);
-    let charged = !s.counts.is_empty() && (full > 0 || prev > 0);
-    if cost <= p.limit && p.fits(full, prev, off, cost) {
-        let reset = if cost > 0 || charged {
-            p.idle_at(if cost > 0 { j } else { s.newest }) - now
+impl Meter for Params {
+    type State = Buckets;
+
+    fn check(&self, s: &Buckets, now: u64, cost: u64) -> Decision {
+        let p = self;
+        let now = clamp(p, s, now);
+        let (j, off) = (now / p.width, now % p.width);
+        let (full, prev) = p.window(s, j);
+        let charged = !s.counts.is_empty() && (full > 0 || prev > 0);
+        if cost <= p.limit && p.fits(full, prev, off, cost) {
+            let reset = if cost > 0 || charged {
+                p.idle_at_bucket(if cost > 0 { j } else { s.newest }) - now
+            } else {
+                0
+            };
+            return allow(p.limit, p.remaining(full + cost, prev, off), reset);
+        }
+        let reset = if charged {
+            p.idle_at_bucket(s.newest) - now
         } else {
             0
         };
-        return allow(limit, p.remaining(full + cost, prev, off), reset);
+        let retry = if cost <= p.limit {
+            retry_at(p, s, j, off, full, prev, cost) - now
+        } else {
+            0
+        };
+        deny(p.limit, cost, retry, p.remaining(full, prev, off), reset)
     }
-    let reset = if charged {
-        p.idle_at(s.newest) - now
-    } else {
-        0
-    };
-    let retry = if cost <= p.limit {
-        retry_at(&p, s, j, off, full, prev, cost) - now
-    } else {
-        0
-    };
-    deny(limit, cost, retry, p.remaining(full, prev, off), reset)
+
+    fn commit(&self, s: &mut Buckets, now: u64, cost: u64, _admitted: bool) {
+        if cost == 0 {
+            return;
+        }
+        let p = self;
+        let now = clamp(p, s, now);
+        let j = now / p.width;
+        let n = p.precision + 1;
+        if s.counts.is_empty() {
+            s.counts = vec![0; n as usize];
+            s.newest = j;
+        }
+        if j > s.newest {
+            // Buckets newest+1 ..= j reuse the slots of buckets that have left the ring.
+            if j - s.newest >= n {
+                s.counts.fill(0);
+                s.total = 0;
+            } else {
+                for m in s.newest + 1..=j {
+                    let slot = &mut s.counts[(m % n) as usize];
+                    s.total = s.total.saturating_sub(*slot);
+                    *slot = 0;
+                }
+            }
+            s.newest = j;
+        }
+        let slot = &mut s.counts[(j % n) as usize];
+        *slot = slot.saturating_add(cost);
+        s.total = s.total.saturating_add(cost);
+    }
+
+    fn idle_at(&self, s: &Buckets) -> u64 {
+        if s.total == 0 {
+            0
+        } else {
+            self.idle_at_bucket(s.newest)
+        }
+    }
 }
 
 /// The first time at or after bucket `j` + `off` when `cost` fits, nothing else
@@ -214,61 +257,16 @@ fn retry_at(
     }
 }
 
-pub(super) fn commit(limit: &Limit, s: &mut Buckets, now: u64, cost: u64, _admitted: bool) {
-    if cost == 0 {
-        return;
-    }
-    let p = params(limit);
-    let now = clamp(&p, s, now);
-    let j = now / p.width;
-    let n = p.precision + 1;
-    if s.counts.is_empty() {
-        s.counts = vec![0; n as usize];
-        s.newest = j;
-    }
-    if j > s.newest {
-        // Buckets newest+1 ..= j reuse the slots of buckets that have left the ring.
-        if j - s.newest >= n {
-            s.counts.fill(0);
-            s.total = 0;
-        } else {
-            for m in s.newest + 1..=j {
-                let slot = &mut s.counts[(m % n) as usize];
-                s.total = s.total.saturating_sub(*slot);
-                *slot = 0;
-            }
-        }
-        s.newest = j;
-    }
-    let slot = &mut s.counts[(j % n) as usize];
-    *slot = slot.saturating_add(cost);
-    s.total = s.total.saturating_add(cost);
-}
-
-pub(super) fn idle_at(limit: &Limit, s: &Buckets) -> u64 {
-    if s.total == 0 {
-        0
-    } else {
-        params(limit).idle_at(s.newest)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     /// The running total must give the same window as summing the ring, whatever the
     /// gaps between charges (same bucket, next bucket, past the whole ring).
     #[test]
     fn running_total_matches_a_full_sum() {
         for precision in [1u32, 3, 60] {
-            let algorithm = Algorithm::SlidingWindow {
-                precision,
-                edge: Edge::Strict,
-            };
-            let limit = Limit::new(algorithm, 1_000_000, Duration::from_secs(60)).unwrap();
-            let p = params(&limit);
+            let p = Params::new(1_000_000, 60_000_000, precision, Edge::Strict);
             let mut s = Buckets::default();
             let mut now = 1_702_080_000_000_000u64;
             let mut x = 12345u64;
@@ -281,7 +279,7 @@ mod tests {
                     4..=6 => (x >> 20) % (p.width * p.precision * 2),
                     _ => p.width * (p.precision + 2),
                 };
-                commit(&limit, &mut s, now, 1 + step % 5, true);
+                p.commit(&mut s, now, 1 + step % 5, true);
                 let j = now / p.width;
                 let naive_full = s.sum(j.saturating_sub(p.precision - 1), j);
                 let naive_prev = j.checked_sub(p.precision).map_or(0, |m| s.count(m));

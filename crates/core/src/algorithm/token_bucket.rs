@@ -11,8 +11,8 @@
 //! State: `(level, last)` — 16 bytes. The empty state `(0, 0)` refills to a full
 //! bucket at any real `now`, so "no state" needs no special case.
 
-use super::{allow, deny};
-use crate::limit::Limit;
+use super::meter::{Meter, allow, deny};
+use crate::Decision;
 
 /// Scaled tokens in the bucket at time `last`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -21,65 +21,71 @@ pub struct Bucket {
     last: u64,
 }
 
-struct Scaled {
+/// A token bucket's parameters, in scaled units (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Params {
     /// Units gained per µs.
     rate: u64,
     /// Units per token.
     unit: u64,
     /// Units in a full bucket (≤ 2^53).
     full: u64,
+    burst: u64,
 }
 
-fn scaled(limit: &Limit) -> Scaled {
-    let (rate, unit) = limit.scaled_rate();
-    Scaled {
-        rate,
-        unit,
-        full: limit.burst() * unit,
+impl Params {
+    pub(crate) fn new(rate: u64, unit: u64, burst: u64) -> Params {
+        Params {
+            rate,
+            unit,
+            full: burst * unit,
+            burst,
+        }
     }
 }
 
 impl Bucket {
     /// `(level at now, now)`, with `now` never before the last refill.
-    fn refill(&self, k: &Scaled, now: u64) -> (u64, u64) {
+    fn refill(&self, k: &Params, now: u64) -> (u64, u64) {
         let now = now.max(self.last);
         let gained = (now - self.last).saturating_mul(k.rate);
         (k.full.min(self.level.saturating_add(gained)), now)
     }
 }
 
-pub(super) fn check(limit: &Limit, s: &Bucket, now: u64, cost: u64) -> crate::Decision {
-    let k = scaled(limit);
-    let (level, _) = s.refill(&k, now);
-    // Time for the bucket to refill from `level` to full.
-    let until_full = |level: u64| (k.full - level).div_ceil(k.rate);
-    if cost <= limit.burst() {
-        let need = cost * k.unit;
-        if level >= need {
-            let left = level - need;
-            return allow(limit, left / k.unit, until_full(left));
+impl Meter for Params {
+    type State = Bucket;
+
+    fn check(&self, s: &Bucket, now: u64, cost: u64) -> Decision {
+        let (level, _) = s.refill(self, now);
+        // Time for the bucket to refill from `level` to full.
+        let until_full = |level: u64| (self.full - level).div_ceil(self.rate);
+        if cost <= self.burst {
+            let need = cost * self.unit;
+            if level >= need {
+                let left = level - need;
+                return allow(self.burst, left / self.unit, until_full(left));
+            }
+            return deny(
+                self.burst,
+                cost,
+                (need - level).div_ceil(self.rate),
+                level / self.unit,
+                until_full(level),
+            );
         }
-        return deny(
-            limit,
-            cost,
-            (need - level).div_ceil(k.rate),
-            level / k.unit,
-            until_full(level),
-        );
+        deny(self.burst, cost, 0, level / self.unit, until_full(level))
     }
-    deny(limit, cost, 0, level / k.unit, until_full(level))
-}
 
-pub(super) fn commit(limit: &Limit, s: &mut Bucket, now: u64, cost: u64, _admitted: bool) {
-    let k = scaled(limit);
-    let (level, now) = s.refill(&k, now);
-    // Admitted: level ≥ need. Rejected (count_rejected): empty the bucket, no debt.
-    let level = level.saturating_sub(cost.saturating_mul(k.unit));
-    *s = Bucket { level, last: now };
-}
+    fn commit(&self, s: &mut Bucket, now: u64, cost: u64, _admitted: bool) {
+        let (level, now) = s.refill(self, now);
+        // Admitted: level ≥ need. Rejected (count_rejected): empty the bucket, no debt.
+        let level = level.saturating_sub(cost.saturating_mul(self.unit));
+        *s = Bucket { level, last: now };
+    }
 
-pub(super) fn idle_at(limit: &Limit, s: &Bucket) -> u64 {
-    let k = scaled(limit);
-    s.last
-        .saturating_add(k.full.saturating_sub(s.level).div_ceil(k.rate))
+    fn idle_at(&self, s: &Bucket) -> u64 {
+        s.last
+            .saturating_add(self.full.saturating_sub(s.level).div_ceil(self.rate))
+    }
 }

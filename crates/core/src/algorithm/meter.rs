@@ -1,0 +1,61 @@
+//! What every algorithm module implements, on its own precomputed parameters (built
+//! once with the `Limit`), and the decisions they build.
+
+use std::time::Duration;
+
+use crate::decision::{Decision, Outcome};
+
+/// One algorithm, its parameters fixed: the pure functions a store calls.
+pub(super) trait Meter {
+    /// What it stores per key; `Default` is "nothing charged yet".
+    type State: Default;
+
+    /// Would `cost` be admitted at `now` (µs)?
+    fn check(&self, s: &Self::State, now: u64, cost: u64) -> Decision;
+
+    /// Charges `cost` at `now`: admitted, or (for `count_rejected`) denied.
+    fn commit(&self, s: &mut Self::State, now: u64, cost: u64, admitted: bool);
+
+    /// When `s` becomes the same as no state, if nothing more is charged (µs).
+    fn idle_at(&self, s: &Self::State) -> u64;
+}
+
+#[inline]
+fn micros(us: u64) -> Duration {
+    Duration::from_micros(us)
+}
+
+/// An admitted decision.
+#[inline]
+pub(super) fn allow(capacity: u64, remaining: u64, reset_after: u64) -> Decision {
+    Decision {
+        outcome: Outcome::Allowed,
+        limit: capacity,
+        remaining: remaining.min(capacity),
+        reset_after: micros(reset_after),
+    }
+}
+
+/// A denied decision: for good when `cost` exceeds the capacity, else until `retry_after`.
+#[inline]
+pub(super) fn deny(
+    capacity: u64,
+    cost: u64,
+    retry_after: u64,
+    remaining: u64,
+    reset_after: u64,
+) -> Decision {
+    let outcome = if cost > capacity {
+        Outcome::CostExceedsCapacity
+    } else {
+        Outcome::Denied {
+            retry_after: micros(retry_after),
+        }
+    };
+    Decision {
+        outcome,
+        limit: capacity,
+        remaining: remaining.min(capacity),
+        reset_after: micros(reset_after),
+    }
+}

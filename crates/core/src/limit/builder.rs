@@ -1,0 +1,149 @@
+//! [`LimitBuilder`]: a limit's parameters checked once, so that an invalid limit
+//! cannot exist, and what the algorithms precompute from them.
+
+use std::time::Duration;
+
+use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WINDOW};
+use crate::Error;
+use crate::algorithm::{Algorithm, Params};
+use crate::time::micros;
+
+/// Builds a [`Limit`] with optional parameters; [`build`](LimitBuilder::build) validates.
+#[derive(Clone, Debug)]
+pub struct LimitBuilder {
+    algorithm: Algorithm,
+    limit: u64,
+    window: Duration,
+    burst: Option<u64>,
+    count_rejected: bool,
+}
+
+impl LimitBuilder {
+    pub(super) fn new(algorithm: Algorithm, limit: u64, window: Duration) -> LimitBuilder {
+        LimitBuilder {
+            algorithm,
+            limit,
+            window,
+            burst: None,
+            count_rejected: false,
+        }
+    }
+
+    /// The most admitted at once (`token_bucket` bucket size, `gcra` burst).
+    /// Defaults to `limit`. Only `token_bucket` and `gcra` take a burst.
+    #[inline]
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// Charge rejected requests too (the Envoy reference's and Figma's behaviour):
+    /// a client that keeps trying while over the limit stays limited.
+    #[inline]
+    pub fn count_rejected(mut self, yes: bool) -> Self {
+        self.count_rejected = yes;
+        self
+    }
+
+    /// Validates the parameters.
+    pub fn build(self) -> Result<Limit, Error> {
+        let invalid = |msg: String| Err(Error::InvalidLimit(msg));
+        let LimitBuilder {
+            algorithm,
+            limit,
+            window,
+            burst,
+            count_rejected,
+        } = self;
+
+        if window.subsec_nanos() % 1_000 != 0 {
+            return invalid(format!(
+                "window {window:?} is not a whole number of microseconds"
+            ));
+        }
+        let window_us = micros(window);
+        if window_us == 0 {
+            return invalid("window must be at least 1µs".into());
+        }
+        if window > MAX_WINDOW {
+            return invalid(format!("window {window:?} is longer than 100 years"));
+        }
+        if limit == 0 {
+            return invalid("limit must be at least 1".into());
+        }
+        if limit > MAX_EXACT {
+            return invalid(format!("limit {limit} is larger than 2^53"));
+        }
+        let burst = match burst {
+            Some(_) if !algorithm.has_burst() => {
+                return invalid(format!(
+                    "burst applies to token_bucket and gcra, not {}",
+                    algorithm.name()
+                ));
+            }
+            Some(0) => return invalid("burst must be at least 1".into()),
+            Some(b) if b > MAX_EXACT => return invalid(format!("burst {b} is larger than 2^53")),
+            Some(b) => b,
+            None => limit,
+        };
+        if let Algorithm::SlidingWindow { precision, .. } = algorithm {
+            if precision == 0 {
+                return invalid("precision must be at least 1".into());
+            }
+            if precision > MAX_PRECISION {
+                return invalid(format!(
+                    "precision {precision} is more than {MAX_PRECISION} sub-buckets"
+                ));
+            }
+            if u64::from(precision) > window_us {
+                return invalid(format!(
+                    "precision {precision} is larger than the window in µs ({window_us})"
+                ));
+            }
+            if !window_us.is_multiple_of(u64::from(precision)) {
+                return invalid(format!(
+                    "window {window_us}µs does not split into {precision} equal sub-buckets"
+                ));
+            }
+        }
+
+        let g = gcd(limit, window_us);
+        let (rate_per_micro, units_per_token) = (limit / g, window_us / g);
+        if algorithm.has_burst()
+            && u128::from(burst) * u128::from(units_per_token) > u128::from(MAX_EXACT)
+        {
+            return invalid(format!(
+                "burst {burst} × window {window_us}µs / gcd(limit, window) = {} is larger than 2^53; \
+                 pick a limit that divides the window more evenly, or a smaller burst",
+                u128::from(burst) * u128::from(units_per_token)
+            ));
+        }
+
+        // Both fit in u64: burst × units_per_token ≤ 2^53 was checked above (and is
+        // irrelevant for the algorithms without a burst, which never read these).
+        let params = Params::new(
+            algorithm,
+            limit,
+            window_us,
+            burst,
+            (rate_per_micro, units_per_token),
+        );
+        Ok(Limit {
+            algorithm,
+            limit,
+            window: window_us,
+            burst,
+            count_rejected,
+            rate_per_micro,
+            units_per_token,
+            params,
+        })
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
