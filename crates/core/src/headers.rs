@@ -50,6 +50,27 @@ pub struct Quota<'a> {
     pub window: Duration,
 }
 
+/// Which of several limits the headers report: a denying one first, then the one with
+/// the least room left (the first of equals). `key` says of each whether it denied and
+/// how much room it has. The service and the tower layer both choose with this.
+///
+/// ```
+/// use spillway_core::headers::reported;
+///
+/// let limits = [(false, 5), (true, 0), (false, 1)];
+/// assert_eq!(reported(limits.iter().enumerate(), |(_, l)| **l).map(|(i, _)| i), Some(1));
+/// assert_eq!(reported([(false, 5), (false, 1)], |l| *l), Some((false, 1)));
+/// ```
+pub fn reported<T>(
+    limits: impl IntoIterator<Item = T>,
+    key: impl Fn(&T) -> (bool, u64),
+) -> Option<T> {
+    limits.into_iter().min_by_key(|l| {
+        let (denied, remaining) = key(l);
+        (!denied, remaining)
+    })
+}
+
 /// The limit the client is closest to, as the headers report it.
 #[derive(Clone, Copy, Debug)]
 pub struct Current<'a> {

@@ -156,13 +156,11 @@ impl<St: Store, C: Clock> Shared<St, C> {
     }
 
     /// `RateLimit-Policy` / `RateLimit` (or the older forms): every limit, reporting
-    /// the one that denied, else the one with the least room.
+    /// the one [`headers::reported`] picks.
     fn rate_limit_headers(&self, batch: &BatchDecision) -> Vec<(&'static str, String)> {
-        let current = batch.denied_by.unwrap_or_else(|| {
-            (0..batch.decisions.len())
-                .min_by_key(|&i| batch.decisions[i].remaining)
-                .unwrap_or(0)
-        });
+        let limits = batch.decisions.iter().enumerate();
+        let current =
+            headers::reported(limits, |(_, d)| (!d.allowed(), d.remaining)).map_or(0, |(i, _)| i);
         let d = &batch.decisions[current];
         self.headers.render(
             self.rules.iter().map(quota),

@@ -63,10 +63,8 @@ impl HeaderOptions {
 
 /// The status to report: an enforced denial first, else the lowest remaining.
 fn tightest(r: &CheckResponse) -> Option<&Status> {
-    r.statuses
-        .iter()
-        .filter(|s| s.rule.is_some())
-        .min_by_key(|s| (s.code != Code::OverLimit, s.remaining))
+    let with_rule = r.statuses.iter().filter(|s| s.rule.is_some());
+    headers::reported(with_rule, |s| (s.code == Code::OverLimit, s.remaining))
 }
 
 /// The longest wait until every denying descriptor would admit; `None` when a cost
