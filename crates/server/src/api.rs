@@ -27,7 +27,7 @@ mod wire;
 /// [`CheckRequest::validate`](crate::CheckRequest::validate) does that, as
 /// `Service::check` does first.
 pub mod decode {
-    pub use super::grpc::decode as grpc;
-    pub use super::reference::decode_request as reference_json;
-    pub use super::v1::decode as v1_check;
+    pub use crate::api::grpc::decode as grpc;
+    pub use crate::api::reference::decode_request as reference_json;
+    pub use crate::api::v1::decode as v1_check;
 }

@@ -23,6 +23,7 @@ pub mod metrics;
 mod reload;
 mod service;
 pub mod settings;
+mod state;
 mod store;
 
 use std::net::SocketAddr;
@@ -38,7 +39,6 @@ use tokio_util::sync::CancellationToken;
 
 pub use api::decode;
 pub use api::headers::HeaderOptions;
-pub use reload::LoadStatus;
 pub use service::request::{
     CheckRequest, CheckResponse, Code, Descriptor, MAX_DESCRIPTORS, MAX_DOMAIN_LEN, MAX_ENTRIES,
     Override, ReportedRule, Status,
@@ -47,20 +47,8 @@ pub use service::{CheckError, Options, Service};
 pub use settings::{Settings, SettingsError};
 pub use spillway_core::headers::HeaderStyle;
 pub use spillway_core::{Breaker, BreakerState};
+pub use state::{AppState, LoadStatus};
 pub use store::{AnyStore, Stores};
-
-/// What every endpoint shares.
-#[derive(Debug)]
-pub struct AppState {
-    pub service: Service,
-    pub headers: HeaderOptions,
-    pub shutting_down: AtomicBool,
-    /// The last policy load; subscribe to hear of reloads.
-    pub load_status: tokio::sync::watch::Sender<LoadStatus>,
-    /// How long an HTTP client may take to send a request's body, all of it (the
-    /// header read timeout, again).
-    pub body_read_timeout: Duration,
-}
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]

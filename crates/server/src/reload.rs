@@ -12,19 +12,11 @@ use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::{AppState, metrics};
+use crate::metrics;
+use crate::state::AppState;
 
 /// Changes closer together than this are one reload (an editor's save is several events).
 const DEBOUNCE: Duration = Duration::from_millis(100);
-
-/// What the last load did.
-#[derive(Clone, Debug, Default)]
-pub struct LoadStatus {
-    /// Loads so far, good or bad (the first at startup included).
-    pub generation: u64,
-    /// The last load's errors, if it failed.
-    pub error: Option<String>,
-}
 
 /// Loads the policies again and swaps them in if they are good.
 pub async fn reload(state: &AppState, path: &Path) {

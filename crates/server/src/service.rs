@@ -21,6 +21,7 @@ mod status;
 
 use crate::metrics;
 use crate::store::{self, Stores};
+pub use request::CheckError;
 use request::{CheckRequest, CheckResponse, Code, Status};
 use status::{Rank, rule_status};
 
@@ -46,17 +47,6 @@ impl Default for Options {
             near_limit_ratio: 0.8,
         }
     }
-}
-
-/// Why no answer could be given.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    /// The request is malformed: gRPC `INVALID_ARGUMENT`, HTTP 400. No store was called.
-    #[error("{0}")]
-    Invalid(String),
-    /// The store failed and a rule's policy is `closed`: gRPC `UNAVAILABLE`, HTTP 503.
-    #[error("{0}")]
-    Unavailable(String),
 }
 
 /// The transport-agnostic rate limit service.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use spillway_policy::OnStoreError;
 
-use crate::HeaderStyle;
+use spillway_core::headers::HeaderStyle;
 
 mod value;
 

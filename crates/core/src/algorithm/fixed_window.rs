@@ -7,7 +7,7 @@
 //! State: `(start, count)` — 16 bytes.
 
 use super::meter::{Meter, allow, deny};
-use crate::Decision;
+use crate::decision::Decision;
 
 /// A fixed window's parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -18,7 +18,7 @@
 //! State: the TAT — 8 bytes.
 
 use super::meter::{Meter, allow, deny};
-use crate::Decision;
+use crate::decision::Decision;
 
 /// The theoretical arrival time, µs since the epoch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

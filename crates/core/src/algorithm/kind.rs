@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::Error;
+use crate::error::Error;
 
 /// How a rate limit counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

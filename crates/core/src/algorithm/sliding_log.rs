@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 
 use super::meter::{Meter, allow, deny};
-use crate::Decision;
+use crate::decision::Decision;
 
 /// A sliding log's parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

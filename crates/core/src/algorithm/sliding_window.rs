@@ -24,7 +24,7 @@
 
 use super::kind::Edge;
 use super::meter::{Meter, allow, deny};
-use crate::Decision;
+use crate::decision::Decision;
 
 /// Counts of the last P+1 buckets, in a ring indexed by `bucket % (P+1)`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 //! bucket at any real `now`, so "no state" needs no special case.
 
 use super::meter::{Meter, allow, deny};
-use crate::Decision;
+use crate::decision::Decision;
 
 /// Scaled tokens in the bucket at time `last`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -16,7 +16,10 @@ use tonic_health::server::HealthReporter;
 use prost::Message;
 
 use super::wire;
-use crate::{AppState, CheckError, CheckRequest, metrics};
+use crate::metrics;
+use crate::service::CheckError;
+use crate::service::request::CheckRequest;
+use crate::state::AppState;
 
 /// The most bytes one gRPC request may take, decoded.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;

@@ -2,7 +2,6 @@
 //! `/healthcheck`, and `/v1/config`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::Json;
 use axum::extract::State;
@@ -10,7 +9,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::respond::{self, Refused};
-use crate::{AppState, metrics};
+use crate::metrics;
+use crate::state::AppState;
 
 pub(super) async fn prometheus() -> impl IntoResponse {
     (
@@ -49,19 +49,5 @@ pub(super) async fn healthcheck(State(state): State<Arc<AppState>>) -> Response 
     match state.readiness().await {
         Ok(()) => (StatusCode::OK, "OK").into_response(),
         Err(why) => (respond::REFERENCE_UNHEALTHY, why).into_response(),
-    }
-}
-
-impl AppState {
-    pub(crate) async fn readiness(&self) -> Result<(), String> {
-        if self.shutting_down.load(Ordering::Relaxed) {
-            return Err("shutting down".into());
-        }
-        self.service
-            .stores()
-            .store()
-            .ping()
-            .await
-            .map_err(|e| format!("store unreachable: {e}"))
     }
 }

@@ -20,7 +20,10 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
 use super::{respond, wire};
-use crate::{AppState, CheckError, CheckRequest, metrics};
+use crate::metrics;
+use crate::service::CheckError;
+use crate::service::request::CheckRequest;
+use crate::state::AppState;
 
 /// A body of `POST /json`, decoded (not yet checked against the service's bounds).
 pub fn decode_request(body: &[u8]) -> Result<CheckRequest, CheckError> {

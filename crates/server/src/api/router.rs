@@ -13,7 +13,8 @@ use http_body_util::BodyExt;
 
 use super::respond::{self, Refused};
 use super::{ops, reference, v1};
-use crate::{AppState, metrics};
+use crate::metrics;
+use crate::state::AppState;
 
 /// The most bytes a request body may have.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;

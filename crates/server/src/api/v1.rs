@@ -13,8 +13,12 @@ use serde::{Deserialize, Serialize};
 use spillway_policy::Unit;
 
 use super::respond;
-use crate::service::request::{Code, Descriptor, Override, Status, ceil_ms};
-use crate::{AppState, CheckError, CheckRequest, CheckResponse, metrics};
+use crate::metrics;
+use crate::service::CheckError;
+use crate::service::request::{
+    CheckRequest, CheckResponse, Code, Descriptor, Override, Status, ceil_ms,
+};
+use crate::state::AppState;
 
 /// A `POST /v1/check` body, decoded (not yet checked against the service's bounds).
 pub fn decode(body: &[u8]) -> Result<CheckRequest, CheckError> {

@@ -8,8 +8,6 @@ use spillway_core::MAX_EXACT;
 use spillway_core::headers::ceil_secs;
 use spillway_policy::Unit;
 
-use super::CheckError;
-
 /// The most descriptors one request may carry. Envoy sends a handful; thousands are an
 /// attack on the service's memory and the store's time.
 pub const MAX_DESCRIPTORS: usize = 64;
@@ -19,6 +17,17 @@ pub const MAX_ENTRIES: usize = 32;
 
 /// The longest domain name, in bytes.
 pub const MAX_DOMAIN_LEN: usize = 256;
+
+/// Why no answer could be given.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The request is malformed: gRPC `INVALID_ARGUMENT`, HTTP 400. No store was called.
+    #[error("{0}")]
+    Invalid(String),
+    /// The store failed and a rule's policy is `closed`: gRPC `UNAVAILABLE`, HTTP 503.
+    #[error("{0}")]
+    Unavailable(String),
+}
 
 /// What `ShouldRateLimit`, `/v1/check` and `/json` ask.
 #[derive(Clone, Debug, Default)]
