@@ -30,22 +30,23 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// assert_eq!((burst.group(), burst.member()), ("api|key=k1", "#burst"));
 /// assert_ne!(burst, Key::new("api|key=k1#burst").unwrap());
 /// ```
-#[derive(Clone, Eq, PartialOrd, Ord)]
+#[derive(Clone, Eq)]
 pub struct Key {
+    /// Two ASCII digits in base 64 (`'0'` + n) giving the group's length in bytes (0:
+    /// the whole key), then the key. In the text rather than a field of its own, so a
+    /// key stays one pointer and a length, as every memory-store entry holds one.
     text: Arc<str>,
-    /// Bytes of `text` that name the group; 0 when the group is the whole key.
-    group: u16,
 }
+
+/// Bytes of the group-length header in front of the key's text.
+const HEADER: usize = 2;
 
 impl Key {
     /// Validates `key`; the key is a group of its own.
     pub fn new(key: impl AsRef<str>) -> Result<Key, Error> {
         let key = key.as_ref();
         check_len(key.len())?;
-        Ok(Key {
-            text: Arc::from(key),
-            group: 0,
-        })
+        Ok(Key::with_header(0, key, ""))
     }
 
     /// The key `member` of `group`: stored together with the group's other keys.
@@ -58,41 +59,49 @@ impl Key {
             return Err(Error::InvalidKey("key group is empty".into()));
         }
         check_len(group.len() + member.len())?;
-        let mut text = String::with_capacity(group.len() + member.len());
+        Ok(Key::with_header(group.len(), group, member))
+    }
+
+    /// `group_len` ≤ [`MAX_KEY_LEN`] < 64², checked by the callers.
+    fn with_header(group_len: usize, group: &str, member: &str) -> Key {
+        let mut text = String::with_capacity(HEADER + group.len() + member.len());
+        text.push(char::from(b'0' + (group_len / 64) as u8));
+        text.push(char::from(b'0' + (group_len % 64) as u8));
         text.push_str(group);
         text.push_str(member);
-        Ok(Key {
+        Key {
             text: Arc::from(text),
-            // ≤ MAX_KEY_LEN, checked above.
-            group: group.len() as u16,
-        })
+        }
     }
 
     /// The key as a string: the group, then the member.
     #[inline]
     pub fn as_str(&self) -> &str {
-        &self.text
+        &self.text[HEADER..]
     }
 
     /// The group the key is stored with.
     #[inline]
     pub fn group(&self) -> &str {
-        match self.group {
-            0 => &self.text,
-            n => &self.text[..usize::from(n)],
-        }
+        &self.as_str()[..self.group_len()]
     }
 
     /// What follows the group: empty for a key that is a group of its own.
     #[inline]
     pub fn member(&self) -> &str {
-        &self.text[self.group_len()..]
+        &self.as_str()[self.group_len()..]
+    }
+
+    /// Bytes of text the key keeps on the heap (its header included).
+    pub(crate) fn text_bytes(&self) -> usize {
+        self.text.len()
     }
 
     fn group_len(&self) -> usize {
-        match self.group {
-            0 => self.text.len(),
-            n => usize::from(n),
+        let b = self.text.as_bytes();
+        match usize::from(b[0] - b'0') * 64 + usize::from(b[1] - b'0') {
+            0 => self.text.len() - HEADER,
+            n => n,
         }
     }
 }
@@ -114,8 +123,8 @@ impl PartialEq for Key {
     /// stored, and std's `Arc<str>` comparison always compares the bytes.
     #[inline]
     fn eq(&self, other: &Key) -> bool {
-        self.group == other.group
-            && (Arc::ptr_eq(&self.text, &other.text) || *self.text == *other.text)
+        // The header makes the group part of the comparison.
+        Arc::ptr_eq(&self.text, &other.text) || *self.text == *other.text
     }
 }
 
@@ -123,7 +132,7 @@ impl Hash for Key {
     /// Hashes the text only: equal keys have equal text, and a store that hashes
     /// `as_str()` finds the same bucket.
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.text.hash(state);
+        self.as_str().hash(state);
     }
 }
 
@@ -143,19 +152,34 @@ impl TryFrom<String> for Key {
 
 impl AsRef<str> for Key {
     fn as_ref(&self) -> &str {
-        &self.text
+        self.as_str()
+    }
+}
+
+impl Ord for Key {
+    /// By text, then by group (a key's text sorts as it reads).
+    fn cmp(&self, other: &Key) -> std::cmp::Ordering {
+        self.as_str()
+            .cmp(other.as_str())
+            .then_with(|| self.text.cmp(&other.text))
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.text, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
+        f.write_str(self.as_str())
     }
 }
 

@@ -193,9 +193,7 @@ impl<H: BuildHasher> MemoryStore<H> {
         let states: usize =
             e.more.iter().map(|(_, s)| s.bytes()).sum::<usize>() + e.first.1.bytes();
         Some(
-            std::mem::size_of::<Entry>() - std::mem::size_of::<State>()
-                + key.as_str().len()
-                + states,
+            std::mem::size_of::<Entry>() - std::mem::size_of::<State>() + key.text_bytes() + states,
         )
     }
 
