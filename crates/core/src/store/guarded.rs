@@ -84,6 +84,29 @@ pub enum Unanswered {
 
 /// A store behind a circuit breaker and an optional timeout, with an in-process
 /// fallback for `local` limits. See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use spillway_core::{
+///     Algorithm, Breaker, Guard, GuardedStore, Key, Limit, MemoryStore, Mode, OnStoreError,
+///     Request, Source, Timestamp,
+/// };
+///
+/// # tokio_test();
+/// # fn tokio_test() { let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap(); rt.block_on(async {
+/// let store = GuardedStore::new(MemoryStore::new(), Breaker::new(5, Duration::from_millis(500)))
+///     .timeout(Duration::from_millis(20));
+/// let limit = Limit::new(Algorithm::Gcra, 10, Duration::from_secs(1))?;
+/// let key = Key::new("user:42")?;
+/// let guard = Guard::new(Mode::Enforce, OnStoreError::Local);
+///
+/// let answer = store
+///     .decide(&[Request::new(&key, &limit, 1)], &[guard], Timestamp::from_secs(1_700_000_000))
+///     .await?;
+/// assert!(answer.batch.allowed());
+/// assert_eq!(answer.sources, [Source::Store]); // the store answered: no failure policy
+/// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap(); }
+/// ```
 #[derive(Debug)]
 pub struct GuardedStore<S> {
     store: S,
