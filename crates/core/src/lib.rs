@@ -67,7 +67,7 @@ pub use limit::{Limit, LimitBuilder, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Shape
 pub use limiter::Limiter;
 pub use mode::{Mode, OnStoreError};
 pub use store::{
-    Guard, Guarded, GuardedStore, MAX_BATCH, MemoryStore, MemoryStoreBuilder, Request, Source,
-    Store, Unanswered,
+    DEFAULT_DENY_CACHE_BYTES, DenyCache, Guard, Guarded, GuardedStore, MAX_BATCH, MemoryStore,
+    MemoryStoreBuilder, Request, Source, Store, Unanswered,
 };
 pub use time::Timestamp;

@@ -12,7 +12,9 @@ mod round;
 
 use std::future::Future;
 
-pub use guarded::{Guard, Guarded, GuardedStore, Source, Unanswered};
+pub use guarded::{
+    DEFAULT_DENY_CACHE_BYTES, DenyCache, Guard, Guarded, GuardedStore, Source, Unanswered,
+};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 
 use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp, limit::MAX_EXACT};
@@ -62,6 +64,12 @@ pub trait Store: Send + Sync {
             let batch = self.check(&[request], now).await?;
             Ok(batch.decisions[0])
         }
+    }
+
+    /// Whether the store is in this process (no round trip to save: the
+    /// [`GuardedStore`]'s deny cache stays off for it).
+    fn is_local(&self) -> bool {
+        false
     }
 
     /// Forgets `key`'s state for `limit` (and every limit of the same shape).

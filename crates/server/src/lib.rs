@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use spillway_core::{Clock, SystemClock};
+use spillway_core::{Clock, Store, SystemClock};
 use spillway_policy::PolicySet;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -204,7 +204,7 @@ pub fn app_state(
         near_limit_ratio: settings.near_limit_ratio,
     };
     Arc::new(AppState {
-        service: Service::new(policies, Stores::new(store, breaker), clock, options),
+        service: Service::new(policies, stores(store, breaker, settings), clock, options),
         headers: HeaderOptions {
             style: settings.headers,
             reference: settings.reference_headers.clone(),
@@ -216,6 +216,16 @@ pub fn app_state(
             error: None,
         }),
     })
+}
+
+/// The store, guarded; the deny cache as the settings size it (a store in this
+/// process has none: there is no round trip to save).
+fn stores(store: AnyStore, breaker: Breaker, settings: &Settings) -> Stores {
+    let stores = Stores::new(store, breaker);
+    if stores.store().is_local() {
+        return stores;
+    }
+    stores.deny_cache(settings.deny_cache_bytes)
 }
 
 /// The HTTP routes over `state` (`/v1/check`, `/json`, operations).

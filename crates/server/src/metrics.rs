@@ -82,6 +82,11 @@ pub fn fallback(policy: &'static str) {
     counter!("spillway_fallback_decisions_total", "policy" => policy).increment(1);
 }
 
+/// A decision answered from the deny cache, without a store call.
+pub fn deny_cache_hit() {
+    counter!("spillway_deny_cache_hits_total").increment(1);
+}
+
 /// The breaker's state: 0 closed, 1 open, 2 half-open.
 pub fn breaker(state: BreakerState) {
     let value = match state {

@@ -98,6 +98,8 @@ impl Service {
     /// live in the store under keys made of the domain and descriptor, so they survive.
     pub fn replace_policies(&self, policies: PolicySet) {
         self.policies.store(Arc::new(policies));
+        // A limit may have grown: a denial cached under the old one may not hold.
+        self.stores.forget_all();
     }
 
     /// The live configuration.
@@ -260,10 +262,12 @@ impl Service {
             .map(|((&i, d), source)| {
                 match source {
                     Source::Store => {}
+                    Source::Cache => metrics::deny_cache_hit(),
                     Source::Local => locally = true,
                     Source::Open => metrics::fallback("open"),
                 }
-                (i, d, source != Source::Store)
+                // `degraded`: a failure policy decided, not the store (nor its cache).
+                (i, d, matches!(source, Source::Local | Source::Open))
             })
             .collect();
         if locally {

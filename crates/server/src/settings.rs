@@ -45,6 +45,9 @@ pub struct Settings {
     pub watch: bool,
     pub breaker_failures: u32,
     pub breaker_cooldown: Duration,
+    /// The deny cache's size in bytes (0: off); unused on the memory store. The
+    /// reference's `LOCAL_CACHE_SIZE_IN_BYTES` sets it.
+    pub deny_cache_bytes: usize,
     /// How long an HTTP client may take to send its first byte, then its headers, then
     /// its whole body (each; a slow client is closed, or answered 408 for its body).
     pub header_read_timeout: Duration,
@@ -70,6 +73,7 @@ impl Default for Settings {
             watch: true,
             breaker_failures: spillway_core::DEFAULT_FAILURES_TO_OPEN,
             breaker_cooldown: spillway_core::DEFAULT_COOLDOWN,
+            deny_cache_bytes: spillway_core::DEFAULT_DENY_CACHE_BYTES,
             header_read_timeout: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(10),
         }
@@ -96,6 +100,7 @@ struct File {
     watch: Option<bool>,
     breaker_failures: Option<u32>,
     breaker_cooldown: Option<String>,
+    deny_cache_bytes: Option<usize>,
     header_read_timeout: Option<String>,
     drain_timeout: Option<String>,
 }
@@ -159,6 +164,7 @@ impl Settings {
         if let Some(v) = f.breaker_cooldown {
             self.breaker_cooldown = duration(&v).map_err(|e| at("breaker_cooldown", e))?;
         }
+        self.deny_cache_bytes = f.deny_cache_bytes.unwrap_or(self.deny_cache_bytes);
         if let Some(v) = f.header_read_timeout {
             self.header_read_timeout = duration(&v).map_err(|e| at("header_read_timeout", e))?;
         }
@@ -216,6 +222,11 @@ impl Settings {
                 .parse::<f64>()
                 .map_err(|e| env_err("NEAR_LIMIT_RATIO", e.to_string()))?;
             self.near_limit_ratio = ratio(r).map_err(|e| env_err("NEAR_LIMIT_RATIO", e))?;
+        }
+        if let Some(v) = var("LOCAL_CACHE_SIZE_IN_BYTES") {
+            self.deny_cache_bytes = v
+                .parse::<usize>()
+                .map_err(|e| env_err("LOCAL_CACHE_SIZE_IN_BYTES", e.to_string()))?;
         }
         if let Some(v) = var("LIMIT_RESPONSE_HEADERS_ENABLED") {
             let on = boolean(&v).map_err(|e| env_err("LIMIT_RESPONSE_HEADERS_ENABLED", e))?;

@@ -56,6 +56,10 @@ impl AnyStore {
 }
 
 impl Store for AnyStore {
+    fn is_local(&self) -> bool {
+        matches!(self, AnyStore::Memory(_))
+    }
+
     async fn check(
         &self,
         requests: &[Request<'_>],

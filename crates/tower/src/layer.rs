@@ -87,6 +87,7 @@ pub struct RateLimitLayerBuilder<St, C = SystemClock> {
     on_store_error: OnStoreError,
     timeout: Duration,
     breaker: (u32, Duration),
+    deny_cache: Option<usize>,
 }
 
 /// A tower [`Layer`] that rate limits the services it wraps.
@@ -115,6 +116,7 @@ impl<St: Store> RateLimitLayer<St> {
             on_store_error: OnStoreError::Open,
             timeout: DEFAULT_TIMEOUT,
             breaker: (DEFAULT_FAILURES_TO_OPEN, DEFAULT_COOLDOWN),
+            deny_cache: None,
         }
     }
 }
@@ -170,6 +172,7 @@ impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
             on_store_error: self.on_store_error,
             timeout: self.timeout,
             breaker: self.breaker,
+            deny_cache: self.deny_cache,
         }
     }
 
@@ -245,6 +248,14 @@ impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
         self
     }
 
+    /// Sizes the deny cache (keys the store denied until a known time, answered here
+    /// until then, exactly; see [`DenyCache`](spillway_core::DenyCache)) at `bytes`; 0
+    /// turns it off. Default: 16 MiB with a remote store, off with a `MemoryStore`.
+    pub fn deny_cache(mut self, bytes: usize) -> Self {
+        self.deny_cache = Some(bytes);
+        self
+    }
+
     /// Checks the configuration and builds the layer.
     pub fn build(self) -> Result<RateLimitLayer<St, C>, Error> {
         if self.rules.is_empty() {
@@ -278,8 +289,12 @@ impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
             }
         }
         let breaker = Breaker::new(self.breaker.0, self.breaker.1);
+        let mut store = GuardedStore::new(self.store, breaker).timeout(self.timeout);
+        if let Some(bytes) = self.deny_cache {
+            store = store.deny_cache(bytes);
+        }
         let shared = Shared {
-            store: GuardedStore::new(self.store, breaker).timeout(self.timeout),
+            store,
             clock: self.clock,
             rules: self.rules,
             fallbacks: (!fallbacks.is_empty()).then_some(fallbacks),

@@ -95,7 +95,12 @@ impl<St: Store, C: Clock> Shared<St, C> {
             }
         };
         match &answer.failure {
-            None => self.verdict(&answer.batch),
+            None => {
+                if answer.sources.first() == Some(&Source::Cache) {
+                    metrics::counter!("spillway_tower_deny_cache_hits_total").increment(1);
+                }
+                self.verdict(&answer.batch)
+            }
             Some(failure) => {
                 self.failed(failure);
                 // Admitted without a store: no limit was counted, so no headers.

@@ -83,6 +83,11 @@ pub struct ServeArgs {
     /// Do not reload the policies when their files change.
     #[arg(long)]
     pub no_watch: bool,
+
+    /// Send every decision to the store: no local answers for keys the store denied
+    /// until a known time (the deny cache; on by default with Redis).
+    #[arg(long, env = "SPILLWAY_NO_DENY_CACHE")]
+    pub no_deny_cache: bool,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -184,6 +189,9 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
             .context("--log-format")?;
     }
     s.watch &= !args.no_watch;
+    if args.no_deny_cache {
+        s.deny_cache_bytes = 0;
+    }
     Ok(s)
 }
 

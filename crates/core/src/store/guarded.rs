@@ -9,9 +9,16 @@
 //!   Cluster slots, say) is the store's failure, though it does not trip the breaker;
 //! - on a failure each request's failure policy answers: a [`Mode::Shadow`] limit lets
 //!   through (it never changes an answer), `closed` refuses the whole round, `local`
-//!   decides on an in-process [`MemoryStore`] holding the same limits, `open` admits.
+//!   decides on an in-process [`MemoryStore`] holding the same limits, `open` admits;
+//! - a unit-cost request that the store denied until T is answered from the
+//!   [`DenyCache`] until T, exactly as the store would (see its docs): on by default for
+//!   a remote store, off for one in this process (nothing to save).
+
+mod deny_cache;
 
 use std::time::Duration;
+
+pub use deny_cache::DenyCache;
 
 use crate::{
     BatchDecision, Breaker, Decision, Error, Mode, OnStoreError, Outcome, Store, StoreFailure,
@@ -57,7 +64,12 @@ pub enum Source {
     Local,
     /// No one: the store failed and the limit's policy admits (`open`, or shadow).
     Open,
+    /// The deny cache: the store denied it before, and that denial still holds.
+    Cache,
 }
+
+/// The deny cache's default size: 16 MiB, about 170,000 cached denials.
+pub const DEFAULT_DENY_CACHE_BYTES: usize = 16 << 20;
 
 /// The answer to one round: every request's decision and who gave it.
 #[derive(Debug)]
@@ -113,18 +125,32 @@ pub struct GuardedStore<S> {
     breaker: Breaker,
     timeout: Option<Duration>,
     local: MemoryStore,
+    deny: Option<DenyCache>,
 }
 
 impl<S: Store> GuardedStore<S> {
     /// Guards `store` with `breaker`. Without a [`timeout`](GuardedStore::timeout),
-    /// the store's own bounds the wait (the Redis store has one).
+    /// the store's own bounds the wait (the Redis store has one). The deny cache is on
+    /// ([`DEFAULT_DENY_CACHE_BYTES`]) unless the store is in this process.
     pub fn new(store: S, breaker: Breaker) -> GuardedStore<S> {
+        let bytes = if store.is_local() {
+            0
+        } else {
+            DEFAULT_DENY_CACHE_BYTES
+        };
         GuardedStore {
             store,
             breaker,
             timeout: None,
             local: MemoryStore::new(),
+            deny: DenyCache::with_bytes(bytes),
         }
+    }
+
+    /// Sizes the deny cache at `bytes`; 0 turns it off.
+    pub fn deny_cache(mut self, bytes: usize) -> GuardedStore<S> {
+        self.deny = DenyCache::with_bytes(bytes);
+        self
     }
 
     /// Gives up on the store after `timeout` (needs a Tokio runtime with its timer).
@@ -153,8 +179,14 @@ impl<S: Store> GuardedStore<S> {
             });
         }
         super::validate(requests).map_err(Unanswered::Invalid)?;
+        if let Some(answer) = self.cached(requests, now) {
+            return Ok(answer);
+        }
         let failure = match self.call(requests, now).await {
             Ok(batch) => {
+                if let Some(cache) = &self.deny {
+                    remember(cache, requests, &batch, now);
+                }
                 return Ok(Guarded {
                     sources: vec![Source::Store; batch.decisions.len()],
                     batch,
@@ -167,6 +199,39 @@ impl<S: Store> GuardedStore<S> {
             return Err(Unanswered::Unavailable(failure));
         }
         self.fall_back(requests, guards, now, failure)
+    }
+
+    /// The answer when every request has a cached denial (a batch with one request
+    /// the store would admit must go to the store: its decision is not known here).
+    fn cached(&self, requests: &[Request<'_>], now: Timestamp) -> Option<Guarded> {
+        let cache = self.deny.as_ref()?;
+        let now = now.as_micros();
+        let decisions = requests
+            .iter()
+            .map(|r| cache.get(r.key, r.limit, r.cost, now))
+            .collect::<Option<Vec<Decision>>>()?;
+        Some(Guarded {
+            sources: vec![Source::Cache; decisions.len()],
+            batch: BatchDecision {
+                decisions,
+                denied_by: Some(0),
+            },
+            failure: None,
+        })
+    }
+
+    /// Forgets cached denials of `key` under `limit`: call it after resetting them.
+    pub fn forget(&self, key: &crate::Key, limit: &crate::Limit) {
+        if let Some(cache) = &self.deny {
+            cache.forget(key, limit);
+        }
+    }
+
+    /// Forgets every cached denial: call it when limits change (a policy reload).
+    pub fn forget_all(&self) {
+        if let Some(cache) = &self.deny {
+            cache.clear();
+        }
     }
 
     /// One round on the store, unless the breaker is open; bounded by the timeout.
@@ -239,6 +304,33 @@ impl<S> GuardedStore<S> {
     /// The in-process store that `local` limits fall back to.
     pub fn local(&self) -> &MemoryStore {
         &self.local
+    }
+
+    /// The deny cache, when it is on.
+    pub fn deny_cache_ref(&self) -> Option<&DenyCache> {
+        self.deny.as_ref()
+    }
+}
+
+/// Teaches the deny cache a store's answer: a charged state's entry is stale, a
+/// denial on its own is cached.
+fn remember(cache: &DenyCache, requests: &[Request<'_>], batch: &BatchDecision, now: Timestamp) {
+    for (i, (r, d)) in requests.iter().zip(&batch.decisions).enumerate() {
+        let charged = r.cost > 0 && (batch.allowed() || r.limit.count_rejected());
+        if charged {
+            cache.forget(r.key, r.limit);
+            continue;
+        }
+        // A limit sharing its state with another request of the batch was judged with
+        // that one's charge pending: its denial is not a fact about the state alone
+        // (found by the property test).
+        let shared = requests
+            .iter()
+            .enumerate()
+            .any(|(j, o)| j != i && o.key == r.key && o.limit.shape() == r.limit.shape());
+        if !shared {
+            cache.remember(r.key, r.limit, r.cost, d, now.as_micros());
+        }
     }
 }
 

@@ -303,6 +303,10 @@ impl<H: BuildHasher> MemoryStore<H> {
 }
 
 impl<H: BuildHasher + Send + Sync> Store for MemoryStore<H> {
+    fn is_local(&self) -> bool {
+        true
+    }
+
     async fn check(
         &self,
         requests: &[Request<'_>],

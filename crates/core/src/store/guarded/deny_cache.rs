@@ -1,0 +1,182 @@
+//! The deny cache: a (key, limit) that the store denied a unit-cost request with
+//! `retry_after = T` is answered here until T, without a store call.
+//!
+//! Why the answer is exact: a limit's room only grows with time and only shrinks with
+//! charges, and a denial charges nothing (limits that charge denials, `count_rejected`,
+//! are never cached). So a request of the same cost is denied at every moment before T,
+//! whatever else happens: other servers' charges make it more denied, never less. Its
+//! decision before T is also known: `remaining` 0 (a unit did not fit), `retry_after`
+//! and `reset_after` the stored ones less the time since. Only unit costs are cached:
+//! for a larger cost `remaining` can grow before T, and the cache would report it stale.
+//!
+//! What can make room before T is a reset of the key or a larger limit: `forget` and
+//! `clear` are called for those (a policy reload clears everything). A reset made by
+//! another process is not seen here; its key stays denied at most until T.
+//!
+//! What can move T later is a charge to the same state under another limit of the same
+//! shape (the state is shared, the limits differ): through this store, the entry is
+//! forgotten on every charge; through another process, the cached `retry_after` can be
+//! shorter than the truth (the verdict, denied, still holds). The service's keys name
+//! their rule, so no two of its limits share a state; same limit, other servers can't
+//! charge a denied state.
+//!
+//! Memory is bounded: at most `capacity` entries; a full shard first drops what has
+//! expired, then refuses new entries (the store answers them, as without a cache).
+
+use std::hash::{BuildHasher, RandomState};
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+
+use crate::algorithm::Algorithm;
+use crate::decision::{Decision, Outcome};
+use crate::key::Key;
+use crate::limit::{Limit, Shape};
+
+/// Shards: a lock per shard, held for one lookup or insert.
+const SHARDS: usize = 64;
+
+/// Bytes one entry takes, as the size bound counts it: the map's slot (key, limit
+/// identity, entry) and its control byte, rounded up.
+pub const ENTRY_BYTES: usize = 96;
+
+/// What tells limits apart for the cache: everything a decision depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct LimitId {
+    algorithm: Algorithm,
+    limit: u64,
+    window: u64,
+    burst: u64,
+    count_rejected: bool,
+}
+
+impl LimitId {
+    fn of(limit: &Limit) -> LimitId {
+        LimitId {
+            algorithm: limit.algorithm(),
+            limit: limit.limit(),
+            window: limit.window_micros(),
+            burst: limit.burst(),
+            count_rejected: limit.count_rejected(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    /// The limit that denied (another limit of the same shape shares the state, but
+    /// decides differently).
+    limit: LimitId,
+    /// When a unit first fits again (µs).
+    until: u64,
+    /// When the state would be no state, if nothing more were charged (µs).
+    reset_at: u64,
+    capacity: u64,
+}
+
+/// One lock's entries, by key and the state's shape.
+type Shard = HashMap<(Key, Shape), Entry>;
+
+/// Denials known to hold until a time. See the [module docs](self).
+#[derive(Debug)]
+pub struct DenyCache {
+    shards: Box<[Mutex<Shard>]>,
+    per_shard: usize,
+    hasher: RandomState,
+}
+
+impl DenyCache {
+    /// A cache of at most `bytes` (at [`ENTRY_BYTES`] an entry); `None` when that holds
+    /// no entry at all.
+    pub fn with_bytes(bytes: usize) -> Option<DenyCache> {
+        let per_shard = bytes / ENTRY_BYTES / SHARDS;
+        (per_shard > 0).then(|| DenyCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            per_shard,
+            hasher: RandomState::new(),
+        })
+    }
+
+    fn shard(&self, key: &Key) -> &Mutex<Shard> {
+        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+    }
+
+    /// The decision on a unit-cost request at `now` (µs), if a cached denial covers it.
+    pub fn get(&self, key: &Key, limit: &Limit, cost: u64, now: u64) -> Option<Decision> {
+        // A `count_rejected` limit's denials must reach the store, to be charged.
+        if cost != 1 || limit.count_rejected() {
+            return None;
+        }
+        let slot = (key.clone(), limit.shape());
+        let mut shard = self.shard(key).lock();
+        let entry = *shard.get(&slot)?;
+        if now >= entry.until {
+            shard.remove(&slot);
+            return None;
+        }
+        if entry.limit != LimitId::of(limit) {
+            return None;
+        }
+        Some(Decision {
+            outcome: Outcome::Denied {
+                retry_after: Duration::from_micros(entry.until - now),
+            },
+            limit: entry.capacity,
+            remaining: 0,
+            reset_after: Duration::from_micros(entry.reset_at.saturating_sub(now)),
+        })
+    }
+
+    /// Remembers a store's `decision` on a request of `cost` at `now` (µs), when it is
+    /// a denial the cache can answer (see the module docs).
+    pub fn remember(&self, key: &Key, limit: &Limit, cost: u64, decision: &Decision, now: u64) {
+        let Outcome::Denied { retry_after } = decision.outcome else {
+            return;
+        };
+        if cost != 1 || limit.count_rejected() || retry_after.is_zero() {
+            return;
+        }
+        let entry = Entry {
+            limit: LimitId::of(limit),
+            until: now.saturating_add(retry_after.as_micros() as u64),
+            reset_at: now.saturating_add(decision.reset_after.as_micros() as u64),
+            capacity: decision.limit,
+        };
+        let mut shard = self.shard(key).lock();
+        if shard.len() >= self.per_shard {
+            shard.retain(|_, e| e.until > now);
+            if shard.len() >= self.per_shard {
+                return;
+            }
+        }
+        shard.insert((key.clone(), limit.shape()), entry);
+    }
+
+    /// Forgets what is cached for `key`'s state under `limit`: after a reset, and after
+    /// a charge through this store (under another limit of the same shape, it moved the
+    /// cached retry time later).
+    pub fn forget(&self, key: &Key, limit: &Limit) {
+        let mut shard = self.shard(key).lock();
+        if !shard.is_empty() {
+            shard.remove(&(key.clone(), limit.shape()));
+        }
+    }
+
+    /// Forgets everything (after a policy reload).
+    pub fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().clear();
+        }
+    }
+
+    /// Entries held (expired ones not yet dropped included).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Whether no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
