@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::RecursiveMode;
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -46,6 +47,19 @@ pub async fn reload(state: &AppState, path: &Path) {
     });
 }
 
+/// Whether an event can change what the files say. A read is not: loading the policies
+/// reads them, so two services watching one directory would otherwise reload each
+/// other for ever (seen: 100 reloads a second each, and every reload empties the deny
+/// cache).
+fn is_change(kind: &EventKind) -> bool {
+    match kind {
+        // Written, then closed: a save.
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
 /// Watches `path` and reloads on every change until `shutdown`.
 pub fn watch(
     state: Arc<AppState>,
@@ -54,7 +68,7 @@ pub fn watch(
 ) -> Result<(), notify::Error> {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
     let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
-        if result.is_ok_and(|events| !events.is_empty()) {
+        if result.is_ok_and(|events| events.iter().any(|e| is_change(&e.kind))) {
             let _ = tx.send(());
         }
     })?;
@@ -81,4 +95,27 @@ pub fn watch(
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{CreateKind, ModifyKind, RemoveKind};
+
+    #[test]
+    fn reads_are_not_changes() {
+        assert!(!is_change(&EventKind::Access(AccessKind::Read)));
+        assert!(!is_change(&EventKind::Access(AccessKind::Close(
+            AccessMode::Read
+        ))));
+        assert!(!is_change(&EventKind::Access(AccessKind::Open(
+            AccessMode::Any
+        ))));
+        assert!(is_change(&EventKind::Modify(ModifyKind::Any)));
+        assert!(is_change(&EventKind::Create(CreateKind::File)));
+        assert!(is_change(&EventKind::Remove(RemoveKind::File)));
+        assert!(is_change(&EventKind::Access(AccessKind::Close(
+            AccessMode::Write
+        ))));
+    }
 }
