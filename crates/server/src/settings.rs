@@ -271,6 +271,7 @@ mod tests {
             ("SHADOW_MODE", "true"),
             ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
             ("LIMIT_RESET_HEADER", "X-Reset"),
+            ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
         ]))
         .unwrap();
         assert_eq!(s.store, "redis://:secret@redis.internal:6379");
@@ -280,6 +281,16 @@ mod tests {
         assert_eq!(s.log_level, "debug");
         assert!(s.shadow_mode);
         assert_eq!(s.reference_headers.unwrap()[2], "X-Reset");
+        assert_eq!(s.deny_cache_bytes, 1 << 20);
+        // The reference's 0 (its default: no cache) turns Spillway's off too.
+        let mut s = Settings::default();
+        s.apply_reference_env(env(&[("LOCAL_CACHE_SIZE_IN_BYTES", "0")]))
+            .unwrap();
+        assert_eq!(s.deny_cache_bytes, 0);
+        assert!(
+            s.apply_reference_env(env(&[("LOCAL_CACHE_SIZE_IN_BYTES", "lots")]))
+                .is_err()
+        );
     }
 
     #[test]
