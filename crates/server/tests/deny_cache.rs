@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
@@ -12,26 +11,6 @@ use spillway_testkit::redis::RedisServer;
 use support::{Backing, Server};
 
 const POLICY: &str = "domain: d\ndescriptors:\n  - key: user\n    limits: [{ name: per-minute, algorithm: gcra, limit: 10, window: 1m }]\n";
-
-/// Script calls Redis has answered (`EVALSHA` and `EVAL`).
-fn script_calls(redis: &RedisServer) -> u64 {
-    let out = Command::new("redis-cli")
-        .args(["-p", &redis.port().to_string(), "INFO", "commandstats"])
-        .output()
-        .expect("redis-cli runs (it comes with redis-server)");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
 
 /// `spillway_deny_cache_hits_total` as `/metrics` reports it.
 async fn cache_hits(s: &Server) -> u64 {
@@ -56,7 +35,7 @@ async fn a_denied_user_costs_no_script_calls_until_its_retry_time_or_a_reload() 
         |st| st.store_timeout = Duration::from_secs(1),
     )
     .await;
-    let before = script_calls(&redis);
+    let before = redis.script_calls();
     let hits_before = cache_hits(&s).await;
     let mut allowed = 0;
     let mut retry_ms = Vec::new();
@@ -69,7 +48,7 @@ async fn a_denied_user_costs_no_script_calls_until_its_retry_time_or_a_reload() 
             retry_ms.push(body["descriptors"][0]["retry_after_ms"].as_u64().unwrap());
         }
     }
-    let calls = script_calls(&redis) - before;
+    let calls = redis.script_calls() - before;
     eprintln!("500 decisions, {allowed} allowed, {calls} script calls");
     assert_eq!(allowed, 10);
     // 10 admissions and the first denial reach Redis; the other 489 are cached.
@@ -114,11 +93,11 @@ async fn without_the_deny_cache_every_decision_is_a_script_call() {
         },
     )
     .await;
-    let before = script_calls(&redis);
+    let before = redis.script_calls();
     for _ in 0..50 {
         s.check(check("u3")).await;
     }
     // One more when the first call finds the script not loaded (EVALSHA, then EVAL).
-    let calls = script_calls(&redis) - before;
+    let calls = redis.script_calls() - before;
     assert!((50..=51).contains(&calls), "{calls}");
 }

@@ -148,6 +148,27 @@ impl RedisServer {
         self.child.id()
     }
 
+    /// Script calls (`EVALSHA` and `EVAL`) the server has answered, from `INFO
+    /// commandstats` (through `redis-cli`, which comes with `redis-server`).
+    pub fn script_calls(&self) -> u64 {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "INFO", "commandstats"])
+            .output()
+            .expect("redis-cli runs (it comes with redis-server)");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+
     /// Sends a signal (`STOP`, `CONT`, `KILL`, …) to the server.
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")

@@ -197,24 +197,6 @@ async fn a_shadow_layer_lets_through_when_the_store_is_down_even_if_closed() {
 /// store's; `.deny_cache(0)` sends every request to Redis.
 #[tokio::test]
 async fn a_denied_client_costs_no_script_calls_until_its_retry_time() {
-    let script_calls = |redis: &RedisServer| -> u64 {
-        let out = std::process::Command::new("redis-cli")
-            .args(["-p", &redis.port().to_string(), "INFO", "commandstats"])
-            .output()
-            .expect("redis-cli runs (it comes with redis-server)");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-            .filter_map(|l| {
-                l.split("calls=")
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum()
-    };
     // Two admissions and the first denial reach Redis, plus one EVAL when the first
     // EVALSHA finds the script not loaded; without the cache, every request does.
     for (cache, calls_wanted) in [(None, 3..=4), (Some(0), 50..=51)] {
@@ -230,7 +212,7 @@ async fn a_denied_client_costs_no_script_calls_until_its_retry_time() {
         }
         let client = serve_layer(builder.build().unwrap()).await;
         assert_eq!(client.admitted(50, "/", &[]).await, 2, "{cache:?}");
-        let calls = script_calls(&redis);
+        let calls = redis.script_calls();
         assert!(
             calls_wanted.contains(&calls),
             "{cache:?}: {calls} script calls"
