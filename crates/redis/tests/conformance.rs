@@ -1,5 +1,6 @@
 //! The testkit's conformance tables, unchanged, against a real standalone Redis and a
-//! real Redis Cluster, with the manual clock passed to the script.
+//! real Redis Cluster, with the manual clock passed to the script; and through core's
+//! `GuardedStore` with its deny cache on, which must change no answer.
 
 mod support;
 
@@ -21,4 +22,19 @@ async fn cluster_passes_the_conformance_tables() {
 async fn sentinel_passes_the_conformance_tables() {
     let store = support::caller_clock_store(&spillway_testkit::redis::sentinel_url(), "conf").await;
     spillway_testkit::conformance::run_all(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_through_the_deny_cache_passes_the_conformance_tables() {
+    let store =
+        support::caller_clock_store(&spillway_testkit::redis::standalone_url(), "conf").await;
+    let guarded = spillway_core::GuardedStore::new(
+        store,
+        spillway_core::Breaker::new(5, std::time::Duration::from_millis(500)),
+    );
+    assert!(
+        guarded.deny_cache_ref().is_some(),
+        "on by default for Redis"
+    );
+    spillway_testkit::conformance::run_all(&guarded).await;
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use spillway_core::{Algorithm, Edge, Key, Limit, MemoryStore, Request, Store, Timestamp};
-use spillway_redis::RedisStore;
 
 fn algorithm() -> impl Strategy<Value = Algorithm> {
     prop_oneof![
@@ -75,7 +74,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn check_equal(
     rt: &tokio::runtime::Runtime,
-    store: &RedisStore,
+    store: &impl Store,
     case: u64,
     limits: &[Limit],
     steps: &[Step],
@@ -106,26 +105,49 @@ fn cases() -> u32 {
         .unwrap_or(300)
 }
 
-/// Runs `cases` random sequences against the store at `url` and the memory store.
-fn differential(url: &str, cases: u32) {
+/// Runs `cases` random sequences against the store at `url` (through core's
+/// `GuardedStore`, deny cache on, when `guarded`) and the memory store.
+fn differential(url: &str, cases: u32, guarded: bool) {
     let rt = runtime();
     let store = rt.block_on(support::caller_clock_store(url, "differential"));
+    if guarded {
+        let breaker = spillway_core::Breaker::new(5, Duration::from_millis(500));
+        return run_cases(
+            &rt,
+            &spillway_core::GuardedStore::new(store, breaker),
+            cases,
+        );
+    }
+    run_cases(&rt, &store, cases);
+}
+
+fn run_cases(rt: &tokio::runtime::Runtime, store: &impl Store, cases: u32) {
     let case = std::sync::atomic::AtomicU64::new(0);
     proptest!(ProptestConfig::with_cases(cases), |(
         limits in prop::collection::vec(limit(), 3),
         steps in prop::collection::vec(step(), 1..40),
     )| {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        check_equal(&rt, &store, n, &limits, &steps)?;
+        check_equal(rt, store, n, &limits, &steps)?;
     });
 }
 
 #[test]
 fn redis_decides_as_the_memory_store() {
-    differential(&spillway_testkit::redis::standalone_url(), cases());
+    differential(&spillway_testkit::redis::standalone_url(), cases(), false);
+}
+
+/// The deny cache changes no decision: the same sequences through it.
+#[test]
+fn redis_through_the_deny_cache_decides_as_the_memory_store() {
+    differential(
+        &spillway_testkit::redis::standalone_url(),
+        cases() / 2,
+        true,
+    );
 }
 
 #[test]
 fn redis_cluster_decides_as_the_memory_store() {
-    differential(&spillway_testkit::redis::cluster_url(), cases() / 4);
+    differential(&spillway_testkit::redis::cluster_url(), cases() / 4, false);
 }

@@ -312,6 +312,41 @@ impl<S> GuardedStore<S> {
     }
 }
 
+/// A guarded store is a store: every request enforced and `closed` (a failure is an
+/// `Err`), so the conformance tables and the differential test run through it, deny cache
+/// and all. A reset forgets the key's cached denials too.
+impl<S: Store> Store for GuardedStore<S> {
+    async fn check(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, Error> {
+        let guards = vec![Guard::new(Mode::Enforce, OnStoreError::Closed); requests.len()];
+        match self.decide(requests, &guards, now).await {
+            Ok(answer) => Ok(answer.batch),
+            Err(Unanswered::Invalid(e) | Unanswered::Unavailable(StoreFailure::Failed(e))) => {
+                Err(e)
+            }
+            Err(Unanswered::Unavailable(StoreFailure::BreakerOpen)) => Err(Error::Store {
+                source: "store unavailable (circuit breaker open)".into(),
+                transient: true,
+            }),
+        }
+    }
+
+    fn is_local(&self) -> bool {
+        self.store.is_local()
+    }
+
+    async fn reset(&self, key: &crate::Key, limit: &crate::Limit) -> Result<(), Error> {
+        self.forget(key, limit);
+        self.store.reset(key, limit).await?;
+        // Again: a denial of the old state may have been cached while the reset ran.
+        self.forget(key, limit);
+        Ok(())
+    }
+}
+
 /// Teaches the deny cache a store's answer: a charged state's entry is stale, a
 /// denial on its own is cached.
 fn remember(cache: &DenyCache, requests: &[Request<'_>], batch: &BatchDecision, now: Timestamp) {
