@@ -206,9 +206,13 @@ impl<S: Store> GuardedStore<S> {
     fn cached(&self, requests: &[Request<'_>], now: Timestamp) -> Option<Guarded> {
         let cache = self.deny.as_ref()?;
         let now = now.as_micros();
-        let decisions = requests
-            .iter()
-            .map(|r| cache.get(r.key, r.limit, r.cost, now))
+        let decisions = (0..requests.len())
+            .map(|i| {
+                let r = &requests[i];
+                // A cached denial was judged alone; beside a request on the same state
+                // the store may judge it otherwise.
+                (!shares_state(requests, i)).then(|| cache.get(r.key, r.limit, r.cost, now))?
+            })
             .collect::<Option<Vec<Decision>>>()?;
         Some(Guarded {
             sources: vec![Source::Cache; decisions.len()],
@@ -359,14 +363,20 @@ fn remember(cache: &DenyCache, requests: &[Request<'_>], batch: &BatchDecision, 
         // A limit sharing its state with another request of the batch was judged with
         // that one's charge pending: its denial is not a fact about the state alone
         // (found by the property test).
-        let shared = requests
-            .iter()
-            .enumerate()
-            .any(|(j, o)| j != i && o.key == r.key && o.limit.shape() == r.limit.shape());
-        if !shared {
+        if !shares_state(requests, i) {
             cache.remember(r.key, r.limit, r.cost, d, now.as_micros());
         }
     }
+}
+
+/// Whether another request of the batch is on `requests[i]`'s state (same key, same
+/// shape).
+fn shares_state(requests: &[Request<'_>], i: usize) -> bool {
+    let r = &requests[i];
+    requests
+        .iter()
+        .enumerate()
+        .any(|(j, o)| j != i && o.key == r.key && o.limit.shape() == r.limit.shape())
 }
 
 /// What an `open` policy answers: admitted, with the whole limit left.
