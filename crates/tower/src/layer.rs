@@ -12,7 +12,7 @@ use http::Response;
 use http::request::Parts;
 use spillway_core::headers::HeaderStyle;
 use spillway_core::{
-    Breaker, Clock, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, GuardedStore, Key, Limit,
+    Breaker, Clock, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, Guard, GuardedStore, Key, Limit,
     MAX_BATCH, Mode, OnStoreError, Store, SystemClock,
 };
 use tower::Layer;
@@ -288,6 +288,7 @@ impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
                 fallbacks.push(key);
             }
         }
+        let guards = vec![Guard::new(self.mode, self.on_store_error); self.rules.len()];
         let breaker = Breaker::new(self.breaker.0, self.breaker.1);
         let mut store = GuardedStore::new(self.store, breaker).timeout(self.timeout);
         if let Some(bytes) = self.deny_cache {
@@ -304,6 +305,7 @@ impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
             headers: self.headers,
             headers_on_allowed: self.headers_on_allowed,
             on_store_error: self.on_store_error,
+            guards,
         };
         Ok(RateLimitLayer {
             shared: Arc::new(shared),

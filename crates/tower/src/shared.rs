@@ -32,6 +32,8 @@ pub(crate) struct Shared<St, C> {
     pub headers: HeaderStyle,
     pub headers_on_allowed: bool,
     pub on_store_error: OnStoreError,
+    /// One per rule, all alike (the layer's mode and policy): built once, not per request.
+    pub guards: Vec<Guard>,
 }
 
 /// What to do with a request.
@@ -80,8 +82,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
             .collect();
 
         let now = self.clock.now();
-        let guards = vec![Guard::new(self.mode, self.on_store_error); requests.len()];
-        let answer = match self.store.decide(&requests, &guards, now).await {
+        let answer = match self.store.decide(&requests, &self.guards, now).await {
             Ok(answer) => answer,
             Err(Unanswered::Unavailable(failure)) => {
                 self.failed(&failure);
