@@ -155,18 +155,7 @@ impl RedisServer {
             .args(["-p", &self.port.to_string(), "INFO", "commandstats"])
             .output()
             .expect("redis-cli runs (it comes with redis-server)");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-            .filter_map(|l| {
-                l.split("calls=")
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum()
+        script_calls_in(&String::from_utf8_lossy(&out.stdout))
     }
 
     /// Sends a signal (`STOP`, `CONT`, `KILL`, …) to the server.
@@ -213,4 +202,19 @@ fn spawn(port: u16, dir: &std::path::Path, args: &[String]) -> Child {
         .stdout(Stdio::null())
         .spawn()
         .expect("redis-server runs (scripts/test installs it)")
+}
+
+/// The `EVALSHA` and `EVAL` calls an `INFO commandstats` reply counts.
+pub fn script_calls_in(info: &str) -> u64 {
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }

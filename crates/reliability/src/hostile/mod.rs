@@ -122,18 +122,7 @@ async fn script_calls(url: &str) -> anyhow::Result<u64> {
         .arg("commandstats")
         .query_async(&mut conn)
         .await?;
-    Ok(info
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum())
+    Ok(spillway_testkit::redis::script_calls_in(&info))
 }
 
 struct Sender {
