@@ -30,7 +30,7 @@ pub mod token_bucket;
 pub use kind::{Algorithm, Edge};
 
 use crate::decision::Decision;
-use meter::Meter;
+use meter::Meter as _;
 
 /// The stored state of one limit for one key. `State::default()` is "no state":
 /// nothing charged yet. Opaque: only the limit it belongs to can read it.
@@ -120,7 +120,7 @@ impl Params {
 
     #[inline]
     pub(crate) fn check(&self, state: &State, now: u64, cost: u64) -> Decision {
-        dispatch!(self, |p| check(p, state, now, cost))
+        dispatch!(self, |p| read(state, |s| p.check(s, now, cost)))
     }
 
     #[inline]
@@ -135,23 +135,17 @@ impl Params {
 
     #[inline]
     pub(crate) fn idle_at(&self, state: &State) -> u64 {
-        dispatch!(self, |p| match Slot::get(&state.0) {
-            Some(s) => p.idle_at(s),
-            None => p.idle_at(&Default::default()),
-        })
+        dispatch!(self, |p| read(state, |s| p.idle_at(s)))
     }
 }
 
-/// `m`'s decision on the state it finds, or on no state when the stored one belongs to
-/// another algorithm (or there is none).
+/// `f` on the state of type `T` that `state` holds, or on no state when it holds
+/// another algorithm's (or none).
 #[inline]
-fn check<M: Meter>(m: &M, state: &State, now: u64, cost: u64) -> Decision
-where
-    M::State: Slot,
-{
-    match Slot::get(&state.0) {
-        Some(s) => m.check(s, now, cost),
-        None => m.check(&M::State::default(), now, cost),
+fn read<T: Slot, R>(state: &State, f: impl FnOnce(&T) -> R) -> R {
+    match T::get(&state.0) {
+        Some(s) => f(s),
+        None => f(&T::default()),
     }
 }
 
