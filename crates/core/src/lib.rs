@@ -52,6 +52,7 @@ mod key;
 mod limit;
 mod limiter;
 mod mode;
+pub mod sharing;
 pub mod store;
 mod time;
 
@@ -66,6 +67,7 @@ pub use key::{Key, MAX_KEY_LEN};
 pub use limit::{Limit, LimitBuilder, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Shape};
 pub use limiter::Limiter;
 pub use mode::{Mode, OnStoreError};
+pub use sharing::Sharing;
 pub use store::{
     DEFAULT_DENY_CACHE_BYTES, DenyCache, Guard, Guarded, GuardedStore, MAX_BATCH, MemoryStore,
     MemoryStoreBuilder, Request, Source, Store, Unanswered,

@@ -134,6 +134,15 @@ impl Limit {
         self.count_rejected
     }
 
+    /// The same limit, charging rejected requests too (same shape, same state): a sync
+    /// flush adds hits that were already admitted, whatever the count now says.
+    pub fn counting_rejected(&self) -> Limit {
+        Limit {
+            count_rejected: true,
+            ..self.clone()
+        }
+    }
+
     /// `(limit, window µs)` divided by their gcd: `(refill per µs, units per token)`,
     /// the integer rate `token_bucket` and `gcra` compute with. Exposed for stores that
     /// run the algorithms elsewhere (the Redis script takes them as arguments).

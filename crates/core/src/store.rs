@@ -96,3 +96,31 @@ pub(crate) fn validate_cost(cost: u64) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// A shared store is a store: several [`GuardedStore`]s (simulated servers, say) can
+/// decide on one.
+impl<S: Store> Store for std::sync::Arc<S> {
+    fn check(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+    ) -> impl Future<Output = Result<BatchDecision, Error>> + Send {
+        (**self).check(requests, now)
+    }
+
+    fn check_one(
+        &self,
+        request: Request<'_>,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        (**self).check_one(request, now)
+    }
+
+    fn is_local(&self) -> bool {
+        (**self).is_local()
+    }
+
+    fn reset(&self, key: &Key, limit: &Limit) -> impl Future<Output = Result<(), Error>> + Send {
+        (**self).reset(key, limit)
+    }
+}

@@ -88,6 +88,10 @@ pub(crate) struct NativeLimit {
     pub edge: Option<String>,
     #[serde(default)]
     pub count_rejected: bool,
+    /// Units a server takes from the store at once (`Sharing::Lease`).
+    pub lease: Option<u64>,
+    /// How often a server adds its hits to the store (`Sharing::Sync`), a duration.
+    pub sync: Option<String>,
     #[serde(default)]
     pub replaces: Vec<Replaces>,
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use spillway_core::{Algorithm, Limit, Mode, OnStoreError};
+use spillway_core::{Algorithm, Limit, Mode, OnStoreError, Sharing};
 
 use crate::Unit;
 
@@ -38,6 +38,9 @@ pub struct Rule {
     pub on_store_error: Option<OnStoreError>,
     /// Names of other rules this one drops from a request where both match.
     pub replaces: Vec<Arc<str>>,
+    /// How the servers share the limit through the store: exact, a lease or sync
+    /// (native limits' `lease` and `sync`; checked against the limit when loaded).
+    pub sharing: Sharing,
     /// Reference semantics: `remaining` is 0 whenever over the limit.
     pub reference: bool,
     /// Told apart from the node's other limits in the counter key (native limits only):
@@ -73,6 +76,7 @@ impl Rule {
             quota_mode: false,
             on_store_error: None,
             replaces: Vec::new(),
+            sharing: Sharing::Exact,
             reference: true,
             slot: Arc::from(""),
             metric: Arc::from(""),

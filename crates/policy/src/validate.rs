@@ -10,7 +10,7 @@ use crate::raw;
 use crate::rule::{Rule, RuleLimit};
 use crate::set::{Domain, Level, Node};
 use crate::{Error, Unit};
-use spillway_core::{Mode, OnStoreError};
+use spillway_core::{Mode, OnStoreError, Sharing};
 
 /// Collects the mistakes of one file.
 struct Checker<'a> {
@@ -185,6 +185,7 @@ fn node(
             quota_mode: d.quota_mode,
             on_store_error,
             replaces,
+            sharing: Sharing::Exact,
             reference: false,
             slot: Arc::from(slot),
             metric: Arc::from(metric),
@@ -256,19 +257,22 @@ fn node(
                 }
                 let replaces = replaces(c, l, &l.value.replaces, l.value.name.as_deref(), &f);
                 match native_limit(&l.value) {
-                    Ok((limit, unit)) => {
+                    Ok((limit, unit, sharing)) => {
                         let slot = match &l.value.name {
                             Some(name) => format!("#{name}"),
                             None => format!("#{j}"),
                         };
-                        rules.push(base(
-                            RuleLimit::Limited(limit.clone()),
-                            limit.limit(),
-                            unit,
-                            l.value.name.clone(),
-                            slot,
-                            replaces,
-                        ));
+                        rules.push(Rule {
+                            sharing,
+                            ..base(
+                                RuleLimit::Limited(limit.clone()),
+                                limit.limit(),
+                                unit,
+                                l.value.name.clone(),
+                                slot,
+                                replaces,
+                            )
+                        });
                     }
                     Err((sub, message)) => {
                         let f = if sub.is_empty() {
@@ -317,8 +321,10 @@ fn replaces<T>(
     names
 }
 
-/// A native limit, or the sub-field at fault and what is wrong with it.
-fn native_limit(l: &raw::NativeLimit) -> Result<(Limit, Option<Unit>), (&'static str, String)> {
+/// A native limit with its sharing, or the sub-field at fault and what is wrong with it.
+fn native_limit(
+    l: &raw::NativeLimit,
+) -> Result<(Limit, Option<Unit>, Sharing), (&'static str, String)> {
     let algorithm = match &l.algorithm {
         Some(a) => a
             .parse::<Algorithm>()
@@ -362,7 +368,19 @@ fn native_limit(l: &raw::NativeLimit) -> Result<(Limit, Option<Unit>), (&'static
         b = b.burst(burst);
     }
     let limit = b.build().map_err(|e| ("", message(e)))?;
-    Ok((limit, Unit::of_window(window)))
+    let (sharing, field) = match (l.lease, &l.sync) {
+        (Some(_), Some(_)) => return Err(("lease", "set lease or sync, not both".into())),
+        (Some(units), None) => (Sharing::Lease { units }, "lease"),
+        (None, Some(every)) => (
+            Sharing::Sync {
+                every: crate::duration::parse(every).map_err(|e| ("sync", e))?,
+            },
+            "sync",
+        ),
+        (None, None) => (Sharing::Exact, ""),
+    };
+    sharing.check(&limit).map_err(|e| (field, e))?;
+    Ok((limit, Unit::of_window(window), sharing))
 }
 
 /// The core's message without its `invalid limit: ` prefix (the field already says where).

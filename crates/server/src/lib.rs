@@ -162,11 +162,13 @@ pub async fn start_with_policies(
         let (state, shutdown) = (Arc::clone(&state), shutdown.clone());
         async move {
             let upkeep = tokio::spawn(upkeep(Arc::clone(&state), reporter, shutdown.clone()));
+            let sync = tokio::spawn(sync(Arc::clone(&state)));
             tokio::join!(
                 listen::serve(http, http_app, shutdown.clone(), timeouts),
                 listen::serve(grpc, grpc_app, shutdown.clone(), timeouts),
             );
             upkeep.abort();
+            sync.abort();
             tracing::info!("stopped");
         }
     });
@@ -235,6 +237,17 @@ pub fn http_app(state: Arc<AppState>) -> axum::Router {
 
 fn local(l: &TcpListener) -> SocketAddr {
     l.local_addr().expect("a bound listener has an address")
+}
+
+/// Every `MIN_SYNC`: the `sync` limits' counts that are due go to the store (one
+/// flush at a time; a slow store delays the next tick instead of piling flushes up).
+async fn sync(state: Arc<AppState>) {
+    let mut tick = tokio::time::interval(spillway_core::sharing::MIN_SYNC);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        state.service.flush().await;
+    }
 }
 
 /// Once a second: the gRPC health status follows readiness, and the Prometheus

@@ -87,6 +87,11 @@ pub fn deny_cache_hit() {
     counter!("spillway_deny_cache_hits_total").increment(1);
 }
 
+/// A decision answered from this server's share of a limit (a lease or sync count).
+pub fn share_hit() {
+    counter!("spillway_share_decisions_total").increment(1);
+}
+
 /// The breaker's state: 0 closed, 1 open, 2 half-open.
 pub fn breaker(state: BreakerState) {
     let value = match state {

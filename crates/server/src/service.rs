@@ -107,6 +107,11 @@ impl Service {
         self.policies.load()
     }
 
+    /// Adds the sync counts that are due to the store (see `GuardedStore::flush`).
+    pub async fn flush(&self) {
+        self.stores.flush(self.clock.now()).await;
+    }
+
     pub fn stores(&self) -> &Stores {
         &self.stores
     }
@@ -239,7 +244,7 @@ impl Service {
             .map(|&i| {
                 let rule = &hits[i].rule;
                 let policy = rule.on_store_error.unwrap_or(self.options.on_store_error);
-                Guard::new(rule.mode, policy)
+                Guard::new(rule.mode, policy).sharing(rule.sharing)
             })
             .collect();
         let answer = match self.stores.decide(&batch, &guards, now).await {
@@ -263,6 +268,7 @@ impl Service {
                 match source {
                     Source::Store => {}
                     Source::Cache => metrics::deny_cache_hit(),
+                    Source::Share => metrics::share_hit(),
                     Source::Local => locally = true,
                     Source::Open => metrics::fallback("open"),
                 }

@@ -33,6 +33,18 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A lease or sync the limit cannot keep its bound with.
+    #[error("limit `{limit}`: {message}")]
+    InvalidSharing {
+        /// The limit.
+        limit: String,
+        /// Why (`Sharing::check`'s message).
+        message: String,
+    },
+    /// A `sync` limit needs a task to flush its counts: build the layer inside a Tokio
+    /// runtime.
+    #[error("a limit with sync needs a Tokio runtime: build the layer inside one")]
+    NoRuntime,
     /// A store timeout of zero would fail every request.
     #[error("the store timeout must be more than zero (got {0:?})")]
     ZeroTimeout(Duration),

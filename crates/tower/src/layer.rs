@@ -13,7 +13,7 @@ use http::request::Parts;
 use spillway_core::headers::HeaderStyle;
 use spillway_core::{
     Breaker, Clock, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, Guard, GuardedStore, Key, Limit,
-    MAX_BATCH, Mode, OnStoreError, Store, SystemClock,
+    MAX_BATCH, Mode, OnStoreError, Sharing, Store, SystemClock,
 };
 use tower::Layer;
 
@@ -31,6 +31,7 @@ pub struct Rule {
     pub(crate) limit: Limit,
     pub(crate) key: KeyExtractor,
     pub(crate) cost: Option<CostFn>,
+    pub(crate) sharing: Sharing,
 }
 
 impl Rule {
@@ -41,7 +42,26 @@ impl Rule {
             limit,
             key,
             cost: None,
+            sharing: Sharing::Exact,
         }
+    }
+
+    /// Takes up to `units` from a remote store at once and admits locally from them
+    /// ([`Sharing::Lease`]: never over the limit; under by at most `units` per server
+    /// per window). `fixed_window` only; checked when the layer is built. No-op on a
+    /// `MemoryStore`.
+    pub fn lease(mut self, units: u64) -> Rule {
+        self.sharing = Sharing::Lease { units };
+        self
+    }
+
+    /// Counts locally and adds the hits to a remote store every `every`
+    /// ([`Sharing::Sync`]: never under the limit; over by at most what the other
+    /// servers admit in `2 × every`). `fixed_window` only; the layer must be built
+    /// inside a Tokio runtime (a task flushes the counts). No-op on a `MemoryStore`.
+    pub fn sync(mut self, every: Duration) -> Rule {
+        self.sharing = Sharing::Sync { every };
+        self
     }
 
     /// What a request costs against this limit (bytes for a bandwidth limit, say);
@@ -154,7 +174,7 @@ impl<St, C> fmt::Debug for RateLimitLayer<St, C> {
 
 // === impl RateLimitLayerBuilder ===
 
-impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
+impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
     /// Decides at the time `clock` says ([`ManualClock`](spillway_core::ManualClock) in
     /// tests). A Redis store in server-time mode uses Redis's clock for limits; this
     /// one still times the circuit breaker.
@@ -288,7 +308,27 @@ impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
                 fallbacks.push(key);
             }
         }
-        let guards = vec![Guard::new(self.mode, self.on_store_error); self.rules.len()];
+        for rule in &self.rules {
+            rule.sharing
+                .check(&rule.limit)
+                .map_err(|message| Error::InvalidSharing {
+                    limit: rule.name.to_string(),
+                    message,
+                })?;
+        }
+        let syncs = self
+            .rules
+            .iter()
+            .any(|r| matches!(r.sharing, Sharing::Sync { .. }));
+        let runtime = tokio::runtime::Handle::try_current();
+        if syncs && runtime.is_err() {
+            return Err(Error::NoRuntime);
+        }
+        let guards = self
+            .rules
+            .iter()
+            .map(|r| Guard::new(self.mode, self.on_store_error).sharing(r.sharing))
+            .collect();
         let breaker = Breaker::new(self.breaker.0, self.breaker.1);
         let mut store = GuardedStore::new(self.store, breaker).timeout(self.timeout);
         if let Some(bytes) = self.deny_cache {
@@ -307,9 +347,11 @@ impl<St: Store, C: Clock> RateLimitLayerBuilder<St, C> {
             on_store_error: self.on_store_error,
             guards,
         };
-        Ok(RateLimitLayer {
-            shared: Arc::new(shared),
-        })
+        let shared = Arc::new(shared);
+        if let (true, Ok(runtime)) = (syncs, runtime) {
+            runtime.spawn(crate::shared::sync(Arc::downgrade(&shared)));
+        }
+        Ok(RateLimitLayer { shared })
     }
 }
 

@@ -36,6 +36,19 @@ pub(crate) struct Shared<St, C> {
     pub guards: Vec<Guard>,
 }
 
+/// Flushes the layer's `sync` counts every `MIN_SYNC` until the layer is dropped.
+pub(crate) async fn sync<St: Store, C: Clock>(shared: std::sync::Weak<Shared<St, C>>) {
+    let mut tick = tokio::time::interval(spillway_core::sharing::MIN_SYNC);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared.store.flush(shared.clock.now()).await;
+    }
+}
+
 /// What to do with a request.
 pub(crate) enum Verdict {
     /// Call the inner service; add these headers to its response.
@@ -97,8 +110,14 @@ impl<St: Store, C: Clock> Shared<St, C> {
         };
         match &answer.failure {
             None => {
-                if answer.sources.first() == Some(&Source::Cache) {
-                    metrics::counter!("spillway_tower_deny_cache_hits_total").increment(1);
+                match answer.sources.first() {
+                    Some(Source::Cache) => {
+                        metrics::counter!("spillway_tower_deny_cache_hits_total").increment(1);
+                    }
+                    Some(Source::Share) => {
+                        metrics::counter!("spillway_tower_share_decisions_total").increment(1);
+                    }
+                    _ => {}
                 }
                 self.verdict(&answer.batch)
             }

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
-use spillway_policy::{Mode, Rule, RuleLimit};
+use spillway_core::Sharing;
+use spillway_policy::{Mode, Rule, RuleLimit, duration};
 
 pub const EXAMPLES: &str = "\
 Exit status: 0 every file is valid, 1 a file has errors (each printed as
@@ -114,7 +115,19 @@ fn describe(rule: &Rule) -> String {
         let names: Vec<&str> = rule.replaces.iter().map(|n| &**n).collect();
         out.push_str(&format!(" [replaces {}]", names.join(", ")));
     }
+    if let Some(sharing) = sharing(rule.sharing) {
+        out.push_str(&format!(" [{sharing}: {}]", rule.sharing.bound()));
+    }
     out
+}
+
+/// `lease 20` or `sync 100ms`; `None` when exact.
+fn sharing(s: Sharing) -> Option<String> {
+    match s {
+        Sharing::Exact => None,
+        Sharing::Lease { units } => Some(format!("lease {units}")),
+        Sharing::Sync { every } => Some(format!("sync {}", duration::format(every))),
+    }
 }
 
 fn rule_json(rule: &Rule) -> Value {
@@ -138,5 +151,7 @@ fn rule_json(rule: &Rule) -> Value {
         "mode": if rule.mode == Mode::Shadow { "shadow" } else { "enforce" },
         "reference": rule.reference,
         "on_store_error": rule.on_store_error.map(|p| p.name()),
+        "sharing": sharing(rule.sharing),
+        "bound": rule.sharing.bound(),
     })
 }

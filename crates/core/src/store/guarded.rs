@@ -15,34 +15,45 @@
 //!   a remote store, off for one in this process (nothing to save).
 
 mod deny_cache;
+mod quota;
 
 use std::time::Duration;
 
 pub use deny_cache::DenyCache;
 
 use crate::{
-    BatchDecision, Breaker, Decision, Error, Mode, OnStoreError, Outcome, Store, StoreFailure,
-    Timestamp,
+    BatchDecision, Breaker, Decision, Error, Mode, OnStoreError, Outcome, Sharing, Store,
+    StoreFailure, Timestamp,
 };
+use quota::{Local, Quotas};
 
 use super::{MemoryStore, Request};
 
-/// How one request's answer is used: the mode and failure policy of its limit.
+/// How one request's answer is used: the mode, failure policy and sharing of its limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Guard {
     /// Enforce, or only observe.
     pub mode: Mode,
     /// What to do when the store gives no answer.
     pub on_store_error: OnStoreError,
+    /// Exact, a lease or sync (checked against the limit by [`Sharing::check`]).
+    pub sharing: Sharing,
 }
 
 impl Guard {
-    /// A guard for a limit in `mode` with failure policy `on_store_error`.
+    /// A guard for an exact limit in `mode` with failure policy `on_store_error`.
     pub fn new(mode: Mode, on_store_error: OnStoreError) -> Guard {
         Guard {
             mode,
             on_store_error,
+            sharing: Sharing::Exact,
         }
+    }
+
+    /// The same guard, sharing its limit as `sharing` says.
+    pub fn sharing(mut self, sharing: Sharing) -> Guard {
+        self.sharing = sharing;
+        self
     }
 
     /// The failure policy that applies: a shadow limit never changes an answer, so
@@ -66,6 +77,8 @@ pub enum Source {
     Open,
     /// The deny cache: the store denied it before, and that denial still holds.
     Cache,
+    /// This server's share of the limit: a lease, or its count kept by sync.
+    Share,
 }
 
 /// The deny cache's default size: 16 MiB, about 170,000 cached denials.
@@ -126,25 +139,32 @@ pub struct GuardedStore<S> {
     timeout: Option<Duration>,
     local: MemoryStore,
     deny: Option<DenyCache>,
+    quotas: Option<Quotas>,
 }
 
 impl<S: Store> GuardedStore<S> {
     /// Guards `store` with `breaker`. Without a [`timeout`](GuardedStore::timeout),
     /// the store's own bounds the wait (the Redis store has one). The deny cache is on
-    /// ([`DEFAULT_DENY_CACHE_BYTES`]) unless the store is in this process.
+    /// ([`DEFAULT_DENY_CACHE_BYTES`]) unless the store is in this process; so are
+    /// leases and sync (on a store in this process they would save nothing: no-ops).
     pub fn new(store: S, breaker: Breaker) -> GuardedStore<S> {
-        let bytes = if store.is_local() {
-            0
-        } else {
-            DEFAULT_DENY_CACHE_BYTES
-        };
+        let remote = !store.is_local();
         GuardedStore {
             store,
             breaker,
             timeout: None,
             local: MemoryStore::new(),
-            deny: DenyCache::with_bytes(bytes),
+            deny: DenyCache::with_bytes(if remote { DEFAULT_DENY_CACHE_BYTES } else { 0 }),
+            quotas: remote.then(Quotas::new),
         }
+    }
+
+    /// Acts on leases and sync (`true`) or decides every limit exactly (`false`),
+    /// whichever the store: `spillway simulate --servers` shares one in-process store
+    /// between simulated servers this way.
+    pub fn shares(mut self, on: bool) -> GuardedStore<S> {
+        self.quotas = on.then(Quotas::new);
+        self
     }
 
     /// Sizes the deny cache at `bytes`; 0 turns it off.
@@ -182,8 +202,27 @@ impl<S: Store> GuardedStore<S> {
         if let Some(answer) = self.cached(requests, now) {
             return Ok(answer);
         }
-        let failure = match self.call(requests, now).await {
+        let quotas = self
+            .quotas
+            .as_ref()
+            .filter(|_| guards.iter().any(|g| g.sharing.is_shared()));
+        let result = match quotas {
+            None => self.call(requests, now).await,
+            Some(quotas) => match quotas.answer(requests, guards, now.as_micros()) {
+                Local::Answer(batch) => {
+                    return Ok(Guarded {
+                        sources: vec![Source::Share; batch.decisions.len()],
+                        batch,
+                        failure: None,
+                    });
+                }
+                Local::Ask(asks) => self.ask(quotas, requests, guards, &asks, now).await,
+            },
+        };
+        let failure = match result {
             Ok(batch) => {
+                // With a lease's larger ask denied, the cost alone was denied too (else
+                // it was asked again): a fixed window's denial holds to its end either way.
                 if let Some(cache) = &self.deny {
                     remember(cache, requests, &batch, now);
                 }
@@ -199,6 +238,70 @@ impl<S: Store> GuardedStore<S> {
             return Err(Unanswered::Unavailable(failure));
         }
         self.fall_back(requests, guards, now, failure)
+    }
+
+    /// One round for requests with shares: leases ask for `asks` (more than their
+    /// cost); if that is denied where the costs alone might not be, the costs are asked
+    /// exactly, so the store's last units are not left unspent.
+    async fn ask(
+        &self,
+        quotas: &Quotas,
+        requests: &[Request<'_>],
+        guards: &[Guard],
+        asks: &[u64],
+        now: Timestamp,
+    ) -> Result<BatchDecision, StoreFailure> {
+        let asked: Vec<Request<'_>> = requests
+            .iter()
+            .zip(asks)
+            .map(|(r, &cost)| Request { cost, ..*r })
+            .collect();
+        let mut batch = self.call(&asked, now).await?;
+        let mut asks = asks;
+        if !batch.allowed()
+            && requests
+                .iter()
+                .zip(&batch.decisions)
+                .zip(asks)
+                .any(|((r, d), &ask)| ask > r.cost && !d.allowed() && d.remaining >= r.cost)
+        {
+            batch = self.call(requests, now).await?;
+            asks = &[];
+        }
+        let asks: Vec<u64> = if asks.is_empty() {
+            requests.iter().map(|r| r.cost).collect()
+        } else {
+            asks.to_vec()
+        };
+        quotas.learn(requests, guards, &asks, &mut batch, now.as_micros());
+        Ok(batch)
+    }
+
+    /// Adds every sync count that is due to the store (one call per key group, at most
+    /// [`MAX_BATCH`](super::MAX_BATCH) keys each) and learns the counts back. Call it
+    /// every [`MIN_SYNC`](crate::sharing::MIN_SYNC) or so ([`GuardedStore::sync_every`]
+    /// does, in the background): each key is flushed when its `sync` interval is due.
+    pub async fn flush(&self, now: Timestamp) {
+        let Some(quotas) = &self.quotas else {
+            return;
+        };
+        let mut due = quotas.due(now.as_micros());
+        due.sort_by(|a, b| a.key.group().cmp(b.key.group()));
+        for group in due.chunk_by(|a, b| a.key.group() == b.key.group()) {
+            for chunk in group.chunks(super::MAX_BATCH) {
+                let requests: Vec<Request<'_>> = chunk
+                    .iter()
+                    .map(|f| Request::new(&f.key, &f.limit, f.pending))
+                    .collect();
+                let batch = self.call(&requests, now).await.ok();
+                for (i, f) in chunk.iter().enumerate() {
+                    quotas.flushed(f, batch.as_ref().map(|b| &b.decisions[i]), now.as_micros());
+                    if batch.is_some() && f.pending > 0 {
+                        self.forget_denial(&f.key, &f.limit);
+                    }
+                }
+            }
+        }
     }
 
     /// The answer when every request has a cached denial (a batch with one request
@@ -224,17 +327,29 @@ impl<S: Store> GuardedStore<S> {
         })
     }
 
-    /// Forgets cached denials of `key` under `limit`: call it after resetting them.
+    /// Forgets cached denials, leases and sync counts of `key` under `limit`: call it
+    /// after resetting them.
     pub fn forget(&self, key: &crate::Key, limit: &crate::Limit) {
+        self.forget_denial(key, limit);
+        if let Some(quotas) = &self.quotas {
+            quotas.forget(key, limit);
+        }
+    }
+
+    fn forget_denial(&self, key: &crate::Key, limit: &crate::Limit) {
         if let Some(cache) = &self.deny {
             cache.forget(key, limit);
         }
     }
 
-    /// Forgets every cached denial: call it when limits change (a policy reload).
+    /// Forgets every cached denial, lease and sync count: call it when limits change
+    /// (a policy reload).
     pub fn forget_all(&self) {
         if let Some(cache) = &self.deny {
             cache.clear();
+        }
+        if let Some(quotas) = &self.quotas {
+            quotas.clear();
         }
     }
 

@@ -1,0 +1,430 @@
+//! This server's share of a fixed-window limit: a quota lease, or a count kept in step
+//! with the store by batched sync (see [`Sharing`](crate::Sharing)).
+//!
+//! Every entry lives for one window, by this server's clock: it ends `reset_after`
+//! after the request that learned it was *sent* (the store read its time after that,
+//! so the entry ends no later than the store's window). A lease's unspent units and a
+//! sync's unflushed hits go with it:
+//!
+//! - **Lease**: units the store has already counted in this window; spending them in
+//!   the same window admits nothing the store did not. Unspent units are lost (giving
+//!   them back would take a call, and the window's count would still have refused
+//!   others meanwhile): at most `units − 1` per server per window.
+//! - **Sync**: `known` is the window's count at the store when this server last heard
+//!   (a lower bound of the truth, which only grows within a window), `pending` the hits
+//!   admitted here since, `flushing` those on their way to the store. A request is
+//!   admitted while `known + pending + flushing + cost ≤ limit`, and denied otherwise
+//!   (certainly: the true count is at least that). Each entry is flushed at the last
+//!   [`MIN_SYNC`](crate::sharing::MIN_SYNC) tick before its interval `every` is up, and
+//!   answers only while it heard from the store less than `every` ago (else the exact
+//!   path decides: a store outage does not leave servers counting alone). What a
+//!   server cannot see when it admits at `x` is the hits the others admitted since
+//!   their last flush before it last heard — after `x − 2 × every` — and, if it took the
+//!   exact path because its entry went stale, its own unflushed ones: the
+//!   over-admission in a window is at most what the servers admit in `2 × every`.
+//!
+//! Memory is bounded: [`MAX_ENTRIES`]; past it, new keys take the exact path.
+
+use std::hash::{BuildHasher, RandomState};
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+
+use crate::decision::{BatchDecision, Decision, Outcome};
+use crate::key::Key;
+use crate::limit::{Limit, Shape};
+use crate::sharing::Sharing;
+use crate::store::Request;
+
+use super::Guard;
+
+const SHARDS: usize = 64;
+
+/// The flush ticker's period (µs): a count is flushed at the last tick before its
+/// interval is up, so it is never older than its interval.
+const TICK: u64 = crate::sharing::MIN_SYNC.as_micros() as u64;
+
+/// The most keys held (leases and sync counts together).
+pub const MAX_ENTRIES: usize = 1 << 20;
+
+#[derive(Debug)]
+enum Entry {
+    Lease {
+        /// Units left to spend.
+        units: u64,
+        /// `remaining` in the store's last reply: how much a new lease may ask for.
+        hint: u64,
+        /// The window's end (µs).
+        until: u64,
+    },
+    Sync {
+        known: u64,
+        pending: u64,
+        flushing: u64,
+        until: u64,
+        /// When the store last answered for this key (µs).
+        heard: u64,
+        every: u64,
+        /// The limit, charging rejected hits too: a flush adds hits already admitted.
+        flush: Limit,
+        key: Key,
+    },
+}
+
+impl Entry {
+    fn until(&self) -> u64 {
+        match self {
+            Entry::Lease { until, .. } | Entry::Sync { until, .. } => *until,
+        }
+    }
+}
+
+/// One lock's entries, by key and the state's shape.
+type Shard = HashMap<(Key, Shape), Entry>;
+
+/// What this server may decide alone.
+pub(super) enum Local {
+    /// Every request answered here.
+    Answer(BatchDecision),
+    /// The store must decide; ask it for these costs (a lease asks for more than the
+    /// request's cost).
+    Ask(Vec<u64>),
+}
+
+/// A sync flush: `pending` hits of `key` to add to the store.
+pub(super) struct Flush {
+    pub key: Key,
+    pub limit: Limit,
+    pub pending: u64,
+}
+
+/// The leases and sync counts of one server. See the [module docs](self).
+#[derive(Debug)]
+pub(super) struct Quotas {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+}
+
+impl Quotas {
+    pub fn new() -> Quotas {
+        Quotas {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn shard(&self, key: &Key) -> &Mutex<Shard> {
+        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+    }
+
+    /// Decides `requests` here when every one of them is shared and can be: spends the
+    /// lease units or counts the hits. Otherwise takes nothing and says what to ask the
+    /// store for.
+    pub fn answer(&self, requests: &[Request<'_>], guards: &[Guard], now: u64) -> Local {
+        let mut decisions = Vec::with_capacity(requests.len());
+        let mut denied_by = None;
+        let mut taken = 0;
+        for (i, (r, g)) in requests.iter().zip(guards).enumerate() {
+            match self.take(r, g.sharing, now) {
+                Some(d) => {
+                    if d.allowed() {
+                        taken = i + 1;
+                    } else {
+                        denied_by = Some(i);
+                    }
+                    decisions.push(d);
+                }
+                None => break,
+            }
+            if denied_by.is_some() {
+                break;
+            }
+        }
+        let complete = decisions.len() == requests.len();
+        if complete && denied_by.is_none() {
+            return Local::Answer(BatchDecision {
+                decisions,
+                denied_by: None,
+            });
+        }
+        // Not all answered here, or one denied: give back what was taken.
+        for (r, g) in requests[..taken].iter().zip(guards) {
+            self.give_back(r, g.sharing);
+        }
+        if let (true, Some(i)) = (complete, denied_by) {
+            return Local::Answer(BatchDecision {
+                decisions,
+                denied_by: Some(i),
+            });
+        }
+        // A denial here with requests after it unanswered: the batch is denied, but
+        // their decisions are the store's to give.
+        Local::Ask(
+            requests
+                .iter()
+                .zip(guards)
+                .map(|(r, g)| self.ask(r, g.sharing, now))
+                .collect(),
+        )
+    }
+
+    /// One request decided here: spent from a lease or counted by sync; `None` when
+    /// only the store can tell.
+    fn take(&self, r: &Request<'_>, sharing: Sharing, now: u64) -> Option<Decision> {
+        if !sharing.is_shared() {
+            return None;
+        }
+        let mut shard = self.shard(r.key).lock();
+        let entry = shard.get_mut(&(r.key.clone(), r.limit.shape()))?;
+        if now >= entry.until() {
+            return None;
+        }
+        let capacity = r.limit.capacity();
+        match entry {
+            Entry::Lease {
+                units, hint, until, ..
+            } => {
+                if *units < r.cost {
+                    return None;
+                }
+                *units -= r.cost;
+                Some(allowed(capacity, *hint + *units, *until - now))
+            }
+            Entry::Sync {
+                known,
+                pending,
+                flushing,
+                until,
+                heard,
+                every,
+                ..
+            } => {
+                if now >= heard.saturating_add(*every) {
+                    return None;
+                }
+                let used = *known + *pending + *flushing;
+                let reset_after = Duration::from_micros(*until - now);
+                if used + r.cost <= r.limit.limit() {
+                    *pending += r.cost;
+                    Some(allowed(capacity, capacity - used - r.cost, *until - now))
+                } else if r.cost > capacity {
+                    Some(Decision {
+                        outcome: Outcome::CostExceedsCapacity,
+                        limit: capacity,
+                        remaining: capacity.saturating_sub(used),
+                        reset_after,
+                    })
+                } else {
+                    Some(Decision {
+                        outcome: Outcome::Denied {
+                            retry_after: reset_after,
+                        },
+                        limit: capacity,
+                        remaining: capacity.saturating_sub(used),
+                        reset_after,
+                    })
+                }
+            }
+        }
+    }
+
+    fn give_back(&self, r: &Request<'_>, sharing: Sharing) {
+        if !sharing.is_shared() {
+            return;
+        }
+        let mut shard = self.shard(r.key).lock();
+        match shard.get_mut(&(r.key.clone(), r.limit.shape())) {
+            Some(Entry::Lease { units, .. }) => *units += r.cost,
+            Some(Entry::Sync { pending, .. }) => *pending -= r.cost,
+            None => {}
+        }
+    }
+
+    /// What to ask the store for: a lease's full size (as much as the store had left
+    /// when it last said), else the cost.
+    fn ask(&self, r: &Request<'_>, sharing: Sharing, now: u64) -> u64 {
+        let Sharing::Lease { units: size } = sharing else {
+            return r.cost;
+        };
+        let shard = self.shard(r.key).lock();
+        let hint = match shard.get(&(r.key.clone(), r.limit.shape())) {
+            Some(Entry::Lease { hint, until, .. }) if now < *until => *hint,
+            _ => size,
+        };
+        r.cost.max(size.min(hint))
+    }
+
+    /// Learns the store's answer to `requests` asked with `asks`, sent at `now`, and
+    /// turns each lease's decision into the request's own (the spare units are this
+    /// server's).
+    pub fn learn(
+        &self,
+        requests: &[Request<'_>],
+        guards: &[Guard],
+        asks: &[u64],
+        batch: &mut BatchDecision,
+        now: u64,
+    ) {
+        let admitted = batch.allowed();
+        for (i, (r, g)) in requests.iter().zip(guards).enumerate() {
+            let d = &mut batch.decisions[i];
+            let until = now.saturating_add(d.reset_after.as_micros() as u64);
+            let slot = (r.key.clone(), r.limit.shape());
+            match g.sharing {
+                Sharing::Exact => {}
+                Sharing::Lease { .. } => {
+                    let spare = if admitted { asks[i] - r.cost } else { 0 };
+                    d.remaining += spare;
+                    let mut shard = self.shard(r.key).lock();
+                    if let Some(Entry::Lease {
+                        units,
+                        hint,
+                        until: end,
+                    }) = shard.get_mut(&slot)
+                    {
+                        if now >= *end {
+                            *units = 0;
+                        }
+                        *units += spare;
+                        *hint = d.remaining - spare;
+                        *end = until;
+                    } else if shard.len() < MAX_ENTRIES / SHARDS {
+                        shard.insert(
+                            slot,
+                            Entry::Lease {
+                                units: spare,
+                                hint: d.remaining - spare,
+                                until,
+                            },
+                        );
+                    }
+                }
+                Sharing::Sync { every } => {
+                    // The count at the store after this answer: `remaining` is after
+                    // the charge when admitted, or as it stands (uncharged) when not;
+                    // a limit with room in a denied batch was not charged.
+                    let charged = admitted || r.limit.count_rejected();
+                    let mut used = r.limit.limit().saturating_sub(d.remaining);
+                    if d.allowed() && !charged {
+                        used = used.saturating_sub(r.cost);
+                    }
+                    let mut shard = self.shard(r.key).lock();
+                    let room = shard.len() < MAX_ENTRIES / SHARDS;
+                    match shard.get_mut(&slot) {
+                        Some(Entry::Sync {
+                            known,
+                            pending,
+                            flushing,
+                            until: end,
+                            heard,
+                            ..
+                        }) => {
+                            if now >= *end {
+                                (*pending, *flushing) = (0, 0);
+                            }
+                            *known = used;
+                            *end = until;
+                            *heard = now;
+                        }
+                        _ if room => {
+                            shard.insert(
+                                slot,
+                                Entry::Sync {
+                                    known: used,
+                                    pending: 0,
+                                    flushing: 0,
+                                    until,
+                                    heard: now,
+                                    every: every.as_micros() as u64,
+                                    flush: r.limit.counting_rejected(),
+                                    key: r.key.clone(),
+                                },
+                            );
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// The sync entries due a flush at `now` (their pending hits move to `flushing`),
+    /// after dropping every entry whose window has ended.
+    pub fn due(&self, now: u64) -> Vec<Flush> {
+        let mut due = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            shard.retain(|_, e| now < e.until());
+            for entry in shard.values_mut() {
+                if let Entry::Sync {
+                    pending,
+                    flushing,
+                    heard,
+                    every,
+                    flush,
+                    key,
+                    ..
+                } = entry
+                    && now + TICK >= heard.saturating_add(*every)
+                    && *flushing == 0
+                {
+                    due.push(Flush {
+                        key: key.clone(),
+                        limit: flush.clone(),
+                        pending: *pending,
+                    });
+                    *flushing = std::mem::take(pending);
+                }
+            }
+        }
+        due
+    }
+
+    /// A flush's outcome: the store's count after it (`None`: it failed, the hits are
+    /// pending again).
+    pub fn flushed(&self, flush: &Flush, decision: Option<&Decision>, now: u64) {
+        let mut shard = self.shard(&flush.key).lock();
+        let Some(Entry::Sync {
+            known,
+            pending,
+            flushing,
+            until,
+            heard,
+            ..
+        }) = shard.get_mut(&(flush.key.clone(), flush.limit.shape()))
+        else {
+            return;
+        };
+        let hits = std::mem::take(flushing);
+        match decision {
+            Some(d) => {
+                *known = flush.limit.limit().saturating_sub(d.remaining);
+                *until = (*until).min(now.saturating_add(d.reset_after.as_micros() as u64));
+                *heard = now;
+            }
+            None => *pending += hits,
+        }
+    }
+
+    /// Forgets `key`'s share under `limit` (after a reset).
+    pub fn forget(&self, key: &Key, limit: &Limit) {
+        self.shard(key).lock().remove(&(key.clone(), limit.shape()));
+    }
+
+    /// Forgets every share (after a policy reload).
+    pub fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().clear();
+        }
+    }
+}
+
+fn allowed(capacity: u64, remaining: u64, reset_after: u64) -> Decision {
+    Decision {
+        outcome: Outcome::Allowed,
+        limit: capacity,
+        remaining: remaining.min(capacity),
+        reset_after: Duration::from_micros(reset_after),
+    }
+}
