@@ -15,6 +15,7 @@
 //!   window's edges: a fixed window's are in every reply (`reset_after`); a sliding
 //!   window's sub-bucket edges are on the store's clock and are not.
 
+use std::future::Future;
 use std::time::Duration;
 
 use crate::Limit;
@@ -22,6 +23,24 @@ use crate::algorithm::Algorithm;
 
 /// The shortest `sync` interval: flushes are driven by a ticker of this resolution.
 pub const MIN_SYNC: Duration = Duration::from_millis(10);
+
+/// Calls `flush` every [`MIN_SYNC`] until it returns `false`: spawn it with a flush of
+/// a [`GuardedStore`](crate::GuardedStore) whose limits sync. A late tick delays the
+/// next one; flushes never pile up.
+pub async fn every_tick<F, Fut>(mut flush: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let mut tick = tokio::time::interval(MIN_SYNC);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if !flush().await {
+            return;
+        }
+    }
+}
 
 /// How the servers sharing a limit decide on it. See the [module docs](self).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -37,7 +56,7 @@ pub enum Sharing {
         units: u64,
     },
     /// Admit against the last known window count plus this server's own hits since, and
-    /// add those hits to the store every `every` (one call per key group). Never
+    /// add those hits to the store every `every` (one call for up to 64 keys). Never
     /// under-admits; over-admits by at most what the servers admit in `2 × every`.
     Sync {
         /// The flush interval.
@@ -105,6 +124,17 @@ impl Sharing {
                  (2 × sync) per window",
                 fmt_duration(every * 2)
             ),
+        }
+    }
+}
+
+/// `exact`, `lease 20`, `sync 100ms`: as written in a policy.
+impl std::fmt::Display for Sharing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sharing::Exact => f.write_str("exact"),
+            Sharing::Lease { units } => write!(f, "lease {units}"),
+            Sharing::Sync { every } => write!(f, "sync {}", fmt_duration(*every)),
         }
     }
 }

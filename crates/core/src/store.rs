@@ -72,6 +72,12 @@ pub trait Store: Send + Sync {
         false
     }
 
+    /// Whether one call may hold keys of different key groups (not on Redis Cluster,
+    /// where a group is a slot): a sync flush batches keys across groups where it may.
+    fn spans_groups(&self) -> bool {
+        true
+    }
+
     /// Forgets `key`'s state for `limit` (and every limit of the same shape).
     fn reset(&self, key: &Key, limit: &Limit) -> impl Future<Output = Result<(), Error>> + Send;
 }
@@ -118,6 +124,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn is_local(&self) -> bool {
         (**self).is_local()
+    }
+
+    fn spans_groups(&self) -> bool {
+        (**self).spans_groups()
     }
 
     fn reset(&self, key: &Key, limit: &Limit) -> impl Future<Output = Result<(), Error>> + Send {

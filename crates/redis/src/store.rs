@@ -189,6 +189,10 @@ impl Store for RedisStore {
         })
     }
 
+    fn spans_groups(&self) -> bool {
+        !self.is_cluster()
+    }
+
     async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), CoreError> {
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.key_for(key, limit));

@@ -239,15 +239,16 @@ fn local(l: &TcpListener) -> SocketAddr {
     l.local_addr().expect("a bound listener has an address")
 }
 
-/// Every `MIN_SYNC`: the `sync` limits' counts that are due go to the store (one
-/// flush at a time; a slow store delays the next tick instead of piling flushes up).
+/// The `sync` limits' counts that are due go to the store, every `MIN_SYNC`.
 async fn sync(state: Arc<AppState>) {
-    let mut tick = tokio::time::interval(spillway_core::sharing::MIN_SYNC);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        state.service.flush().await;
-    }
+    spillway_core::sharing::every_tick(|| {
+        let state = Arc::clone(&state);
+        async move {
+            state.service.flush().await;
+            true
+        }
+    })
+    .await;
 }
 
 /// Once a second: the gRPC health status follows readiness, and the Prometheus

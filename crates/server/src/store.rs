@@ -60,6 +60,10 @@ impl Store for AnyStore {
         matches!(self, AnyStore::Memory(_))
     }
 
+    fn spans_groups(&self) -> bool {
+        !self.is_cluster()
+    }
+
     async fn check(
         &self,
         requests: &[Request<'_>],

@@ -36,17 +36,17 @@ pub(crate) struct Shared<St, C> {
     pub guards: Vec<Guard>,
 }
 
-/// Flushes the layer's `sync` counts every `MIN_SYNC` until the layer is dropped.
+/// Flushes the layer's `sync` counts until the layer is dropped.
 pub(crate) async fn sync<St: Store, C: Clock>(shared: std::sync::Weak<Shared<St, C>>) {
-    let mut tick = tokio::time::interval(spillway_core::sharing::MIN_SYNC);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        shared.store.flush(shared.clock.now()).await;
-    }
+    spillway_core::sharing::every_tick(|| {
+        let shared = shared.upgrade();
+        async move {
+            let Some(shared) = shared else { return false };
+            shared.store.flush(shared.clock.now()).await;
+            true
+        }
+    })
+    .await;
 }
 
 /// What to do with a request.

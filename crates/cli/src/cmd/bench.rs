@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use rand_distr::Zipf;
-use spillway_core::{Algorithm, Key, Limit};
+use spillway_core::{Algorithm, Guard, Key, Limit, Mode, OnStoreError, Sharing};
 use spillway_policy::RuleLimit;
 use spillway_policy::duration;
 use spillway_server::{AnyStore, Breaker, Options, Service, Stores};
@@ -68,6 +68,16 @@ pub struct BenchArgs {
     /// sliding_window: sub-buckets per window.
     #[arg(long, allow_negative_numbers = true, value_parser = args::positive_u32)]
     pub precision: Option<u32>,
+
+    /// With --store and --algorithm: each of this process's callers shares the limit
+    /// through the store by a lease of this many units (`lease:` in a policy).
+    #[arg(long, requires_all = ["store", "algorithm"], conflicts_with = "sync", allow_negative_numbers = true, value_parser = args::positive)]
+    pub lease: Option<u64>,
+
+    /// With --store and --algorithm: count locally and add to the store every this
+    /// long (`sync:` in a policy).
+    #[arg(long, requires_all = ["store", "algorithm"], value_parser = duration::parse)]
+    pub sync: Option<Duration>,
 
     /// A policy file or directory (with --domain): its rules decide, as `serve` would.
     #[arg(long, requires = "domain")]
@@ -269,7 +279,32 @@ async fn target(
         .as_deref()
         .context("--store or --server is required")?;
     let store = AnyStore::open(url, args.timeout).await.context("store")?;
+    let sharing = match (args.lease, args.sync) {
+        (Some(units), _) => Sharing::Lease { units },
+        (None, Some(every)) => Sharing::Sync { every },
+        (None, None) => Sharing::Exact,
+    };
     match (flag_limit, policies) {
+        (Some(limit), _) if sharing.is_shared() => {
+            sharing.check(&limit).map_err(anyhow::Error::msg)?;
+            let stores = Arc::new(Stores::new(
+                store,
+                Breaker::new(5, Duration::from_millis(500)),
+            ));
+            if let Sharing::Sync { .. } = sharing {
+                tokio::spawn(target::sync(Arc::downgrade(&stores)));
+            }
+            let described = format!("{url} store, {limit}, {}", sharing.bound());
+            let guard = Guard::new(Mode::Enforce, OnStoreError::Closed).sharing(sharing);
+            Ok((
+                Target::Shared {
+                    stores,
+                    limit,
+                    guard,
+                },
+                described,
+            ))
+        }
         (Some(limit), _) => Ok((
             Target::Store {
                 store,

@@ -5,6 +5,7 @@
 mod chart;
 mod pattern;
 mod replay;
+mod servers;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +15,7 @@ use anyhow::{Context, bail};
 use clap::ValueEnum;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use indicatif::{ProgressBar, ProgressStyle};
-use spillway_core::{Algorithm, Edge, Limit};
+use spillway_core::{Algorithm, Edge, Limit, Sharing};
 use spillway_policy::duration;
 
 use crate::args;
@@ -29,7 +30,11 @@ Examples:
   spillway simulate --pattern poisson --rate 3.33 --json --svg poisson.svg
 
   # Figma's limiter (60 sub-buckets, strict) against the exact log
-  spillway simulate --algorithms sliding_log,sliding_window --precision 60 --edge strict";
+  spillway simulate --algorithms sliding_log,sliding_window --precision 60 --edge strict
+
+  # Four servers sharing a fixed window by leases of 20, or by sync every 100 ms
+  spillway simulate --servers 4 --lease 20 --pattern poisson --limit 1000
+  spillway simulate --servers 4 --sync 100ms --pattern bursts --limit 1000 --json";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Pattern {
@@ -90,6 +95,19 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "1")]
     pub seed: u64,
 
+    /// Servers sharing the limit through one store (arrivals dealt round-robin), for
+    /// --lease and --sync.
+    #[arg(long, default_value = "1", value_parser = args::positive)]
+    pub servers: u64,
+
+    /// Each server takes this many units from the store at once (fixed_window).
+    #[arg(long, conflicts_with = "sync", allow_negative_numbers = true, value_parser = args::positive)]
+    pub lease: Option<u64>,
+
+    /// Each server counts locally and adds to the store every this long (fixed_window).
+    #[arg(long, value_parser = duration::parse)]
+    pub sync: Option<Duration>,
+
     /// Print JSON (an array, one object per algorithm) instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -104,7 +122,21 @@ pub struct SimulateArgs {
 }
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
-    let limits = limits(&args)?;
+    let sharing = match (args.lease, args.sync) {
+        (Some(units), _) => Sharing::Lease { units },
+        (None, Some(every)) => Sharing::Sync { every },
+        (None, None) => Sharing::Exact,
+    };
+    let shared = sharing.is_shared() || args.servers > 1;
+    if shared && (args.svg.is_some() || args.png.is_some()) {
+        bail!("--svg and --png chart one server; leave them out with --servers, --lease or --sync");
+    }
+    let limits = limits(&args, shared)?;
+    for limit in &limits {
+        sharing
+            .check(limit)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", limit.algorithm().name()))?;
+    }
     let window = limits[0].window_micros();
     let duration = args
         .duration
@@ -126,6 +158,39 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
     };
     let arrivals = pattern::arrivals(args.pattern, shape).map_err(anyhow::Error::msg)?;
+
+    if shared {
+        let progress = progress_bar(arrivals.len() as u64 * limits.len() as u64);
+        let runs: Vec<servers::Shared> = limits
+            .iter()
+            .map(|l| {
+                servers::replay(l, sharing, args.servers as usize, &arrivals, || {
+                    progress.inc(1)
+                })
+            })
+            .collect();
+        progress.finish_and_clear();
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&runs).context("encoding the report")?
+            );
+        } else {
+            println!(
+                "{:?} pattern, limit {} per {}, {} requests over {}, {} servers (seed {})",
+                args.pattern,
+                args.limit,
+                duration::format(limits[0].window()),
+                arrivals.len(),
+                duration::format(Duration::from_micros(duration)),
+                args.servers,
+                args.seed,
+            );
+            println!("{}", shared_table(&runs));
+            println!("{}", sharing.bound());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
 
     // The exact sliding log is the yardstick, whether or not it was asked for.
     let log_limit = Limit::new(Algorithm::SlidingLog, args.limit, limits[0].window())?;
@@ -176,7 +241,17 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The limits to compare, validated (a bad window or precision is reported here).
-fn limits(args: &SimulateArgs) -> anyhow::Result<Vec<Limit>> {
+/// Shared between servers, `all` means the algorithms that can be shared: fixed_window.
+fn limits(args: &SimulateArgs, shared: bool) -> anyhow::Result<Vec<Limit>> {
+    if shared && args.algorithms == ["all"] {
+        return Ok(vec![crate::limit::build(
+            Algorithm::FixedWindow,
+            args.limit,
+            args.window,
+            None,
+            false,
+        )?]);
+    }
     let edge: Option<Edge> = args.edge.as_deref().map(str::parse).transpose()?;
     let mut algorithms: Vec<Algorithm> = Vec::new();
     for name in &args.algorithms {
@@ -232,6 +307,35 @@ fn progress_bar(total: u64) -> ProgressBar {
         .progress_chars("=> "),
     );
     bar
+}
+
+fn shared_table(runs: &[servers::Shared]) -> Table {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "algorithm",
+        "sharing",
+        "admitted",
+        "exact",
+        "over (window)",
+        "bound",
+        "under (window)",
+        "bound",
+        "store calls",
+    ]);
+    for r in runs {
+        table.add_row([
+            r.algorithm.to_string(),
+            r.sharing.clone(),
+            r.admitted.to_string(),
+            r.exact_admitted.to_string(),
+            r.over_admitted.to_string(),
+            format!("≤ {}", r.bound_over),
+            r.under_admitted.to_string(),
+            format!("≤ {}", r.bound_under),
+            format!("{} of {}", r.store_calls, r.requests),
+        ]);
+    }
+    table
 }
 
 fn table(reports: &mut [Report]) -> Table {

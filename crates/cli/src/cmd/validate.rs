@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
-use spillway_core::Sharing;
-use spillway_policy::{Mode, Rule, RuleLimit, duration};
+use spillway_policy::{Mode, Rule, RuleLimit};
 
 pub const EXAMPLES: &str = "\
 Exit status: 0 every file is valid, 1 a file has errors (each printed as
@@ -115,19 +114,10 @@ fn describe(rule: &Rule) -> String {
         let names: Vec<&str> = rule.replaces.iter().map(|n| &**n).collect();
         out.push_str(&format!(" [replaces {}]", names.join(", ")));
     }
-    if let Some(sharing) = sharing(rule.sharing) {
-        out.push_str(&format!(" [{sharing}: {}]", rule.sharing.bound()));
+    if rule.sharing.is_shared() {
+        out.push_str(&format!(" [{}: {}]", rule.sharing, rule.sharing.bound()));
     }
     out
-}
-
-/// `lease 20` or `sync 100ms`; `None` when exact.
-fn sharing(s: Sharing) -> Option<String> {
-    match s {
-        Sharing::Exact => None,
-        Sharing::Lease { units } => Some(format!("lease {units}")),
-        Sharing::Sync { every } => Some(format!("sync {}", duration::format(every))),
-    }
 }
 
 fn rule_json(rule: &Rule) -> Value {
@@ -151,7 +141,7 @@ fn rule_json(rule: &Rule) -> Value {
         "mode": if rule.mode == Mode::Shadow { "shadow" } else { "enforce" },
         "reference": rule.reference,
         "on_store_error": rule.on_store_error.map(|p| p.name()),
-        "sharing": sharing(rule.sharing),
+        "sharing": rule.sharing.to_string(),
         "bound": rule.sharing.bound(),
     })
 }

@@ -277,31 +277,39 @@ impl<S: Store> GuardedStore<S> {
         Ok(batch)
     }
 
-    /// Adds every sync count that is due to the store (one call per key group, at most
-    /// [`MAX_BATCH`](super::MAX_BATCH) keys each) and learns the counts back. Call it
+    /// Adds every sync count that is due to the store (calls of at most
+    /// [`MAX_BATCH`](super::MAX_BATCH) keys, one key group each on Redis Cluster) and learns the counts back. Call it
     /// every [`MIN_SYNC`](crate::sharing::MIN_SYNC) or so ([`GuardedStore::sync_every`]
     /// does, in the background): each key is flushed when its `sync` interval is due.
-    pub async fn flush(&self, now: Timestamp) {
+    /// Returns the number of store calls made.
+    pub async fn flush(&self, now: Timestamp) -> usize {
         let Some(quotas) = &self.quotas else {
-            return;
+            return 0;
         };
         let mut due = quotas.due(now.as_micros());
-        due.sort_by(|a, b| a.key.group().cmp(b.key.group()));
-        for group in due.chunk_by(|a, b| a.key.group() == b.key.group()) {
-            for chunk in group.chunks(super::MAX_BATCH) {
+        let spans = self.store.spans_groups();
+        if !spans {
+            due.sort_by(|a, b| a.key.group().cmp(b.key.group()));
+        }
+        let calls = due
+            .chunk_by(|a, b| spans || a.key.group() == b.key.group())
+            .flat_map(|group| group.chunks(super::MAX_BATCH))
+            .map(|chunk| async move {
                 let requests: Vec<Request<'_>> = chunk
                     .iter()
                     .map(|f| Request::new(&f.key, &f.limit, f.pending))
                     .collect();
                 let batch = self.call(&requests, now).await.ok();
                 for (i, f) in chunk.iter().enumerate() {
-                    quotas.flushed(f, batch.as_ref().map(|b| &b.decisions[i]), now.as_micros());
+                    let decision = batch.as_ref().map(|b| &b.decisions[i]);
+                    quotas.flushed(f, decision, now.as_micros());
                     if batch.is_some() && f.pending > 0 {
                         self.forget_denial(&f.key, &f.limit);
                     }
                 }
-            }
-        }
+            });
+        // All at once: over a multiplexed connection they are pipelined.
+        futures_util::future::join_all(calls).await.len()
     }
 
     /// The answer when every request has a cached denial (a batch with one request
@@ -455,6 +463,10 @@ impl<S: Store> Store for GuardedStore<S> {
 
     fn is_local(&self) -> bool {
         self.store.is_local()
+    }
+
+    fn spans_groups(&self) -> bool {
+        self.store.spans_groups()
     }
 
     async fn reset(&self, key: &crate::Key, limit: &crate::Limit) -> Result<(), Error> {

@@ -12,8 +12,10 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use spillway_core::{Clock, Key, Limit, Request, Store, SystemClock};
-use spillway_server::{AnyStore, CheckRequest, Code, Descriptor, Service};
+use std::sync::{Arc, Weak};
+
+use spillway_core::{Clock, Guard, Key, Limit, Request, Store, SystemClock, Unanswered};
+use spillway_server::{AnyStore, CheckRequest, Code, Descriptor, Service, Stores};
 use tonic::transport::Channel;
 
 type Body = Full<hyper::body::Bytes>;
@@ -28,6 +30,13 @@ pub enum Outcome {
 pub enum Target {
     /// One limit, straight on a store.
     Store { store: AnyStore, limit: Limit },
+    /// One limit on a store, shared by a lease or sync (through the guarded store, as
+    /// the service shares it).
+    Shared {
+        stores: Arc<Stores>,
+        limit: Limit,
+        guard: Guard,
+    },
     /// Policies decided in this process, on a store, as `serve` decides them.
     Service {
         service: Box<Service>,
@@ -47,6 +56,19 @@ pub enum Target {
         domain: String,
         key_name: String,
     },
+}
+
+/// Flushes `stores`' sync counts while the bench holds them.
+pub async fn sync(stores: Weak<Stores>) {
+    spillway_core::sharing::every_tick(|| {
+        let stores = stores.upgrade();
+        async move {
+            let Some(stores) = stores else { return false };
+            stores.flush(SystemClock.now()).await;
+            true
+        }
+    })
+    .await;
 }
 
 impl Target {
@@ -106,6 +128,21 @@ impl Target {
                     Ok(d) => admitted(d.allowed()),
                     Err(e) if e.is_transient() => Outcome::Error("store_unavailable"),
                     Err(_) => Outcome::Error("store_error"),
+                }
+            }
+            Target::Shared {
+                stores,
+                limit,
+                guard,
+            } => {
+                let request = [Request::new(key, limit, 1)];
+                match stores
+                    .decide(&request, std::slice::from_ref(guard), SystemClock.now())
+                    .await
+                {
+                    Ok(answer) => admitted(answer.batch.allowed()),
+                    Err(Unanswered::Invalid(_)) => Outcome::Error("invalid_request"),
+                    Err(Unanswered::Unavailable(_)) => Outcome::Error("store_unavailable"),
                 }
             }
             Target::Service {

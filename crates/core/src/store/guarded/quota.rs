@@ -65,6 +65,9 @@ enum Entry {
         until: u64,
         /// When the store last answered for this key (µs).
         heard: u64,
+        /// Whether this server decided on the key since it last flushed: an idle key
+        /// is not flushed (its entry goes stale; its next request takes the exact path).
+        active: bool,
         every: u64,
         /// The limit, charging rejected hits too: a flush adds hits already admitted.
         flush: Limit,
@@ -198,11 +201,13 @@ impl Quotas {
                 until,
                 heard,
                 every,
+                active,
                 ..
             } => {
                 if now >= heard.saturating_add(*every) {
                     return None;
                 }
+                *active = true;
                 let used = *known + *pending + *flushing;
                 let reset_after = Duration::from_micros(*until - now);
                 if used + r.cost <= r.limit.limit() {
@@ -336,6 +341,7 @@ impl Quotas {
                                     flushing: 0,
                                     until,
                                     heard: now,
+                                    active: false,
                                     every: every.as_micros() as u64,
                                     flush: r.limit.counting_rejected(),
                                     key: r.key.clone(),
@@ -364,10 +370,12 @@ impl Quotas {
                     every,
                     flush,
                     key,
+                    active,
                     ..
                 } = entry
                     && now + TICK >= heard.saturating_add(*every)
                     && *flushing == 0
+                    && std::mem::take(active)
                 {
                     due.push(Flush {
                         key: key.clone(),
