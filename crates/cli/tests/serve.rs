@@ -240,3 +240,94 @@ fn a_bad_failure_policy_or_header_style_is_refused_by_the_parser() {
         assert!(err.contains(flag) && err.contains(says), "{err}");
     }
 }
+
+/// Starts `spillway serve` on `policies` and `store`; returns it and its HTTP port.
+fn serve(policies: &Path, store: &str) -> (std::process::Child, u16) {
+    let http = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["serve", "--config"])
+        .arg(policies)
+        .args(["--store", store])
+        .args(["--http-addr", &format!("127.0.0.1:{http}")])
+        .args(["--grpc-addr", "127.0.0.1:0"])
+        .env_clear()
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spillway starts");
+    let mut logs = BufReader::new(child.stderr.take().unwrap()).lines();
+    logs.by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("listening"))
+        .expect("a listening line");
+    (child, http)
+}
+
+/// Redis `TIME`'s seconds.
+fn redis_secs(port: u16) -> u64 {
+    redis_cli(port, &["TIME"])
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn two_servers_sharing_a_lease_admit_at_most_the_limit_and_lose_at_most_their_leases() {
+    let redis = RedisServer::start();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("lease-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // An hour's window, so that a 3 s run almost never spans two (and is checked when it does).
+    std::fs::write(
+        dir.join("api.yaml"),
+        "domain: api\ndescriptors:\n  - key: user\n    limits:\n      \
+         - { name: api, algorithm: fixed_window, limit: 1000, window: 1h, lease: 20 }\n",
+    )
+    .unwrap();
+    let servers = [serve(&dir, &redis.url()), serve(&dir, &redis.url())];
+    let started = redis_secs(redis.port());
+    let benches: Vec<_> = servers
+        .iter()
+        .map(|(_, http)| {
+            Command::new(env!("CARGO_BIN_EXE_spillway"))
+                .args(["bench", "--server", &format!("http://127.0.0.1:{http}")])
+                .args([
+                    "--domain",
+                    "api",
+                    "--key-name",
+                    "user",
+                    "--hot",
+                    "--hot-key",
+                    "u1",
+                ])
+                .args(["--duration", "3s", "--concurrency", "8", "--json"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("bench starts")
+        })
+        .collect();
+    let admitted: Vec<u64> = benches
+        .into_iter()
+        .map(|b| {
+            let out = b.wait_with_output().unwrap();
+            assert!(out.status.success());
+            let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            report["admitted"].as_u64().unwrap()
+        })
+        .collect();
+    let ended = redis_secs(redis.port());
+    for (child, _) in &servers {
+        terminate(child);
+    }
+    let total: u64 = admitted.iter().sum();
+    println!("admitted {admitted:?}, {total} in all");
+    let windows = ended / 3600 - started / 3600 + 1;
+    assert!(
+        total <= 1000 * windows,
+        "{total} admitted in {windows} window(s)"
+    );
+    assert!(
+        total >= 1000 - 2 * 20,
+        "{total} admitted: more than 2 leases lost"
+    );
+}

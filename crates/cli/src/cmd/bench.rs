@@ -95,9 +95,13 @@ pub struct BenchArgs {
     #[arg(long, default_value = "10000", value_parser = args::positive, conflicts_with_all = ["hot"])]
     pub keys: u64,
 
-    /// Every request on one key.
+    /// Every request on one key (a new one each run, unless --hot-key names it).
     #[arg(long)]
     pub hot: bool,
+
+    /// With --hot: the key's value, to load one key from several processes at once.
+    #[arg(long, requires = "hot")]
+    pub hot_key: Option<String>,
 
     /// Keys chosen by a Zipf law with this exponent over --keys keys.
     #[arg(long, conflicts_with = "hot")]
@@ -226,6 +230,9 @@ fn flag_limit(args: &BenchArgs) -> anyhow::Result<Option<Limit>> {
 }
 
 fn keys(args: &BenchArgs) -> anyhow::Result<Keys> {
+    if let Some(value) = &args.hot_key {
+        return Ok(Keys::Hot(Key::new(value.as_str())?));
+    }
     if args.hot {
         // A key no earlier run has used, so that --check starts from no state.
         return Ok(Keys::Hot(Key::new(format!(
