@@ -300,7 +300,7 @@ fn two_servers_sharing_a_lease_admit_at_most_the_limit_and_lose_at_most_their_le
                     "--hot-key",
                     "u1",
                 ])
-                .args(["--duration", "3s", "--concurrency", "8", "--json"])
+                .args(["--duration", "3s", "--json"])
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("bench starts")

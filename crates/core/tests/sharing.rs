@@ -230,3 +230,66 @@ async fn sync_counts_locally_and_flushes_on_its_interval() {
     server.flush(at(90)).await;
     assert_eq!(peek().await, 90, "flushed at the last tick of the interval");
 }
+
+/// A store that yields before it answers, so concurrent decisions interleave at the
+/// store call as they do over a network.
+struct Slow(Arc<MemoryStore>);
+
+impl Store for Slow {
+    async fn check(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+    ) -> Result<spillway_core::BatchDecision, spillway_core::Error> {
+        tokio::task::yield_now().await;
+        self.0.check(requests, now).await
+    }
+
+    async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), spillway_core::Error> {
+        self.0.reset(key, limit).await
+    }
+}
+
+#[tokio::test]
+async fn concurrent_requests_take_one_lease_at_a_time_and_spend_every_unit() {
+    let store = Arc::new(MemoryStore::new());
+    let server = GuardedStore::new(
+        Slow(Arc::clone(&store)),
+        Breaker::new(5, Duration::from_secs(1)),
+    );
+    let limit = fixed(1000);
+    let key = Key::new("k").unwrap();
+    let guard =
+        [Guard::new(Mode::Enforce, OnStoreError::Closed).sharing(Sharing::Lease { units: 20 })];
+    let now = Timestamp::from_micros(T0);
+    let admitted = std::cell::Cell::new(0u64);
+    let caller = |n: usize| {
+        let (key, limit, admitted, server) = (&key, &limit, &admitted, &server);
+        async move {
+            for _ in 0..n {
+                let request = [Request::new(key, limit, 1)];
+                if server
+                    .decide(&request, &guard, now)
+                    .await
+                    .unwrap()
+                    .batch
+                    .allowed()
+                {
+                    admitted.set(admitted.get() + 1);
+                }
+            }
+        }
+    };
+    // 32 callers' first requests at once: one takes a lease, the others ask for one unit
+    // each, so the server holds one lease's spare units, not 32 leases' worth.
+    futures_util::future::join_all((0..32).map(|_| caller(1))).await;
+    let peek = store
+        .check(&[Request::new(&key, &limit, 0)], now)
+        .await
+        .unwrap();
+    assert_eq!(peek.decisions[0].remaining, 1000 - 32 - 19);
+    // Then the limit spent by 2,000 more: every unit the store counted is admitted (a
+    // cached denial of the store's last units must not hide the ones held here).
+    futures_util::future::join_all((0..32).map(|_| caller(2000 / 32 + 1))).await;
+    assert_eq!(admitted.get(), 1000);
+}

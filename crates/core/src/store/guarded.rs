@@ -25,7 +25,7 @@ use crate::{
     BatchDecision, Breaker, Decision, Error, Mode, OnStoreError, Outcome, Sharing, Store,
     StoreFailure, Timestamp,
 };
-use quota::{Local, Quotas};
+use quota::Quotas;
 
 use super::{MemoryStore, Request};
 
@@ -199,25 +199,28 @@ impl<S: Store> GuardedStore<S> {
             });
         }
         super::validate(requests).map_err(Unanswered::Invalid)?;
-        if let Some(answer) = self.cached(requests, now) {
-            return Ok(answer);
-        }
+        // A share first: units this server holds were counted by the store, whatever a
+        // cached denial (of the store's remaining units) says.
         let quotas = self
             .quotas
             .as_ref()
             .filter(|_| guards.iter().any(|g| g.sharing.is_shared()));
+        if let Some(batch) = quotas.and_then(|q| q.answer(requests, guards, now.as_micros())) {
+            return Ok(Guarded {
+                sources: vec![Source::Share; batch.decisions.len()],
+                batch,
+                failure: None,
+            });
+        }
+        if let Some(answer) = self.cached(requests, now) {
+            return Ok(answer);
+        }
         let result = match quotas {
+            Some(quotas) => {
+                let asks = quotas.asks(requests, guards, now.as_micros());
+                self.ask(quotas, requests, guards, &asks, now).await
+            }
             None => self.call(requests, now).await,
-            Some(quotas) => match quotas.answer(requests, guards, now.as_micros()) {
-                Local::Answer(batch) => {
-                    return Ok(Guarded {
-                        sources: vec![Source::Share; batch.decisions.len()],
-                        batch,
-                        failure: None,
-                    });
-                }
-                Local::Ask(asks) => self.ask(quotas, requests, guards, &asks, now).await,
-            },
         };
         let failure = match result {
             Ok(batch) => {

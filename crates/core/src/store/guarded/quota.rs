@@ -45,6 +45,10 @@ const SHARDS: usize = 64;
 /// interval is up, so it is never older than its interval.
 const TICK: u64 = crate::sharing::MIN_SYNC.as_micros() as u64;
 
+/// How long a lease request is waited for before another may be sent (µs): longer
+/// than any store timeout; a request dropped in flight must not block leases for good.
+const ASK_TIMEOUT: u64 = 1_000_000;
+
 /// The most keys held (leases and sync counts together).
 pub const MAX_ENTRIES: usize = 1 << 20;
 
@@ -57,6 +61,10 @@ enum Entry {
         hint: u64,
         /// The window's end (µs).
         until: u64,
+        /// When this server sent its lease request still unanswered (µs; 0 = none):
+        /// meanwhile others ask for their own cost only, or concurrent requests would
+        /// each take a lease and strand their spare units.
+        asking: u64,
     },
     Sync {
         known: u64,
@@ -86,15 +94,6 @@ impl Entry {
 /// One lock's entries, by key and the state's shape.
 type Shard = HashMap<(Key, Shape), Entry>;
 
-/// What this server may decide alone.
-pub(super) enum Local {
-    /// Every request answered here.
-    Answer(BatchDecision),
-    /// The store must decide; ask it for these costs (a lease asks for more than the
-    /// request's cost).
-    Ask(Vec<u64>),
-}
-
 /// A sync flush: `pending` hits of `key` to add to the store.
 pub(super) struct Flush {
     pub key: Key,
@@ -122,54 +121,53 @@ impl Quotas {
     }
 
     /// Decides `requests` here when every one of them is shared and can be: spends the
-    /// lease units or counts the hits. Otherwise takes nothing and says what to ask the
-    /// store for.
-    pub fn answer(&self, requests: &[Request<'_>], guards: &[Guard], now: u64) -> Local {
+    /// lease units or counts the hits. Otherwise takes nothing (`None`: the store decides).
+    pub fn answer(
+        &self,
+        requests: &[Request<'_>],
+        guards: &[Guard],
+        now: u64,
+    ) -> Option<BatchDecision> {
         let mut decisions = Vec::with_capacity(requests.len());
         let mut denied_by = None;
         let mut taken = 0;
         for (i, (r, g)) in requests.iter().zip(guards).enumerate() {
-            match self.take(r, g.sharing, now) {
-                Some(d) => {
-                    if d.allowed() {
-                        taken = i + 1;
-                    } else {
-                        denied_by = Some(i);
-                    }
-                    decisions.push(d);
-                }
-                None => break,
+            let Some(d) = self.take(r, g.sharing, now) else {
+                break;
+            };
+            if d.allowed() {
+                taken = i + 1;
+            } else {
+                denied_by = Some(i);
             }
+            decisions.push(d);
             if denied_by.is_some() {
                 break;
             }
         }
+        // `None` below gives back what was taken: a request after a denial here was not
+        // judged, and its decision is the store's to give (the batch is denied anyway).
         let complete = decisions.len() == requests.len();
-        if complete && denied_by.is_none() {
-            return Local::Answer(BatchDecision {
-                decisions,
-                denied_by: None,
-            });
+        if denied_by.is_some() || !complete {
+            for (r, g) in requests[..taken].iter().zip(guards) {
+                self.give_back(r, g.sharing);
+            }
         }
-        // Not all answered here, or one denied: give back what was taken.
-        for (r, g) in requests[..taken].iter().zip(guards) {
-            self.give_back(r, g.sharing);
-        }
-        if let (true, Some(i)) = (complete, denied_by) {
-            return Local::Answer(BatchDecision {
-                decisions,
-                denied_by: Some(i),
-            });
-        }
-        // A denial here with requests after it unanswered: the batch is denied, but
-        // their decisions are the store's to give.
-        Local::Ask(
-            requests
-                .iter()
-                .zip(guards)
-                .map(|(r, g)| self.ask(r, g.sharing, now))
-                .collect(),
-        )
+        complete.then_some(BatchDecision {
+            decisions,
+            denied_by,
+        })
+    }
+
+    /// What to ask the store for, request by request: a lease's size (no more than the
+    /// store last said remained, and only one lease request per key at a time), else
+    /// the cost.
+    pub fn asks(&self, requests: &[Request<'_>], guards: &[Guard], now: u64) -> Vec<u64> {
+        requests
+            .iter()
+            .zip(guards)
+            .map(|(r, g)| self.ask(r, g.sharing, now))
+            .collect()
     }
 
     /// One request decided here: spent from a lease or counted by sync; `None` when
@@ -252,9 +250,34 @@ impl Quotas {
         let Sharing::Lease { units: size } = sharing else {
             return r.cost;
         };
-        let shard = self.shard(r.key).lock();
-        let hint = match shard.get(&(r.key.clone(), r.limit.shape())) {
-            Some(Entry::Lease { hint, until, .. }) if now < *until => *hint,
+        let mut shard = self.shard(r.key).lock();
+        let slot = (r.key.clone(), r.limit.shape());
+        let room = shard.len() < MAX_ENTRIES / SHARDS;
+        let hint = match shard.get_mut(&slot) {
+            Some(Entry::Lease { asking, .. }) if *asking != 0 && now < *asking + ASK_TIMEOUT => {
+                return r.cost;
+            }
+            Some(Entry::Lease {
+                hint,
+                until,
+                asking,
+                ..
+            }) => {
+                *asking = now.max(1);
+                if now < *until { *hint } else { size }
+            }
+            _ if room => {
+                shard.insert(
+                    slot,
+                    Entry::Lease {
+                        units: 0,
+                        hint: size,
+                        until: 0,
+                        asking: now.max(1),
+                    },
+                );
+                size
+            }
             _ => size,
         };
         r.cost.max(size.min(hint))
@@ -286,8 +309,12 @@ impl Quotas {
                         units,
                         hint,
                         until: end,
+                        asking,
                     }) = shard.get_mut(&slot)
                     {
+                        if asks[i] > r.cost || *asking == now.max(1) {
+                            *asking = 0;
+                        }
                         if now >= *end {
                             *units = 0;
                         }
@@ -301,6 +328,7 @@ impl Quotas {
                                 units: spare,
                                 hint: d.remaining - spare,
                                 until,
+                                asking: 0,
                             },
                         );
                     }
