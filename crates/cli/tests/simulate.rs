@@ -208,3 +208,49 @@ fn help_has_an_example() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("Examples:"));
 }
+
+#[test]
+fn servers_sharing_by_lease_or_sync_stay_within_the_bounds_they_state() {
+    for pattern in ["poisson", "bursts", "adversarial"] {
+        for seed in ["1", "2", "3"] {
+            for sharing in [["--lease", "10"], ["--sync", "50ms"]] {
+                let run = &json(&[
+                    "--servers",
+                    "3",
+                    sharing[0],
+                    sharing[1],
+                    "--pattern",
+                    pattern,
+                    "--seed",
+                    seed,
+                    "--limit",
+                    "200",
+                    "--window",
+                    "10s",
+                ])[0];
+                let at = |k: &str| run[k].as_u64().unwrap();
+                let what = format!("{pattern} seed {seed} {sharing:?}: {run}");
+                assert!(at("over_admitted") <= at("bound_over"), "{what}");
+                assert!(at("under_admitted") <= at("bound_under"), "{what}");
+                assert!(at("store_calls") < at("requests"), "{what}");
+                assert_eq!(run["algorithm"], "fixed_window");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_lease_on_an_algorithm_that_cannot_keep_its_bound_is_refused() {
+    let out = spillway(&[
+        "simulate",
+        "--servers",
+        "2",
+        "--lease",
+        "5",
+        "--algorithms",
+        "gcra",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lease applies to fixed_window only"), "{err}");
+}

@@ -89,3 +89,32 @@ fn every_error_is_printed_and_the_exit_status_is_one() {
             .contains("missing: cannot read")
     );
 }
+
+#[test]
+fn a_shared_limit_is_printed_with_its_error_bound() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("validate-share-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("api.yaml"),
+        "domain: api\ndescriptors:\n  - key: user\n    limits:\n      \
+         - { name: api, limit: 1000, window: 1m, lease: 20 }\n      \
+         - { name: feed, limit: 100000, window: 1m, sync: 100ms }\n",
+    )
+    .unwrap();
+    let out = validate(&[], &dir);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("api: 1000 per 60s (fixed_window) [lease 20: never over; may under-admit by up to 20 per server per window]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("[sync 100ms: never under; may over-admit by up to what the servers admit in 200ms (2 × sync) per window]"),
+        "{text}"
+    );
+    let out = validate(&["--json"], &dir);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["domains"][0]["rules"][0]["sharing"], "lease 20");
+    assert_eq!(v["domains"][0]["rules"][1]["sharing"], "sync 100ms");
+}

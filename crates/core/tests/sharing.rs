@@ -293,3 +293,34 @@ async fn concurrent_requests_take_one_lease_at_a_time_and_spend_every_unit() {
     futures_util::future::join_all((0..32).map(|_| caller(2000 / 32 + 1))).await;
     assert_eq!(admitted.get(), 1000);
 }
+
+#[tokio::test]
+async fn on_a_store_in_this_process_leases_and_sync_are_no_ops() {
+    let server = GuardedStore::new(MemoryStore::new(), Breaker::new(5, Duration::from_secs(1)));
+    let limit = fixed(100);
+    let key = Key::new("k").unwrap();
+    let now = Timestamp::from_micros(T0);
+    for sharing in [
+        Sharing::Lease { units: 20 },
+        Sharing::Sync { every: MIN_SYNC },
+    ] {
+        let guard = [Guard::new(Mode::Enforce, OnStoreError::Closed).sharing(sharing)];
+        for _ in 0..3 {
+            let answer = server
+                .decide(&[Request::new(&key, &limit, 1)], &guard, now)
+                .await
+                .unwrap();
+            assert_eq!(answer.sources, [Source::Store], "{sharing}");
+        }
+        assert_eq!(server.flush(now).await, 0);
+    }
+    let peek = server
+        .store()
+        .check(&[Request::new(&key, &limit, 0)], now)
+        .await
+        .unwrap();
+    assert_eq!(
+        peek.decisions[0].remaining, 94,
+        "exactly six charged, one by one"
+    );
+}

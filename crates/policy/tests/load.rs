@@ -122,6 +122,39 @@ fn spillway_format_errors_name_the_field() {
             "{limit: 10, window: 1s, colour: red}",
             "unknown field `colour`",
         ),
+        (
+            "{limit: 10, window: 1s, algorithm: gcra, lease: 5}",
+            "descriptors[0].limits[0].lease: lease applies to fixed_window only: gcra credits \
+             the time since a charge",
+        ),
+        (
+            "{limit: 10, window: 1s, algorithm: sliding_window, sync: 100ms}",
+            "descriptors[0].limits[0].sync: sync applies to fixed_window only",
+        ),
+        (
+            "{limit: 10, window: 1s, lease: 11}",
+            "lease 11 is larger than the limit 10",
+        ),
+        (
+            "{limit: 10, window: 1s, lease: 2, count_rejected: true}",
+            "lease does not apply to a count_rejected limit",
+        ),
+        (
+            "{limit: 10, window: 1s, sync: 5ms}",
+            "sync must be at least 10ms",
+        ),
+        (
+            "{limit: 10, window: 1s, sync: 1s}",
+            "sync must be shorter than the window",
+        ),
+        (
+            "{limit: 10, window: 1s, sync: soon}",
+            ".sync: `soon` is not a duration",
+        ),
+        (
+            "{limit: 10, window: 1s, lease: 2, sync: 100ms}",
+            "set lease or sync, not both",
+        ),
     ];
     for (limit, expected) in cases {
         let e = error(&limits(limit));

@@ -1,7 +1,9 @@
-//! The service end to end over loopback, next to its ceiling: a trivial axum handler
-//! that answers 200, served by the same HTTP stack, loaded by the same client in the
-//! same run. Measures `POST /v1/check` and `ShouldRateLimit` on the memory store and
-//! on Redis: throughput and p50/p99 latency of N concurrent callers (closed loop).
+//! The service end to end over loopback, next to its ceilings: a trivial axum handler
+//! that answers 200 and a trivial tonic `ShouldRateLimit` that answers OK, each served
+//! by the same HTTP stack as the service and loaded by the same client in the same run.
+//! Measures `POST /v1/check` (against the axum ceiling) and `ShouldRateLimit` (against
+//! the tonic one) on the memory store and on Redis: throughput and p50/p99 latency of N
+//! concurrent callers (closed loop).
 //!
 //! Run: `cargo bench -p spillway-server --bench service` (starts its own redis-server,
 //! or uses `SPILLWAY_BENCH_REDIS=redis://…`). `BENCH_SECS` (default 3) per target,
@@ -18,7 +20,12 @@ use axum::body::Bytes;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -63,6 +70,7 @@ fn main() {
         let duration = Duration::from_secs(secs);
         let shutdown = CancellationToken::new();
         let ceiling = trivial(shutdown.clone()).await;
+        let grpc_ceiling = trivial_grpc(shutdown.clone()).await;
         let memory = spillway(AnyStore::Memory(MemoryStore::new())).await;
         let redis = spillway(AnyStore::Redis(
             RedisStore::builder(&redis_url).build().await.unwrap(),
@@ -83,6 +91,12 @@ fn main() {
             &ceiling_run,
             ceiling_run.per_sec,
         );
+        let grpc_ceiling_run = grpc(grpc_ceiling, concurrency, duration).await;
+        report(
+            "trivial tonic handler (ceiling)",
+            &grpc_ceiling_run,
+            grpc_ceiling_run.per_sec,
+        );
         let only = std::env::var("BENCH_ONLY").unwrap_or_default();
         for (name, addrs) in [("memory", &memory), ("redis", &redis)] {
             let wanted = |api: &str| only.is_empty() || only == format!("{api}-{name}");
@@ -92,7 +106,11 @@ fn main() {
             }
             if wanted("grpc") {
                 let r = grpc(addrs.1, concurrency, duration).await;
-                report(&format!("ShouldRateLimit, {name}"), &r, ceiling_run.per_sec);
+                report(
+                    &format!("ShouldRateLimit, {name}"),
+                    &r,
+                    grpc_ceiling_run.per_sec,
+                );
             }
         }
         shutdown.cancel();
@@ -172,6 +190,35 @@ async fn trivial(shutdown: CancellationToken) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = axum::Router::new().route("/", axum::routing::post(|| async { "ok" }));
+    let timeouts = Timeouts {
+        header_read: Duration::from_secs(5),
+        drain: Duration::from_secs(1),
+    };
+    tokio::spawn(serve(listener, app, shutdown, timeouts));
+    addr
+}
+
+/// The gRPC ceiling: `ShouldRateLimit` answering OK without looking at the request,
+/// through tonic's routes on the same accept loop as the service's gRPC port.
+async fn trivial_grpc(shutdown: CancellationToken) -> SocketAddr {
+    struct Ok;
+
+    #[tonic::async_trait]
+    impl RateLimitService for Ok {
+        async fn should_rate_limit(
+            &self,
+            _: tonic::Request<RateLimitRequest>,
+        ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+            Result::Ok(tonic::Response::new(RateLimitResponse {
+                overall_code: Code::Ok as i32,
+                ..Default::default()
+            }))
+        }
+    }
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = tonic::service::Routes::new(RateLimitServiceServer::new(Ok)).into_axum_router();
     let timeouts = Timeouts {
         header_read: Duration::from_secs(5),
         drain: Duration::from_secs(1),
