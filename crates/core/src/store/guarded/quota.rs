@@ -49,7 +49,7 @@ const TICK: u64 = crate::sharing::MIN_SYNC.as_micros() as u64;
 /// than any store timeout; a request dropped in flight must not block leases for good.
 const ASK_TIMEOUT: u64 = 1_000_000;
 
-/// The most keys held (leases and sync counts together).
+/// The most keys held, for leases and for sync counts each.
 pub const MAX_ENTRIES: usize = 1 << 20;
 
 #[derive(Debug)]
@@ -104,20 +104,28 @@ pub(super) struct Flush {
 /// The leases and sync counts of one server. See the [module docs](self).
 #[derive(Debug)]
 pub(super) struct Quotas {
-    shards: Box<[Mutex<Shard>]>,
+    /// Leases and sync counts apart: the flush ticker walks only the sync counts.
+    leases: Box<[Mutex<Shard>]>,
+    syncs: Box<[Mutex<Shard>]>,
+    /// When expired leases were last dropped (µs).
+    pruned: std::sync::atomic::AtomicU64,
     hasher: RandomState,
 }
 
 impl Quotas {
     pub fn new() -> Quotas {
         Quotas {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            leases: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            syncs: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            pruned: std::sync::atomic::AtomicU64::new(0),
             hasher: RandomState::new(),
         }
     }
 
-    fn shard(&self, key: &Key) -> &Mutex<Shard> {
-        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+    /// `key`'s shard of the sync counts (`sync`) or of the leases.
+    fn shard(&self, key: &Key, sync: bool) -> &Mutex<Shard> {
+        let shards = if sync { &self.syncs } else { &self.leases };
+        &shards[self.hasher.hash_one(key) as usize % SHARDS]
     }
 
     /// Decides `requests` here when every one of them is shared and can be: spends the
@@ -176,7 +184,8 @@ impl Quotas {
         if !sharing.is_shared() {
             return None;
         }
-        let mut shard = self.shard(r.key).lock();
+        let sync = matches!(sharing, Sharing::Sync { .. });
+        let mut shard = self.shard(r.key, sync).lock();
         let entry = shard.get_mut(&(r.key.clone(), r.limit.shape()))?;
         if now >= entry.until() {
             return None;
@@ -236,7 +245,8 @@ impl Quotas {
         if !sharing.is_shared() {
             return;
         }
-        let mut shard = self.shard(r.key).lock();
+        let sync = matches!(sharing, Sharing::Sync { .. });
+        let mut shard = self.shard(r.key, sync).lock();
         match shard.get_mut(&(r.key.clone(), r.limit.shape())) {
             Some(Entry::Lease { units, .. }) => *units += r.cost,
             Some(Entry::Sync { pending, .. }) => *pending -= r.cost,
@@ -250,7 +260,7 @@ impl Quotas {
         let Sharing::Lease { units: size } = sharing else {
             return r.cost;
         };
-        let mut shard = self.shard(r.key).lock();
+        let mut shard = self.shard(r.key, false).lock();
         let slot = (r.key.clone(), r.limit.shape());
         let room = shard.len() < MAX_ENTRIES / SHARDS;
         let hint = match shard.get_mut(&slot) {
@@ -304,7 +314,7 @@ impl Quotas {
                 Sharing::Lease { .. } => {
                     let spare = if admitted { asks[i] - r.cost } else { 0 };
                     d.remaining += spare;
-                    let mut shard = self.shard(r.key).lock();
+                    let mut shard = self.shard(r.key, false).lock();
                     if let Some(Entry::Lease {
                         units,
                         hint,
@@ -342,7 +352,7 @@ impl Quotas {
                     if d.allowed() && !charged {
                         used = used.saturating_sub(r.cost);
                     }
-                    let mut shard = self.shard(r.key).lock();
+                    let mut shard = self.shard(r.key, true).lock();
                     let room = shard.len() < MAX_ENTRIES / SHARDS;
                     match shard.get_mut(&slot) {
                         Some(Entry::Sync {
@@ -384,10 +394,18 @@ impl Quotas {
     }
 
     /// The sync entries due a flush at `now` (their pending hits move to `flushing`),
-    /// after dropping every entry whose window has ended.
+    /// after dropping every sync entry whose window has ended (and, once a second,
+    /// every such lease).
     pub fn due(&self, now: u64) -> Vec<Flush> {
         let mut due = Vec::new();
-        for shard in self.shards.iter() {
+        let last = self.pruned.load(std::sync::atomic::Ordering::Relaxed);
+        if now >= last + 1_000_000 {
+            self.pruned.store(now, std::sync::atomic::Ordering::Relaxed);
+            for shard in self.leases.iter() {
+                shard.lock().retain(|_, e| now < e.until());
+            }
+        }
+        for shard in self.syncs.iter() {
             let mut shard = shard.lock();
             shard.retain(|_, e| now < e.until());
             for entry in shard.values_mut() {
@@ -420,7 +438,7 @@ impl Quotas {
     /// A flush's outcome: the store's count after it (`None`: it failed, the hits are
     /// pending again).
     pub fn flushed(&self, flush: &Flush, decision: Option<&Decision>, now: u64) {
-        let mut shard = self.shard(&flush.key).lock();
+        let mut shard = self.shard(&flush.key, true).lock();
         let Some(Entry::Sync {
             known,
             pending,
@@ -445,12 +463,16 @@ impl Quotas {
 
     /// Forgets `key`'s share under `limit` (after a reset).
     pub fn forget(&self, key: &Key, limit: &Limit) {
-        self.shard(key).lock().remove(&(key.clone(), limit.shape()));
+        for sync in [false, true] {
+            self.shard(key, sync)
+                .lock()
+                .remove(&(key.clone(), limit.shape()));
+        }
     }
 
     /// Forgets every share (after a policy reload).
     pub fn clear(&self) {
-        for shard in self.shards.iter() {
+        for shard in self.leases.iter().chain(self.syncs.iter()) {
             shard.lock().clear();
         }
     }
