@@ -9,7 +9,7 @@
 //! Shared rules, every algorithm:
 //! - A cost fits when `used + cost <= capacity`, so cost 0 (a peek) fits unless the
 //!   state is already over capacity (possible only with `count_rejected`).
-//! - A cost larger than the capacity never fits: [`Outcome::CostExceedsCapacity`].
+//! - A cost larger than the capacity never fits: [`Outcome::CostExceedsCapacity`](crate::Outcome::CostExceedsCapacity).
 //! - A clock that steps back is treated as standing still at the newest time the
 //!   state has seen: a key's time never runs backwards.
 //! - `charge_rejected` (for `count_rejected` limits) charges a denied request as far

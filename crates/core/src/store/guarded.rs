@@ -108,7 +108,7 @@ pub enum Unanswered {
 }
 
 /// A store behind a circuit breaker and an optional timeout, with an in-process
-/// fallback for `local` limits. See the [module docs](self).
+/// fallback for `local` limits, a deny cache, leases and sync.
 ///
 /// ```
 /// use std::time::Duration;
@@ -260,31 +260,26 @@ impl<S: Store> GuardedStore<S> {
             .map(|(r, &cost)| Request { cost, ..*r })
             .collect();
         let mut batch = self.call(&asked, now).await?;
-        let mut asks = asks;
-        if !batch.allowed()
-            && requests
-                .iter()
-                .zip(&batch.decisions)
-                .zip(asks)
-                .any(|((r, d), &ask)| ask > r.cost && !d.allowed() && d.remaining >= r.cost)
-        {
+        let mut asked = &asked[..];
+        let cost_alone_fits = requests
+            .iter()
+            .zip(&batch.decisions)
+            .zip(asks)
+            .any(|((r, d), &ask)| ask > r.cost && !d.allowed() && d.remaining >= r.cost);
+        if !batch.allowed() && cost_alone_fits {
             batch = self.call(requests, now).await?;
-            asks = &[];
+            asked = requests;
         }
-        let asks: Vec<u64> = if asks.is_empty() {
-            requests.iter().map(|r| r.cost).collect()
-        } else {
-            asks.to_vec()
-        };
+        let asks: Vec<u64> = asked.iter().map(|r| r.cost).collect();
         quotas.learn(requests, guards, &asks, &mut batch, now.as_micros());
         Ok(batch)
     }
 
     /// Adds every sync count that is due to the store (calls of at most
-    /// [`MAX_BATCH`](super::MAX_BATCH) keys, one key group each on Redis Cluster) and learns the counts back. Call it
-    /// every [`MIN_SYNC`](crate::sharing::MIN_SYNC) or so ([`GuardedStore::sync_every`]
-    /// does, in the background): each key is flushed when its `sync` interval is due.
-    /// Returns the number of store calls made.
+    /// [`MAX_BATCH`](super::MAX_BATCH) keys, one key group each on Redis Cluster) and
+    /// learns the counts back. Call it every [`MIN_SYNC`](crate::sharing::MIN_SYNC)
+    /// ([`every_tick`](crate::sharing::every_tick) does): each key is flushed at the last
+    /// tick before its `sync` interval is up. Returns the number of store calls made.
     pub async fn flush(&self, now: Timestamp) -> usize {
         let Some(quotas) = &self.quotas else {
             return 0;

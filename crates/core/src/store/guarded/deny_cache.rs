@@ -78,7 +78,7 @@ struct Entry {
 /// One lock's entries, by key and the state's shape.
 type Shard = HashMap<(Key, Shape), Entry>;
 
-/// Denials known to hold until a time. See the [module docs](self).
+/// Denials known to hold until a time (why they hold: the source of `deny_cache.rs`).
 #[derive(Debug)]
 pub struct DenyCache {
     shards: Box<[Mutex<Shard>]>,
@@ -87,7 +87,7 @@ pub struct DenyCache {
 }
 
 impl DenyCache {
-    /// A cache of at most `bytes` (at [`ENTRY_BYTES`] an entry); `None` when that holds
+    /// A cache of at most `bytes` (at `ENTRY_BYTES`, 96, an entry); `None` when that holds
     /// no entry at all.
     pub fn with_bytes(bytes: usize) -> Option<DenyCache> {
         let per_shard = bytes / ENTRY_BYTES / SHARDS;
