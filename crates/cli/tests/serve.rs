@@ -149,23 +149,8 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
 #[test]
 fn service_keys_hold_the_descriptor_once_and_a_gcra_key_is_under_100_bytes() {
     let redis = RedisServer::start();
-    let http = free_port();
     let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["serve", "--config"])
-        .arg(&policies)
-        .args(["--store", &redis.url()])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .args(["--grpc-addr", "127.0.0.1:0"])
-        .env_clear()
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spillway starts");
-    let mut logs = BufReader::new(child.stderr.take().unwrap()).lines();
-    logs.by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.contains("listening"))
-        .expect("a listening line");
+    let (mut child, http) = serve(&policies, &redis.url());
 
     // One request for each of examples/policies/api.yaml's descriptors: every algorithm.
     // An upload of 50 MB: a token bucket refilling 100 MB a minute holds 1 byte for
@@ -241,7 +226,8 @@ fn a_bad_failure_policy_or_header_style_is_refused_by_the_parser() {
     }
 }
 
-/// Starts `spillway serve` on `policies` and `store`; returns it and its HTTP port.
+/// Starts `spillway serve` on `policies` and `store`, its log read until it exits;
+/// returns it and its HTTP port.
 fn serve(policies: &Path, store: &str) -> (std::process::Child, u16) {
     let http = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
@@ -259,6 +245,9 @@ fn serve(policies: &Path, store: &str) -> (std::process::Child, u16) {
         .map(|l| l.unwrap())
         .find(|l| l.contains("listening"))
         .expect("a listening line");
+    // Keep reading its log: with the pipe closed, its shutdown lines would have nowhere
+    // to go and it would not stop on SIGTERM.
+    std::thread::spawn(move || logs.for_each(drop));
     (child, http)
 }
 
@@ -316,8 +305,9 @@ fn two_servers_sharing_a_lease_admit_at_most_the_limit_and_lose_at_most_their_le
         })
         .collect();
     let ended = redis_secs(redis.port());
-    for (child, _) in &servers {
-        terminate(child);
+    for (mut child, _) in servers {
+        terminate(&child);
+        assert!(child.wait().unwrap().success());
     }
     let total: u64 = admitted.iter().sum();
     println!("admitted {admitted:?}, {total} in all");

@@ -45,7 +45,7 @@ fn run(servers: &[Server], limit: &Limit, sharing: Sharing, steps: &[(u64, usize
         .build()
         .unwrap();
     let key = Key::new("k").unwrap();
-    let guard = [Guard::new(Mode::Enforce, OnStoreError::Closed).sharing(sharing)];
+    let guard = guard(sharing);
     let windows = (steps.iter().map(|s| s.0).sum::<u64>() / WINDOW + 1) as usize;
     let mut out = Run {
         admitted: vec![vec![Vec::new(); servers.len()]; windows],
@@ -97,6 +97,20 @@ fn fixed(limit: u64) -> Limit {
     Limit::new(Algorithm::FixedWindow, limit, Duration::from_micros(WINDOW)).unwrap()
 }
 
+/// The guard of one enforced, `closed` request shared by `sharing`.
+fn guard(sharing: Sharing) -> [Guard; 1] {
+    [Guard::new(Mode::Enforce, OnStoreError::Closed).sharing(sharing)]
+}
+
+/// What `store` says remains of `limit` for `key` at `now` (a cost-0 peek).
+async fn remaining(store: &impl Store, key: &Key, limit: &Limit, now: Timestamp) -> u64 {
+    let peek = store
+        .check(&[Request::new(key, limit, 0)], now)
+        .await
+        .unwrap();
+    peek.decisions[0].remaining
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -146,8 +160,7 @@ async fn one_lease_call_answers_many_decisions() {
     let server = &servers(1, &store)[0];
     let limit = fixed(100);
     let key = Key::new("k").unwrap();
-    let guard =
-        [Guard::new(Mode::Enforce, OnStoreError::Closed).sharing(Sharing::Lease { units: 20 })];
+    let guard = guard(Sharing::Lease { units: 20 });
     let now = Timestamp::from_micros(T0);
     let mut sources = Vec::new();
     for _ in 0..40 {
@@ -161,11 +174,7 @@ async fn one_lease_call_answers_many_decisions() {
     let calls = sources.iter().filter(|s| **s == Source::Store).count();
     assert_eq!(calls, 2, "{sources:?}");
     // The store counted both leases: 40 units.
-    let peek = store
-        .check(&[Request::new(&key, &limit, 0)], now)
-        .await
-        .unwrap();
-    assert_eq!(peek.decisions[0].remaining, 60);
+    assert_eq!(remaining(&store, &key, &limit, now).await, 60);
 }
 
 #[tokio::test]
@@ -174,8 +183,7 @@ async fn a_reset_and_a_reload_forget_the_lease() {
     let server = &servers(1, &store)[0];
     let limit = fixed(100);
     let key = Key::new("k").unwrap();
-    let guard =
-        [Guard::new(Mode::Enforce, OnStoreError::Closed).sharing(Sharing::Lease { units: 20 })];
+    let guard = guard(Sharing::Lease { units: 20 });
     let now = Timestamp::from_micros(T0);
     let request = [Request::new(&key, &limit, 1)];
     let decide = || server.decide(&request, &guard, now);
@@ -202,16 +210,9 @@ async fn sync_counts_locally_and_flushes_on_its_interval() {
     let limit = fixed(100);
     let key = Key::new("k").unwrap();
     let every = Duration::from_millis(100);
-    let guard = [Guard::new(Mode::Enforce, OnStoreError::Closed).sharing(Sharing::Sync { every })];
+    let guard = guard(Sharing::Sync { every });
     let at = |ms: u64| Timestamp::from_micros(T0 + ms * 1000);
-    let peek = || async {
-        store
-            .check(&[Request::new(&key, &limit, 0)], at(0))
-            .await
-            .unwrap()
-            .decisions[0]
-            .remaining
-    };
+    let peek = || remaining(&store, &key, &limit, at(0));
     let first = server
         .decide(&[Request::new(&key, &limit, 1)], &guard, at(0))
         .await
@@ -259,8 +260,7 @@ async fn concurrent_requests_take_one_lease_at_a_time_and_spend_every_unit() {
     );
     let limit = fixed(1000);
     let key = Key::new("k").unwrap();
-    let guard =
-        [Guard::new(Mode::Enforce, OnStoreError::Closed).sharing(Sharing::Lease { units: 20 })];
+    let guard = guard(Sharing::Lease { units: 20 });
     let now = Timestamp::from_micros(T0);
     let admitted = std::cell::Cell::new(0u64);
     let caller = |n: usize| {
@@ -283,11 +283,7 @@ async fn concurrent_requests_take_one_lease_at_a_time_and_spend_every_unit() {
     // 32 callers' first requests at once: one takes a lease, the others ask for one unit
     // each, so the server holds one lease's spare units, not 32 leases' worth.
     futures_util::future::join_all((0..32).map(|_| caller(1))).await;
-    let peek = store
-        .check(&[Request::new(&key, &limit, 0)], now)
-        .await
-        .unwrap();
-    assert_eq!(peek.decisions[0].remaining, 1000 - 32 - 19);
+    assert_eq!(remaining(&store, &key, &limit, now).await, 1000 - 32 - 19);
     // Then the limit spent by 2,000 more: every unit the store counted is admitted (a
     // cached denial of the store's last units must not hide the ones held here).
     futures_util::future::join_all((0..32).map(|_| caller(2000 / 32 + 1))).await;
@@ -304,7 +300,7 @@ async fn on_a_store_in_this_process_leases_and_sync_are_no_ops() {
         Sharing::Lease { units: 20 },
         Sharing::Sync { every: MIN_SYNC },
     ] {
-        let guard = [Guard::new(Mode::Enforce, OnStoreError::Closed).sharing(sharing)];
+        let guard = guard(sharing);
         for _ in 0..3 {
             let answer = server
                 .decide(&[Request::new(&key, &limit, 1)], &guard, now)
@@ -314,13 +310,9 @@ async fn on_a_store_in_this_process_leases_and_sync_are_no_ops() {
         }
         assert_eq!(server.flush(now).await, 0);
     }
-    let peek = server
-        .store()
-        .check(&[Request::new(&key, &limit, 0)], now)
-        .await
-        .unwrap();
     assert_eq!(
-        peek.decisions[0].remaining, 94,
+        remaining(server.store(), &key, &limit, now).await,
+        94,
         "exactly six charged, one by one"
     );
 }
