@@ -227,7 +227,7 @@ impl<S: Store> GuardedStore<S> {
                 // With a lease's larger ask denied, the cost alone was denied too (else
                 // it was asked again): a fixed window's denial holds to its end either way.
                 if let Some(cache) = &self.deny {
-                    remember(cache, requests, &batch, now);
+                    cache.learn(requests, &batch, now.as_micros());
                 }
                 return Ok(Guarded {
                     sources: vec![Source::Store; batch.decisions.len()],
@@ -313,16 +313,7 @@ impl<S: Store> GuardedStore<S> {
     /// The answer when every request has a cached denial (a batch with one request
     /// the store would admit must go to the store: its decision is not known here).
     fn cached(&self, requests: &[Request<'_>], now: Timestamp) -> Option<Guarded> {
-        let cache = self.deny.as_ref()?;
-        let now = now.as_micros();
-        let decisions = (0..requests.len())
-            .map(|i| {
-                let r = &requests[i];
-                // A cached denial was judged alone; beside a request on the same state
-                // the store may judge it otherwise.
-                (!shares_state(requests, i)).then(|| cache.get(r.key, r.limit, r.cost, now))?
-            })
-            .collect::<Option<Vec<Decision>>>()?;
+        let decisions = self.deny.as_ref()?.answer(requests, now.as_micros())?;
         Some(Guarded {
             sources: vec![Source::Cache; decisions.len()],
             batch: BatchDecision {
@@ -474,34 +465,6 @@ impl<S: Store> Store for GuardedStore<S> {
         self.forget(key, limit);
         Ok(())
     }
-}
-
-/// Teaches the deny cache a store's answer: a charged state's entry is stale, a
-/// denial on its own is cached.
-fn remember(cache: &DenyCache, requests: &[Request<'_>], batch: &BatchDecision, now: Timestamp) {
-    for (i, (r, d)) in requests.iter().zip(&batch.decisions).enumerate() {
-        let charged = r.cost > 0 && (batch.allowed() || r.limit.count_rejected());
-        if charged {
-            cache.forget(r.key, r.limit);
-            continue;
-        }
-        // A limit sharing its state with another request of the batch was judged with
-        // that one's charge pending: its denial is not a fact about the state alone
-        // (found by the property test).
-        if !shares_state(requests, i) {
-            cache.remember(r.key, r.limit, r.cost, d, now.as_micros());
-        }
-    }
-}
-
-/// Whether another request of the batch is on `requests[i]`'s state (same key, same
-/// shape).
-fn shares_state(requests: &[Request<'_>], i: usize) -> bool {
-    let r = &requests[i];
-    requests
-        .iter()
-        .enumerate()
-        .any(|(j, o)| j != i && o.key == r.key && o.limit.shape() == r.limit.shape())
 }
 
 /// What an `open` policy answers: admitted, with the whole limit left.

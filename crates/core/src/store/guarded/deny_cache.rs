@@ -30,9 +30,10 @@ use hashbrown::HashMap;
 use parking_lot::Mutex;
 
 use crate::algorithm::Algorithm;
-use crate::decision::{Decision, Outcome};
+use crate::decision::{BatchDecision, Decision, Outcome};
 use crate::key::Key;
 use crate::limit::{Limit, Shape};
+use crate::store::Request;
 
 /// Shards: a lock per shard, held for one lookup or insert.
 const SHARDS: usize = 64;
@@ -163,6 +164,38 @@ impl DenyCache {
         }
     }
 
+    /// The decisions on `requests` at `now` (µs) when every one of them has a cached
+    /// denial (a batch with one request the store would admit must go to the store: its
+    /// decision is not known here).
+    pub fn answer(&self, requests: &[Request<'_>], now: u64) -> Option<Vec<Decision>> {
+        (0..requests.len())
+            .map(|i| {
+                let r = &requests[i];
+                // A cached denial was judged alone; beside a request on the same state
+                // the store may judge it otherwise.
+                (!shares_state(requests, i)).then(|| self.get(r.key, r.limit, r.cost, now))?
+            })
+            .collect()
+    }
+
+    /// Learns a store's answer to `requests` at `now` (µs): a charged state's entry is
+    /// stale, a denial on its own is cached.
+    pub fn learn(&self, requests: &[Request<'_>], batch: &BatchDecision, now: u64) {
+        for (i, (r, d)) in requests.iter().zip(&batch.decisions).enumerate() {
+            let charged = r.cost > 0 && (batch.allowed() || r.limit.count_rejected());
+            if charged {
+                self.forget(r.key, r.limit);
+                continue;
+            }
+            // A limit sharing its state with another request of the batch was judged
+            // with that one's charge pending: its denial is not a fact about the state
+            // alone (found by the property test).
+            if !shares_state(requests, i) {
+                self.remember(r.key, r.limit, r.cost, d, now);
+            }
+        }
+    }
+
     /// Forgets everything (after a policy reload).
     pub fn clear(&self) {
         for shard in self.shards.iter() {
@@ -179,4 +212,14 @@ impl DenyCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Whether another request of the batch is on `requests[i]`'s state (same key, same
+/// shape).
+fn shares_state(requests: &[Request<'_>], i: usize) -> bool {
+    let r = &requests[i];
+    requests
+        .iter()
+        .enumerate()
+        .any(|(j, o)| j != i && o.key == r.key && o.limit.shape() == r.limit.shape())
 }
