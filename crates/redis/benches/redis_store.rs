@@ -172,11 +172,9 @@ fn redis_benchmark(port: &str, limit: &Limit, keys: Keys, callers: usize, reques
         sha,
         "1".into(),
         key,
-        "server".into(),
     ];
     let any_key = Key::new("k").unwrap();
-    let argv = script_argv(&[Request::new(&any_key, limit, 1)]);
-    args.extend(argv.iter().map(u64::to_string));
+    args.extend(script_argv(&[Request::new(&any_key, limit, 1)]));
     let out = Command::new("redis-benchmark")
         .args(&args)
         .output()

@@ -1,52 +1,74 @@
--- decide.lua: one decision round of Spillway, for every algorithm, in one atomic call.
+-- decide.lua: decision rounds of Spillway, for every algorithm, in one atomic call.
 --
 -- The Rust algorithms in crates/core/src/algorithm/ are the specification: every
 -- function below mirrors the Rust function of the same name, decision for decision
 -- (the conformance tables and a differential property test hold the two together).
--- The round mirrors crates/core/src/store/round.rs: check every request, then charge
+-- A round mirrors crates/core/src/store/round.rs: check every request, then charge
 -- all of them or none (count_rejected limits are charged either way).
 --
--- KEYS[i]  the state of request i: <prefix>{identity}:<algorithm>:<window>. The key
---          names the limit's shape, so two requests with the same key share a state.
--- ARGV[1]  now in µs since the epoch, or "server" to read Redis TIME (one clock for
---          every app server).
--- ARGV[2 + 9(i-1) ..] request i, nine unsigned integers:
---          alg     1 fixed_window, 2 sliding_log, 3 sliding_window, 4 token_bucket, 5 gcra
---          cost    units to charge (0 = peek)
---          rejected  1 = count_rejected (charge denied requests too)
---          cap     the capacity reported as `limit` (burst for token_bucket and gcra)
---          window  W in µs
---          p1..p4  per algorithm: sliding_window (precision, edge 0 interpolate / 1 strict
---                  / 2 lenient); token_bucket (rate, unit); gcra (rate, unit, e(1), tau),
---                  where rate and unit are Limit::scaled_rate and e(1), tau
---                  Limit::gcra_times, computed once in Rust.
+-- One call carries one or more independent batches (decisions that arrived while
+-- another call was in flight, coalesced by store.rs). Each batch is its own round,
+-- in order, so a later batch sees an earlier one's charges exactly as if it had come
+-- in a call of its own; a batch that fails (a key holding another program's value, a
+-- bad number) fails alone and writes nothing.
 --
--- Returns { denied_by (0 = admitted, else the 1-based request), then per request
--- outcome (0 allowed, 1 denied, 2 cost exceeds capacity), remaining, reset_after µs,
--- retry_after µs }.
+-- KEYS     every batch's keys, batch after batch. Key i of a batch holds the state of
+--          its request i: <prefix>{identity}:<algorithm>:<window>. The key names the
+--          limit's shape, so two requests with the same key share a state.
+-- ARGV[1]  B, the number of batches; then per batch:
+--            n      its number of requests (its n keys are the next n of KEYS)
+--            now    µs since the epoch, or "server" to read Redis TIME (one clock
+--                   for every app server; read once per call)
+--            then per request two arguments:
+--            limit  eight unsigned integers, space-separated: one string, parsed once
+--                   per call however many requests share the limit
+--                     alg     1 fixed_window, 2 sliding_log, 3 sliding_window,
+--                             4 token_bucket, 5 gcra
+--                     rejected  1 = count_rejected (charge denied requests too)
+--                     cap     the capacity reported as `limit` (burst for
+--                             token_bucket and gcra)
+--                     window  W in µs
+--                     p1..p4  per algorithm: sliding_window (precision, edge
+--                             0 interpolate / 1 strict / 2 lenient); token_bucket
+--                             (rate, unit); gcra (rate, unit, e(1), tau), where rate
+--                             and unit are Limit::scaled_rate and e(1), tau
+--                             Limit::gcra_times, computed once in Rust.
+--            cost   units to charge (0 = peek)
+--
+-- Returns one element per batch, in order: either { denied_by (0 = admitted, else the
+-- 1-based request), then per request outcome (0 allowed, 1 denied, 2 cost exceeds
+-- capacity), remaining, reset_after µs, retry_after µs }, or, for a batch that
+-- failed, a string saying why (a string, not an error reply: clients turn an error
+-- nested in an array into an error for the whole call). A malformed ARGV header is
+-- an error reply for the whole call.
 --
 -- Numbers: Lua numbers are doubles, exact for integers up to 2^53. Rust guarantees
 -- every product the algorithms take (cost × unit, burst × unit) stays below 2^53;
 -- divisions and remainders go through idiv/imod, which are exact where Lua's `/` and
 -- `%` would round.
 
-local FIELDS = 9
+local FIELDS = 2 -- ARGV per request: limit, cost
 
 -- Raises a plain error reply ("ERR spillway: ..."), without Lua's location prefix.
 local function fail(msg) error({ err = 'ERR spillway: ' .. msg }) end
+
+-- Reads digits as an integer in 0..=2^53. Compared as text: 2^53 + 1 would round to
+-- 2^53 as a number.
+local function digits(s, what)
+  if #s > 16 or (#s == 16 and s > '9007199254740992') then
+    fail(what .. ' is larger than 2^53: ' .. s)
+  end
+  return tonumber(s)
+end
 
 -- Reads ARGV[i] as an integer in 0..=2^53. tonumber alone accepts "nan", "inf", "0x1f",
 -- " 1e3": a NaN compares false and would be admitted, so only plain digits pass.
 local function arg(i)
   local s = ARGV[i]
-  if s == nil or #s > 16 or not string.find(s, '^%d+$') then
+  if s == nil or not string.find(s, '^%d+$') then
     fail('ARGV[' .. i .. '] is not an integer in 0..=2^53: ' .. tostring(s))
   end
-  -- Compared as text: 2^53 + 1 would round to 2^53 as a number.
-  if #s == 16 and s > '9007199254740992' then
-    fail('ARGV[' .. i .. '] is larger than 2^53: ' .. s)
-  end
-  return tonumber(s)
+  return digits(s, 'ARGV[' .. i .. ']')
 end
 
 -- Exact floor(a / b) and a mod b for non-negative integers: fmod is exact in IEEE
@@ -72,520 +94,632 @@ local function deny(r, cost, retry, remaining, reset)
   return { 1, min(remaining, r.cap), reset, retry }
 end
 
+-- Each algorithm is defined by a function, run on the first request of a call that
+-- uses it: a script's body runs on every call, and defining all five there (some
+-- sixty closures) cost more than deciding a lone request.
+
 -- === fixed_window: state (start, count), 16 bytes ===================================
 
-local fixed_window = {}
+local function define_fixed_window()
+  local fixed_window = {}
 
-function fixed_window.decode(_, v)
-  if not v then return { start = 0, count = 0 } end
-  if #v ~= 16 then return nil end
-  local start, count = struct.unpack('<dd', v)
-  return { start = start, count = count }
-end
-function fixed_window.encode(s) return struct.pack('<dd', s.start, s.count) end
-function fixed_window.copy(s) return { start = s.start, count = s.count } end
-
--- The window start at now, never before the stored one.
-local function fw_start(r, s, now) return max(now - imod(now, r.window), s.start) end
-
-function fixed_window.check(r, s, now, cost)
-  local start = fw_start(r, s, now)
-  local stop = start + r.window
-  now = max(now, start)
-  local used = (s.start == start) and s.count or 0
-  if cost <= r.cap and used + cost <= r.cap then
-    return allow(r, r.cap - used - cost, stop - now)
+  function fixed_window.decode(_, v)
+    if not v then return { start = 0, count = 0 } end
+    if #v ~= 16 then return nil end
+    local start, count = struct.unpack('<dd', v)
+    return { start = start, count = count }
   end
-  return deny(r, cost, stop - now, sub0(r.cap, used), stop - now)
-end
+  function fixed_window.encode(s) return struct.pack('<dd', s.start, s.count) end
+  function fixed_window.copy(s) return { start = s.start, count = s.count } end
 
-function fixed_window.commit(r, s, now, cost)
-  local start = fw_start(r, s, now)
-  if s.start ~= start then s.start, s.count = start, 0 end
-  s.count = s.count + cost
-end
+  -- The window start at now, never before the stored one.
+  local function fw_start(r, s, now) return max(now - imod(now, r.window), s.start) end
 
-function fixed_window.idle_at(r, s)
-  if s.count == 0 then return 0 end
-  return s.start + r.window
+  function fixed_window.check(r, s, now, cost)
+    local start = fw_start(r, s, now)
+    local stop = start + r.window
+    now = max(now, start)
+    local used = (s.start == start) and s.count or 0
+    if cost <= r.cap and used + cost <= r.cap then
+      return allow(r, r.cap - used - cost, stop - now)
+    end
+    return deny(r, cost, stop - now, sub0(r.cap, used), stop - now)
+  end
+
+  function fixed_window.commit(r, s, now, cost)
+    local start = fw_start(r, s, now)
+    if s.start ~= start then s.start, s.count = start, 0 end
+    s.count = s.count + cost
+  end
+
+  function fixed_window.idle_at(r, s)
+    if s.count == 0 then return 0 end
+    return s.start + r.window
+  end
+  return fixed_window
 end
 
 -- === sliding_log: state total + entries (at, cost), 8 + 16 per entry =================
 -- The entries stay packed in one string, oldest first; only the expired ones at the
 -- head and the newest at the tail are ever unpacked.
 
-local sliding_log = {}
-local ENTRY = 16
+local function define_sliding_log()
+  local sliding_log = {}
+  local ENTRY = 16
 
-function sliding_log.decode(_, v)
-  if not v then return { total = 0, data = '' } end
-  if #v < 8 or math.fmod(#v - 8, ENTRY) ~= 0 then return nil end
-  return { total = struct.unpack('<d', v), data = string.sub(v, 9) }
-end
-function sliding_log.encode(s) return struct.pack('<d', s.total) .. s.data end
-function sliding_log.copy(s) return { total = s.total, data = s.data } end
-
-local function entry(s, i) -- the i-th entry (1-based): at, cost
-  return struct.unpack('<dd', s.data, (i - 1) * ENTRY + 1)
-end
-local function entries(s) return #s.data / ENTRY end
-
--- now, never before the newest entry.
-local function sl_clamp(s, now)
-  local n = entries(s)
-  if n == 0 then return now end
-  return max(now, (entry(s, n)))
-end
-
--- How many entries at the head have expired at now, and their cost.
-local function sl_expired(r, s, now)
-  local n, gone, i = entries(s), 0, 1
-  while i <= n do
-    local at, cost = entry(s, i)
-    if at + r.window > now then break end
-    gone = gone + cost
-    i = i + 1
+  function sliding_log.decode(_, v)
+    if not v then return { total = 0, data = '' } end
+    if #v < 8 or math.fmod(#v - 8, ENTRY) ~= 0 then return nil end
+    return { total = struct.unpack('<d', v), data = string.sub(v, 9) }
   end
-  return i - 1, gone
-end
+  function sliding_log.encode(s) return struct.pack('<d', s.total) .. s.data end
+  function sliding_log.copy(s) return { total = s.total, data = s.data } end
 
-function sliding_log.check(r, s, now, cost)
-  now = sl_clamp(s, now)
-  local w, n = r.window, entries(s)
-  local first, gone = sl_expired(r, s, now)
-  local used = s.total - gone
-  local newest = nil
-  if n > 0 then newest = entry(s, n) + w end
-  if cost <= r.cap and used + cost <= r.cap then
-    local reset = w
-    if cost == 0 then reset = newest and sub0(newest, now) or 0 end
-    return allow(r, r.cap - used - cost, reset)
+  local function entry(s, i) -- the i-th entry (1-based): at, cost
+    return struct.unpack('<dd', s.data, (i - 1) * ENTRY + 1)
   end
-  -- The same cost fits once enough of the oldest live entries have left.
-  local need = used + cost - r.cap
-  local retry_at = now
-  if cost <= r.cap then
-    for i = first + 1, n do
-      local at, c = entry(s, i)
-      retry_at = at + w
-      need = sub0(need, c)
-      if need == 0 then break end
+  local function entries(s) return #s.data / ENTRY end
+
+  -- now, never before the newest entry.
+  local function sl_clamp(s, now)
+    local n = entries(s)
+    if n == 0 then return now end
+    return max(now, (entry(s, n)))
+  end
+
+  -- How many entries at the head have expired at now, and their cost.
+  local function sl_expired(r, s, now)
+    local n, gone, i = entries(s), 0, 1
+    while i <= n do
+      local at, cost = entry(s, i)
+      if at + r.window > now then break end
+      gone = gone + cost
+      i = i + 1
     end
+    return i - 1, gone
   end
-  return deny(r, cost, retry_at - now, sub0(r.cap, used), newest and sub0(newest, now) or 0)
-end
 
-function sliding_log.commit(r, s, now, cost, admitted)
-  now = sl_clamp(s, now)
-  local first, gone = sl_expired(r, s, now)
-  if first > 0 then
-    s.data = string.sub(s.data, first * ENTRY + 1)
-    s.total = s.total - gone
-  end
-  if cost == 0 then return end
-  s.total = s.total + cost
-  local n = entries(s)
-  if n > 0 then
-    local at, c = entry(s, n)
-    -- Same µs, or a rejected charge: fold into the newest entry, moved to now.
-    if at == now or not admitted then
-      s.data = string.sub(s.data, 1, (n - 1) * ENTRY) .. struct.pack('<dd', now, c + cost)
-      return
+  function sliding_log.check(r, s, now, cost)
+    now = sl_clamp(s, now)
+    local w, n = r.window, entries(s)
+    local first, gone = sl_expired(r, s, now)
+    local used = s.total - gone
+    local newest = nil
+    if n > 0 then newest = entry(s, n) + w end
+    if cost <= r.cap and used + cost <= r.cap then
+      local reset = w
+      if cost == 0 then reset = newest and sub0(newest, now) or 0 end
+      return allow(r, r.cap - used - cost, reset)
     end
+    -- The same cost fits once enough of the oldest live entries have left.
+    local need = used + cost - r.cap
+    local retry_at = now
+    if cost <= r.cap then
+      for i = first + 1, n do
+        local at, c = entry(s, i)
+        retry_at = at + w
+        need = sub0(need, c)
+        if need == 0 then break end
+      end
+    end
+    return deny(r, cost, retry_at - now, sub0(r.cap, used), newest and sub0(newest, now) or 0)
   end
-  s.data = s.data .. struct.pack('<dd', now, cost)
-end
 
-function sliding_log.idle_at(r, s)
-  local n = entries(s)
-  if n == 0 then return 0 end
-  return entry(s, n) + r.window
+  function sliding_log.commit(r, s, now, cost, admitted)
+    now = sl_clamp(s, now)
+    local first, gone = sl_expired(r, s, now)
+    if first > 0 then
+      s.data = string.sub(s.data, first * ENTRY + 1)
+      s.total = s.total - gone
+    end
+    if cost == 0 then return end
+    s.total = s.total + cost
+    local n = entries(s)
+    if n > 0 then
+      local at, c = entry(s, n)
+      -- Same µs, or a rejected charge: fold into the newest entry, moved to now.
+      if at == now or not admitted then
+        s.data = string.sub(s.data, 1, (n - 1) * ENTRY) .. struct.pack('<dd', now, c + cost)
+        return
+      end
+    end
+    s.data = s.data .. struct.pack('<dd', now, cost)
+  end
+
+  function sliding_log.idle_at(r, s)
+    local n = entries(s)
+    if n == 0 then return 0 end
+    return entry(s, n) + r.window
+  end
+  return sliding_log
 end
 
 -- === sliding_window: state (newest, total, counts[P+1]), 16 + 8(P+1) bytes ===========
 -- counts is a ring indexed by bucket mod (P+1) (plus 1: Lua tables count from 1),
 -- empty until the first charge.
 
-local sliding_window = {}
+local function define_sliding_window()
+  local sliding_window = {}
 
-function sliding_window.decode(r, v)
-  if not v then return { newest = 0, total = 0, counts = nil } end
-  local n = r.precision + 1
-  if #v ~= 16 + 8 * n then return nil end
-  local fields = { struct.unpack('<dd' .. string.rep('d', n), v) }
-  local counts = {}
-  for i = 1, n do counts[i] = fields[i + 2] end
-  return { newest = fields[1], total = fields[2], counts = counts }
-end
-function sliding_window.encode(s)
-  return struct.pack('<dd' .. string.rep('d', #s.counts), s.newest, s.total, unpack(s.counts))
-end
-function sliding_window.copy(s)
-  local counts = nil
-  if s.counts then
-    counts = {}
-    for i, c in ipairs(s.counts) do counts[i] = c end
+  function sliding_window.decode(r, v)
+    if not v then return { newest = 0, total = 0, counts = nil } end
+    local n = r.precision + 1
+    if #v ~= 16 + 8 * n then return nil end
+    local fields = { struct.unpack('<dd' .. string.rep('d', n), v) }
+    local counts = {}
+    for i = 1, n do counts[i] = fields[i + 2] end
+    return { newest = fields[1], total = fields[2], counts = counts }
   end
-  return { newest = s.newest, total = s.total, counts = counts }
-end
+  function sliding_window.encode(s)
+    return struct.pack('<dd' .. string.rep('d', #s.counts), s.newest, s.total, unpack(s.counts))
+  end
+  function sliding_window.copy(s)
+    local counts = nil
+    if s.counts then
+      counts = {}
+      for i, c in ipairs(s.counts) do counts[i] = c end
+    end
+    return { newest = s.newest, total = s.total, counts = counts }
+  end
 
-local INTERPOLATE, STRICT, LENIENT = 0, 1, 2
+  local INTERPOLATE, STRICT, LENIENT = 0, 1, 2
 
-local function sw_count(s, bucket)
-  if not s.counts then return 0 end
-  local n = #s.counts
-  if bucket > s.newest or s.newest - bucket >= n then return 0 end
-  return s.counts[imod(bucket, n) + 1]
-end
+  local function sw_count(s, bucket)
+    if not s.counts then return 0 end
+    local n = #s.counts
+    if bucket > s.newest or s.newest - bucket >= n then return 0 end
+    return s.counts[imod(bucket, n) + 1]
+  end
 
--- Sum of buckets lo ..= hi still in the ring.
-local function sw_sum(s, lo, hi)
-  if not s.counts then return 0 end
-  local n = #s.counts
-  lo = max(lo, sub0(s.newest, n - 1))
-  hi = min(hi, s.newest)
-  local total = 0
-  for m = lo, hi do total = total + s.counts[imod(m, n) + 1] end
-  return total
-end
+  -- Sum of buckets lo ..= hi still in the ring.
+  local function sw_sum(s, lo, hi)
+    if not s.counts then return 0 end
+    local n = #s.counts
+    lo = max(lo, sub0(s.newest, n - 1))
+    hi = min(hi, s.newest)
+    local total = 0
+    for m = lo, hi do total = total + s.counts[imod(m, n) + 1] end
+    return total
+  end
 
-local function sw_estimate(r, full, prev, off)
-  return full + prev * ((r.width - off) / r.width)
-end
+  local function sw_estimate(r, full, prev, off)
+    return full + prev * ((r.width - off) / r.width)
+  end
 
-local function sw_fits(r, full, prev, off, cost)
-  if r.edge == STRICT then return full + prev + cost <= r.cap end
-  if r.edge == LENIENT then return full + cost <= r.cap end
-  return sw_estimate(r, full, prev, off) + cost <= r.cap
-end
+  local function sw_fits(r, full, prev, off, cost)
+    if r.edge == STRICT then return full + prev + cost <= r.cap end
+    if r.edge == LENIENT then return full + cost <= r.cap end
+    return sw_estimate(r, full, prev, off) + cost <= r.cap
+  end
 
-local function sw_remaining(r, full, prev, off)
-  if r.edge == STRICT then return sub0(r.cap, full + prev) end
-  if r.edge == LENIENT then return sub0(r.cap, full) end
-  return max(math.floor(r.cap - sw_estimate(r, full, prev, off)), 0)
-end
+  local function sw_remaining(r, full, prev, off)
+    if r.edge == STRICT then return sub0(r.cap, full + prev) end
+    if r.edge == LENIENT then return sub0(r.cap, full) end
+    return max(math.floor(r.cap - sw_estimate(r, full, prev, off)), 0)
+  end
 
--- (full, prev) for bucket j ≥ newest: the sum of j−P+1 ..= j, and bucket j−P.
-local function sw_window(r, s, j)
-  if j < r.precision then return s.total, 0 end
-  local oldest = j - r.precision
-  local gone
-  if oldest >= s.newest then gone = s.total else gone = sw_sum(s, 0, oldest) end
-  return sub0(s.total, gone), sw_count(s, oldest)
-end
+  -- (full, prev) for bucket j ≥ newest: the sum of j−P+1 ..= j, and bucket j−P.
+  local function sw_window(r, s, j)
+    if j < r.precision then return s.total, 0 end
+    local oldest = j - r.precision
+    local gone
+    if oldest >= s.newest then gone = s.total else gone = sw_sum(s, 0, oldest) end
+    return sub0(s.total, gone), sw_count(s, oldest)
+  end
 
-local function sw_idle_at(r, newest) return (newest + r.precision + 1) * r.width end
+  local function sw_idle_at(r, newest) return (newest + r.precision + 1) * r.width end
 
-local function sw_clamp(r, s, now)
-  if not s.counts then return now end
-  return max(now, s.newest * r.width)
-end
+  local function sw_clamp(r, s, now)
+    if not s.counts then return now end
+    return max(now, s.newest * r.width)
+  end
 
--- The first time at or after bucket j + off when cost fits (see retry_at in Rust).
-local function sw_retry_at(r, s, j, off, full, prev, cost)
-  while true do
-    if sw_fits(r, full, prev, off, cost) then return j * r.width + off end
-    if r.edge == INTERPOLATE and sw_fits(r, full, prev, r.width - 1, cost) then
-      local no, yes = off, r.width - 1
-      while yes - no > 1 do
-        local mid = no + idiv(yes - no, 2)
-        if sw_fits(r, full, prev, mid, cost) then yes = mid else no = mid end
+  -- The first time at or after bucket j + off when cost fits (see retry_at in Rust).
+  local function sw_retry_at(r, s, j, off, full, prev, cost)
+    while true do
+      if sw_fits(r, full, prev, off, cost) then return j * r.width + off end
+      if r.edge == INTERPOLATE and sw_fits(r, full, prev, r.width - 1, cost) then
+        local no, yes = off, r.width - 1
+        while yes - no > 1 do
+          local mid = no + idiv(yes - no, 2)
+          if sw_fits(r, full, prev, mid, cost) then yes = mid else no = mid end
+        end
+        return j * r.width + yes
       end
-      return j * r.width + yes
+      j = j + 1
+      off = 0
+      prev = (j >= r.precision) and sw_count(s, j - r.precision) or 0
+      full = sub0(full, prev) + sw_count(s, j)
     end
-    j = j + 1
-    off = 0
-    prev = (j >= r.precision) and sw_count(s, j - r.precision) or 0
-    full = sub0(full, prev) + sw_count(s, j)
   end
-end
 
-function sliding_window.check(r, s, now, cost)
-  now = sw_clamp(r, s, now)
-  local j, off = idiv(now, r.width), imod(now, r.width)
-  local full, prev = sw_window(r, s, j)
-  local charged = s.counts ~= nil and (full > 0 or prev > 0)
-  if cost <= r.cap and sw_fits(r, full, prev, off, cost) then
-    local reset = 0
-    if cost > 0 then
-      reset = sw_idle_at(r, j) - now
-    elseif charged then
-      reset = sw_idle_at(r, s.newest) - now
+  function sliding_window.check(r, s, now, cost)
+    now = sw_clamp(r, s, now)
+    local j, off = idiv(now, r.width), imod(now, r.width)
+    local full, prev = sw_window(r, s, j)
+    local charged = s.counts ~= nil and (full > 0 or prev > 0)
+    if cost <= r.cap and sw_fits(r, full, prev, off, cost) then
+      local reset = 0
+      if cost > 0 then
+        reset = sw_idle_at(r, j) - now
+      elseif charged then
+        reset = sw_idle_at(r, s.newest) - now
+      end
+      return allow(r, sw_remaining(r, full + cost, prev, off), reset)
     end
-    return allow(r, sw_remaining(r, full + cost, prev, off), reset)
+    local reset = charged and (sw_idle_at(r, s.newest) - now) or 0
+    local retry = 0
+    if cost <= r.cap then retry = sw_retry_at(r, s, j, off, full, prev, cost) - now end
+    return deny(r, cost, retry, sw_remaining(r, full, prev, off), reset)
   end
-  local reset = charged and (sw_idle_at(r, s.newest) - now) or 0
-  local retry = 0
-  if cost <= r.cap then retry = sw_retry_at(r, s, j, off, full, prev, cost) - now end
-  return deny(r, cost, retry, sw_remaining(r, full, prev, off), reset)
-end
 
-function sliding_window.commit(r, s, now, cost)
-  if cost == 0 then return end
-  now = sw_clamp(r, s, now)
-  local j = idiv(now, r.width)
-  local n = r.precision + 1
-  if not s.counts then
-    s.counts = {}
-    for i = 1, n do s.counts[i] = 0 end
-    s.newest = j
-  end
-  if j > s.newest then
-    -- Buckets newest+1 ..= j reuse the slots of buckets that have left the ring.
-    if j - s.newest >= n then
+  function sliding_window.commit(r, s, now, cost)
+    if cost == 0 then return end
+    now = sw_clamp(r, s, now)
+    local j = idiv(now, r.width)
+    local n = r.precision + 1
+    if not s.counts then
+      s.counts = {}
       for i = 1, n do s.counts[i] = 0 end
-      s.total = 0
-    else
-      for m = s.newest + 1, j do
-        local slot = imod(m, n) + 1
-        s.total = sub0(s.total, s.counts[slot])
-        s.counts[slot] = 0
-      end
+      s.newest = j
     end
-    s.newest = j
+    if j > s.newest then
+      -- Buckets newest+1 ..= j reuse the slots of buckets that have left the ring.
+      if j - s.newest >= n then
+        for i = 1, n do s.counts[i] = 0 end
+        s.total = 0
+      else
+        for m = s.newest + 1, j do
+          local slot = imod(m, n) + 1
+          s.total = sub0(s.total, s.counts[slot])
+          s.counts[slot] = 0
+        end
+      end
+      s.newest = j
+    end
+    local slot = imod(j, n) + 1
+    s.counts[slot] = s.counts[slot] + cost
+    s.total = s.total + cost
   end
-  local slot = imod(j, n) + 1
-  s.counts[slot] = s.counts[slot] + cost
-  s.total = s.total + cost
-end
 
-function sliding_window.idle_at(r, s)
-  if s.total == 0 then return 0 end
-  return sw_idle_at(r, s.newest)
+  function sliding_window.idle_at(r, s)
+    if s.total == 0 then return 0 end
+    return sw_idle_at(r, s.newest)
+  end
+  return sliding_window
 end
 
 -- === token_bucket: state (level, last) in scaled units, 16 bytes =====================
 -- One token is `unit` units; the bucket gains `rate` units per µs and holds `full`.
 
-local token_bucket = {}
+local function define_token_bucket()
+  local token_bucket = {}
 
-function token_bucket.decode(_, v)
-  if not v then return { level = 0, last = 0 } end
-  if #v ~= 16 then return nil end
-  local level, last = struct.unpack('<dd', v)
-  return { level = level, last = last }
-end
-function token_bucket.encode(s) return struct.pack('<dd', s.level, s.last) end
-function token_bucket.copy(s) return { level = s.level, last = s.last } end
-
--- (level at now, now), now never before the last refill. A product past 2^53 rounds,
--- but only ever to more than `full`, where min() cuts it.
-local function tb_refill(r, s, now)
-  now = max(now, s.last)
-  return min(r.full, s.level + (now - s.last) * r.rate), now
-end
-
-function token_bucket.check(r, s, now, cost)
-  local level = tb_refill(r, s, now)
-  local function until_full(l) return cdiv(r.full - l, r.rate) end
-  if cost <= r.cap then
-    local need = cost * r.unit
-    if level >= need then
-      local left = level - need
-      return allow(r, idiv(left, r.unit), until_full(left))
-    end
-    return deny(r, cost, cdiv(need - level, r.rate), idiv(level, r.unit), until_full(level))
+  function token_bucket.decode(_, v)
+    if not v then return { level = 0, last = 0 } end
+    if #v ~= 16 then return nil end
+    local level, last = struct.unpack('<dd', v)
+    return { level = level, last = last }
   end
-  return deny(r, cost, 0, idiv(level, r.unit), until_full(level))
-end
+  function token_bucket.encode(s) return struct.pack('<dd', s.level, s.last) end
+  function token_bucket.copy(s) return { level = s.level, last = s.last } end
 
-function token_bucket.commit(r, s, now, cost)
-  local level, at = tb_refill(r, s, now)
-  -- Admitted: level ≥ need. Rejected (count_rejected): empty the bucket, no debt.
-  s.level, s.last = sub0(level, cost * r.unit), at
-end
+  -- (level at now, now), now never before the last refill. A product past 2^53 rounds,
+  -- but only ever to more than `full`, where min() cuts it.
+  local function tb_refill(r, s, now)
+    now = max(now, s.last)
+    return min(r.full, s.level + (now - s.last) * r.rate), now
+  end
 
-function token_bucket.idle_at(r, s)
-  return s.last + cdiv(sub0(r.full, s.level), r.rate)
+  -- µs until a bucket at level l is full.
+  local function until_full(r, l) return cdiv(r.full - l, r.rate) end
+
+  function token_bucket.check(r, s, now, cost)
+    local level = tb_refill(r, s, now)
+    if cost <= r.cap then
+      local need = cost * r.unit
+      if level >= need then
+        local left = level - need
+        return allow(r, idiv(left, r.unit), until_full(r, left))
+      end
+      return deny(r, cost, cdiv(need - level, r.rate), idiv(level, r.unit), until_full(r, level))
+    end
+    return deny(r, cost, 0, idiv(level, r.unit), until_full(r, level))
+  end
+
+  function token_bucket.commit(r, s, now, cost)
+    local level, at = tb_refill(r, s, now)
+    -- Admitted: level ≥ need. Rejected (count_rejected): empty the bucket, no debt.
+    s.level, s.last = sub0(level, cost * r.unit), at
+  end
+
+  function token_bucket.idle_at(r, s)
+    return s.last + cdiv(sub0(r.full, s.level), r.rate)
+  end
+  return token_bucket
 end
 
 -- === gcra: state the TAT, stored as a plain integer (Redis keeps it in the object) ====
 
-local gcra = {}
+local function define_gcra()
+  local gcra = {}
 
-function gcra.decode(_, v)
-  if not v then return { tat = 0 } end
-  if not string.find(v, '^%d+$') then return nil end
-  return { tat = tonumber(v) }
-end
-function gcra.encode(s) return string.format('%d', s.tat) end
-function gcra.copy(s) return { tat = s.tat } end
+  function gcra.decode(_, v)
+    if not v then return { tat = 0 } end
+    if not string.find(v, '^%d+$') then return nil end
+    return { tat = tonumber(v) }
+  end
+  function gcra.encode(s) return string.format('%d', s.tat) end
+  function gcra.copy(s) return { tat = s.tat } end
 
--- e(cost): µs of emission time. Past the burst (only count_rejected charges those)
--- the product may round, but only to more than tau, where commit clamps it.
-local function gcra_emission(r, cost)
-  if cost == 1 then return r.e1 end
-  return cdiv(cost * r.unit, r.rate)
-end
+  -- e(cost): µs of emission time. Past the burst (only count_rejected charges those)
+  -- the product may round, but only to more than tau, where commit clamps it.
+  local function gcra_emission(r, cost)
+    if cost == 1 then return r.e1 end
+    return cdiv(cost * r.unit, r.rate)
+  end
 
-function gcra.check(r, s, now, cost)
-  local base = max(s.tat, now)
-  -- Unit-cost requests still admitted if the TAT were t.
-  local function slack(t) return idiv(sub0(now + r.tau, t), r.e1) end
-  if cost <= r.cap then
-    local tat = base + gcra_emission(r, cost)
-    if tat - now <= r.tau then
-      return allow(r, slack(tat), tat - now)
+  -- Unit-cost requests still admitted at now if the TAT were t.
+  local function slack(r, now, t) return idiv(sub0(now + r.tau, t), r.e1) end
+
+  function gcra.check(r, s, now, cost)
+    local base = max(s.tat, now)
+    if cost <= r.cap then
+      local tat = base + gcra_emission(r, cost)
+      if tat - now <= r.tau then
+        return allow(r, slack(r, now, tat), tat - now)
+      end
+      return deny(r, cost, tat - now - r.tau, slack(r, now, base), base - now)
     end
-    return deny(r, cost, tat - now - r.tau, slack(base), base - now)
+    return deny(r, cost, 0, slack(r, now, base), base - now)
   end
-  return deny(r, cost, 0, slack(base), base - now)
-end
 
-function gcra.commit(r, s, now, cost, admitted)
-  local tat = max(s.tat, now) + gcra_emission(r, cost)
-  if admitted then
-    s.tat = tat
-  else
-    -- count_rejected: empty the bucket (TAT at now + tau) but never beyond.
-    s.tat = max(min(tat, now + r.tau), s.tat)
+  function gcra.commit(r, s, now, cost, admitted)
+    local tat = max(s.tat, now) + gcra_emission(r, cost)
+    if admitted then
+      s.tat = tat
+    else
+      -- count_rejected: empty the bucket (TAT at now + tau) but never beyond.
+      s.tat = max(min(tat, now + r.tau), s.tat)
+    end
   end
-end
 
-function gcra.idle_at(r, s) return s.tat end
+  function gcra.idle_at(r, s) return s.tat end
+  return gcra
+end
 
 -- === the round ======================================================================
 
-local ALGORITHMS = { fixed_window, sliding_log, sliding_window, token_bucket, gcra }
+local DEFINE = { define_fixed_window, define_sliding_log, define_sliding_window,
+                 define_token_bucket, define_gcra }
+local defined = {}
 
-local now
-if ARGV[1] == 'server' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = arg(1)
+-- Algorithm `code` (1 fixed_window … 5 gcra), or nil.
+local function algorithm(code)
+  local a = defined[code]
+  if a == nil and DEFINE[code] then
+    a = DEFINE[code]()
+    defined[code] = a
+  end
+  return a
 end
 
-local n = #KEYS
-if n == 0 or #ARGV ~= 1 + FIELDS * n then
-  fail('expected ' .. (1 + FIELDS * n) .. ' arguments for ' .. n .. ' keys, got ' .. #ARGV)
+-- Redis TIME, read at most once per call: every batch on the server's clock decides
+-- at the same instant.
+local server_now = nil
+local function read_now(at)
+  if ARGV[at] ~= 'server' then return arg(at) end
+  if not server_now then
+    local t = redis.call('TIME')
+    server_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return server_now
 end
 
--- Parse and validate every request before touching any key.
-local requests = {}
-for i = 1, n do
-  local b = 1 + FIELDS * (i - 1)
-  local r = { key = KEYS[i], alg = arg(b + 1), cost = arg(b + 2), rejected = arg(b + 3) == 1,
-              cap = arg(b + 4), window = arg(b + 5) }
-  local p1, p2, p3, p4 = arg(b + 6), arg(b + 7), arg(b + 8), arg(b + 9)
-  r.algorithm = ALGORITHMS[r.alg]
-  if not r.algorithm then fail('unknown algorithm ' .. r.alg) end
-  if r.cap < 1 or r.window < 1 then fail('limit and window must be positive') end
-  if r.alg == 3 then
+-- The limits of this call, by their ARGV text: parsed and checked once each.
+local limits = {}
+local LIMIT = '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$'
+
+-- The limit ARGV[i] names: the parameters every algorithm function takes as `r`.
+local function limit(i)
+  local text = ARGV[i]
+  local r = limits[text]
+  if r then return r end
+  local f = { string.match(text, LIMIT) }
+  if #f ~= 8 then fail('ARGV[' .. i .. '] is not a limit (eight integers): ' .. text) end
+  for k = 1, 8 do f[k] = digits(f[k], 'ARGV[' .. i .. ']') end
+  local alg, cap, window, p1, p2, p3, p4 = f[1], f[3], f[4], f[5], f[6], f[7], f[8]
+  -- Every field at once: one table of its final size.
+  r = { alg = alg, algorithm = algorithm(alg), rejected = f[2] == 1, cap = cap,
+        window = window, precision = 0, edge = 0, width = 0,
+        rate = 0, unit = 0, e1 = 0, tau = 0, full = 0 }
+  if not r.algorithm then fail('unknown algorithm ' .. alg) end
+  if cap < 1 or window < 1 then fail('limit and window must be positive') end
+  if alg == 3 then
     r.precision, r.edge = p1, p2
-    if p1 < 1 or p2 > 2 or imod(r.window, p1) ~= 0 then
+    if p1 < 1 or p2 > 2 or imod(window, p1) ~= 0 then
       fail('bad sliding_window precision or edge')
     end
-    r.width = r.window / p1
-  elseif r.alg == 4 or r.alg == 5 then
+    r.width = window / p1
+  elseif alg == 4 or alg == 5 then
     r.rate, r.unit, r.e1, r.tau = p1, p2, p3, p4
-    if p1 < 1 or p2 < 1 or (r.alg == 5 and p3 < 1) then
+    if p1 < 1 or p2 < 1 or (alg == 5 and p3 < 1) then
       fail('bad rate parameters')
     end
-    r.full = r.cap * r.unit
+    r.full = cap * p2
   end
-  requests[i] = r
+  limits[text] = r
+  return r
 end
 
--- The stored state of each distinct key, read once. A value this limit cannot read
--- (another program's key, a hand edit) is an error, never silently reset.
-local stored = {}
-for _, r in ipairs(requests) do
-  if stored[r.key] == nil then
-    local v = redis.call('GET', r.key)
-    local ok, s = pcall(r.algorithm.decode, r, v or nil)
-    if not ok or s == nil then
-      fail('key ' .. r.key .. ' holds a value that is not state of its algorithm')
-    end
-    stored[r.key] = s
-  end
+-- The stored state of `key` under limit r. A value this limit cannot read (another
+-- program's key, a hand edit) is an error, never silently reset.
+local function load(r, key)
+  local s = r.algorithm.decode(r, redis.call('GET', key) or nil)
+  if s == nil then fail('key ' .. key .. ' holds a value that is not state of its algorithm') end
+  return s
 end
 
--- Requests sharing a key are checked in order against a scratch copy that carries the
--- earlier ones' charges (round.rs: two requests for 6 against 10 are not both admitted).
-local shared = false
-do
-  local seen = {}
-  for _, r in ipairs(requests) do
-    if seen[r.key] then shared = true end
-    seen[r.key] = true
-  end
-end
-
--- Pass 1: check.
-local decisions, scratch, denied_by = {}, {}, 0
-for i, r in ipairs(requests) do
-  local a, d = r.algorithm, nil
-  if not shared then
-    d = a.check(r, stored[r.key], now, r.cost)
-  else
-    local s = scratch[r.key]
-    if not s then
-      s = a.copy(stored[r.key])
-      scratch[r.key] = s
-    end
-    d = a.check(r, s, now, r.cost)
-    if d[1] == 0 then a.commit(r, s, now, r.cost, true) end
-  end
-  decisions[i] = d
-  if d[1] ~= 0 and denied_by == 0 then denied_by = i end
-end
-
--- Pass 2: charge all, or (denied) only the count_rejected limits.
-local dirty = {}
-for i, r in ipairs(requests) do
-  local a = r.algorithm
-  if denied_by == 0 then
-    if not shared then
-      if r.cost > 0 then
-        a.commit(r, stored[r.key], now, r.cost, true)
-        dirty[r.key] = r
-      end
-    elseif scratch[r.key] then
-      stored[r.key] = scratch[r.key]
-      scratch[r.key] = nil -- only the first request of a key carries it over
-      dirty[r.key] = r
-    end
-  elseif r.rejected then
-    local s = stored[r.key]
-    if decisions[i][1] == 0 then
-      a.commit(r, s, now, r.cost, true)
-      local d = a.check(r, s, now, 0)
-      d[1] = 0
-      decisions[i] = d
-    else
-      a.commit(r, s, now, r.cost, false)
-      decisions[i] = a.check(r, s, now, r.cost)
-    end
-    dirty[r.key] = r
-  elseif decisions[i][1] == 0 then
-    -- Had room but was not charged: report the state as it is.
-    local d = a.check(r, stored[r.key], now, 0)
-    d[1] = 0
-    decisions[i] = d
-  end
-end
-
--- Write what changed, with a TTL that ends when the state is the same as no state
--- (rounded up to a whole ms). A state already idle is deleted: a TTL of 0 or less
--- must never reach PEXPIRE. With the caller's clock, the TTL runs on Redis's clock
--- while the state ages on the callers': a second's margin keeps a key from expiring
--- early when the two differ a little (a state kept past its idle time decides the
--- same as none).
-local margin = (ARGV[1] == 'server') and 0 or 1000
-for key, r in pairs(dirty) do
-  local s = stored[key]
+-- Writes state s of `key`, with a TTL that ends when the state is the same as no
+-- state (rounded up to a whole ms). A state already idle is deleted: a TTL of 0 or
+-- less must never reach PEXPIRE. With the caller's clock, the TTL runs on Redis's
+-- clock while the state ages on the callers': `margin` (a second) keeps a key from
+-- expiring early when the two differ a little (a state kept past its idle time
+-- decides the same as none).
+local function save(r, key, s, now, margin)
   local ttl = cdiv(sub0(r.algorithm.idle_at(r, s), now), 1000)
   if ttl > 0 then
-    ttl = ttl + margin
-    redis.call('SET', key, r.algorithm.encode(s), 'PX', string.format('%d', ttl))
+    -- A Lua number reaches Redis as %.14g: exact for any TTL under 3000 years.
+    redis.call('SET', key, r.algorithm.encode(s), 'PX', ttl + margin)
   else
     redis.call('DEL', key)
   end
 end
 
-local out = { denied_by }
-for _, d in ipairs(decisions) do
-  for k = 1, 4 do out[#out + 1] = d[k] end
+-- A batch of one request (the common case): the round below without its bookkeeping
+-- for several.
+local function single(key, now, r, cost, margin)
+  local a = r.algorithm
+  local s = load(r, key)
+  local d = a.check(r, s, now, cost)
+  if d[1] == 0 then
+    if cost > 0 then
+      a.commit(r, s, now, cost, true)
+      save(r, key, s, now, margin)
+    end
+    return { 0, d[1], d[2], d[3], d[4] }
+  end
+  if r.rejected then
+    a.commit(r, s, now, cost, false)
+    save(r, key, s, now, margin)
+    d = a.check(r, s, now, cost)
+  end
+  return { 1, d[1], d[2], d[3], d[4] }
+end
+
+-- One batch: n requests whose keys start after KEYS[k0], whose `now` is ARGV[at] and
+-- whose limits and costs follow it. Returns the batch's reply; raises before writing
+-- anything.
+local function round(k0, at, n)
+  local now = read_now(at)
+  local margin = (ARGV[at] == 'server') and 0 or 1000
+
+  if n == 1 then return single(KEYS[k0 + 1], now, limit(at + 1), arg(at + 2), margin) end
+
+  -- Parse and validate every request before touching any key.
+  local keys, rs, costs = {}, {}, {}
+  for i = 1, n do
+    local b = at + FIELDS * (i - 1)
+    keys[i], rs[i], costs[i] = KEYS[k0 + i], limit(b + 1), arg(b + 2)
+  end
+
+  -- The stored state of each distinct key, read once. Requests sharing a key are
+  -- checked in order against a scratch copy that carries the earlier ones' charges
+  -- (round.rs: two requests for 6 against 10 are not both admitted).
+  local stored, shared = {}, false
+  for i = 1, n do
+    local key = keys[i]
+    if stored[key] == nil then
+      stored[key] = load(rs[i], key)
+    else
+      shared = true
+    end
+  end
+
+  -- Pass 1: check.
+  local decisions, scratch, denied_by = {}, {}, 0
+  for i = 1, n do
+    local r, key, cost = rs[i], keys[i], costs[i]
+    local a, d = r.algorithm, nil
+    if not shared then
+      d = a.check(r, stored[key], now, cost)
+    else
+      local s = scratch[key]
+      if not s then
+        s = a.copy(stored[key])
+        scratch[key] = s
+      end
+      d = a.check(r, s, now, cost)
+      if d[1] == 0 then a.commit(r, s, now, cost, true) end
+    end
+    decisions[i] = d
+    if d[1] ~= 0 and denied_by == 0 then denied_by = i end
+  end
+
+  -- Pass 2: charge all, or (denied) only the count_rejected limits.
+  local dirty = {}
+  for i = 1, n do
+    local r, key, cost = rs[i], keys[i], costs[i]
+    local a = r.algorithm
+    if denied_by == 0 then
+      if not shared then
+        if cost > 0 then
+          a.commit(r, stored[key], now, cost, true)
+          dirty[key] = r
+        end
+      elseif scratch[key] then
+        stored[key] = scratch[key]
+        scratch[key] = nil -- only the first request of a key carries it over
+        dirty[key] = r
+      end
+    elseif r.rejected then
+      local s = stored[key]
+      if decisions[i][1] == 0 then
+        a.commit(r, s, now, cost, true)
+        local d = a.check(r, s, now, 0)
+        d[1] = 0
+        decisions[i] = d
+      else
+        a.commit(r, s, now, cost, false)
+        decisions[i] = a.check(r, s, now, cost)
+      end
+      dirty[key] = r
+    elseif decisions[i][1] == 0 then
+      -- Had room but was not charged: report the state as it is.
+      local d = a.check(r, stored[key], now, 0)
+      d[1] = 0
+      decisions[i] = d
+    end
+  end
+
+  for key, r in pairs(dirty) do save(r, key, stored[key], now, margin) end
+
+  local out = { denied_by }
+  for _, d in ipairs(decisions) do
+    for k = 1, 4 do out[#out + 1] = d[k] end
+  end
+  return out
+end
+
+-- The header: B, then each batch's n, its `now` and 9n fields. Read whole before any
+-- batch runs: a header that does not add up is the caller's bug, and no batch of it
+-- can be trusted.
+local batches = arg(1)
+local starts, at, keys = {}, 2, 0
+for b = 1, batches do
+  local n = arg(at)
+  if n < 1 or at + 1 + FIELDS * n > #ARGV then
+    fail('batch ' .. b .. ' of ' .. batches .. ' does not fit in ' .. #ARGV .. ' arguments')
+  end
+  starts[b] = { keys, at + 1, n }
+  keys = keys + n
+  at = at + 2 + FIELDS * n
+end
+if batches < 1 or keys ~= #KEYS or at ~= #ARGV + 1 then
+  fail('expected ' .. keys .. ' keys and ' .. (at - 1) .. ' arguments for ' .. batches ..
+       ' batches, got ' .. #KEYS .. ' and ' .. #ARGV)
+end
+
+-- Each batch in a protected call: its failure is its own reply.
+local out = {}
+for b, start in ipairs(starts) do
+  local ok, reply = pcall(round, start[1], start[2], start[3])
+  if ok then
+    out[b] = reply
+  elseif type(reply) == 'table' and reply.err then
+    out[b] = string.gsub(reply.err, '^ERR ', '')
+  else
+    out[b] = 'spillway: ' .. tostring(reply)
+  end
 end
 return out

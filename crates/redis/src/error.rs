@@ -67,11 +67,3 @@ impl Error {
 pub(crate) fn is_transient(e: &RedisError) -> bool {
     !matches!(e.retry_method(), RetryMethod::NoRetry) || e.is_timeout() || e.is_io_error()
 }
-
-/// A Redis error on the request path.
-pub(crate) fn store_error(e: RedisError) -> spillway_core::Error {
-    spillway_core::Error::Store {
-        transient: is_transient(&e),
-        source: Box::new(e),
-    }
-}

@@ -5,6 +5,9 @@
 //!   Lua script call (`scripts/decide.lua`), all or nothing, every algorithm. The Rust
 //!   algorithms in `spillway_core::algorithm` are the script's specification; the
 //!   conformance suite and a differential property test hold them together.
+//! - **Coalesced calls.** Batches that arrive while calls are in flight share the next
+//!   call, each still decided as it would be alone; a lone decision goes out at once
+//!   (`coalesce.rs`; per slot on Cluster).
 //! - **Standalone, Sentinel, Cluster** from a URL, over redis-rs multiplexed
 //!   connections (no pool: concurrent decisions share the pipeline).
 //! - **One clock.** By default the script reads Redis `TIME`, so app servers whose
@@ -20,6 +23,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod coalesce;
 mod connection;
 mod error;
 mod key;
@@ -37,11 +41,20 @@ pub use store::{
 /// The decision script's Lua source, as sent to Redis.
 pub const SCRIPT: &str = script::SOURCE;
 
-/// The script's ARGV after ARGV[1] (the time) for `requests`: nine integers each.
-/// For tools that call the script themselves (the benchmark drives `redis-benchmark`
-/// with it, so Redis does exactly the work a decision does).
-pub fn script_argv(requests: &[spillway_core::Request<'_>]) -> Vec<u64> {
-    let mut argv = Vec::with_capacity(script::FIELDS * requests.len());
-    script::push_args(&mut argv, requests);
+/// The script's ARGV for a call of one batch of `requests` on Redis `TIME`: `1` (one
+/// batch), the number of requests, `server`, then each request's limit (eight
+/// integers in one string) and cost. For tools that call the script themselves (the
+/// benchmark drives `redis-benchmark` with it, so Redis does exactly the work a lone
+/// decision does).
+pub fn script_argv(requests: &[spillway_core::Request<'_>]) -> Vec<String> {
+    let mut argv = vec![
+        "1".to_owned(),
+        requests.len().to_string(),
+        "server".to_owned(),
+    ];
+    for r in requests {
+        argv.push(script::limit_text(r.limit));
+        argv.push(r.cost.to_string());
+    }
     argv
 }

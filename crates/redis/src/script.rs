@@ -1,19 +1,22 @@
 //! The decision script (`scripts/decide.lua`): its arguments and its reply.
 //!
-//! Each request becomes nine integers (see the script's header); Rust computes every
-//! derived parameter (scaled rates, GCRA times) so the script does no validation of
-//! limits beyond range checks. The reply is `denied_by` then four integers per request.
+//! A call carries one or more batches ([`Section`]s); each request of a batch becomes
+//! its limit's text (eight integers, parsed once per call however many requests
+//! share it) and its cost (see the script's header). Rust computes every derived
+//! parameter (scaled rates, GCRA times) so the script does no validation of limits
+//! beyond range checks. The reply holds, per batch, `denied_by` then four integers per request, or
+//! the reason the batch failed.
 
 use std::time::Duration;
 
-use redis::Value;
-use spillway_core::{Algorithm, BatchDecision, Decision, Edge, Outcome, Request, Timestamp};
+use redis::{Cmd, Value};
+use spillway_core::{
+    Algorithm, BatchDecision, Decision, Edge, Error as CoreError, Limit, Outcome, Request,
+    Timestamp,
+};
 
 /// The script source, embedded at build time.
 pub(crate) const SOURCE: &str = include_str!("../scripts/decide.lua");
-
-/// Arguments per request.
-pub(crate) const FIELDS: usize = 9;
 
 /// Where the script takes `now` from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,55 +30,125 @@ pub enum TimeSource {
     Caller,
 }
 
-/// Appends ARGV for `requests` (after ARGV[1], the time) to `args`.
-pub(crate) fn push_args(args: &mut Vec<u64>, requests: &[Request<'_>]) {
-    for r in requests {
-        let limit = r.limit;
-        let (code, params) = match limit.algorithm() {
-            Algorithm::FixedWindow => (1, [0; 4]),
-            Algorithm::SlidingLog => (2, [0; 4]),
-            Algorithm::SlidingWindow { precision, edge } => {
-                let edge = match edge {
-                    Edge::Interpolate => 0,
-                    Edge::Strict => 1,
-                    Edge::Lenient => 2,
-                };
-                (3, [u64::from(precision), edge, 0, 0])
-            }
-            Algorithm::TokenBucket => {
-                let (rate, unit) = limit.scaled_rate();
-                (4, [rate, unit, 0, 0])
-            }
-            Algorithm::Gcra => {
-                let (rate, unit) = limit.scaled_rate();
-                let (e1, tau) = limit.gcra_times();
-                (5, [rate, unit, e1, tau])
-            }
+/// One batch's part of a call: its keys, its `now`, and each request's limit text and
+/// cost.
+#[derive(Debug)]
+pub(crate) struct Section {
+    pub(crate) keys: Vec<String>,
+    /// `now` in µs, or `None` for Redis `TIME`.
+    pub(crate) now: Option<u64>,
+    pub(crate) requests: Vec<(String, u64)>,
+}
+
+impl Section {
+    pub(crate) fn new(
+        keys: Vec<String>,
+        requests: &[Request<'_>],
+        source: TimeSource,
+        now: Timestamp,
+    ) -> Section {
+        let now = match source {
+            TimeSource::Server => None,
+            TimeSource::Caller => Some(now.as_micros()),
         };
-        args.extend_from_slice(&[
-            code,
-            r.cost,
-            u64::from(limit.count_rejected()),
-            limit.capacity(),
-            limit.window_micros(),
-        ]);
-        args.extend_from_slice(&params);
+        let requests = requests
+            .iter()
+            .map(|r| (limit_text(r.limit), r.cost))
+            .collect();
+        Section {
+            keys,
+            now,
+            requests,
+        }
     }
 }
 
-/// ARGV[1]: `now` in µs, or `server`.
-pub(crate) fn time_arg(source: TimeSource, now: Timestamp) -> String {
-    match source {
-        TimeSource::Server => "server".to_owned(),
-        TimeSource::Caller => now.as_micros().to_string(),
+/// The command calling the script (`EVALSHA sha` or `EVAL source`) for `sections`.
+pub(crate) fn call<'a>(
+    head: &str,
+    body: &str,
+    sections: impl Iterator<Item = &'a Section> + Clone,
+) -> Cmd {
+    // Sized once: a call may carry hundreds of arguments.
+    let (mut keys, mut args, mut bytes) = (0, 4, head.len() + body.len() + 16);
+    for s in sections.clone() {
+        keys += s.keys.len();
+        args += 2 * s.keys.len() + 2;
+        bytes += s.keys.iter().map(String::len).sum::<usize>() + 24;
+        bytes += s.requests.iter().map(|(l, _)| l.len() + 16).sum::<usize>();
     }
+    let mut cmd = Cmd::with_capacity(args, bytes);
+    cmd.arg(head).arg(body).arg(keys);
+    for s in sections.clone() {
+        cmd.arg(&s.keys[..]);
+    }
+    cmd.arg(sections.clone().count());
+    for s in sections {
+        cmd.arg(s.keys.len());
+        match s.now {
+            Some(micros) => cmd.arg(micros),
+            None => cmd.arg("server"),
+        };
+        for (limit, cost) in &s.requests {
+            cmd.arg(limit).arg(*cost);
+        }
+    }
+    cmd
 }
 
-/// Reads the script's reply into decisions for `requests`.
-pub(crate) fn parse_reply(value: Value, requests: &[Request<'_>]) -> Result<BatchDecision, String> {
-    let Value::Array(items) = value else {
-        return Err(format!("expected an array, got {value:?}"));
+/// A limit as the script reads it: `alg rejected cap window p1 p2 p3 p4`.
+pub(crate) fn limit_text(limit: &Limit) -> String {
+    let (code, params) = match limit.algorithm() {
+        Algorithm::FixedWindow => (1, [0; 4]),
+        Algorithm::SlidingLog => (2, [0; 4]),
+        Algorithm::SlidingWindow { precision, edge } => {
+            let edge = match edge {
+                Edge::Interpolate => 0,
+                Edge::Strict => 1,
+                Edge::Lenient => 2,
+            };
+            (3, [u64::from(precision), edge, 0, 0])
+        }
+        Algorithm::TokenBucket => {
+            let (rate, unit) = limit.scaled_rate();
+            (4, [rate, unit, 0, 0])
+        }
+        Algorithm::Gcra => {
+            let (rate, unit) = limit.scaled_rate();
+            let (e1, tau) = limit.gcra_times();
+            (5, [rate, unit, e1, tau])
+        }
     };
+    let [p1, p2, p3, p4] = params;
+    format!(
+        "{code} {} {} {} {p1} {p2} {p3} {p4}",
+        u8::from(limit.count_rejected()),
+        limit.capacity(),
+        limit.window_micros()
+    )
+}
+
+/// Reads one batch's part of the script's reply into decisions for `requests`: a
+/// failed batch (a key holding another program's value) is a permanent store error.
+pub(crate) fn parse_reply(
+    value: Value,
+    requests: &[Request<'_>],
+) -> Result<BatchDecision, CoreError> {
+    let unexpected = |why: String| CoreError::Store {
+        source: format!("unexpected reply from the decision script: {why}").into(),
+        transient: false,
+    };
+    match value {
+        Value::Array(items) => parse_decisions(items, requests).map_err(unexpected),
+        Value::BulkString(why) => Err(CoreError::Store {
+            source: String::from_utf8_lossy(&why).into_owned().into(),
+            transient: false,
+        }),
+        other => Err(unexpected(format!("expected an array, got {other:?}"))),
+    }
+}
+
+fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchDecision, String> {
     if items.len() != 1 + 4 * requests.len() {
         return Err(format!(
             "expected {} integers, got {}",

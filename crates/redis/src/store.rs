@@ -1,9 +1,11 @@
 //! `RedisStore`: the `Store` trait over one script call per decision round.
 //!
-//! A call builds the batch's keys and arguments, sends `EVALSHA`, and on `NOSCRIPT`
-//! (a restart, a failover to a replica that never loaded it, `SCRIPT FLUSH`) sends
-//! the same call once as `EVAL` with the source, which also caches it again. Never a
-//! loop: a second failure is the caller's error. The whole call, retry included, is
+//! A decision builds its batch's keys and arguments and goes out at once when its
+//! lane has room for another call, or else with the decisions that arrive meanwhile,
+//! in the next call (`coalesce.rs`). A call sends `EVALSHA`, and on `NOSCRIPT` (a
+//! restart, a failover to a replica that never loaded it, `SCRIPT FLUSH`) the same
+//! call once as `EVAL` with the source, which also caches it again. Never a loop: a
+//! second failure is the caller's error. A decision, wait and retry included, is
 //! bounded by the store's timeout.
 
 use std::sync::Arc;
@@ -13,12 +15,14 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use spillway_core::store::validate;
 use spillway_core::{BatchDecision, Error as CoreError, Key, Limit, Request, Store, Timestamp};
+use tokio::sync::oneshot;
 
+use crate::Error;
+use crate::coalesce::{self, Failure, LaneId, Lanes, Waiting};
 use crate::connection::Connection;
 use crate::key::{check_prefix, redis_key};
-use crate::script::{self, FIELDS, SOURCE, TimeSource};
+use crate::script::{self, SOURCE, Section, TimeSource};
 use crate::target::{Target, redact};
-use crate::{Error, error::store_error};
 
 /// The default time a decision may take before the call fails with
 /// [`Error::Timeout`](spillway_core::Error::Timeout): well under Envoy's 20 ms
@@ -59,6 +63,7 @@ struct Inner {
     time: TimeSource,
     timeout: Duration,
     sha: String,
+    lanes: Lanes,
 }
 
 /// Settings for a [`RedisStore`].
@@ -111,48 +116,66 @@ impl RedisStore {
     /// Sends `cmd` on the store's connection, bounded by the store's timeout: for
     /// operators' commands and tests (`MEMORY USAGE`, `SCRIPT FLUSH`, …).
     pub async fn query(&self, cmd: &Cmd) -> Result<Value, CoreError> {
-        self.bounded(self.inner.connection.query(cmd)).await
+        self.inner
+            .bounded(self.inner.connection.query(cmd))
+            .await
+            .map_err(Failure::error)
     }
 
     /// Whether Redis answers a `PING` within the store's timeout (readiness checks).
     pub async fn ping(&self) -> Result<(), CoreError> {
         self.query(&redis::cmd("PING")).await.map(drop)
     }
+}
 
+impl Inner {
     async fn bounded<T>(
         &self,
         call: impl Future<Output = Result<T, RedisError>>,
-    ) -> Result<T, CoreError> {
+    ) -> Result<T, Failure> {
         // redis-rs has the same response timeout and may notice first: either way the
         // caller sees one kind of error for "no answer in time".
-        let connection = &self.inner.connection;
-        match tokio::time::timeout(self.inner.timeout, call).await {
+        let connection = &self.connection;
+        match tokio::time::timeout(self.timeout, call).await {
             Ok(Err(e)) if e.is_timeout() => {
                 connection.timed_out();
-                Err(CoreError::Timeout(self.inner.timeout))
+                Err(Failure::Timeout(self.timeout))
             }
             Ok(result) => {
                 connection.answered();
-                result.map_err(store_error)
+                result.map_err(|e| Failure::Redis(Arc::new(e)))
             }
             Err(_) => {
                 connection.timed_out();
-                Err(CoreError::Timeout(self.inner.timeout))
+                Err(Failure::Timeout(self.timeout))
             }
         }
     }
 
-    /// EVALSHA, and on NOSCRIPT one EVAL of the source (which caches it again).
-    async fn eval(&self, keys: &[String], argv: &[u64], time: &str) -> Result<Value, RedisError> {
-        let call = |head: &str, body: &str| {
-            let mut cmd = redis::cmd(head);
-            cmd.arg(body).arg(keys.len()).arg(keys).arg(time).arg(argv);
-            cmd
+    /// Sends one call of `lane`. When it ends, or its sender stops waiting for it, the
+    /// batches that arrived meanwhile go out in the lane's next call, on a task of its
+    /// own ([`Turn`]).
+    async fn send(self: &Arc<Inner>, lane: LaneId, batches: Vec<Waiting>) {
+        let _turn = Turn {
+            inner: Arc::clone(self),
+            lane,
         };
-        let connection = &self.inner.connection;
-        match connection.query(&call("EVALSHA", &self.inner.sha)).await {
+        let reply = self.bounded(self.eval(&batches)).await;
+        coalesce::answer(batches, reply);
+    }
+
+    /// EVALSHA, and on NOSCRIPT one EVAL of the source (which caches it again).
+    async fn eval(&self, batches: &[Waiting]) -> Result<Value, RedisError> {
+        let sections = batches.iter().map(|w| &w.section);
+        let connection = &self.connection;
+        match connection
+            .query(&script::call("EVALSHA", &self.sha, sections.clone()))
+            .await
+        {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                connection.query(&call("EVAL", SOURCE)).await
+                connection
+                    .query(&script::call("EVAL", SOURCE, sections))
+                    .await
             }
             other => other,
         }
@@ -176,17 +199,30 @@ impl Store for RedisStore {
             .iter()
             .map(|r| redis_key(&self.inner.prefix, r.key, r.limit))
             .collect();
-        if self.is_cluster() {
-            same_slot(&keys, requests)?;
+        let lane = if self.is_cluster() {
+            Some(same_slot(&keys, requests)?)
+        } else {
+            None
+        };
+        let (answer, reply) = oneshot::channel();
+        let section = Section::new(keys, requests, self.inner.time, now);
+        if let Some(batches) = self.inner.lanes.submit(lane, Waiting { section, answer }) {
+            // A free lane: this decision goes out at once, from this task. Boxed: the
+            // call's future is large, and most decisions never start one.
+            Box::pin(self.inner.send(lane, batches)).await;
         }
-        let mut argv = Vec::with_capacity(FIELDS * requests.len());
-        script::push_args(&mut argv, requests);
-        let time = script::time_arg(self.inner.time, now);
-        let reply = self.bounded(self.eval(&keys, &argv, &time)).await?;
-        script::parse_reply(reply, requests).map_err(|why| CoreError::Store {
-            source: format!("unexpected reply from the decision script: {why}").into(),
-            transient: false,
-        })
+        let part = match tokio::time::timeout(self.inner.timeout, reply).await {
+            Ok(Ok(part)) => part.map_err(Failure::error)?,
+            // The runtime dropped the call (shutting down).
+            Ok(Err(_)) => {
+                return Err(CoreError::Store {
+                    source: "the call carrying this decision was dropped".into(),
+                    transient: true,
+                });
+            }
+            Err(_) => return Err(CoreError::Timeout(self.inner.timeout)),
+        };
+        script::parse_reply(part, requests)
     }
 
     fn spans_groups(&self) -> bool {
@@ -200,11 +236,39 @@ impl Store for RedisStore {
     }
 }
 
-/// On Cluster every key of one script call must live in one slot.
-fn same_slot(keys: &[String], requests: &[Request<'_>]) -> Result<(), CoreError> {
+/// A call in flight on a lane. Ending it, however it ends, starts the lane's next
+/// call if batches are waiting: the caller that sent this one may stop waiting (its
+/// timeout, a client gone), and the batches behind it must not wait for another
+/// caller to come by.
+struct Turn {
+    inner: Arc<Inner>,
+    lane: LaneId,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let Some(next) = self.inner.lanes.next(self.lane) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let (inner, lane) = (Arc::clone(&self.inner), self.lane);
+                runtime.spawn(async move { inner.send(lane, next).await });
+            }
+            // No runtime left to send on: the waiting callers see their call dropped.
+            Err(_) => {
+                drop(next);
+                while self.inner.lanes.next(self.lane).is_some() {}
+            }
+        }
+    }
+}
+
+/// On Cluster every key of one script call must live in one slot: that slot.
+fn same_slot(keys: &[String], requests: &[Request<'_>]) -> Result<Slot, CoreError> {
     let first = Slot::for_key(&keys[0]);
     match keys.iter().position(|k| Slot::for_key(k) != first) {
-        None => Ok(()),
+        None => Ok(first),
         Some(i) => Err(CoreError::InvalidRequest(format!(
             "keys `{}` and `{}` hash to different Redis Cluster slots, so one atomic \
              decision cannot cover both; put them in one key group, e.g. \
@@ -263,6 +327,7 @@ impl RedisStoreBuilder {
                 time: self.time,
                 timeout: self.timeout,
                 sha: redis::Script::new(SOURCE).get_hash().to_owned(),
+                lanes: Lanes::default(),
             }),
         })
     }

@@ -1,0 +1,286 @@
+//! Coalesced script calls: decisions that arrive while calls are in flight wait on
+//! their lane and go out together, as the batches of one script call.
+//!
+//! A lane is what one call may span: the whole server on standalone and Sentinel, one
+//! hash slot on Cluster (Redis refuses a script whose KEYS span slots, even slots of
+//! one node, and even with the `allow-cross-slot-keys` flag, which only covers keys a
+//! script reaches without declaring them). Each lane lets [`CALLS_PER_LANE`] calls be
+//! in flight; a decision that finds one free goes out at once, alone (no added latency
+//! when idle), and one that does not waits for the next call, which takes everything
+//! waiting up to [`MAX_BATCHES`] batches and [`MAX_KEYS`] keys. A decision whose
+//! caller stopped waiting (its timeout) is dropped before it is sent: never charged.
+//!
+//! The script decides the batches of a call in order, each all or nothing, each as
+//! it would alone; one that fails fails alone (see `scripts/decide.lua`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::cluster_routing::Slot;
+use redis::{RedisError, Value};
+use tokio::sync::oneshot;
+
+use crate::error::is_transient;
+use crate::script::Section;
+
+/// Calls in flight per lane: Redis runs one while the next is on the wire, and the
+/// decisions that arrive meanwhile wait for the first to end.
+pub(crate) const CALLS_PER_LANE: usize = 2;
+
+/// The most batches one call carries.
+pub(crate) const MAX_BATCHES: usize = 64;
+
+/// The most keys one call carries (a larger batch still goes, alone).
+pub(crate) const MAX_KEYS: usize = 512;
+
+/// One batch waiting for its call, and where its part of the reply goes.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    pub(crate) section: Section,
+    pub(crate) answer: oneshot::Sender<Result<Value, Failure>>,
+}
+
+/// Why a whole call failed, for each batch it carried.
+#[derive(Clone, Debug)]
+pub(crate) enum Failure {
+    /// No answer within the store's timeout.
+    Timeout(Duration),
+    /// Redis or the connection failed.
+    Redis(Arc<RedisError>),
+    /// The reply was not one element per batch.
+    Reply(Arc<str>),
+}
+
+impl Failure {
+    pub(crate) fn error(self) -> spillway_core::Error {
+        match self {
+            Failure::Timeout(after) => spillway_core::Error::Timeout(after),
+            Failure::Redis(e) => spillway_core::Error::Store {
+                transient: is_transient(&e),
+                source: Box::new(e),
+            },
+            Failure::Reply(why) => spillway_core::Error::Store {
+                source: format!("unexpected reply from the decision script: {why}").into(),
+                transient: false,
+            },
+        }
+    }
+}
+
+/// A lane: the slot on Cluster, `None` (the one lane) elsewhere.
+pub(crate) type LaneId = Option<Slot>;
+
+/// The lanes of one store.
+#[derive(Debug, Default)]
+pub(crate) struct Lanes {
+    lanes: Mutex<HashMap<LaneId, Lane>>,
+}
+
+#[derive(Debug, Default)]
+struct Lane {
+    waiting: VecDeque<Waiting>,
+    calls: usize,
+}
+
+impl Lanes {
+    /// Queues `batch` on `lane`. When the lane has room for another call, returns the
+    /// batches the caller must send now (`batch` among them) and counts the call;
+    /// otherwise `batch` waits for a call in flight to end ([`Lanes::next`]).
+    pub(crate) fn submit(&self, lane: LaneId, batch: Waiting) -> Option<Vec<Waiting>> {
+        let mut lanes = self.lanes.lock();
+        let l = lanes.entry(lane).or_default();
+        l.waiting.push_back(batch);
+        if l.calls == CALLS_PER_LANE {
+            return None;
+        }
+        let taken = l.take();
+        if taken.is_empty() {
+            // Only `batch`, and its caller already stopped waiting.
+            return None;
+        }
+        l.calls += 1;
+        Some(taken)
+    }
+
+    /// A call on `lane` ended: the batches its sender must send next, or `None` (the
+    /// call no longer counts).
+    pub(crate) fn next(&self, lane: LaneId) -> Option<Vec<Waiting>> {
+        let mut lanes = self.lanes.lock();
+        let l = lanes.get_mut(&lane)?;
+        let taken = l.take();
+        if !taken.is_empty() {
+            return Some(taken);
+        }
+        l.calls -= 1;
+        if l.calls == 0 {
+            lanes.remove(&lane);
+        }
+        None
+    }
+}
+
+impl Lane {
+    /// The batches for one call, oldest first, skipping those nobody waits for.
+    fn take(&mut self) -> Vec<Waiting> {
+        let mut taken: Vec<Waiting> = Vec::new();
+        let mut keys = 0;
+        while let Some(w) = self.waiting.front() {
+            if w.answer.is_closed() {
+                self.waiting.pop_front();
+                continue;
+            }
+            let more = w.section.keys.len();
+            if !taken.is_empty() && (taken.len() == MAX_BATCHES || keys + more > MAX_KEYS) {
+                break;
+            }
+            keys += more;
+            taken.extend(self.waiting.pop_front());
+        }
+        taken
+    }
+}
+
+/// Hands each batch of a call its part of `reply`, or the call's failure.
+pub(crate) fn answer(batches: Vec<Waiting>, reply: Result<Value, Failure>) {
+    let parts = reply.and_then(|value| match value {
+        Value::Array(parts) if parts.len() == batches.len() => Ok(parts),
+        other => Err(Failure::Reply(
+            format!("expected {} batch replies, got {other:?}", batches.len()).into(),
+        )),
+    });
+    match parts {
+        Ok(parts) => {
+            for (w, part) in batches.into_iter().zip(parts) {
+                // A caller that stopped waiting has dropped its receiver.
+                let _ = w.answer.send(Ok(part));
+            }
+        }
+        Err(failure) => {
+            for w in batches {
+                let _ = w.answer.send(Err(failure.clone()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(keys: usize) -> (Waiting, oneshot::Receiver<Result<Value, Failure>>) {
+        let (answer, reply) = oneshot::channel();
+        let section = Section {
+            keys: vec!["k".to_owned(); keys],
+            now: None,
+            requests: Vec::new(),
+        };
+        (Waiting { section, answer }, reply)
+    }
+
+    /// Keys of the batches handed out, to tell them apart.
+    fn sizes(batches: &[Waiting]) -> Vec<usize> {
+        batches.iter().map(|w| w.section.keys.len()).collect()
+    }
+
+    #[test]
+    fn a_free_lane_sends_at_once_and_a_busy_one_queues() {
+        let lanes = Lanes::default();
+        let mut receivers = Vec::new();
+        for n in 1..=CALLS_PER_LANE {
+            let (w, r) = batch(n);
+            receivers.push(r);
+            let sent = lanes.submit(None, w).expect("a free lane sends at once");
+            assert_eq!(sizes(&sent), [n], "alone, with nothing waiting");
+        }
+        // Every call in flight: the next ones wait; another lane does not.
+        let (w, _r1) = batch(7);
+        assert!(lanes.submit(None, w).is_none());
+        let (w, _r2) = batch(8);
+        assert!(lanes.submit(None, w).is_none());
+        let other = Slot::new(42);
+        let (w, _r3) = batch(9);
+        assert_eq!(
+            sizes(&lanes.submit(other, w).unwrap()),
+            [9],
+            "lanes are apart"
+        );
+
+        // A call ends: the waiting ones go out together, in order, on the same call.
+        assert_eq!(sizes(&lanes.next(None).unwrap()), [7, 8]);
+        // Nothing waits: each ending call frees its place, and the lane is forgotten.
+        for _ in 0..CALLS_PER_LANE {
+            assert!(lanes.next(None).is_none());
+        }
+        assert!(lanes.next(other).is_none());
+        assert!(lanes.lanes.lock().is_empty());
+    }
+
+    #[test]
+    fn a_call_takes_at_most_its_share_and_skips_callers_gone() {
+        let lanes = Lanes::default();
+        let mut held = Vec::new();
+        for _ in 0..CALLS_PER_LANE {
+            let (w, r) = batch(1);
+            held.push(r);
+            lanes.submit(None, w).unwrap();
+        }
+        // 100 one-key batches wait; the third one's caller stops waiting.
+        for i in 0..100 {
+            let (w, r) = batch(1);
+            assert!(lanes.submit(None, w).is_none());
+            if i != 2 {
+                held.push(r);
+            }
+        }
+        let first = lanes.next(None).unwrap();
+        assert_eq!(first.len(), MAX_BATCHES, "capped at {MAX_BATCHES} batches");
+        assert_eq!(
+            lanes.next(None).unwrap().len(),
+            99 - MAX_BATCHES,
+            "the rest"
+        );
+        assert!(
+            first.iter().all(|w| !w.answer.is_closed()),
+            "the gone one skipped"
+        );
+
+        // Keys cap a call too, but a batch larger than the cap still goes, alone.
+        for keys in [MAX_KEYS - 1, 2, MAX_KEYS + 5, 1] {
+            let (w, r) = batch(keys);
+            held.push(r);
+            assert!(lanes.submit(None, w).is_none());
+        }
+        assert_eq!(sizes(&lanes.next(None).unwrap()), [MAX_KEYS - 1]);
+        assert_eq!(sizes(&lanes.next(None).unwrap()), [2]);
+        assert_eq!(sizes(&lanes.next(None).unwrap()), [MAX_KEYS + 5]);
+        assert_eq!(sizes(&lanes.next(None).unwrap()), [1]);
+    }
+
+    #[test]
+    fn each_batch_gets_its_part_or_the_calls_failure() {
+        let (a, mut ra) = batch(1);
+        let (b, mut rb) = batch(1);
+        let parts = vec![Value::Int(1), Value::BulkString(b"why".to_vec())];
+        answer(vec![a, b], Ok(Value::Array(parts)));
+        assert_eq!(ra.try_recv().unwrap().unwrap(), Value::Int(1));
+        assert_eq!(
+            rb.try_recv().unwrap().unwrap(),
+            Value::BulkString(b"why".to_vec())
+        );
+
+        // A reply that is not one part per batch fails every batch of the call.
+        let (a, mut ra) = batch(1);
+        let (b, mut rb) = batch(1);
+        answer(vec![a, b], Ok(Value::Array(vec![Value::Int(1)])));
+        for r in [&mut ra, &mut rb] {
+            let err = r.try_recv().unwrap().unwrap_err().error();
+            assert!(err.to_string().contains("2 batch replies"), "{err}");
+            assert!(!err.is_transient());
+        }
+        let (a, mut ra) = batch(1);
+        answer(vec![a], Err(Failure::Timeout(Duration::from_millis(10))));
+        assert!(ra.try_recv().unwrap().unwrap_err().error().is_transient());
+    }
+}
