@@ -23,6 +23,7 @@ mod meter;
 
 pub mod fixed_window;
 pub mod gcra;
+pub mod hll;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
