@@ -104,6 +104,86 @@ fn redis_counts_across_invocations_and_exit_status_follows_the_decision() {
     }
 }
 
+/// `--algorithm distinct --member M`: three members admitted, a fourth denied, one
+/// already counted admitted again; the Redis key has a TTL.
+#[test]
+fn distinct_members_per_key() {
+    for url in [standalone_url(), cluster_url()] {
+        let prefix = unique_prefix("cli-distinct");
+        let run = |member: &str| {
+            let args = [
+                "--store",
+                &url,
+                "--prefix",
+                &prefix,
+                "--algorithm",
+                "distinct",
+                "--limit",
+                "3",
+                "--window",
+                "1h",
+                "--member",
+                member,
+                "api_key=k1",
+            ];
+            json(&args)
+        };
+        for m in ["10.0.0.1", "10.0.0.2", "10.0.0.3"] {
+            assert_eq!(run(m).0, 0, "{url}: {m}");
+        }
+        let (code, denied) = run("10.0.0.4");
+        assert_eq!(code, 1, "{url}: a fourth member");
+        assert_eq!(denied["outcome"], "denied");
+        assert_eq!(run("10.0.0.1").0, 0, "{url}: a member already counted");
+
+        let store = tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let store = spillway_redis::RedisStore::builder(&url)
+                .prefix(&prefix)
+                .build()
+                .await
+                .unwrap();
+            let limit = spillway_core::Limit::new(
+                spillway_core::Algorithm::DISTINCT,
+                3,
+                std::time::Duration::from_secs(3600),
+            )
+            .unwrap();
+            let key = store.key_for(&spillway_core::Key::new("api_key=k1").unwrap(), &limit);
+            let ttl = store.query(redis::cmd("PTTL").arg(&key)).await.unwrap();
+            (key, ttl)
+        });
+        let (key, ttl) = store;
+        assert!(
+            matches!(ttl, redis::Value::Int(t) if t > 0 && t <= 3_600_000),
+            "{url}: {key} has a TTL: {ttl:?}"
+        );
+    }
+    // The memory store, and the member required.
+    let (code, _) = json(&[
+        "--algorithm",
+        "distinct",
+        "--limit",
+        "1",
+        "--window",
+        "1m",
+        "--member",
+        "a",
+        "k",
+    ]);
+    assert_eq!(code, 0);
+    let out = spillway(&[
+        "--algorithm",
+        "distinct",
+        "--limit",
+        "1",
+        "--window",
+        "1m",
+        "k",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs --member"));
+}
+
 #[test]
 fn errors_are_one_line_and_exit_2() {
     let dead = format!(

@@ -1,4 +1,4 @@
-//! The five algorithms, pure: each takes the stored state, `now` and a cost, and
+//! The algorithms, pure: each takes the stored state, `now` and a cost, and
 //! returns a [`Decision`] (`check`) or the new state (`commit`). Nothing here locks,
 //! allocates on the admit path of the fixed-size states, or reads a clock.
 //!
@@ -21,6 +21,7 @@
 mod kind;
 mod meter;
 
+pub mod distinct;
 pub mod fixed_window;
 pub mod gcra;
 pub mod hll;
@@ -47,6 +48,7 @@ enum Inner {
     SlidingWindow(sliding_window::Buckets),
     TokenBucket(token_bucket::Bucket),
     Gcra(gcra::Tat),
+    Distinct(distinct::Members),
 }
 
 impl State {
@@ -65,6 +67,7 @@ impl State {
             + match &self.0 {
                 Inner::SlidingLog(log) => log.heap_bytes(),
                 Inner::SlidingWindow(buckets) => buckets.heap_bytes(),
+                Inner::Distinct(members) => members.heap_bytes(),
                 _ => 0,
             }
     }
@@ -79,6 +82,7 @@ pub(crate) enum Params {
     SlidingWindow(sliding_window::Params),
     TokenBucket(token_bucket::Params),
     Gcra(gcra::Params),
+    Distinct(distinct::Params),
 }
 
 /// The one dispatch from a limit to its algorithm: `$body` with `$p` bound to the
@@ -91,6 +95,7 @@ macro_rules! dispatch {
             Params::SlidingWindow($p) => $body,
             Params::TokenBucket($p) => $body,
             Params::Gcra($p) => $body,
+            Params::Distinct(_) => unreachable!("distinct is dispatched apart: it reads a member"),
         }
     };
 }
@@ -116,27 +121,48 @@ impl Params {
                 Params::TokenBucket(token_bucket::Params::new(rate, unit, burst))
             }
             Algorithm::Gcra => Params::Gcra(gcra::Params::new(rate, unit, burst)),
+            Algorithm::Distinct { precision } => {
+                Params::Distinct(distinct::Params::new(limit, window, precision))
+            }
+        }
+    }
+
+    /// `member` is only read by `distinct`.
+    #[inline]
+    pub(crate) fn check(&self, state: &State, now: u64, cost: u64, member: &[u8]) -> Decision {
+        match self {
+            Params::Distinct(p) => read(state, |s| p.check(s, now, cost, member)),
+            _ => dispatch!(self, |p| read(state, |s| p.check(s, now, cost))),
         }
     }
 
     #[inline]
-    pub(crate) fn check(&self, state: &State, now: u64, cost: u64) -> Decision {
-        dispatch!(self, |p| read(state, |s| p.check(s, now, cost)))
-    }
-
-    #[inline]
-    pub(crate) fn charge(&self, state: &mut State, now: u64, cost: u64, admitted: bool) {
-        dispatch!(self, |p| p.commit(
-            Slot::get_mut(&mut state.0),
-            now,
-            cost,
-            admitted
-        ))
+    pub(crate) fn charge(
+        &self,
+        state: &mut State,
+        now: u64,
+        cost: u64,
+        admitted: bool,
+        member: &[u8],
+    ) {
+        let inner = &mut state.0;
+        match self {
+            Params::Distinct(p) => p.commit(Slot::get_mut(inner), now, cost, member),
+            _ => dispatch!(self, |p| p.commit(
+                Slot::get_mut(inner),
+                now,
+                cost,
+                admitted
+            )),
+        }
     }
 
     #[inline]
     pub(crate) fn idle_at(&self, state: &State) -> u64 {
-        dispatch!(self, |p| read(state, |s| p.idle_at(s)))
+        match self {
+            Params::Distinct(p) => read(state, |s| p.idle_at(s)),
+            _ => dispatch!(self, |p| read(state, |s| p.idle_at(s))),
+        }
     }
 }
 
@@ -188,4 +214,5 @@ slot! {
     SlidingWindow => sliding_window::Buckets,
     TokenBucket => token_bucket::Bucket,
     Gcra => gcra::Tat,
+    Distinct => distinct::Members,
 }

@@ -125,7 +125,8 @@ impl Limit {
                 ..
             } => Some(l),
             Algorithm::TokenBucket | Algorithm::Gcra => Some(self.burst + l),
-            Algorithm::SlidingWindow { .. } => None,
+            // Counts members, not requests.
+            Algorithm::SlidingWindow { .. } | Algorithm::Distinct { .. } => None,
         }
     }
 
@@ -175,6 +176,12 @@ impl Limit {
             Algorithm::SlidingWindow { precision, .. } => (2, precision, [0, 0]),
             Algorithm::TokenBucket => (3, 0, [self.limit, self.burst]),
             Algorithm::Gcra => (4, 0, [0, 0]),
+            // Exact members and HyperLogLogs are different states; within one, a
+            // changed limit keeps what was seen.
+            Algorithm::Distinct { precision } => {
+                let sketch = !crate::algorithm::distinct::is_exact(self.limit);
+                (5, precision, [u64::from(sketch), 0])
+            }
         };
         Shape {
             tag,
@@ -189,16 +196,37 @@ impl Limit {
 
 impl Limit {
     /// Would `cost` be admitted at `now`? The decision reports the state as it will be
-    /// after [`commit`](Limit::commit) if admitted, or as it is if denied.
+    /// after [`commit`](Limit::commit) if admitted, or as it is if denied. A
+    /// `distinct` limit decides for the empty member: see [`check_member`](Limit::check_member).
     #[inline]
     pub fn check(&self, state: &State, now: Timestamp, cost: u64) -> Decision {
-        self.params.check(state, now.as_micros(), cost)
+        self.check_member(state, now, cost, &[])
+    }
+
+    /// [`check`](Limit::check) for a request that brings `member` (read by `distinct`
+    /// limits only).
+    #[inline]
+    pub fn check_member(
+        &self,
+        state: &State,
+        now: Timestamp,
+        cost: u64,
+        member: &[u8],
+    ) -> Decision {
+        self.params.check(state, now.as_micros(), cost, member)
     }
 
     /// Charges an admitted `cost` at `now`.
     #[inline]
     pub fn commit(&self, state: &mut State, now: Timestamp, cost: u64) {
-        self.charge(state, now, cost, true);
+        self.commit_member(state, now, cost, &[]);
+    }
+
+    /// [`commit`](Limit::commit) for a request that brings `member`.
+    #[inline]
+    pub fn commit_member(&self, state: &mut State, now: Timestamp, cost: u64, member: &[u8]) {
+        self.params
+            .charge(state, now.as_micros(), cost, true, member);
     }
 
     /// Charges a denied `cost` at `now`, for `count_rejected` limits (see the module
@@ -206,13 +234,8 @@ impl Limit {
     /// extended shows in `retry_after`.
     #[inline]
     pub fn charge_rejected(&self, state: &mut State, now: Timestamp, cost: u64) -> Decision {
-        self.charge(state, now, cost, false);
+        self.params.charge(state, now.as_micros(), cost, false, &[]);
         self.check(state, now, cost)
-    }
-
-    #[inline]
-    fn charge(&self, state: &mut State, now: Timestamp, cost: u64, admitted: bool) {
-        self.params.charge(state, now.as_micros(), cost, admitted);
     }
 
     /// When `state` becomes the same as no state if nothing more is charged: the

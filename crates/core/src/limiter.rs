@@ -1,7 +1,7 @@
 //! `Limiter`: what users hold. A store plus a clock; every method reads the clock
 //! once and makes one store call.
 
-use crate::store::{Request, Store, validate, validate_cost};
+use crate::store::{Request, Store, validate, validate_one};
 use crate::{BatchDecision, Clock, Decision, Error, Key, Limit, SystemClock};
 
 /// Decides requests against limits kept in a [`Store`], at the time its [`Clock`] says.
@@ -47,10 +47,24 @@ impl<S: Store, C: Clock> Limiter<S, C> {
 
     /// A request of `cost` units (bytes, tokens, weighted calls).
     pub async fn check_n(&self, key: &Key, limit: &Limit, cost: u64) -> Result<Decision, Error> {
-        validate_cost(cost)?;
-        self.store
-            .check_one(Request::new(key, limit, cost), self.clock.now())
+        self.check_request(Request::new(key, limit, cost)).await
+    }
+
+    /// One request bringing `member`, for a `distinct` limit: admitted if `member` was
+    /// already counted in the window, or if there is room for one more.
+    pub async fn check_member(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        member: &[u8],
+    ) -> Result<Decision, Error> {
+        self.check_request(Request::new(key, limit, 1).with_member(member))
             .await
+    }
+
+    async fn check_request(&self, request: Request<'_>) -> Result<Decision, Error> {
+        validate_one(&request)?;
+        self.store.check_one(request, self.clock.now()).await
     }
 
     /// Several (key, limit, cost) requests, all or nothing.

@@ -23,7 +23,7 @@ use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp, limit::MAX_EX
 /// almost certainly hostile, and is refused before it reaches a store.
 pub const MAX_BATCH: usize = 64;
 
-/// One (key, limit, cost) to decide.
+/// One (key, limit, cost) to decide, with the member it brings for a `distinct` limit.
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
     /// Whose limit.
@@ -32,12 +32,35 @@ pub struct Request<'a> {
     pub limit: &'a Limit,
     /// Units to charge: 1 for a request, bytes for a bandwidth limit, 0 to only look.
     pub cost: u64,
+    /// What a `distinct` limit counts (an IP, an account): required there, at most
+    /// [`MAX_MEMBER`](crate::algorithm::distinct::MAX_MEMBER) bytes; ignored by the
+    /// other algorithms.
+    pub member: Option<&'a [u8]>,
 }
 
 impl<'a> Request<'a> {
     /// A request of `cost` units against `limit` for `key`.
     pub fn new(key: &'a Key, limit: &'a Limit, cost: u64) -> Self {
-        Request { key, limit, cost }
+        Request {
+            key,
+            limit,
+            cost,
+            member: None,
+        }
+    }
+
+    /// The same request, bringing `member`.
+    pub fn with_member(self, member: &'a [u8]) -> Self {
+        Request {
+            member: Some(member),
+            ..self
+        }
+    }
+
+    /// The member, empty when none came.
+    #[inline]
+    pub fn member_bytes(&self) -> &'a [u8] {
+        self.member.unwrap_or_default()
     }
 }
 
@@ -82,7 +105,8 @@ pub trait Store: Send + Sync {
     fn reset(&self, key: &Key, limit: &Limit) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
-/// Refuses requests no store should see: too many in a batch, a cost beyond 2^53.
+/// Refuses requests no store should see: too many in a batch, a cost beyond 2^53, a
+/// `distinct` request without a member, with one over 1 KiB, or with a cost above 1.
 pub fn validate(requests: &[Request<'_>]) -> Result<(), Error> {
     if requests.len() > MAX_BATCH {
         return Err(Error::InvalidRequest(format!(
@@ -90,7 +114,33 @@ pub fn validate(requests: &[Request<'_>]) -> Result<(), Error> {
             requests.len()
         )));
     }
-    requests.iter().try_for_each(|r| validate_cost(r.cost))
+    requests.iter().try_for_each(validate_one)
+}
+
+/// [`validate`] for one request.
+#[inline]
+pub(crate) fn validate_one(r: &Request<'_>) -> Result<(), Error> {
+    validate_cost(r.cost)?;
+    if !r.limit.algorithm().counts_members() {
+        return Ok(());
+    }
+    let max = crate::algorithm::distinct::MAX_MEMBER;
+    match r.member {
+        None => Err(Error::InvalidRequest(format!(
+            "a distinct limit ({}) needs a member: what to count distinct values of",
+            r.limit
+        ))),
+        Some(m) if m.len() > max => Err(Error::InvalidRequest(format!(
+            "member of {} bytes is longer than {max}",
+            m.len()
+        ))),
+        Some(_) if r.cost > 1 => Err(Error::InvalidRequest(format!(
+            "cost {} on a distinct limit: a request counts its member once (1) or only \
+             asks (0)",
+            r.cost
+        ))),
+        Some(_) => Ok(()),
+    }
 }
 
 #[inline]

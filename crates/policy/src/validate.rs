@@ -331,6 +331,14 @@ fn native_limit(
             .map_err(|e| ("algorithm", message(e)))?,
         None => Algorithm::FixedWindow,
     };
+    if algorithm.counts_members() {
+        return Err((
+            "algorithm",
+            "distinct is not available in policy files yet (the library and \
+             `spillway check --member` have it)"
+                .into(),
+        ));
+    }
     let window = match (&l.window, &l.unit) {
         (Some(_), Some(_)) => return Err(("window", "set window or unit, not both".into())),
         (None, None) => {

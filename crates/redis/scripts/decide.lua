@@ -19,21 +19,23 @@
 --            n      its number of requests (its n keys are the next n of KEYS)
 --            now    µs since the epoch, or "server" to read Redis TIME (one clock
 --                   for every app server; read once per call)
---            then per request two arguments:
+--            then per request three arguments:
 --            limit  eight unsigned integers, space-separated: one string, parsed once
 --                   per call however many requests share the limit
 --                     alg     1 fixed_window, 2 sliding_log, 3 sliding_window,
---                             4 token_bucket, 5 gcra
+--                             4 token_bucket, 5 gcra, 6 distinct
 --                     rejected  1 = count_rejected (charge denied requests too)
 --                     cap     the capacity reported as `limit` (burst for
 --                             token_bucket and gcra)
 --                     window  W in µs
 --                     p1..p4  per algorithm: sliding_window (precision, edge
---                             0 interpolate / 1 strict / 2 lenient); token_bucket
+--                             0 interpolate / 1 strict / 2 lenient); distinct
+--                             (precision); token_bucket
 --                             (rate, unit); gcra (rate, unit, e(1), tau), where rate
 --                             and unit are Limit::scaled_rate and e(1), tau
 --                             Limit::gcra_times, computed once in Rust.
 --            cost   units to charge (0 = peek)
+--            member what a distinct limit counts (empty for the others)
 --
 -- Returns one element per batch, in order: either { denied_by (0 = admitted, else the
 -- 1-based request), then per request outcome (0 allowed, 1 denied, 2 cost exceeds
@@ -47,7 +49,7 @@
 -- divisions and remainders go through idiv/imod, which are exact where Lua's `/` and
 -- `%` would round.
 
-local FIELDS = 2 -- ARGV per request: limit, cost
+local FIELDS = 3 -- ARGV per request: limit, cost, member
 
 -- Raises a plain error reply ("ERR spillway: ..."), without Lua's location prefix.
 local function fail(msg) error({ err = 'ERR spillway: ' .. msg }) end
@@ -488,10 +490,108 @@ local function define_gcra()
   return gcra
 end
 
+-- === distinct: state newest + (sub-window, member) per member, 8 + 12 + len each ====
+-- The exact mode (limit ≤ 100, crates/core/src/algorithm/distinct.rs); the sketch
+-- mode, a HyperLogLog per sub-window, is not in this script yet: Rust refuses it on
+-- Redis before any call. The state is one string: the newest sub-window charged (a
+-- double), then per member its last sub-window (a double), its length (4 bytes) and
+-- its bytes.
+
+local function define_distinct()
+  local distinct = {}
+
+  function distinct.decode(_, v)
+    if not v then return { newest = 0, members = {} } end
+    if #v < 8 then return nil end
+    local s = { newest = struct.unpack('<d', v), members = {} }
+    local p = 9
+    while p <= #v do
+      if p + 11 > #v then return nil end
+      local b, len = struct.unpack('<dI4', v, p)
+      if p + 11 + len > #v then return nil end
+      s.members[#s.members + 1] = { string.sub(v, p + 12, p + 11 + len), b }
+      p = p + 12 + len
+    end
+    return s
+  end
+  function distinct.encode(s)
+    local parts = { struct.pack('<d', s.newest) }
+    for _, m in ipairs(s.members) do
+      parts[#parts + 1] = struct.pack('<dI4', m[2], #m[1]) .. m[1]
+    end
+    return table.concat(parts)
+  end
+  function distinct.copy(s)
+    local members = {}
+    for i, m in ipairs(s.members) do members[i] = { m[1], m[2] } end
+    return { newest = s.newest, members = members }
+  end
+
+  local function oldest(r, j) return sub0(j + 1, r.precision) end
+  local function finish(r, newest) return (newest + r.precision) * r.width end
+
+  function distinct.check(r, s, now, cost, member)
+    local j = max(idiv(now, r.width), s.newest)
+    now = max(now, j * r.width)
+    local lo = oldest(r, j)
+    local count, known = 0, false
+    for _, m in ipairs(s.members) do
+      if m[2] >= lo then
+        count = count + 1
+        if m[1] == member then known = true end
+      end
+    end
+    local after = known and count or count + 1
+    local function reset(newest)
+      if #s.members == 0 and cost == 0 then return 0 end
+      return sub0(finish(r, newest), now)
+    end
+    if cost > 1 then return { 2, sub0(r.cap, count), reset(s.newest), 0 } end
+    local charged = (cost == 1) and j or s.newest
+    if known then return allow(r, sub0(r.cap, count), reset(charged)) end
+    if after <= r.cap then
+      return allow(r, sub0(r.cap, (cost == 1) and after or count), reset(charged))
+    end
+    -- The cap-th most recent sub-window among the live members: once it leaves,
+    -- fewer than cap remain.
+    local live = {}
+    for _, m in ipairs(s.members) do
+      if m[2] >= lo then live[#live + 1] = m[2] end
+    end
+    table.sort(live, function(a, b) return a > b end)
+    return deny(r, cost, finish(r, live[r.cap]) - now, sub0(r.cap, count), reset(s.newest))
+  end
+
+  function distinct.commit(r, s, now, cost, _, member)
+    if cost == 0 then return end
+    local j = max(idiv(now, r.width), s.newest)
+    local lo = oldest(r, j)
+    local kept, found = {}, false
+    for _, m in ipairs(s.members) do
+      if m[2] >= lo then
+        if m[1] == member then
+          m[2] = j
+          found = true
+        end
+        kept[#kept + 1] = m
+      end
+    end
+    if not found then kept[#kept + 1] = { member, j } end
+    s.members, s.newest = kept, j
+  end
+
+  function distinct.idle_at(r, s)
+    if #s.members == 0 then return 0 end
+    return finish(r, s.newest)
+  end
+
+  return distinct
+end
+
 -- === the round ======================================================================
 
 local DEFINE = { define_fixed_window, define_sliding_log, define_sliding_window,
-                 define_token_bucket, define_gcra }
+                 define_token_bucket, define_gcra, define_distinct }
 local defined = {}
 
 -- Algorithm `code` (1 fixed_window … 5 gcra), or nil.
@@ -541,6 +641,10 @@ local function limit(i)
       fail('bad sliding_window precision or edge')
     end
     r.width = window / p1
+  elseif alg == 6 then
+    r.precision = p1
+    if p1 < 1 or imod(window, p1) ~= 0 then fail('bad distinct precision') end
+    r.width = window / p1
   elseif alg == 4 or alg == 5 then
     r.rate, r.unit, r.e1, r.tau = p1, p2, p3, p4
     if p1 < 1 or p2 < 1 or (alg == 5 and p3 < 1) then
@@ -578,21 +682,21 @@ end
 
 -- A batch of one request (the common case): the round below without its bookkeeping
 -- for several.
-local function single(key, now, r, cost, margin)
+local function single(key, now, r, cost, member, margin)
   local a = r.algorithm
   local s = load(r, key)
-  local d = a.check(r, s, now, cost)
+  local d = a.check(r, s, now, cost, member)
   if d[1] == 0 then
     if cost > 0 then
-      a.commit(r, s, now, cost, true)
+      a.commit(r, s, now, cost, true, member)
       save(r, key, s, now, margin)
     end
     return { 0, d[1], d[2], d[3], d[4] }
   end
   if r.rejected then
-    a.commit(r, s, now, cost, false)
+    a.commit(r, s, now, cost, false, member)
     save(r, key, s, now, margin)
-    d = a.check(r, s, now, cost)
+    d = a.check(r, s, now, cost, member)
   end
   return { 1, d[1], d[2], d[3], d[4] }
 end
@@ -604,13 +708,15 @@ local function round(k0, at, n)
   local now = read_now(at)
   local margin = (ARGV[at] == 'server') and 0 or 1000
 
-  if n == 1 then return single(KEYS[k0 + 1], now, limit(at + 1), arg(at + 2), margin) end
+  if n == 1 then
+    return single(KEYS[k0 + 1], now, limit(at + 1), arg(at + 2), ARGV[at + 3], margin)
+  end
 
   -- Parse and validate every request before touching any key.
-  local keys, rs, costs = {}, {}, {}
+  local keys, rs, costs, members = {}, {}, {}, {}
   for i = 1, n do
     local b = at + FIELDS * (i - 1)
-    keys[i], rs[i], costs[i] = KEYS[k0 + i], limit(b + 1), arg(b + 2)
+    keys[i], rs[i], costs[i], members[i] = KEYS[k0 + i], limit(b + 1), arg(b + 2), ARGV[b + 3]
   end
 
   -- The stored state of each distinct key, read once. Requests sharing a key are
@@ -629,18 +735,18 @@ local function round(k0, at, n)
   -- Pass 1: check.
   local decisions, scratch, denied_by = {}, {}, 0
   for i = 1, n do
-    local r, key, cost = rs[i], keys[i], costs[i]
+    local r, key, cost, member = rs[i], keys[i], costs[i], members[i]
     local a, d = r.algorithm, nil
     if not shared then
-      d = a.check(r, stored[key], now, cost)
+      d = a.check(r, stored[key], now, cost, member)
     else
       local s = scratch[key]
       if not s then
         s = a.copy(stored[key])
         scratch[key] = s
       end
-      d = a.check(r, s, now, cost)
-      if d[1] == 0 then a.commit(r, s, now, cost, true) end
+      d = a.check(r, s, now, cost, member)
+      if d[1] == 0 then a.commit(r, s, now, cost, true, member) end
     end
     decisions[i] = d
     if d[1] ~= 0 and denied_by == 0 then denied_by = i end
@@ -649,12 +755,12 @@ local function round(k0, at, n)
   -- Pass 2: charge all, or (denied) only the count_rejected limits.
   local dirty = {}
   for i = 1, n do
-    local r, key, cost = rs[i], keys[i], costs[i]
+    local r, key, cost, member = rs[i], keys[i], costs[i], members[i]
     local a = r.algorithm
     if denied_by == 0 then
       if not shared then
         if cost > 0 then
-          a.commit(r, stored[key], now, cost, true)
+          a.commit(r, stored[key], now, cost, true, member)
           dirty[key] = r
         end
       elseif scratch[key] then
@@ -665,18 +771,18 @@ local function round(k0, at, n)
     elseif r.rejected then
       local s = stored[key]
       if decisions[i][1] == 0 then
-        a.commit(r, s, now, cost, true)
-        local d = a.check(r, s, now, 0)
+        a.commit(r, s, now, cost, true, member)
+        local d = a.check(r, s, now, 0, member)
         d[1] = 0
         decisions[i] = d
       else
-        a.commit(r, s, now, cost, false)
-        decisions[i] = a.check(r, s, now, cost)
+        a.commit(r, s, now, cost, false, member)
+        decisions[i] = a.check(r, s, now, cost, member)
       end
       dirty[key] = r
     elseif decisions[i][1] == 0 then
       -- Had room but was not charged: report the state as it is.
-      local d = a.check(r, stored[key], now, 0)
+      local d = a.check(r, stored[key], now, 0, member)
       d[1] = 0
       decisions[i] = d
     end

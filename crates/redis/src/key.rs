@@ -19,6 +19,7 @@
 
 use std::fmt::Write as _;
 
+use spillway_core::algorithm::distinct;
 use spillway_core::{Algorithm, Key, Limit};
 
 /// The Redis key holding `key`'s state for `limit`.
@@ -37,6 +38,15 @@ pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
         // A token bucket's level is in units of its rate: see `Limit::shape`.
         Algorithm::TokenBucket => write!(out, ":tb{}.{}", limit.limit(), limit.burst()),
         Algorithm::Gcra => write!(out, ":gcra"),
+        // Exact members and HyperLogLogs are different states: see `Limit::shape`.
+        Algorithm::Distinct { precision } => {
+            let mode = if distinct::is_exact(limit.limit()) {
+                'x'
+            } else {
+                'h'
+            };
+            write!(out, ":d{mode}{precision}")
+        }
     };
     let w = limit.window_micros();
     let _ = if w.is_multiple_of(1_000_000) {

@@ -43,7 +43,7 @@ pub const SCRIPT: &str = script::SOURCE;
 
 /// The script's ARGV for a call of one batch of `requests` on Redis `TIME`: `1` (one
 /// batch), the number of requests, `server`, then each request's limit (eight
-/// integers in one string) and cost. For tools that call the script themselves (the
+/// integers in one string), cost and member (empty but for `distinct`). For tools that call the script themselves (the
 /// benchmark drives `redis-benchmark` with it, so Redis does exactly the work a lone
 /// decision does).
 pub fn script_argv(requests: &[spillway_core::Request<'_>]) -> Vec<String> {
@@ -55,6 +55,7 @@ pub fn script_argv(requests: &[spillway_core::Request<'_>]) -> Vec<String> {
     for r in requests {
         argv.push(script::limit_text(r.limit));
         argv.push(r.cost.to_string());
+        argv.push(String::from_utf8_lossy(r.member_bytes()).into_owned());
     }
     argv
 }

@@ -30,14 +30,14 @@ pub enum TimeSource {
     Caller,
 }
 
-/// One batch's part of a call: its keys, its `now`, and each request's limit text and
-/// cost.
+/// One batch's part of a call: its keys, its `now`, and each request's limit text,
+/// cost and member (empty but for `distinct`).
 #[derive(Debug)]
 pub(crate) struct Section {
     pub(crate) keys: Vec<String>,
     /// `now` in µs, or `None` for Redis `TIME`.
     pub(crate) now: Option<u64>,
-    pub(crate) requests: Vec<(String, u64)>,
+    pub(crate) requests: Vec<(String, u64, Vec<u8>)>,
 }
 
 impl Section {
@@ -53,7 +53,7 @@ impl Section {
         };
         let requests = requests
             .iter()
-            .map(|r| (limit_text(r.limit), r.cost))
+            .map(|r| (limit_text(r.limit), r.cost, r.member_bytes().to_vec()))
             .collect();
         Section {
             keys,
@@ -73,9 +73,13 @@ pub(crate) fn call<'a>(
     let (mut keys, mut args, mut bytes) = (0, 4, head.len() + body.len() + 16);
     for s in sections.clone() {
         keys += s.keys.len();
-        args += 2 * s.keys.len() + 2;
+        args += 3 * s.keys.len() + 2;
         bytes += s.keys.iter().map(String::len).sum::<usize>() + 24;
-        bytes += s.requests.iter().map(|(l, _)| l.len() + 16).sum::<usize>();
+        bytes += s
+            .requests
+            .iter()
+            .map(|(l, _, m)| l.len() + m.len() + 24)
+            .sum::<usize>();
     }
     let mut cmd = Cmd::with_capacity(args, bytes);
     cmd.arg(head).arg(body).arg(keys);
@@ -89,8 +93,8 @@ pub(crate) fn call<'a>(
             Some(micros) => cmd.arg(micros),
             None => cmd.arg("server"),
         };
-        for (limit, cost) in &s.requests {
-            cmd.arg(limit).arg(*cost);
+        for (limit, cost, member) in &s.requests {
+            cmd.arg(limit).arg(*cost).arg(&member[..]);
         }
     }
     cmd
@@ -118,6 +122,7 @@ pub(crate) fn limit_text(limit: &Limit) -> String {
             let (e1, tau) = limit.gcra_times();
             (5, [rate, unit, e1, tau])
         }
+        Algorithm::Distinct { precision } => (6, [u64::from(precision), 0, 0, 0]),
     };
     let [p1, p2, p3, p4] = params;
     format!(

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use redis::cluster_routing::Slot;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use spillway_core::algorithm::distinct;
 use spillway_core::store::validate;
 use spillway_core::{BatchDecision, Error as CoreError, Key, Limit, Request, Store, Timestamp};
 use tokio::sync::oneshot;
@@ -189,6 +190,16 @@ impl Store for RedisStore {
         now: Timestamp,
     ) -> Result<BatchDecision, CoreError> {
         validate(requests)?;
+        if let Some(r) = requests.iter().find(|r| sketched(r.limit)) {
+            return Err(CoreError::InvalidRequest(format!(
+                "{}: a distinct limit above {} members is counted in HyperLogLogs, which \
+                 the Redis store does not keep yet; use a limit of at most {} or the \
+                 memory store",
+                r.limit,
+                distinct::EXACT_MAX,
+                distinct::EXACT_MAX
+            )));
+        }
         if requests.is_empty() {
             return Ok(BatchDecision {
                 decisions: Vec::new(),
@@ -262,6 +273,11 @@ impl Drop for Turn {
             }
         }
     }
+}
+
+/// Whether `limit` is a `distinct` limit counted in HyperLogLogs (not on Redis yet).
+fn sketched(limit: &Limit) -> bool {
+    limit.algorithm().counts_members() && !distinct::is_exact(limit.limit())
 }
 
 /// On Cluster every key of one script call must live in one slot: that slot.

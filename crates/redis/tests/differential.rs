@@ -1,5 +1,5 @@
-//! Differential property test: random sequences of (advance, batch of limits and
-//! costs) give identical decisions from the memory store (the Rust algorithms, the
+//! Differential property test: random sequences of (advance, batch of limits, costs
+//! and members) give identical decisions from the memory store (the Rust algorithms, the
 //! specification) and from the Lua script on a real Redis.
 
 mod support;
@@ -20,6 +20,8 @@ fn algorithm() -> impl Strategy<Value = Algorithm> {
             prop::sample::select(vec![Edge::Interpolate, Edge::Strict, Edge::Lenient])
         )
             .prop_map(|(precision, edge)| Algorithm::SlidingWindow { precision, edge }),
+        prop::sample::select(vec![1u32, 2, 4, 10])
+            .prop_map(|precision| Algorithm::Distinct { precision }),
     ]
 }
 
@@ -30,7 +32,7 @@ fn limit() -> impl Strategy<Value = Limit> {
     (algorithm(), 1u64..12, window, 1u64..15, any::<bool>()).prop_map(
         |(algorithm, n, window, burst, count_rejected)| {
             let mut b = Limit::builder(algorithm, n, Duration::from_micros(window))
-                .count_rejected(count_rejected);
+                .count_rejected(count_rejected && !algorithm.counts_members());
             if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
                 b = b.burst(burst);
             }
@@ -40,12 +42,14 @@ fn limit() -> impl Strategy<Value = Limit> {
 }
 
 /// One step: advance the clock by `advance` µs, then decide a batch of
-/// (limit index, key index, cost).
+/// (limit index, key index, cost, member index); a `distinct` limit's cost is at most 1.
 #[derive(Clone, Debug)]
 struct Step {
     advance: u64,
-    batch: Vec<(usize, usize, u64)>,
+    batch: Vec<(usize, usize, u64, usize)>,
 }
+
+const MEMBERS: [&[u8]; 5] = [b"10.0.0.1", b"10.0.0.2", b"alice", b"", b"\x00\xff{}"];
 
 fn step() -> impl Strategy<Value = Step> {
     let advance = prop_oneof![
@@ -58,6 +62,7 @@ fn step() -> impl Strategy<Value = Step> {
         0usize..3,
         0usize..2,
         prop_oneof![6 => 0u64..4, 1 => 0u64..20],
+        0..MEMBERS.len(),
     );
     (advance, prop::collection::vec(item, 1..4))
         .prop_map(|(advance, batch)| Step { advance, batch })
@@ -89,7 +94,15 @@ fn check_equal(
         let requests: Vec<Request<'_>> = step
             .batch
             .iter()
-            .map(|&(l, k, cost)| Request::new(&keys[k], &limits[l], cost))
+            .map(|&(l, k, cost, m)| {
+                let limit = &limits[l];
+                let cost = if limit.algorithm().counts_members() {
+                    cost.min(1)
+                } else {
+                    cost
+                };
+                Request::new(&keys[k], limit, cost).with_member(MEMBERS[m])
+            })
             .collect();
         let want = rt.block_on(memory.check(&requests, now)).unwrap();
         let got = rt.block_on(store.check(&requests, now)).unwrap();

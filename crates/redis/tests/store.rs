@@ -332,7 +332,7 @@ fn eval(batches: &[Raw<'_>]) -> redis::Cmd {
     }
     c.arg(batches.len());
     for (_, now, limit, cost) in batches {
-        c.arg(1).arg(*now).arg(*limit).arg(*cost);
+        c.arg(1).arg(*now).arg(*limit).arg(*cost).arg("");
     }
     c
 }
@@ -381,7 +381,9 @@ async fn the_script_refuses_bad_numbers_and_foreign_state() {
         "9007199254740993",
     ];
     let bad_limits = [
-        "6 0 10 1000000 1 100000 100000 1000000",
+        "7 0 10 1000000 1 100000 100000 1000000",
+        "6 0 10 1000000 7 0 0 0",
+        "6 0 10 1000000 0 0 0 0",
         "5 0 0 1000000 1 100000 100000 1000000",
         "5 0 10 0 1 100000 100000 1000000",
         "5 0 10 nan 1 100000 100000 1000000",
@@ -433,7 +435,13 @@ async fn the_script_refuses_bad_numbers_and_foreign_state() {
         vec!["x", "1", NOW],
     ] {
         let mut c = redis::cmd("EVAL");
-        c.arg(SCRIPT).arg(1).arg(k).arg(&bad[..]).arg(GCRA).arg(1);
+        c.arg(SCRIPT)
+            .arg(1)
+            .arg(k)
+            .arg(&bad[..])
+            .arg(GCRA)
+            .arg(1)
+            .arg("");
         let err = store.query(&c).await.unwrap_err();
         assert!(err.to_string().contains("spillway"), "{bad:?}: {err}");
         assert!(!err.is_transient(), "{bad:?}: not worth retrying");

@@ -31,6 +31,19 @@ pub enum Step {
     },
     /// Forget a key's state for a limit.
     Reset(&'static str, Limit),
+    /// Decide one request bringing a member (`distinct`) and expect this decision.
+    Member {
+        /// The key.
+        key: &'static str,
+        /// The limit.
+        limit: Limit,
+        /// The cost (0 or 1).
+        cost: u64,
+        /// The member.
+        member: &'static str,
+        /// The decision.
+        want: Decision,
+    },
 }
 
 /// Runs every scenario against `store`; panics listing every mismatch.
@@ -61,6 +74,28 @@ pub async fn run<S: Store>(store: &S, scenario: &Scenario) -> Result<(), String>
                 .reset(&key(k), limit)
                 .await
                 .map_err(|e| at(format!("reset failed: {e}")))?,
+            Step::Member {
+                key: k,
+                limit,
+                cost,
+                member,
+                want,
+            } => {
+                let k = key(k);
+                let request = Request::new(&k, limit, *cost).with_member(member.as_bytes());
+                let got = store
+                    .check(&[request], clock.now())
+                    .await
+                    .map_err(|e| at(format!("check failed: {e}")))?;
+                if got.decisions[0] != *want {
+                    return Err(at(format!(
+                        "at T0+{:?}\n  request: {limit} cost {cost} member {member}\n  want:   {}\n  got:    {}",
+                        clock.now().duration_since(crate::T0),
+                        describe(std::slice::from_ref(want)),
+                        describe(&got.decisions),
+                    )));
+                }
+            }
             Step::Check {
                 batch,
                 denied_by,

@@ -28,6 +28,7 @@ pub fn all() -> Vec<Scenario> {
         count_rejected(),
         count_rejected_in_batches(),
         reset(),
+        distinct(),
     ]
 }
 
@@ -76,6 +77,16 @@ fn never(limit: u64, remaining: u64, reset: Duration) -> Decision {
         limit,
         remaining,
         reset_after: reset,
+    }
+}
+/// One request for key "k" bringing `member`.
+fn member(limit: &Limit, cost: u64, member: &'static str, want: Decision) -> Step {
+    Step::Member {
+        key: "k",
+        limit: limit.clone(),
+        cost,
+        member,
+        want,
     }
 }
 fn adv(d: Duration) -> Step {
@@ -425,6 +436,37 @@ fn reset() -> Scenario {
                 denied_by: Some(0),
                 want: vec![denied(1, ms(1000), 0, ms(1000))],
             },
+        ],
+    }
+}
+
+/// 3 distinct members per 60 s in 3 sub-windows of 20 s (sub-window j starts at T0).
+fn distinct() -> Scenario {
+    let l = limit(Algorithm::Distinct { precision: 3 }, 3, ms(60_000));
+    let s = |n: u64| ms(n * 1000);
+    Scenario {
+        name: "distinct",
+        steps: vec![
+            // a: new, 1 of 3; empty once sub-windows j..j+2 have passed (60 s).
+            member(&l, 1, "a", ok(3, 2, s(60))),
+            // a again: already counted, adds nothing.
+            member(&l, 1, "a", ok(3, 2, s(60))),
+            // Sub-window j+1: b, then c: the third; the state lasts until j+1+3 (80 s).
+            adv(s(20)),
+            member(&l, 1, "b", ok(3, 1, s(60))),
+            adv(s(5)),
+            member(&l, 1, "c", ok(3, 0, s(55))),
+            // d: a fourth. Live: a (j), b and c (j+1); the third most recent is a's,
+            // which leaves at j+3 (60 s): retry in 35 s.
+            member(&l, 1, "d", denied(3, s(35), 0, s(55))),
+            // Asking for a counted member: admitted, nothing charged.
+            member(&l, 0, "a", ok(3, 0, s(55))),
+            // At j+3, a has left: d fits; the state now lasts until j+6.
+            adv(s(35)),
+            member(&l, 1, "d", ok(3, 0, s(60))),
+            // a is new again: live b, c (j+1) and d (j+3); the third most recent is
+            // j+1's, leaving at j+4 (80 s): retry in 20 s.
+            member(&l, 1, "a", denied(3, s(20), 0, s(60))),
         ],
     }
 }

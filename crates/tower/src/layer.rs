@@ -296,6 +296,14 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             if self.rules[..i].iter().any(|r| r.name == rule.name) {
                 return Err(Error::DuplicateName(name.into()));
             }
+            if rule.limit.algorithm().counts_members() {
+                return Err(Error::InvalidKeySource {
+                    limit: name.into(),
+                    message: "a distinct limit needs a member extractor, which the layer \
+                              does not have yet"
+                        .into(),
+                });
+            }
             if let Some(message) = rule.key.errors().first() {
                 return Err(Error::InvalidKeySource {
                     limit: name.into(),

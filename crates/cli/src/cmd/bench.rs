@@ -363,6 +363,8 @@ fn allowed_in(limit: &Limit, elapsed: Duration) -> u64 {
             limit.burst()
                 + (u128::from(limit.limit()) * u128::from(t)).div_ceil(u128::from(w)) as u64
         }
+        // Counts members, not requests: `--check` refuses it (not exact).
+        Algorithm::Distinct { .. } => u64::MAX,
     }
 }
 

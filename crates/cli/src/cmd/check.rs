@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::json;
-use spillway_core::{Algorithm, Decision, Edge, Key, Limit, Limiter, MemoryStore, Outcome, Store};
+use spillway_core::{
+    Algorithm, Decision, Edge, Key, Limit, Limiter, MemoryStore, Outcome, Request, Store,
+};
 use spillway_policy::duration;
 use spillway_redis::{RedisStore, TimeSource};
 
@@ -32,7 +34,10 @@ Examples:
 
   # Ask a running service, as Envoy would (gRPC), or over its HTTP API
   spillway check --server grpc://127.0.0.1:8081 --domain api api_key=k1
-  spillway check --server http://127.0.0.1:8080 --domain api --peek --json api_key=k1 route=upload";
+  spillway check --server http://127.0.0.1:8080 --domain api --peek --json api_key=k1 route=upload
+  # At most 3 distinct IPs per API key per hour: exit 1 for a fourth
+  spillway check --store redis://127.0.0.1:6379 --algorithm distinct --limit 3 --window 1h \\
+      --member 10.0.0.4 api_key=k1";
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -56,7 +61,8 @@ pub struct CheckArgs {
     #[arg(long, env = "SPILLWAY_STORE", default_value = "memory")]
     pub store: String,
 
-    /// The algorithm: fixed_window, sliding_log, sliding_window, token_bucket, gcra.
+    /// The algorithm: fixed_window, sliding_log, sliding_window, token_bucket, gcra,
+    /// distinct (counts distinct --member values).
     #[arg(long, required_unless_present = "server")]
     pub algorithm: Option<String>,
 
@@ -71,6 +77,10 @@ pub struct CheckArgs {
     /// sliding_window: sub-buckets per window.
     #[arg(long, allow_negative_numbers = true, value_parser = args::positive_u32)]
     pub precision: Option<u32>,
+
+    /// With --algorithm distinct: the member this request brings (an IP, an account).
+    #[arg(long, conflicts_with = "server")]
+    pub member: Option<String>,
 
     /// sliding_window: how the partly expired sub-bucket counts (interpolate, strict, lenient).
     #[arg(long)]
@@ -161,9 +171,17 @@ fn limit(args: &CheckArgs) -> anyhow::Result<Limit> {
                 *edge = e.parse::<Edge>()?;
             }
         }
-        _ if args.precision.is_some() || args.edge.is_some() => {
-            bail!("--precision and --edge apply to sliding_window only")
+        Algorithm::Distinct { precision } if args.edge.is_none() => {
+            *precision = args.precision.unwrap_or(1);
         }
+        _ if args.precision.is_some() || args.edge.is_some() => {
+            bail!("--precision applies to sliding_window and distinct, --edge to sliding_window")
+        }
+        _ => {}
+    }
+    match (algorithm.counts_members(), &args.member) {
+        (true, None) => bail!("--algorithm distinct needs --member: the value to count"),
+        (false, Some(_)) => bail!("--member applies to --algorithm distinct only"),
         _ => {}
     }
     if args.burst.is_some() && !matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
@@ -191,7 +209,11 @@ async fn decide<S: Store>(
         return Ok(ExitCode::SUCCESS);
     }
     let cost = if args.peek { 0 } else { args.cost };
-    let d = limiter.check_n(key, limit, cost).await?;
+    let mut request = Request::new(key, limit, cost);
+    if let Some(member) = &args.member {
+        request = request.with_member(member.as_bytes());
+    }
+    let d = limiter.check_all(&[request]).await?.decisions[0];
     if args.json {
         println!("{}", to_json(&d, key, limit, cost));
     } else {

@@ -26,6 +26,14 @@ pub enum Algorithm {
     /// The generic cell rate algorithm: one timestamp per key, rate `limit` per `window`,
     /// up to `burst` at once.
     Gcra,
+    /// At most `limit` distinct *members* per key per window (distinct IPs per API key),
+    /// counted over `precision` sub-windows: exactly up to a limit of
+    /// [`EXACT_MAX`](crate::algorithm::distinct::EXACT_MAX), with HyperLogLogs above.
+    /// See [`distinct`](crate::algorithm::distinct).
+    Distinct {
+        /// Sub-windows per window (1 = fixed windows aligned to the epoch).
+        precision: u32,
+    },
 }
 
 /// How `sliding_window` counts the oldest sub-bucket, the one only partly inside the window.
@@ -41,7 +49,9 @@ pub enum Edge {
 }
 
 impl Algorithm {
-    /// Every algorithm with its default parameters, in a stable order.
+    /// Every algorithm that counts requests, with its default parameters, in a stable
+    /// order. [`Algorithm::DISTINCT`], which counts members, is apart: its requests
+    /// carry a member and cost at most 1.
     pub const ALL: [Algorithm; 5] = [
         Algorithm::FixedWindow,
         Algorithm::SlidingLog,
@@ -53,8 +63,11 @@ impl Algorithm {
         Algorithm::Gcra,
     ];
 
+    /// `distinct` with precision 1.
+    pub const DISTINCT: Algorithm = Algorithm::Distinct { precision: 1 };
+
     /// The algorithm's name as written in configuration: `fixed_window`, `sliding_log`,
-    /// `sliding_window`, `token_bucket`, `gcra`.
+    /// `sliding_window`, `token_bucket`, `gcra`, `distinct`.
     pub fn name(&self) -> &'static str {
         match self {
             Algorithm::FixedWindow => "fixed_window",
@@ -62,12 +75,22 @@ impl Algorithm {
             Algorithm::SlidingWindow { .. } => "sliding_window",
             Algorithm::TokenBucket => "token_bucket",
             Algorithm::Gcra => "gcra",
+            Algorithm::Distinct { .. } => "distinct",
         }
     }
 
-    /// Whether the algorithm never admits more than its bound (see the crate docs).
+    /// Whether the algorithm never admits more requests than its bound (see the crate
+    /// docs). `distinct` counts members, not requests: false.
     pub fn is_exact(&self) -> bool {
-        !matches!(self, Algorithm::SlidingWindow { .. })
+        !matches!(
+            self,
+            Algorithm::SlidingWindow { .. } | Algorithm::Distinct { .. }
+        )
+    }
+
+    /// Whether requests carry a member (`distinct`).
+    pub fn counts_members(&self) -> bool {
+        matches!(self, Algorithm::Distinct { .. })
     }
 
     pub(crate) fn has_burst(&self) -> bool {
@@ -81,6 +104,9 @@ impl fmt::Display for Algorithm {
             Algorithm::SlidingWindow { precision, edge } => {
                 write!(f, "sliding_window(precision={precision}, edge={edge})")
             }
+            Algorithm::Distinct { precision } if *precision != 1 => {
+                write!(f, "distinct(precision={precision})")
+            }
             other => f.write_str(other.name()),
         }
     }
@@ -89,15 +115,17 @@ impl fmt::Display for Algorithm {
 impl FromStr for Algorithm {
     type Err = Error;
 
-    /// Parses an algorithm name; `sliding_window` gets precision 1 and `interpolate`.
+    /// Parses an algorithm name; `sliding_window` gets precision 1 and `interpolate`,
+    /// `distinct` precision 1.
     fn from_str(s: &str) -> Result<Self, Error> {
         Algorithm::ALL
             .into_iter()
+            .chain([Algorithm::DISTINCT])
             .find(|a| a.name() == s)
             .ok_or_else(|| {
                 Error::InvalidLimit(format!(
                     "unknown algorithm `{s}` (expected one of fixed_window, sliding_log, \
-                     sliding_window, token_bucket, gcra)"
+                     sliding_window, token_bucket, gcra, distinct)"
                 ))
             })
     }
@@ -140,7 +168,7 @@ mod tests {
 
     #[test]
     fn algorithm_names_round_trip() {
-        for a in Algorithm::ALL {
+        for a in Algorithm::ALL.into_iter().chain([Algorithm::DISTINCT]) {
             assert_eq!(a.name().parse::<Algorithm>().unwrap(), a);
         }
         assert!(

@@ -86,7 +86,14 @@ impl LimitBuilder {
             Some(b) => b,
             None => limit,
         };
-        if let Algorithm::SlidingWindow { precision, .. } = algorithm {
+        if algorithm.counts_members() && count_rejected {
+            return invalid(
+                "count_rejected does not apply to distinct: a denied member is not counted".into(),
+            );
+        }
+        if let Algorithm::SlidingWindow { precision, .. } | Algorithm::Distinct { precision } =
+            algorithm
+        {
             if precision == 0 {
                 return invalid("precision must be at least 1".into());
             }

@@ -32,7 +32,7 @@ mod table;
 use self::batch::Locked;
 use self::table::{Entry, Table};
 use super::round;
-use super::{Request, Store, validate, validate_cost};
+use super::{Request, Store, validate, validate_one};
 use crate::algorithm::State;
 use crate::time::micros;
 use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp};
@@ -214,7 +214,7 @@ impl<H: BuildHasher> MemoryStore<H> {
 
     /// Decides one request: one shard lock, no allocation for a known key.
     pub fn decide_one(&self, r: Request<'_>, now: Timestamp) -> Result<Decision, Error> {
-        validate_cost(r.cost)?;
+        validate_one(&r)?;
         let hash = self.inner.hasher.hash_one(r.key.as_str());
         let mut table = lock(self.inner.shard(hash));
         let shape = r.limit.shape();
@@ -232,7 +232,9 @@ impl<H: BuildHasher> MemoryStore<H> {
             }
             return Ok(decision);
         }
-        let decision = r.limit.check(&State::empty(), now, r.cost);
+        let decision = r
+            .limit
+            .check_member(&State::empty(), now, r.cost, r.member_bytes());
         let charges = (decision.allowed() && r.cost > 0) || r.limit.count_rejected();
         if !charges {
             return Ok(decision);
@@ -328,10 +330,10 @@ impl<H: BuildHasher + Send + Sync> Store for MemoryStore<H> {
 /// Check, then charge if admitted, or if denied and the limit counts rejections.
 /// Returns the decision and whether the state changed.
 fn decide_state(r: Request<'_>, state: &mut State, now: Timestamp) -> (Decision, bool) {
-    let decision = r.limit.check(state, now, r.cost);
+    let decision = r.limit.check_member(state, now, r.cost, r.member_bytes());
     if decision.allowed() {
         if r.cost > 0 {
-            r.limit.commit(state, now, r.cost);
+            r.limit.commit_member(state, now, r.cost, r.member_bytes());
         }
         (decision, r.cost > 0)
     } else if r.limit.count_rejected() {

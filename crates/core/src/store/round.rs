@@ -48,16 +48,21 @@ pub(crate) fn decide(
     let mut decisions: Vec<Decision> = Vec::with_capacity(requests.len());
     for (i, r) in requests.iter().enumerate() {
         let decision = match &leader {
-            None => r.limit.check(slots.get(i).unwrap_or(&EMPTY), now, r.cost),
+            None => r.limit.check_member(
+                slots.get(i).unwrap_or(&EMPTY),
+                now,
+                r.cost,
+                r.member_bytes(),
+            ),
             Some(leader) => {
                 if scratch.is_empty() {
                     scratch.resize(requests.len(), None);
                 }
                 let s = scratch[leader[i]]
                     .get_or_insert_with(|| slots.get(i).cloned().unwrap_or_default());
-                let d = r.limit.check(s, now, r.cost);
+                let d = r.limit.check_member(s, now, r.cost, r.member_bytes());
                 if d.allowed() {
-                    r.limit.commit(s, now, r.cost);
+                    r.limit.commit_member(s, now, r.cost, r.member_bytes());
                 }
                 d
             }
@@ -72,7 +77,8 @@ pub(crate) fn decide(
             None => match &leader {
                 None if r.cost == 0 => {}
                 None => {
-                    r.limit.commit(slots.get_mut(i), now, r.cost);
+                    r.limit
+                        .commit_member(slots.get_mut(i), now, r.cost, r.member_bytes());
                     slots.charged(i);
                 }
                 Some(leader) if leader[i] == i => {
@@ -84,10 +90,10 @@ pub(crate) fn decide(
             Some(_) if r.limit.count_rejected() => {
                 let s = slots.get_mut(i);
                 decisions[i] = if decisions[i].allowed() {
-                    r.limit.commit(s, now, r.cost);
+                    r.limit.commit_member(s, now, r.cost, r.member_bytes());
                     Decision {
                         outcome: Outcome::Allowed,
-                        ..r.limit.check(s, now, 0)
+                        ..r.limit.check_member(s, now, 0, r.member_bytes())
                     }
                 } else {
                     r.limit.charge_rejected(s, now, r.cost)
@@ -96,7 +102,9 @@ pub(crate) fn decide(
             }
             Some(_) if decisions[i].allowed() => {
                 // Had room but was not charged: report the state as it is.
-                let peek = r.limit.check(slots.get(i).unwrap_or(&EMPTY), now, 0);
+                let peek =
+                    r.limit
+                        .check_member(slots.get(i).unwrap_or(&EMPTY), now, 0, r.member_bytes());
                 decisions[i] = Decision {
                     outcome: Outcome::Allowed,
                     ..peek

@@ -3,7 +3,8 @@
 //!
 //! Why the answer is exact: a limit's room only grows with time and only shrinks with
 //! charges, and a denial charges nothing (limits that charge denials, `count_rejected`,
-//! are never cached). So a request of the same cost is denied at every moment before T,
+//! are never cached; nor are `distinct` limits, whose denial is for a new member only).
+//! So a request of the same cost is denied at every moment before T,
 //! whatever else happens: other servers' charges make it more denied, never less. Its
 //! decision before T is also known: `remaining` 0 (a unit did not fit), `retry_after`
 //! and `reset_after` the stored ones less the time since. Only unit costs are cached:
@@ -105,8 +106,7 @@ impl DenyCache {
 
     /// The decision on a unit-cost request at `now` (µs), if a cached denial covers it.
     pub fn get(&self, key: &Key, limit: &Limit, cost: u64, now: u64) -> Option<Decision> {
-        // A `count_rejected` limit's denials must reach the store, to be charged.
-        if cost != 1 || limit.count_rejected() {
+        if !cacheable(limit, cost) {
             return None;
         }
         let slot = (key.clone(), limit.shape());
@@ -135,7 +135,7 @@ impl DenyCache {
         let Outcome::Denied { retry_after } = decision.outcome else {
             return;
         };
-        if cost != 1 || limit.count_rejected() || retry_after.is_zero() {
+        if !cacheable(limit, cost) || retry_after.is_zero() {
             return;
         }
         let entry = Entry {
@@ -222,4 +222,12 @@ fn shares_state(requests: &[Request<'_>], i: usize) -> bool {
         .iter()
         .enumerate()
         .any(|(j, o)| j != i && o.key == r.key && o.limit.shape() == r.limit.shape())
+}
+
+/// Whether a denial of a request of `cost` against `limit` may be answered from the
+/// cache. Not for a `count_rejected` limit (its denials must reach the store, to be
+/// charged), nor for a `distinct` one (a denial is for a new member: a member already
+/// counted is still admitted).
+fn cacheable(limit: &Limit, cost: u64) -> bool {
+    cost == 1 && !limit.count_rejected() && !limit.algorithm().counts_members()
 }
