@@ -50,15 +50,38 @@ pub struct Match<'a> {
     /// level contributes its pattern instead of the value), escaped so that different
     /// descriptors never collide. Every rule of the match counts in this group.
     pub group: String,
+    /// Where the last entry's value starts in `group`: a `distinct` rule counts the
+    /// distinct values of the last entry (its member) per the entries before it.
+    last: usize,
 }
 
 impl Match<'_> {
     /// The counter key of `rule` (one of [`rules`](Match::rules)): the group, then the
-    /// rule's `slot`; e.g. `api|api_key=k1` + `#burst`. Fails only past
+    /// rule's `slot`; e.g. `api|api_key=k1` + `#burst`. At a node with a `distinct`
+    /// rule, every rule's key group stops before the last entry's value (so the node's
+    /// keys share a Cluster slot): the `distinct` rule counts per the entries before
+    /// it (`api|api_key=k1|ip` + `#ips`), the others keep the value in their key
+    /// (`api|api_key=k1|ip` + `=10.0.0.4#burst`). Fails only past
     /// [`MAX_KEY_LEN`](spillway_core::MAX_KEY_LEN).
     pub fn key(&self, rule: &Rule) -> Result<Key, spillway_core::Error> {
-        Key::grouped(&self.group, &rule.slot)
+        if !self.counts_members() {
+            return Key::grouped(&self.group, &rule.slot);
+        }
+        let (group, value) = self.group.split_at(self.last);
+        if is_distinct(rule) {
+            Key::grouped(group, &rule.slot)
+        } else {
+            Key::grouped(group, &format!("{value}{}", rule.slot))
+        }
     }
+
+    fn counts_members(&self) -> bool {
+        self.rules.iter().any(is_distinct)
+    }
+}
+
+fn is_distinct(rule: &Rule) -> bool {
+    matches!(&rule.limit, crate::RuleLimit::Limited(l) if l.algorithm().counts_members())
 }
 
 impl PolicySet {
@@ -140,6 +163,7 @@ impl Domain {
 
             group.push('|');
             escape_into(&mut group, k);
+            let split = group.len();
             match &node.shared_pattern {
                 Some(pattern) => {
                     group.push(':');
@@ -155,6 +179,7 @@ impl Domain {
                 return (!node.rules.is_empty()).then_some(Match {
                     rules: &node.rules,
                     group,
+                    last: split,
                 });
             }
             level = node.children.as_ref()?;

@@ -331,14 +331,6 @@ fn native_limit(
             .map_err(|e| ("algorithm", message(e)))?,
         None => Algorithm::FixedWindow,
     };
-    if algorithm.counts_members() {
-        return Err((
-            "algorithm",
-            "distinct is not available in policy files yet (the library and \
-             `spillway check --member` have it)"
-                .into(),
-        ));
-    }
     let window = match (&l.window, &l.unit) {
         (Some(_), Some(_)) => return Err(("window", "set window or unit, not both".into())),
         (None, None) => {
@@ -358,12 +350,16 @@ fn native_limit(
                 None => Edge::default(),
             },
         },
+        Algorithm::Distinct { .. } if l.edge.is_none() => Algorithm::Distinct {
+            precision: l.precision.unwrap_or(1),
+        },
         other => {
             if l.precision.is_some() || l.edge.is_some() {
                 return Err((
                     "precision",
                     format!(
-                        "precision and edge apply to sliding_window, not {}",
+                        "precision applies to sliding_window and distinct, edge to \
+                         sliding_window; not to {}",
                         other.name()
                     ),
                 ));

@@ -108,7 +108,19 @@ fn spillway_format_errors_name_the_field() {
         ),
         (
             "{limit: 10, window: 1s, precision: 4}",
-            "descriptors[0].limits[0].precision: precision and edge apply to sliding_window",
+            "descriptors[0].limits[0].precision: precision applies to sliding_window and distinct",
+        ),
+        (
+            "{limit: 3, window: 1h, algorithm: distinct, edge: strict}",
+            "descriptors[0].limits[0].precision: precision applies to sliding_window and distinct, edge to sliding_window; not to distinct",
+        ),
+        (
+            "{limit: 3, window: 1h, algorithm: distinct, count_rejected: true}",
+            "count_rejected does not apply to distinct",
+        ),
+        (
+            "{limit: 3, window: 1h, algorithm: distinct, lease: 1}",
+            "descriptors[0].limits[0].lease:",
         ),
         (
             "{limit: 10, window: 1s, algorithm: sliding_window, precision: 7}",

@@ -73,6 +73,8 @@ struct Hit<'a> {
     /// Present for rules that count.
     key: Option<Key>,
     cost: u64,
+    /// What a `distinct` rule counts: the descriptor's last value.
+    member: Option<String>,
 }
 
 /// A rule's decision, and whether a failure policy made it instead of the store.
@@ -175,6 +177,7 @@ impl Service {
                     rule: Cow::Owned(rule),
                     key,
                     cost,
+                    member: None,
                 });
             } else if let Some(m) = domain.resolve(&d.entries) {
                 for rule in m.rules {
@@ -182,11 +185,18 @@ impl Service {
                         .then(|| m.key(rule))
                         .transpose()
                         .map_err(invalid)?;
+                    // A distinct rule counts the request's member once, whatever its hits.
+                    let (member, cost) = if counts_members(rule) {
+                        (d.entries.last().map(|(_, v)| v.to_string()), cost.min(1))
+                    } else {
+                        (None, cost)
+                    };
                     hits.push(Hit {
                         descriptor: i,
                         rule: Cow::Borrowed(rule),
                         key,
                         cost,
+                        member,
                     });
                 }
             }
@@ -364,6 +374,10 @@ fn counts(rule: &Rule) -> bool {
     matches!(rule.limit, RuleLimit::Limited(_))
 }
 
+fn counts_members(rule: &Rule) -> bool {
+    matches!(&rule.limit, RuleLimit::Limited(l) if l.algorithm().counts_members())
+}
+
 /// The reference's `replaces`: a matched rule named by another matched rule's `replaces`
 /// is dropped from the request (its descriptor reports no limit, nothing is counted).
 fn drop_replaced(hits: &mut Vec<Hit<'_>>) {
@@ -383,7 +397,13 @@ fn requests<'h>(hits: &'h [Hit<'_>], which: &[usize]) -> Vec<Request<'h>> {
         .filter_map(|&i| {
             let hit = &hits[i];
             match (&hit.rule.limit, &hit.key) {
-                (RuleLimit::Limited(limit), Some(key)) => Some(Request::new(key, limit, hit.cost)),
+                (RuleLimit::Limited(limit), Some(key)) => {
+                    let request = Request::new(key, limit, hit.cost);
+                    Some(match &hit.member {
+                        Some(m) => request.with_member(m.as_bytes()),
+                        None => request,
+                    })
+                }
                 _ => None,
             }
         })
