@@ -59,6 +59,24 @@ async fn three_distinct_ips_per_api_key_per_hour() {
             .should("api", &[("api_key", "k1"), ("ip", "10.0.0.1")])
             .await;
         assert_eq!(seen.overall_code, 1, "{backing:?}: OK");
+        // And the reference's /json.
+        let json_status = |ip: &str| {
+            let body = format!(
+                r#"{{"domain":"api","descriptors":[{{"entries":[{{"key":"api_key","value":"k1"}},{{"key":"ip","value":"{ip}"}}]}}]}}"#
+            );
+            let r = s.http.post(s.url("/json")).body(body).send();
+            async move { r.await.unwrap().status().as_u16() }
+        };
+        assert_eq!(
+            json_status("10.0.0.6").await,
+            429,
+            "{backing:?}: /json, a new IP"
+        );
+        assert_eq!(
+            json_status("10.0.0.3").await,
+            200,
+            "{backing:?}: /json, a known IP"
+        );
 
         // The node's other rule still counts per IP (its key keeps the value).
         let (status, _, body) = s.check(request("k2", "10.0.0.4")).await;
