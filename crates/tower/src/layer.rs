@@ -32,6 +32,7 @@ pub struct Rule {
     pub(crate) key: KeyExtractor,
     pub(crate) cost: Option<CostFn>,
     pub(crate) sharing: Sharing,
+    pub(crate) member: Option<KeyExtractor>,
 }
 
 impl Rule {
@@ -43,7 +44,17 @@ impl Rule {
             key,
             cost: None,
             sharing: Sharing::Exact,
+            member: None,
         }
+    }
+
+    /// What a `distinct` limit counts per key: its distinct values within the window
+    /// (e.g. client IPs per `x-api-key`). Required by a `distinct` limit, refused by
+    /// the others; a request without it is refused like one without its key. A value
+    /// longer than 1 KiB counts by its first 1 KiB.
+    pub fn member(mut self, member: KeyExtractor) -> Rule {
+        self.member = Some(member);
+        self
     }
 
     /// Takes up to `units` from a remote store at once and admits locally from them
@@ -296,12 +307,16 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             if self.rules[..i].iter().any(|r| r.name == rule.name) {
                 return Err(Error::DuplicateName(name.into()));
             }
-            if rule.limit.algorithm().counts_members() {
+            let member_error = match (rule.limit.algorithm().counts_members(), &rule.member) {
+                (true, None) => Some("a distinct limit needs `Rule::member`: what to count"),
+                (false, Some(_)) => Some("`Rule::member` applies to distinct limits only"),
+                (true, Some(m)) => m.errors().first().map(String::as_str),
+                (false, None) => None,
+            };
+            if let Some(message) = member_error {
                 return Err(Error::InvalidKeySource {
                     limit: name.into(),
-                    message: "a distinct limit needs a member extractor, which the layer \
-                              does not have yet"
-                        .into(),
+                    message: message.into(),
                 });
             }
             if let Some(message) = rule.key.errors().first() {

@@ -13,6 +13,8 @@ use spillway_core::{
     Store, StoreFailure, Unanswered,
 };
 
+use spillway_core::algorithm::distinct::MAX_MEMBER;
+
 use crate::Rejection;
 use crate::layer::Rule;
 
@@ -81,16 +83,47 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 }
             }
         }
+        let mut members = Vec::with_capacity(self.rules.len());
+        for rule in self.rules.iter() {
+            let Some(source) = &rule.member else {
+                members.push(None);
+                continue;
+            };
+            let Some(mut member) = source.extract(parts) else {
+                metrics::counter!("spillway_tower_requests_total", "outcome" => "missing_key")
+                    .increment(1);
+                let rejection = Rejection::MissingKey {
+                    limit: rule.name.clone(),
+                    source: source.describe(),
+                };
+                return Verdict::Reject(rejection, Vec::new());
+            };
+            let mut end = member.len().min(MAX_MEMBER);
+            while !member.is_char_boundary(end) {
+                end -= 1;
+            }
+            member.truncate(end);
+            members.push(Some(member));
+        }
         let default_cost = self.cost.as_ref().map_or(1, |f| f(parts));
         let requests: Vec<Request<'_>> = self
             .rules
             .iter()
             .zip(&keys)
-            .map(|(rule, key)| {
+            .zip(&members)
+            .map(|((rule, key), member)| {
                 let cost = rule.cost.as_ref().map_or(default_cost, |f| f(parts));
                 // Past 2^53 no limit could ever admit it: the same answer, without
                 // the store refusing the number.
-                Request::new(key, &rule.limit, cost.min(MAX_EXACT))
+                let request = Request::new(key, &rule.limit, cost.min(MAX_EXACT));
+                match member {
+                    // A request counts its member once, whatever its cost.
+                    Some(m) => Request {
+                        cost: request.cost.min(1),
+                        ..request.with_member(m.as_bytes())
+                    },
+                    None => request,
+                }
             })
             .collect();
 

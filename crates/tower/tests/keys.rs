@@ -217,3 +217,43 @@ async fn a_closure_can_make_any_key() {
     assert_eq!(client.status("/?tenant=b", &[]).await, 200);
     assert_eq!(client.status("/?other=1", &[]).await, 400);
 }
+
+/// A `distinct` limit counts the member's distinct values per key: here at most 2
+/// devices per API key per hour.
+#[tokio::test]
+async fn a_distinct_limit_counts_members_per_key() {
+    let devices = Rule::new(
+        "devices",
+        limit(Algorithm::DISTINCT, 2, Duration::from_secs(3600)),
+        KeyExtractor::header("x-api-key"),
+    )
+    .member(KeyExtractor::header("x-device"));
+    let client = serve_layer(builder().limit(devices).build().unwrap()).await;
+    let from = |device: &'static str| [("x-api-key", "k1"), ("x-device", device)];
+    assert_eq!(client.status("/", &from("d1")).await, 200);
+    assert_eq!(client.status("/", &from("d2")).await, 200);
+    assert_eq!(client.status("/", &from("d3")).await, 429, "a third device");
+    assert_eq!(
+        client.status("/", &from("d1")).await,
+        200,
+        "a device already seen"
+    );
+    let other = [("x-api-key", "k2"), ("x-device", "d3")];
+    assert_eq!(client.status("/", &other).await, 200, "another key");
+    let missing = client.get("/", &[("x-api-key", "k1")]).await;
+    assert_eq!(missing.status().as_u16(), 400);
+    assert!(missing.text().await.unwrap().contains("x-device"));
+
+    // Built wrong: a distinct limit without a member, a member on another limit.
+    let bare = Rule::new(
+        "devices",
+        limit(Algorithm::DISTINCT, 2, Duration::from_secs(3600)),
+        KeyExtractor::header("x-api-key"),
+    );
+    let err = builder().limit(bare).build().unwrap_err();
+    assert!(err.to_string().contains("Rule::member"), "{err}");
+    let extra = Rule::new("per-key", per_minute(1), KeyExtractor::header("x-api-key"))
+        .member(KeyExtractor::header("x-device"));
+    let err = builder().limit(extra).build().unwrap_err();
+    assert!(err.to_string().contains("distinct limits only"), "{err}");
+}
