@@ -254,3 +254,13 @@ fn a_lease_on_an_algorithm_that_cannot_keep_its_bound_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("lease applies to fixed_window only"), "{err}");
 }
+
+/// `distinct` counts members, which a request pattern does not have: refused with the
+/// reason, not run wrong.
+#[test]
+fn distinct_is_refused_with_a_reason() {
+    let out = spillway(&["simulate", "--algorithms", "distinct"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("distinct is not simulated yet"), "{err}");
+}

@@ -218,6 +218,12 @@ fn flag_limit(args: &BenchArgs) -> anyhow::Result<Option<Limit>> {
         return Ok(None);
     };
     let mut algorithm: Algorithm = name.parse()?;
+    if algorithm.counts_members() {
+        bail!(
+            "bench does not load distinct limits yet (it has no members to send); \
+             `spillway check --algorithm distinct --member M` decides one"
+        );
+    }
     if let Algorithm::SlidingWindow { precision, .. } = &mut algorithm {
         *precision = args.precision.unwrap_or(1);
     }

@@ -262,6 +262,12 @@ fn limits(args: &SimulateArgs, shared: bool) -> anyhow::Result<Vec<Limit>> {
             vec![name.parse()?]
         };
         for algorithm in expanded {
+            if algorithm.counts_members() {
+                bail!(
+                    "simulate replays requests, not members: distinct is not simulated yet \
+                     (its error is measured by `cargo test -p spillway-core --test distinct`)"
+                );
+            }
             // Only sliding_window has edges; `all` shows each of them unless --edge picks one.
             let edges = match (algorithm, edge) {
                 (Algorithm::SlidingWindow { .. }, Some(e)) => vec![e],
