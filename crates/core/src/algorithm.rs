@@ -95,7 +95,7 @@ macro_rules! dispatch {
             Params::SlidingWindow($p) => $body,
             Params::TokenBucket($p) => $body,
             Params::Gcra($p) => $body,
-            Params::Distinct(_) => unreachable!("distinct is dispatched apart: it reads a member"),
+            Params::Distinct($p) => $body,
         }
     };
 }
@@ -130,10 +130,7 @@ impl Params {
     /// `member` is only read by `distinct`.
     #[inline]
     pub(crate) fn check(&self, state: &State, now: u64, cost: u64, member: &[u8]) -> Decision {
-        match self {
-            Params::Distinct(p) => read(state, |s| p.check(s, now, cost, member)),
-            _ => dispatch!(self, |p| read(state, |s| p.check(s, now, cost))),
-        }
+        dispatch!(self, |p| read(state, |s| p.check(s, now, cost, member)))
     }
 
     #[inline]
@@ -145,24 +142,18 @@ impl Params {
         admitted: bool,
         member: &[u8],
     ) {
-        let inner = &mut state.0;
-        match self {
-            Params::Distinct(p) => p.commit(Slot::get_mut(inner), now, cost, member),
-            _ => dispatch!(self, |p| p.commit(
-                Slot::get_mut(inner),
-                now,
-                cost,
-                admitted
-            )),
-        }
+        dispatch!(self, |p| p.commit(
+            Slot::get_mut(&mut state.0),
+            now,
+            cost,
+            admitted,
+            member
+        ))
     }
 
     #[inline]
     pub(crate) fn idle_at(&self, state: &State) -> u64 {
-        match self {
-            Params::Distinct(p) => read(state, |s| p.idle_at(s)),
-            _ => dispatch!(self, |p| read(state, |s| p.idle_at(s))),
-        }
+        dispatch!(self, |p| read(state, |s| p.idle_at(s)))
     }
 }
 

@@ -23,6 +23,16 @@ fn limiter() -> (Limiter<MemoryStore, ManualClock>, ManualClock) {
     )
 }
 
+/// Whether `member` is admitted now (and counted, if new).
+async fn admits(
+    limiter: &Limiter<MemoryStore, ManualClock>,
+    k: &Key,
+    l: &Limit,
+    member: &[u8],
+) -> bool {
+    limiter.check_member(k, l, member).await.unwrap().allowed()
+}
+
 fn distinct(limit: u64, window: Duration, precision: u32) -> Limit {
     Limit::new(Algorithm::Distinct { precision }, limit, window).unwrap()
 }
@@ -49,17 +59,10 @@ async fn three_ips_per_key_per_hour() {
         "a fourth IP waits for the window to end"
     );
     // A denied member is not counted, and the first three still are.
-    let d = limiter.check_member(&k, &l, b"10.0.0.1").await.unwrap();
-    assert!(d.allowed());
+    assert!(admits(&limiter, &k, &l, b"10.0.0.1").await);
 
     clock.advance(Duration::from_secs(3000) - Duration::from_micros(1));
-    assert!(
-        !limiter
-            .check_member(&k, &l, b"10.0.0.4")
-            .await
-            .unwrap()
-            .allowed()
-    );
+    assert!(!admits(&limiter, &k, &l, b"10.0.0.4").await);
     clock.advance(Duration::from_micros(1));
     let d = limiter.check_member(&k, &l, b"10.0.0.4").await.unwrap();
     assert!(d.allowed(), "a new window: {d:?}");
@@ -73,29 +76,11 @@ async fn sub_windows_slide_and_a_member_seen_again_stays() {
     let (limiter, clock) = limiter();
     let quarter = HOUR / 4;
     let (k, l) = (Key::new("device=d1").unwrap(), distinct(2, HOUR, 4));
-    assert!(
-        limiter
-            .check_member(&k, &l, b"alice")
-            .await
-            .unwrap()
-            .allowed()
-    );
+    assert!(admits(&limiter, &k, &l, b"alice").await);
     clock.advance(quarter);
-    assert!(
-        limiter
-            .check_member(&k, &l, b"bob")
-            .await
-            .unwrap()
-            .allowed()
-    );
+    assert!(admits(&limiter, &k, &l, b"bob").await);
     clock.advance(quarter * 2);
-    assert!(
-        limiter
-            .check_member(&k, &l, b"alice")
-            .await
-            .unwrap()
-            .allowed()
-    );
+    assert!(admits(&limiter, &k, &l, b"alice").await);
     // Sub-window 3: alice (3), bob (1) live; carol waits until bob's sub-window leaves,
     // at the start of sub-window 1 + 4 = 5.
     let d = limiter.check_member(&k, &l, b"carol").await.unwrap();
@@ -106,21 +91,9 @@ async fn sub_windows_slide_and_a_member_seen_again_stays() {
         }
     );
     clock.advance(quarter * 2);
-    assert!(
-        limiter
-            .check_member(&k, &l, b"carol")
-            .await
-            .unwrap()
-            .allowed()
-    );
+    assert!(admits(&limiter, &k, &l, b"carol").await);
     // alice still counted (seen in sub-window 3): no room for dave.
-    assert!(
-        !limiter
-            .check_member(&k, &l, b"dave")
-            .await
-            .unwrap()
-            .allowed()
-    );
+    assert!(!admits(&limiter, &k, &l, b"dave").await);
 }
 
 #[tokio::test]
@@ -132,7 +105,7 @@ async fn a_peek_asks_without_counting() {
     let store = limiter.store();
     assert!(store.check_one(peek(b"a"), now).await.unwrap().allowed());
     assert!(store.check_one(peek(b"b"), now).await.unwrap().allowed());
-    assert!(limiter.check_member(&k, &l, b"a").await.unwrap().allowed());
+    assert!(admits(&limiter, &k, &l, b"a").await);
     assert!(store.check_one(peek(b"a"), now).await.unwrap().allowed());
     assert!(!store.check_one(peek(b"b"), now).await.unwrap().allowed());
 }
@@ -178,12 +151,7 @@ async fn above_the_exact_limit_a_sketch_counts() {
     let mut admitted = 0u64;
     for i in 0..2 * limit {
         let member = format!("user-{i}@example.com");
-        if limiter
-            .check_member(&k, &l, member.as_bytes())
-            .await
-            .unwrap()
-            .allowed()
-        {
+        if admits(&limiter, &k, &l, member.as_bytes()).await {
             admitted += 1;
         }
     }

@@ -52,6 +52,12 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// Whether the rule is a `distinct` limit: it counts the distinct values of its
+    /// node's own entry (the request's member) per the entries before it.
+    pub fn counts_members(&self) -> bool {
+        matches!(&self.limit, RuleLimit::Limited(l) if l.algorithm().counts_members())
+    }
+
     /// A reference rule: a fixed window of `unit` aligned to the epoch, hits counted even
     /// when over the limit. `requests_per_unit` 0 blocks everything.
     pub fn reference(requests_per_unit: u64, unit: Unit) -> Rule {

@@ -68,7 +68,7 @@ impl Match<'_> {
             return Key::grouped(&self.group, &rule.slot);
         }
         let (group, value) = self.group.split_at(self.last);
-        if is_distinct(rule) {
+        if rule.counts_members() {
             Key::grouped(group, &rule.slot)
         } else {
             Key::grouped(group, &format!("{value}{}", rule.slot))
@@ -76,12 +76,8 @@ impl Match<'_> {
     }
 
     fn counts_members(&self) -> bool {
-        self.rules.iter().any(is_distinct)
+        self.rules.iter().any(Rule::counts_members)
     }
-}
-
-fn is_distinct(rule: &Rule) -> bool {
-    matches!(&rule.limit, crate::RuleLimit::Limited(l) if l.algorithm().counts_members())
 }
 
 impl PolicySet {

@@ -61,10 +61,7 @@ impl Failure {
                 transient: is_transient(&e),
                 source: Box::new(e),
             },
-            Failure::Reply(why) => spillway_core::Error::Store {
-                source: format!("unexpected reply from the decision script: {why}").into(),
-                transient: false,
-            },
+            Failure::Reply(why) => crate::script::unexpected(why),
         }
     }
 }

@@ -2,10 +2,10 @@
 //!
 //! A call carries one or more batches ([`Section`]s); each request of a batch becomes
 //! its limit's text (eight integers, parsed once per call however many requests
-//! share it) and its cost (see the script's header). Rust computes every derived
-//! parameter (scaled rates, GCRA times) so the script does no validation of limits
-//! beyond range checks. The reply holds, per batch, `denied_by` then four integers per request, or
-//! the reason the batch failed.
+//! share it), its cost and its member (see the script's header). Rust computes every
+//! derived parameter (scaled rates, GCRA times) so the script does no validation of
+//! limits beyond range checks. The reply holds, per batch, `denied_by` then four
+//! integers per request, or the reason the batch failed.
 
 use std::time::Duration;
 
@@ -133,16 +133,20 @@ pub(crate) fn limit_text(limit: &Limit) -> String {
     )
 }
 
+/// A reply the script should never give: a bug here or there, not worth a retry.
+pub(crate) fn unexpected(why: impl std::fmt::Display) -> CoreError {
+    CoreError::Store {
+        source: format!("unexpected reply from the decision script: {why}").into(),
+        transient: false,
+    }
+}
+
 /// Reads one batch's part of the script's reply into decisions for `requests`: a
 /// failed batch (a key holding another program's value) is a permanent store error.
 pub(crate) fn parse_reply(
     value: Value,
     requests: &[Request<'_>],
 ) -> Result<BatchDecision, CoreError> {
-    let unexpected = |why: String| CoreError::Store {
-        source: format!("unexpected reply from the decision script: {why}").into(),
-        transient: false,
-    };
     match value {
         Value::Array(items) => parse_decisions(items, requests).map_err(unexpected),
         Value::BulkString(why) => Err(CoreError::Store {

@@ -186,7 +186,7 @@ impl Service {
                         .transpose()
                         .map_err(invalid)?;
                     // A distinct rule counts the request's member once, whatever its hits.
-                    let (member, cost) = if counts_members(rule) {
+                    let (member, cost) = if rule.counts_members() {
                         (d.entries.last().map(|(_, v)| v.to_string()), cost.min(1))
                     } else {
                         (None, cost)
@@ -372,10 +372,6 @@ impl Service {
 
 fn counts(rule: &Rule) -> bool {
     matches!(rule.limit, RuleLimit::Limited(_))
-}
-
-fn counts_members(rule: &Rule) -> bool {
-    matches!(&rule.limit, RuleLimit::Limited(l) if l.algorithm().counts_members())
 }
 
 /// The reference's `replaces`: a matched rule named by another matched rule's `replaces`

@@ -33,7 +33,7 @@
 //! member, is within the limit).
 
 use super::hll::Registers;
-use super::meter::{allow, deny};
+use super::meter::{Meter, allow, deny};
 use crate::decision::{Decision, Outcome};
 
 /// The largest limit counted exactly; above it, a HyperLogLog per sub-window.
@@ -85,6 +85,32 @@ impl Params {
     fn at(&self, s: &Members, now: u64) -> (u64, u64) {
         let j = (now / self.width).max(s.newest);
         (j, now.max(j * self.width))
+    }
+
+    /// The first sub-window edge after `j` at which `member`, new now, would be admitted.
+    fn retry_at(&self, s: &Members, j: u64, member: &[u8]) -> u64 {
+        let edge = |k: u64| (j + k) * self.width;
+        match &s.seen {
+            Seen::Exact(members) => {
+                // The limit-th most recent sub-window among the live members: once it
+                // leaves, fewer than `limit` remain.
+                let mut live: Vec<u64> = members
+                    .iter()
+                    .map(|(_, b)| *b)
+                    .filter(|b| *b >= self.oldest(j))
+                    .collect();
+                live.sort_unstable_by(|a, b| b.cmp(a));
+                let nth = live[(self.limit - 1) as usize];
+                self.end(nth)
+            }
+            Seen::Sketch(windows) => (1..=self.precision)
+                .find(|&k| {
+                    let (before, after) =
+                        counts(&Members::union(windows, self.oldest(j + k)), member);
+                    after == before || after <= self.limit
+                })
+                .map_or(edge(self.precision), edge),
+        }
     }
 }
 
@@ -150,8 +176,10 @@ fn counts(union: &Registers, member: &[u8]) -> (u64, u64) {
     (before, with.count())
 }
 
-impl Params {
-    pub(crate) fn check(&self, s: &Members, now: u64, cost: u64, member: &[u8]) -> Decision {
+impl Meter for Params {
+    type State = Members;
+
+    fn check(&self, s: &Members, now: u64, cost: u64, member: &[u8]) -> Decision {
         let (j, now) = self.at(s, now);
         let oldest = self.oldest(j);
         let limit = self.limit;
@@ -198,33 +226,8 @@ impl Params {
         )
     }
 
-    /// The first sub-window edge after `j` at which `member`, new now, would be admitted.
-    fn retry_at(&self, s: &Members, j: u64, member: &[u8]) -> u64 {
-        let edge = |k: u64| (j + k) * self.width;
-        match &s.seen {
-            Seen::Exact(members) => {
-                // The limit-th most recent sub-window among the live members: once it
-                // leaves, fewer than `limit` remain.
-                let mut live: Vec<u64> = members
-                    .iter()
-                    .map(|(_, b)| *b)
-                    .filter(|b| *b >= self.oldest(j))
-                    .collect();
-                live.sort_unstable_by(|a, b| b.cmp(a));
-                let nth = live[(self.limit - 1) as usize];
-                self.end(nth)
-            }
-            Seen::Sketch(windows) => (1..=self.precision)
-                .find(|&k| {
-                    let (before, after) =
-                        counts(&Members::union(windows, self.oldest(j + k)), member);
-                    after == before || after <= self.limit
-                })
-                .map_or(edge(self.precision), edge),
-        }
-    }
-
-    pub(crate) fn commit(&self, s: &mut Members, now: u64, cost: u64, member: &[u8]) {
+    /// `count_rejected` does not apply (`Limit` refuses it): a charge is an admission.
+    fn commit(&self, s: &mut Members, now: u64, cost: u64, _admitted: bool, member: &[u8]) {
         if cost == 0 {
             return;
         }
@@ -258,7 +261,7 @@ impl Params {
         s.newest = j;
     }
 
-    pub(crate) fn idle_at(&self, s: &Members) -> u64 {
+    fn idle_at(&self, s: &Members) -> u64 {
         if s.is_empty() { 0 } else { self.end(s.newest) }
     }
 }

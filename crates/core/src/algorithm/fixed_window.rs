@@ -45,7 +45,7 @@ impl Window {
 impl Meter for Params {
     type State = Window;
 
-    fn check(&self, s: &Window, now: u64, cost: u64) -> Decision {
+    fn check(&self, s: &Window, now: u64, cost: u64, _member: &[u8]) -> Decision {
         let start = s.start_at(self, now);
         let end = start + self.window;
         let now = now.max(start);
@@ -65,7 +65,7 @@ impl Meter for Params {
         }
     }
 
-    fn commit(&self, s: &mut Window, now: u64, cost: u64, _admitted: bool) {
+    fn commit(&self, s: &mut Window, now: u64, cost: u64, _admitted: bool, _member: &[u8]) {
         let start = s.start_at(self, now);
         if s.start != start {
             *s = Window { start, count: 0 };

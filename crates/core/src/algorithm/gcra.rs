@@ -73,7 +73,7 @@ fn emission_time(cost: u64, rate: u64, unit: u64) -> u64 {
 impl Meter for Params {
     type State = Tat;
 
-    fn check(&self, s: &Tat, now: u64, cost: u64) -> Decision {
+    fn check(&self, s: &Tat, now: u64, cost: u64, _member: &[u8]) -> Decision {
         let (per_unit, tolerance) = self.times();
         let base = s.0.max(now);
         // Unit-cost requests still admitted if the TAT were `t`.
@@ -94,7 +94,7 @@ impl Meter for Params {
         deny(self.burst, cost, 0, slack(base), base - now)
     }
 
-    fn commit(&self, s: &mut Tat, now: u64, cost: u64, admitted: bool) {
+    fn commit(&self, s: &mut Tat, now: u64, cost: u64, admitted: bool, _member: &[u8]) {
         let tat = s.0.max(now).saturating_add(self.emission(cost));
         s.0 = if admitted {
             tat

@@ -10,11 +10,12 @@ pub(super) trait Meter {
     /// What it stores per key; `Default` is "nothing charged yet".
     type State: Default;
 
-    /// Would `cost` be admitted at `now` (µs)?
-    fn check(&self, s: &Self::State, now: u64, cost: u64) -> Decision;
+    /// Would `cost` be admitted at `now` (µs)? `member` is what the request brings:
+    /// only `distinct` reads it.
+    fn check(&self, s: &Self::State, now: u64, cost: u64, member: &[u8]) -> Decision;
 
     /// Charges `cost` at `now`: admitted, or (for `count_rejected`) denied.
-    fn commit(&self, s: &mut Self::State, now: u64, cost: u64, admitted: bool);
+    fn commit(&self, s: &mut Self::State, now: u64, cost: u64, admitted: bool, member: &[u8]);
 
     /// When `s` becomes the same as no state, if nothing more is charged (µs).
     fn idle_at(&self, s: &Self::State) -> u64;

@@ -72,7 +72,7 @@ impl Log {
 impl Meter for Params {
     type State = Log;
 
-    fn check(&self, s: &Log, now: u64, cost: u64) -> Decision {
+    fn check(&self, s: &Log, now: u64, cost: u64, _member: &[u8]) -> Decision {
         let now = s.clamp(now);
         let w = self.window;
         let capacity = self.limit;
@@ -110,7 +110,7 @@ impl Meter for Params {
         )
     }
 
-    fn commit(&self, s: &mut Log, now: u64, cost: u64, admitted: bool) {
+    fn commit(&self, s: &mut Log, now: u64, cost: u64, admitted: bool, _member: &[u8]) {
         let now = s.clamp(now);
         let w = self.window;
         while let Some(e) = s.entries.front().copied().filter(|e| e.at + w <= now) {

@@ -151,7 +151,7 @@ fn clamp(p: &Params, s: &Buckets, now: u64) -> u64 {
 impl Meter for Params {
     type State = Buckets;
 
-    fn check(&self, s: &Buckets, now: u64, cost: u64) -> Decision {
+    fn check(&self, s: &Buckets, now: u64, cost: u64, _member: &[u8]) -> Decision {
         let p = self;
         let now = clamp(p, s, now);
         let (j, off) = (now / p.width, now % p.width);
@@ -178,7 +178,7 @@ impl Meter for Params {
         deny(p.limit, cost, retry, p.remaining(full, prev, off), reset)
     }
 
-    fn commit(&self, s: &mut Buckets, now: u64, cost: u64, _admitted: bool) {
+    fn commit(&self, s: &mut Buckets, now: u64, cost: u64, _admitted: bool, _member: &[u8]) {
         if cost == 0 {
             return;
         }
@@ -279,7 +279,7 @@ mod tests {
                     4..=6 => (x >> 20) % (p.width * p.precision * 2),
                     _ => p.width * (p.precision + 2),
                 };
-                p.commit(&mut s, now, 1 + step % 5, true);
+                p.commit(&mut s, now, 1 + step % 5, true, &[]);
                 let j = now / p.width;
                 let naive_full = s.sum(j.saturating_sub(p.precision - 1), j);
                 let naive_prev = j.checked_sub(p.precision).map_or(0, |m| s.count(m));

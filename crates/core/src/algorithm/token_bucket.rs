@@ -56,7 +56,7 @@ impl Bucket {
 impl Meter for Params {
     type State = Bucket;
 
-    fn check(&self, s: &Bucket, now: u64, cost: u64) -> Decision {
+    fn check(&self, s: &Bucket, now: u64, cost: u64, _member: &[u8]) -> Decision {
         let (level, _) = s.refill(self, now);
         // Time for the bucket to refill from `level` to full.
         let until_full = |level: u64| (self.full - level).div_ceil(self.rate);
@@ -77,7 +77,7 @@ impl Meter for Params {
         deny(self.burst, cost, 0, level / self.unit, until_full(level))
     }
 
-    fn commit(&self, s: &mut Bucket, now: u64, cost: u64, _admitted: bool) {
+    fn commit(&self, s: &mut Bucket, now: u64, cost: u64, _admitted: bool, _member: &[u8]) {
         let (level, now) = s.refill(self, now);
         // Admitted: level ≥ need. Rejected (count_rejected): empty the bucket, no debt.
         let level = level.saturating_sub(cost.saturating_mul(self.unit));
