@@ -329,6 +329,9 @@ mod tests {
         assert!(err(Limit::builder(Algorithm::Gcra, 1, s).burst(0)).contains("burst must be"));
         assert!(err(Limit::builder(sw(0), 1, s)).contains("precision must be"));
         assert!(err(Limit::builder(sw(7), 1, s)).contains("equal sub-buckets"));
+        let distinct = |precision| Algorithm::Distinct { precision };
+        assert!(err(Limit::builder(distinct(61), 1, s * 61)).contains("60 sub-windows"));
+        assert!(Limit::new(distinct(60), 1, s * 60).is_ok());
         assert!(
             err(Limit::builder(sw(10), 1, Duration::from_micros(5)))
                 .contains("larger than the window")

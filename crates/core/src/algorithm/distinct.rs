@@ -32,6 +32,8 @@
 //! sub-window leaves; sketch: once the union of the sub-windows still live, with the
 //! member, is within the limit).
 
+use std::borrow::Cow;
+
 use super::hll::Registers;
 use super::meter::{Meter, allow, deny};
 use crate::decision::{Decision, Outcome};
@@ -46,6 +48,10 @@ pub fn is_exact(limit: u64) -> bool {
 
 /// The longest member (1 KiB): an IP, an account id, an email address, a path.
 pub const MAX_MEMBER: usize = 1024;
+
+/// The most sub-windows a distinct limit may have: each may hold a sketch (16 KB here,
+/// 12 KB and a key of its own in Redis), and a check merges the live ones.
+pub const MAX_PRECISION: u32 = 60;
 
 /// A distinct limit's parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -106,7 +112,7 @@ impl Params {
             Seen::Sketch(windows) => (1..=self.precision)
                 .find(|&k| {
                     let (before, after) =
-                        counts(&Members::union(windows, self.oldest(j + k)), member);
+                        Members::union(windows, self.oldest(j + k)).counts_with(member);
                     after == before || after <= self.limit
                 })
                 .map_or(edge(self.precision), edge),
@@ -156,24 +162,20 @@ impl Members {
         }
     }
 
-    /// The union of the sketches of sub-windows `from ..`.
-    fn union(windows: &[(u64, Registers)], from: u64) -> Registers {
-        let mut union = Registers::default();
-        for (_, r) in windows.iter().filter(|(b, _)| *b >= from) {
-            union.merge(r);
+    /// The union of the sketches of sub-windows `from ..`: borrowed when only one is
+    /// live (always, with precision 1).
+    fn union(windows: &[(u64, Registers)], from: u64) -> Cow<'_, Registers> {
+        let mut live = windows.iter().filter(|(b, _)| *b >= from);
+        match (live.next(), live.clone().next()) {
+            (None, _) => Cow::Owned(Registers::default()),
+            (Some((_, only)), None) => Cow::Borrowed(only),
+            (Some((_, first)), Some(_)) => {
+                let mut union = first.clone();
+                live.for_each(|(_, r)| union.merge(r));
+                Cow::Owned(union)
+            }
         }
-        union
     }
-}
-
-/// The count with and without `member`, over a sketch union: (before, after).
-fn counts(union: &Registers, member: &[u8]) -> (u64, u64) {
-    let before = union.count();
-    let mut with = union.clone();
-    if !with.add(member) {
-        return (before, before);
-    }
-    (before, with.count())
 }
 
 impl Meter for Params {
@@ -199,7 +201,7 @@ impl Meter for Params {
                 (known, count, if known { count } else { count + 1 })
             }
             Seen::Sketch(windows) => {
-                let (before, after) = counts(&Members::union(windows, oldest), member);
+                let (before, after) = Members::union(windows, oldest).counts_with(member);
                 (after == before, before, after)
             }
         };

@@ -66,7 +66,40 @@ pub struct Registers(Repr);
 enum Repr {
     /// Set registers, by index.
     Sparse(Vec<(u16, u8)>),
-    Dense(Box<[u8]>),
+    Dense(Box<Dense>),
+}
+
+/// A byte per register, and how many registers hold each value: the histogram the
+/// estimator reads, kept as registers change so a count is O(64), not O(2^14).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Dense {
+    registers: [u8; REGISTERS],
+    histogram: Histogram,
+}
+
+/// How many registers hold each value 0..=51 (and room to 63).
+type Histogram = [u32; 64];
+
+impl Dense {
+    fn new() -> Box<Dense> {
+        let mut histogram = [0; 64];
+        histogram[0] = REGISTERS as u32;
+        Box::new(Dense {
+            registers: [0; REGISTERS],
+            histogram,
+        })
+    }
+
+    fn set(&mut self, index: u16, rank: u8) -> bool {
+        let r = &mut self.registers[usize::from(index)];
+        if rank <= *r {
+            return false;
+        }
+        self.histogram[usize::from(*r)] -= 1;
+        self.histogram[usize::from(rank)] += 1;
+        *r = rank;
+        true
+    }
 }
 
 impl Default for Registers {
@@ -86,12 +119,7 @@ impl Registers {
     /// Raises register `index` to `rank`; true when it changed.
     fn set(&mut self, index: u16, rank: u8) -> bool {
         match &mut self.0 {
-            Repr::Dense(registers) => {
-                let r = &mut registers[usize::from(index)];
-                let changed = rank > *r;
-                *r = (*r).max(rank);
-                changed
-            }
+            Repr::Dense(dense) => dense.set(index, rank),
             Repr::Sparse(pairs) => match pairs.binary_search_by_key(&index, |p| p.0) {
                 Ok(i) => {
                     let changed = rank > pairs[i].1;
@@ -102,11 +130,11 @@ impl Registers {
                     if pairs.len() < SPARSE_MAX {
                         pairs.insert(i, (index, rank));
                     } else {
-                        let mut dense = vec![0u8; REGISTERS].into_boxed_slice();
+                        let mut dense = Dense::new();
                         for &(j, r) in pairs.iter() {
-                            dense[usize::from(j)] = r;
+                            dense.set(j, r);
                         }
-                        dense[usize::from(index)] = rank;
+                        dense.set(index, rank);
                         self.0 = Repr::Dense(dense);
                     }
                     true
@@ -123,8 +151,8 @@ impl Registers {
                     self.set(index, rank);
                 }
             }
-            Repr::Dense(registers) => {
-                for (index, &rank) in registers.iter().enumerate() {
+            Repr::Dense(dense) => {
+                for (index, &rank) in dense.registers.iter().enumerate() {
                     if rank > 0 {
                         self.set(index as u16, rank);
                     }
@@ -136,7 +164,7 @@ impl Registers {
     /// The register values, one byte each (for comparing with Redis's).
     pub fn values(&self) -> Vec<u8> {
         match &self.0 {
-            Repr::Dense(registers) => registers.to_vec(),
+            Repr::Dense(dense) => dense.registers.to_vec(),
             Repr::Sparse(pairs) => {
                 let mut values = vec![0u8; REGISTERS];
                 for &(index, rank) in pairs {
@@ -154,28 +182,53 @@ impl Registers {
 
     /// The estimated number of distinct members (Redis's `PFCOUNT`).
     pub fn count(&self) -> u64 {
-        let mut histogram = [0u32; 64];
+        estimate(&self.histogram())
+    }
+
+    /// The count before and after adding `member`, without adding it: equal when the
+    /// member changes no register (or no estimate).
+    pub fn counts_with(&self, member: &[u8]) -> (u64, u64) {
+        let (index, rank) = pattern(member);
+        let mut histogram = self.histogram();
+        let before = estimate(&histogram);
+        let old = self.get(index);
+        if rank <= old {
+            return (before, before);
+        }
+        histogram[usize::from(old)] -= 1;
+        histogram[usize::from(rank)] += 1;
+        (before, estimate(&histogram))
+    }
+
+    /// Register `index`'s value.
+    fn get(&self, index: u16) -> u8 {
         match &self.0 {
-            Repr::Dense(registers) => {
-                for &r in registers.iter() {
-                    histogram[usize::from(r)] += 1;
-                }
-            }
+            Repr::Dense(dense) => dense.registers[usize::from(index)],
+            Repr::Sparse(pairs) => pairs
+                .binary_search_by_key(&index, |p| p.0)
+                .map_or(0, |i| pairs[i].1),
+        }
+    }
+
+    fn histogram(&self) -> Histogram {
+        match &self.0 {
+            Repr::Dense(dense) => dense.histogram,
             Repr::Sparse(pairs) => {
+                let mut histogram = [0; 64];
                 histogram[0] = (REGISTERS - pairs.len()) as u32;
                 for &(_, r) in pairs {
                     histogram[usize::from(r)] += 1;
                 }
+                histogram
             }
         }
-        estimate(&histogram)
     }
 
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         match &self.0 {
             Repr::Sparse(pairs) => pairs.capacity() * std::mem::size_of::<(u16, u8)>(),
-            Repr::Dense(registers) => registers.len(),
+            Repr::Dense(_) => std::mem::size_of::<Dense>(),
         }
     }
 }
@@ -262,18 +315,38 @@ mod tests {
         for m in &members[..SPARSE_MAX / 2] {
             sparse.add(m);
         }
-        let mut dense = Registers(Repr::Dense(vec![0u8; REGISTERS].into_boxed_slice()));
+        let mut dense = Registers(Repr::Dense(Dense::new()));
         for m in &members[..SPARSE_MAX / 2] {
             dense.add(m);
         }
         assert_eq!(sparse.count(), dense.count());
         assert_eq!(sparse.values(), dense.values());
+        assert_eq!(sparse.histogram(), dense.histogram());
         for m in &members {
             sparse.add(m);
         }
         assert!(matches!(sparse.0, Repr::Dense(_)), "went dense");
+        // The kept histogram is the registers'.
+        let Repr::Dense(d) = &sparse.0 else { unreachable!() };
+        let mut recount = [0u32; 64];
+        d.registers.iter().for_each(|r| recount[usize::from(*r)] += 1);
+        assert_eq!(d.histogram, recount);
         let error = (sparse.count() as f64 - 5000.0).abs() / 5000.0;
         assert!(error < 0.03, "{}", sparse.count());
+    }
+
+    #[test]
+    fn counts_with_is_adding_then_counting() {
+        let mut h = Registers::default();
+        for i in 0..3000u32 {
+            let m = (i * 7919).to_le_bytes();
+            let (before, after) = h.counts_with(&m);
+            assert_eq!(before, h.count());
+            let mut with = h.clone();
+            with.add(&m);
+            assert_eq!(after, with.count(), "member {i}");
+            h = with;
+        }
     }
 
     #[test]

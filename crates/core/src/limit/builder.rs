@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WINDOW};
 use crate::Error;
-use crate::algorithm::{Algorithm, Params};
+use crate::algorithm::{Algorithm, Params, distinct};
 use crate::time::micros;
 
 /// Builds a [`Limit`] with optional parameters; [`build`](LimitBuilder::build) validates.
@@ -96,6 +96,15 @@ impl LimitBuilder {
         {
             if precision == 0 {
                 return invalid("precision must be at least 1".into());
+            }
+            if let Algorithm::Distinct { .. } = algorithm
+                && precision > distinct::MAX_PRECISION
+            {
+                return invalid(format!(
+                    "precision {precision} is more than {} sub-windows for distinct \
+                     (each may hold a 12–16 KB sketch)",
+                    distinct::MAX_PRECISION
+                ));
             }
             if precision > MAX_PRECISION {
                 return invalid(format!(
