@@ -255,12 +255,32 @@ fn a_lease_on_an_algorithm_that_cannot_keep_its_bound_is_refused() {
     assert!(err.contains("lease applies to fixed_window only"), "{err}");
 }
 
-/// `distinct` counts members, which a request pattern does not have: refused with the
-/// reason, not run wrong.
+/// `--algorithms distinct` measures distinct limits per N: exact ones exactly, sketched
+/// ones with the estimate near N and the membership error counted; mixed with request
+/// algorithms it is refused with the reason.
 #[test]
-fn distinct_is_refused_with_a_reason() {
-    let out = spillway(&["simulate", "--algorithms", "distinct"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("distinct is not simulated yet"), "{err}");
+fn distinct_is_measured_against_the_truth() {
+    let rows = json(&["--algorithms", "distinct", "--members", "40,3000"]);
+    assert_eq!(rows.len(), 2);
+    let n = |row: &Value, field: &str| row[field].as_u64().unwrap();
+    let (exact, sketch) = (&rows[0], &rows[1]);
+    assert_eq!((n(exact, "members"), exact["mode"].as_str()), (40, Some("exact")));
+    assert_eq!((n(exact, "false_denies"), n(exact, "false_admits")), (0, 0));
+    assert_eq!((n(exact, "should_admit"), n(exact, "should_deny")), (80, 40));
+    assert_eq!((n(sketch, "members"), sketch["mode"].as_str()), (3000, Some("sketch")));
+    let error = sketch["error_percent"].as_f64().unwrap();
+    assert!(error.abs() < 3.0, "{sketch}");
+    assert!(n(sketch, "estimated").abs_diff(3000) < 90, "{sketch}");
+    assert!(n(sketch, "false_admits") > 0, "the sketch's membership error: {sketch}");
+
+    for args in [
+        &["simulate", "--algorithms", "distinct,gcra"][..],
+        &["simulate", "--algorithms", "distinct", "--servers", "2"],
+        &["simulate", "--algorithms", "gcra", "--members", "10"],
+    ] {
+        let out = spillway(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("distinct"), "{args:?}: {err}");
+    }
 }

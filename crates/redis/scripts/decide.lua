@@ -12,18 +12,22 @@
 -- in a call of its own; a batch that fails (a key holding another program's value, a
 -- bad number) fails alone and writes nothing.
 --
--- KEYS     every batch's keys, batch after batch. Key i of a batch holds the state of
---          its request i: <prefix>{identity}:<algorithm>:<window>. The key names the
---          limit's shape, so two requests with the same key share a state.
+-- KEYS     every batch's keys, batch after batch, request after request. A request's
+--          first key holds its state: <prefix>{identity}:<algorithm>:<window>. The key
+--          names the limit's shape, so two requests with the same key share a state.
+--          A sketched distinct limit (7) has P more: its ring of HyperLogLogs, one per
+--          sub-window slot (<state key>:0 … :P−1), all in the state key's slot.
 -- ARGV[1]  B, the number of batches; then per batch:
---            n      its number of requests (its n keys are the next n of KEYS)
+--            n      its number of requests
+--            k      its number of keys (the next k of KEYS)
 --            now    µs since the epoch, or "server" to read Redis TIME (one clock
 --                   for every app server; read once per call)
 --            then per request three arguments:
 --            limit  eight unsigned integers, space-separated: one string, parsed once
 --                   per call however many requests share the limit
 --                     alg     1 fixed_window, 2 sliding_log, 3 sliding_window,
---                             4 token_bucket, 5 gcra, 6 distinct
+--                             4 token_bucket, 5 gcra, 6 distinct (exact),
+--                             7 distinct (sketched)
 --                     rejected  1 = count_rejected (charge denied requests too)
 --                     cap     the capacity reported as `limit` (burst for
 --                             token_bucket and gcra)
@@ -491,9 +495,8 @@ local function define_gcra()
 end
 
 -- === distinct: state newest + (sub-window, member) per member, 8 + 12 + len each ====
--- The exact mode (limit ≤ 100, crates/core/src/algorithm/distinct.rs); the sketch
--- mode, a HyperLogLog per sub-window, is not in this script yet: Rust refuses it on
--- Redis before any call. The state is one string: the newest sub-window charged (a
+-- The exact mode (limit ≤ 100, crates/core/src/algorithm/distinct.rs; the sketch mode
+-- is distinct_sketch below). The state is one string: the newest sub-window charged (a
 -- double), then per member its last sub-window (a double), its length (4 bytes) and
 -- its bytes.
 
@@ -588,13 +591,165 @@ local function define_distinct()
   return distinct
 end
 
+-- === distinct_sketch: a HyperLogLog per sub-window, in a ring of P keys ==============
+-- Redis's own HLLs (PFADD, PFCOUNT of several keys merges them), with the registers
+-- and estimator the memory store copies (crates/core/src/algorithm/hll.rs), so both
+-- decide the same. The state key holds the newest sub-window charged and, per ring
+-- slot, the sub-window its HLL holds (+1; 0 = none): 8 + 8P bytes. Slot i holds
+-- sub-windows ≡ i (mod P), so at sub-window j the live ones (j−P+1 ..= j) are in
+-- different slots, and j's slot holds either j or a dead one, cleared before use.
+--
+-- check asks Redis: it adds the member to the current slot, counts, and puts the slot
+-- back as it was (the bytes it had, or nothing), so a check writes nothing. Members a
+-- round has charged but not yet written (a batch with two requests on the key, the
+-- charge itself) wait in `pending` and are written by flush, before the state is saved.
+
+local function define_distinct_sketch()
+  local sketch = {}
+
+  function sketch.decode(r, v, ring)
+    local s = { newest = 0, held = {}, pending = {}, ring = ring, empty = true }
+    if not v then
+      for i = 1, r.precision do s.held[i] = 0 end
+      return s
+    end
+    if #v ~= 8 + 8 * r.precision then return nil end
+    local fields = { struct.unpack('<d' .. string.rep('d', r.precision), v) }
+    s.newest, s.empty = fields[1], false
+    for i = 1, r.precision do s.held[i] = fields[i + 1] end
+    return s
+  end
+  function sketch.encode(s)
+    return struct.pack('<d' .. string.rep('d', #s.held), s.newest, unpack(s.held))
+  end
+  function sketch.copy(s)
+    local held, pending = {}, {}
+    for i, h in ipairs(s.held) do held[i] = h end
+    for i, m in ipairs(s.pending) do pending[i] = m end
+    return { newest = s.newest, held = held, pending = pending, ring = s.ring, empty = s.empty }
+  end
+
+  local function oldest(r, j) return sub0(j + 1, r.precision) end
+  local function finish(r, newest) return (newest + r.precision) * r.width end
+  local function slot(r, j) return imod(j, r.precision) + 1 end
+
+  -- The ring keys holding sub-windows from..=j (j's own slot always, as the member
+  -- and pending charges go there).
+  local function live(r, s, from, j)
+    local keys, cur = {}, slot(r, j)
+    for i = 1, r.precision do
+      if i == cur or s.held[i] - 1 >= from then keys[#keys + 1] = s.ring[i] end
+    end
+    return keys
+  end
+
+  local function add(key, members)
+    if #members > 0 then redis.call('PFADD', key, unpack(members)) end
+  end
+
+  function sketch.check(r, s, now, cost, member)
+    local j = max(idiv(now, r.width), s.newest)
+    now = max(now, j * r.width)
+    local cur = s.ring[slot(r, j)]
+    local keys = live(r, s, oldest(r, j), j)
+    -- The current slot as it is: j's HLL and its TTL, or a dead one, cleared (which
+    -- changes no answer) once it is known to be an HLL, never another program's value.
+    local saved, ttl = nil, 0
+    if s.held[slot(r, j)] == j + 1 then
+      saved, ttl = redis.call('GET', cur), redis.call('PTTL', cur)
+    else
+      redis.call('PFCOUNT', cur)
+      redis.call('DEL', cur)
+    end
+    -- Counting first checks every live key is an HLL before anything is added.
+    local before = redis.call('PFCOUNT', unpack(keys))
+    if #s.pending > 0 then
+      add(cur, s.pending)
+      before = redis.call('PFCOUNT', unpack(keys))
+    end
+    local after = before
+    if redis.call('PFADD', cur, member) == 1 then after = redis.call('PFCOUNT', unpack(keys)) end
+    local function restore()
+      if saved then
+        if ttl > 0 then redis.call('SET', cur, saved, 'PX', ttl) else redis.call('SET', cur, saved) end
+      else
+        redis.call('DEL', cur)
+      end
+    end
+
+    local function reset(newest)
+      if s.empty and cost == 0 then return 0 end
+      return sub0(finish(r, newest), now)
+    end
+    local charged = (cost == 1) and j or s.newest
+    local d
+    if cost > 1 then
+      d = { 2, sub0(r.cap, before), reset(s.newest), 0 }
+    elseif after == before then
+      d = allow(r, sub0(r.cap, before), reset(charged))
+    elseif after <= r.cap then
+      d = allow(r, sub0(r.cap, (cost == 1) and after or before), reset(charged))
+    else
+      -- The first sub-window edge at which the sub-windows still live, with the
+      -- member, are within the limit (or already hold it): counted with the member,
+      -- then without.
+      local with, without = {}, {}
+      for k = 1, r.precision - 1 do
+        with[k] = redis.call('PFCOUNT', unpack(live(r, s, oldest(r, j + k), j)))
+      end
+      restore()
+      add(cur, s.pending)
+      local retry = (j + r.precision) * r.width
+      for k = 1, r.precision - 1 do
+        without[k] = redis.call('PFCOUNT', unpack(live(r, s, oldest(r, j + k), j)))
+        if with[k] == without[k] or with[k] <= r.cap then
+          retry = (j + k) * r.width
+          break
+        end
+      end
+      d = deny(r, cost, retry - now, sub0(r.cap, before), reset(s.newest))
+    end
+    restore()
+    return d
+  end
+
+  function sketch.commit(r, s, now, cost, _, member)
+    if cost == 0 then return end
+    s.newest = max(idiv(now, r.width), s.newest)
+    s.pending[#s.pending + 1] = member
+    s.empty = false
+  end
+
+  -- Writes the pending members to the current slot, with the TTL of its sub-window.
+  function sketch.flush(r, s, now, margin)
+    if #s.pending == 0 then return end
+    local j = s.newest
+    local i = slot(r, j)
+    local cur = s.ring[i]
+    if s.held[i] ~= j + 1 then
+      redis.call('DEL', cur)
+      s.held[i] = j + 1
+    end
+    add(cur, s.pending)
+    redis.call('PEXPIRE', cur, cdiv(sub0(finish(r, j), now), 1000) + margin)
+    s.pending = {}
+  end
+
+  function sketch.idle_at(r, s)
+    if s.empty then return 0 end
+    return finish(r, s.newest)
+  end
+
+  return sketch
+end
+
 -- === the round ======================================================================
 
 local DEFINE = { define_fixed_window, define_sliding_log, define_sliding_window,
-                 define_token_bucket, define_gcra, define_distinct }
+                 define_token_bucket, define_gcra, define_distinct, define_distinct_sketch }
 local defined = {}
 
--- Algorithm `code` (1 fixed_window … 5 gcra), or nil.
+-- Algorithm `code` (1 fixed_window … 7 distinct_sketch), or nil.
 local function algorithm(code)
   local a = defined[code]
   if a == nil and DEFINE[code] then
@@ -631,7 +786,7 @@ local function limit(i)
   local alg, cap, window, p1, p2, p3, p4 = f[1], f[3], f[4], f[5], f[6], f[7], f[8]
   -- Every field at once: one table of its final size.
   r = { alg = alg, algorithm = algorithm(alg), rejected = f[2] == 1, cap = cap,
-        window = window, precision = 0, edge = 0, width = 0,
+        window = window, precision = 0, edge = 0, width = 0, ring = 0,
         rate = 0, unit = 0, e1 = 0, tau = 0, full = 0 }
   if not r.algorithm then fail('unknown algorithm ' .. alg) end
   if cap < 1 or window < 1 then fail('limit and window must be positive') end
@@ -641,10 +796,11 @@ local function limit(i)
       fail('bad sliding_window precision or edge')
     end
     r.width = window / p1
-  elseif alg == 6 then
+  elseif alg == 6 or alg == 7 then
     r.precision = p1
-    if p1 < 1 or imod(window, p1) ~= 0 then fail('bad distinct precision') end
+    if p1 < 1 or p1 > 60 or imod(window, p1) ~= 0 then fail('bad distinct precision') end
     r.width = window / p1
+    if alg == 7 then r.ring = p1 end
   elseif alg == 4 or alg == 5 then
     r.rate, r.unit, r.e1, r.tau = p1, p2, p3, p4
     if p1 < 1 or p2 < 1 or (alg == 5 and p3 < 1) then
@@ -656,10 +812,11 @@ local function limit(i)
   return r
 end
 
--- The stored state of `key` under limit r. A value this limit cannot read (another
--- program's key, a hand edit) is an error, never silently reset.
-local function load(r, key)
-  local s = r.algorithm.decode(r, redis.call('GET', key) or nil)
+-- The stored state of `key` under limit r (`ring`: a sketch's ring keys). A value this
+-- limit cannot read (another program's key, a hand edit) is an error, never silently
+-- reset.
+local function load(r, key, ring)
+  local s = r.algorithm.decode(r, redis.call('GET', key) or nil, ring)
   if s == nil then fail('key ' .. key .. ' holds a value that is not state of its algorithm') end
   return s
 end
@@ -671,6 +828,7 @@ end
 -- expiring early when the two differ a little (a state kept past its idle time
 -- decides the same as none).
 local function save(r, key, s, now, margin)
+  if r.algorithm.flush then r.algorithm.flush(r, s, now, margin) end
   local ttl = cdiv(sub0(r.algorithm.idle_at(r, s), now), 1000)
   if ttl > 0 then
     -- A Lua number reaches Redis as %.14g: exact for any TTL under 3000 years.
@@ -682,9 +840,9 @@ end
 
 -- A batch of one request (the common case): the round below without its bookkeeping
 -- for several.
-local function single(key, now, r, cost, member, margin)
+local function single(key, ring, now, r, cost, member, margin)
   local a = r.algorithm
-  local s = load(r, key)
+  local s = load(r, key, ring)
   local d = a.check(r, s, now, cost, member)
   if d[1] == 0 then
     if cost > 0 then
@@ -701,23 +859,40 @@ local function single(key, now, r, cost, member, margin)
   return { 1, d[1], d[2], d[3], d[4] }
 end
 
--- One batch: n requests whose keys start after KEYS[k0], whose `now` is ARGV[at] and
--- whose limits and costs follow it. Returns the batch's reply; raises before writing
--- anything.
-local function round(k0, at, n)
+-- The ring keys of a request whose state key is KEYS[k] (none but for sketches).
+local function ring_of(r, k)
+  local ring = {}
+  for i = 1, r.ring do ring[i] = KEYS[k + i] end
+  return ring
+end
+
+local function keys_mismatch(k, need)
+  fail('the batch has ' .. k .. ' keys, its limits take ' .. need)
+end
+
+-- One batch: n requests whose k keys start after KEYS[k0], whose `now` is ARGV[at]
+-- and whose limits and costs follow it. Returns the batch's reply; raises before
+-- writing anything.
+local function round(k0, at, n, k)
   local now = read_now(at)
   local margin = (ARGV[at] == 'server') and 0 or 1000
 
   if n == 1 then
-    return single(KEYS[k0 + 1], now, limit(at + 1), arg(at + 2), ARGV[at + 3], margin)
+    local r = limit(at + 1)
+    if r.ring + 1 ~= k then keys_mismatch(k, r.ring + 1) end
+    return single(KEYS[k0 + 1], ring_of(r, k0 + 1), now, r, arg(at + 2), ARGV[at + 3], margin)
   end
 
   -- Parse and validate every request before touching any key.
-  local keys, rs, costs, members = {}, {}, {}, {}
+  local keys, rings, rs, costs, members = {}, {}, {}, {}, {}
+  local next_key = k0 + 1
   for i = 1, n do
     local b = at + FIELDS * (i - 1)
-    keys[i], rs[i], costs[i], members[i] = KEYS[k0 + i], limit(b + 1), arg(b + 2), ARGV[b + 3]
+    rs[i], costs[i], members[i] = limit(b + 1), arg(b + 2), ARGV[b + 3]
+    keys[i], rings[i] = KEYS[next_key], ring_of(rs[i], next_key)
+    next_key = next_key + 1 + rs[i].ring
   end
+  if next_key ~= k0 + k + 1 then keys_mismatch(k, next_key - k0 - 1) end
 
   -- The stored state of each distinct key, read once. Requests sharing a key are
   -- checked in order against a scratch copy that carries the earlier ones' charges
@@ -726,7 +901,7 @@ local function round(k0, at, n)
   for i = 1, n do
     local key = keys[i]
     if stored[key] == nil then
-      stored[key] = load(rs[i], key)
+      stored[key] = load(rs[i], key, rings[i])
     else
       shared = true
     end
@@ -797,19 +972,19 @@ local function round(k0, at, n)
   return out
 end
 
--- The header: B, then each batch's n, its `now` and 9n fields. Read whole before any
--- batch runs: a header that does not add up is the caller's bug, and no batch of it
--- can be trusted.
+-- The header: B, then each batch's n, k, its `now` and 3n fields. Read whole before
+-- any batch runs: a header that does not add up is the caller's bug, and no batch of
+-- it can be trusted.
 local batches = arg(1)
 local starts, at, keys = {}, 2, 0
 for b = 1, batches do
-  local n = arg(at)
-  if n < 1 or at + 1 + FIELDS * n > #ARGV then
+  local n, k = arg(at), arg(at + 1)
+  if n < 1 or k < n or at + 2 + FIELDS * n > #ARGV then
     fail('batch ' .. b .. ' of ' .. batches .. ' does not fit in ' .. #ARGV .. ' arguments')
   end
-  starts[b] = { keys, at + 1, n }
-  keys = keys + n
-  at = at + 2 + FIELDS * n
+  starts[b] = { keys, at + 2, n, k }
+  keys = keys + k
+  at = at + 3 + FIELDS * n
 end
 if batches < 1 or keys ~= #KEYS or at ~= #ARGV + 1 then
   fail('expected ' .. keys .. ' keys and ' .. (at - 1) .. ' arguments for ' .. batches ..
@@ -819,7 +994,7 @@ end
 -- Each batch in a protected call: its failure is its own reply.
 local out = {}
 for b, start in ipairs(starts) do
-  local ok, reply = pcall(round, start[1], start[2], start[3])
+  local ok, reply = pcall(round, start[1], start[2], start[3], start[4])
   if ok then
     out[b] = reply
   elseif type(reply) == 'table' and reply.err then

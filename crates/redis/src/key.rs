@@ -59,6 +59,18 @@ pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
     out
 }
 
+/// The ring of a sketched `distinct` limit whose state is at `state`: one HyperLogLog
+/// per sub-window slot, `<state>:0` … `<state>:P−1`, in the state's slot. No other
+/// key ends like them: a state key's second-to-last field is an algorithm tag, here
+/// it is the window.
+pub fn ring_keys(state: &str, limit: &Limit) -> impl Iterator<Item = String> {
+    let slots = match limit.algorithm() {
+        Algorithm::Distinct { precision } if !distinct::is_exact(limit.limit()) => precision,
+        _ => 0,
+    };
+    (0..slots).map(move |i| format!("{state}:{i}"))
+}
+
 fn escape(out: &mut String, s: &str) {
     for c in s.chars() {
         match c {
@@ -161,6 +173,32 @@ mod tests {
                 let name = redis_key("rl:", key, &limit(a));
                 assert!(seen.insert(name.clone()), "collision for {key:?}: {name}");
             }
+        }
+    }
+
+    #[test]
+    fn only_sketched_distinct_limits_have_rings_and_they_share_the_slot() {
+        let sketched = Limit::new(
+            Algorithm::Distinct { precision: 3 },
+            1000,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let state = redis_key("rl:", &Key::new("k").unwrap(), &sketched);
+        let ring: Vec<String> = ring_keys(&state, &sketched).collect();
+        assert_eq!(
+            ring,
+            ["rl:{k}:dh3:60s:0", "rl:{k}:dh3:60s:1", "rl:{k}:dh3:60s:2"]
+        );
+        assert!(
+            ring.iter()
+                .all(|k| Slot::for_key(k) == Slot::for_key(&state))
+        );
+        for a in Algorithm::ALL
+            .into_iter()
+            .chain([Algorithm::Distinct { precision: 3 }])
+        {
+            assert_eq!(ring_keys("x", &limit(a)).count(), 0, "{a:?}");
         }
     }
 

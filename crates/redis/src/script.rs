@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use redis::{Cmd, Value};
+use spillway_core::algorithm::distinct;
 use spillway_core::{
     Algorithm, BatchDecision, Decision, Edge, Error as CoreError, Limit, Outcome, Request,
     Timestamp,
@@ -73,7 +74,7 @@ pub(crate) fn call<'a>(
     let (mut keys, mut args, mut bytes) = (0, 4, head.len() + body.len() + 16);
     for s in sections.clone() {
         keys += s.keys.len();
-        args += 3 * s.keys.len() + 2;
+        args += s.keys.len() + 3 * s.requests.len() + 3;
         bytes += s.keys.iter().map(String::len).sum::<usize>() + 24;
         bytes += s
             .requests
@@ -88,7 +89,7 @@ pub(crate) fn call<'a>(
     }
     cmd.arg(sections.clone().count());
     for s in sections {
-        cmd.arg(s.keys.len());
+        cmd.arg(s.requests.len()).arg(s.keys.len());
         match s.now {
             Some(micros) => cmd.arg(micros),
             None => cmd.arg("server"),
@@ -122,7 +123,10 @@ pub(crate) fn limit_text(limit: &Limit) -> String {
             let (e1, tau) = limit.gcra_times();
             (5, [rate, unit, e1, tau])
         }
-        Algorithm::Distinct { precision } => (6, [u64::from(precision), 0, 0, 0]),
+        Algorithm::Distinct { precision } if distinct::is_exact(limit.limit()) => {
+            (6, [u64::from(precision), 0, 0, 0])
+        }
+        Algorithm::Distinct { precision } => (7, [u64::from(precision), 0, 0, 0]),
     };
     let [p1, p2, p3, p4] = params;
     format!(

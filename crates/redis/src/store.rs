@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use redis::cluster_routing::Slot;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
-use spillway_core::algorithm::distinct;
 use spillway_core::store::validate;
 use spillway_core::{BatchDecision, Error as CoreError, Key, Limit, Request, Store, Timestamp};
 use tokio::sync::oneshot;
@@ -21,7 +20,7 @@ use tokio::sync::oneshot;
 use crate::Error;
 use crate::coalesce::{self, Failure, LaneId, Lanes, Waiting};
 use crate::connection::Connection;
-use crate::key::{check_prefix, redis_key};
+use crate::key::{check_prefix, redis_key, ring_keys};
 use crate::script::{self, SOURCE, Section, TimeSource};
 use crate::target::{Target, redact};
 
@@ -190,23 +189,13 @@ impl Store for RedisStore {
         now: Timestamp,
     ) -> Result<BatchDecision, CoreError> {
         validate(requests)?;
-        if let Some(r) = requests.iter().find(|r| sketched(r.limit)) {
-            return Err(CoreError::InvalidRequest(format!(
-                "{}: a distinct limit above {} members is counted in HyperLogLogs, which \
-                 the Redis store does not keep yet; use a limit of at most {} or the \
-                 memory store",
-                r.limit,
-                distinct::EXACT_MAX,
-                distinct::EXACT_MAX
-            )));
-        }
         if requests.is_empty() {
             return Ok(BatchDecision {
                 decisions: Vec::new(),
                 denied_by: None,
             });
         }
-        let keys: Vec<String> = requests
+        let mut keys: Vec<String> = requests
             .iter()
             .map(|r| redis_key(&self.inner.prefix, r.key, r.limit))
             .collect();
@@ -215,6 +204,19 @@ impl Store for RedisStore {
         } else {
             None
         };
+        if requests
+            .iter()
+            .any(|r| r.limit.algorithm().counts_members())
+        {
+            keys = keys
+                .into_iter()
+                .zip(requests)
+                .flat_map(|(state, r)| {
+                    let ring: Vec<String> = ring_keys(&state, r.limit).collect();
+                    std::iter::once(state).chain(ring)
+                })
+                .collect();
+        }
         let (answer, reply) = oneshot::channel();
         let section = Section::new(keys, requests, self.inner.time, now);
         if let Some(batches) = self.inner.lanes.submit(lane, Waiting { section, answer }) {
@@ -242,7 +244,9 @@ impl Store for RedisStore {
 
     async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), CoreError> {
         let mut cmd = redis::cmd("DEL");
-        cmd.arg(self.key_for(key, limit));
+        let state = self.key_for(key, limit);
+        cmd.arg(ring_keys(&state, limit).collect::<Vec<_>>())
+            .arg(state);
         self.query(&cmd).await.map(drop)
     }
 }
@@ -273,11 +277,6 @@ impl Drop for Turn {
             }
         }
     }
-}
-
-/// Whether `limit` is a `distinct` limit counted in HyperLogLogs (not on Redis yet).
-fn sketched(limit: &Limit) -> bool {
-    limit.algorithm().counts_members() && !distinct::is_exact(limit.limit())
 }
 
 /// On Cluster every key of one script call must live in one slot: that slot.

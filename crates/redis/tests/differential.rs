@@ -84,6 +84,18 @@ fn check_equal(
     limits: &[Limit],
     steps: &[Step],
 ) -> Result<(), TestCaseError> {
+    check_equal_with(rt, store, case, limits, steps, &MEMBERS).map(drop)
+}
+
+fn check_equal_with(
+    rt: &tokio::runtime::Runtime,
+    store: &impl Store,
+    case: u64,
+    limits: &[Limit],
+    steps: &[Step],
+    members: &[&[u8]],
+) -> Result<u64, TestCaseError> {
+    let mut denied = 0;
     let memory = MemoryStore::new();
     let keys: Vec<Key> = (0..2)
         .map(|k| Key::grouped(&format!("case{case}"), &format!(":k{k}")).unwrap())
@@ -101,14 +113,15 @@ fn check_equal(
                 } else {
                     cost
                 };
-                Request::new(&keys[k], limit, cost).with_member(MEMBERS[m])
+                Request::new(&keys[k], limit, cost).with_member(members[m])
             })
             .collect();
         let want = rt.block_on(memory.check(&requests, now)).unwrap();
         let got = rt.block_on(store.check(&requests, now)).unwrap();
         prop_assert_eq!(&got, &want, "step {}: {:?}", n, step);
+        denied += u64::from(!want.allowed());
     }
-    Ok(())
+    Ok(denied)
 }
 
 fn cases() -> u32 {
@@ -163,4 +176,64 @@ fn redis_through_the_deny_cache_decides_as_the_memory_store() {
 #[test]
 fn redis_cluster_decides_as_the_memory_store() {
     differential(&spillway_testkit::redis::cluster_url(), cases() / 4, false);
+}
+
+/// A sketched `distinct` limit (above `distinct::EXACT_MAX`), Redis's own HyperLogLogs
+/// in a ring of keys against the memory store's copy of them: the same decisions, the
+/// same retry_after, through the limit and past it, with batches that touch one key
+/// twice and peeks.
+#[test]
+fn sketched_distinct_on_redis_decides_as_the_memory_store() {
+    use spillway_core::algorithm::distinct::EXACT_MAX;
+    let pool: Vec<Vec<u8>> = (0..400)
+        .map(|i| format!("198.51.{i}").into_bytes())
+        .collect();
+    let members: Vec<&[u8]> = pool.iter().map(Vec::as_slice).collect();
+    let sketched = (
+        prop::sample::select(vec![1u32, 2, 3, 4]),
+        EXACT_MAX + 1..EXACT_MAX + 40,
+        prop::sample::select(vec![60_000_000u64, 600_000_000]),
+    )
+        .prop_map(|(precision, n, window)| {
+            Limit::new(
+                Algorithm::Distinct { precision },
+                n,
+                Duration::from_micros(window),
+            )
+            .unwrap()
+        });
+    let step = (
+        prop_oneof![8 => Just(0u64), 2 => 0u64..400_000, 1 => 0u64..2_000_000],
+        prop::collection::vec(
+            (
+                0usize..2,
+                0usize..2,
+                prop_oneof![5 => Just(1u64), 1 => Just(0)],
+                0..pool.len(),
+            ),
+            1..4,
+        ),
+    )
+        .prop_map(|(advance, batch)| Step { advance, batch });
+    let rt = runtime();
+    let denied = std::sync::atomic::AtomicU64::new(0);
+    for url in [
+        spillway_testkit::redis::standalone_url(),
+        spillway_testkit::redis::cluster_url(),
+    ] {
+        let store = rt.block_on(support::caller_clock_store(&url, "sketched"));
+        let case = std::sync::atomic::AtomicU64::new(0);
+        proptest!(ProptestConfig::with_cases(cases() / 20 + 1), |(
+            limits in prop::collection::vec(sketched.clone(), 2),
+            steps in prop::collection::vec(step.clone(), 300..600),
+        )| {
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let d = check_equal_with(&rt, &store, n, &limits, &steps, &members)?;
+            denied.fetch_add(d, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+    // The sequences reach the limits: the deny path and its retry_after were compared.
+    let denied = denied.into_inner();
+    eprintln!("{denied} denials compared");
+    assert!(denied > 100, "too few denials to compare");
 }

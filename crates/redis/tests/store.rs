@@ -3,6 +3,8 @@
 
 mod support;
 
+use support::{cmd, int};
+
 use std::time::Duration;
 
 use redis::Value;
@@ -16,21 +18,6 @@ fn limit(a: Algorithm, n: u64, window: Duration) -> Limit {
 
 fn key(k: &str) -> Key {
     Key::new(k).unwrap()
-}
-
-fn cmd(args: &[&str]) -> redis::Cmd {
-    let mut c = redis::cmd(args[0]);
-    for a in &args[1..] {
-        c.arg(*a);
-    }
-    c
-}
-
-async fn int(store: &RedisStore, args: &[&str]) -> i64 {
-    match store.query(&cmd(args)).await.unwrap() {
-        Value::Int(i) => i,
-        other => panic!("{args:?} answered {other:?}"),
-    }
 }
 
 /// Two app servers whose clocks disagree by decades share one fixed window when the
@@ -332,7 +319,7 @@ fn eval(batches: &[Raw<'_>]) -> redis::Cmd {
     }
     c.arg(batches.len());
     for (_, now, limit, cost) in batches {
-        c.arg(1).arg(*now).arg(*limit).arg(*cost).arg("");
+        c.arg(1).arg(1).arg(*now).arg(*limit).arg(*cost).arg("");
     }
     c
 }
@@ -381,8 +368,11 @@ async fn the_script_refuses_bad_numbers_and_foreign_state() {
         "9007199254740993",
     ];
     let bad_limits = [
-        "7 0 10 1000000 1 100000 100000 1000000",
+        "8 0 10 1000000 1 100000 100000 1000000",
         "6 0 10 1000000 7 0 0 0",
+        // A sketched distinct limit takes its ring's keys too.
+        "7 0 1000 1000000 1 0 0 0",
+        "7 0 1000 61000000 61 0 0 0",
         "6 0 10 1000000 0 0 0 0",
         "5 0 0 1000000 1 100000 100000 1000000",
         "5 0 10 0 1 100000 100000 1000000",
@@ -421,7 +411,7 @@ async fn the_script_refuses_bad_numbers_and_foreign_state() {
     for bad_now in ["nan", "-5", ""] {
         let reply = parts(&store, &[(k, bad_now, GCRA, "1")]).await;
         assert!(
-            failure(&reply[0]).contains("ARGV[3]"),
+            failure(&reply[0]).contains("ARGV[4]"),
             "{bad_now:?}: {reply:?}"
         );
     }
@@ -430,9 +420,11 @@ async fn the_script_refuses_bad_numbers_and_foreign_state() {
     // A header that does not add up: no batch runs.
     for bad in [
         vec!["0"],
-        vec!["2", "1", NOW],
-        vec!["1", "2", NOW],
-        vec!["x", "1", NOW],
+        vec!["2", "1", "1", NOW],
+        vec!["1", "2", "2", NOW],
+        vec!["x", "1", "1", NOW],
+        vec!["1", "1", "2", NOW],
+        vec!["1", "1", "0", NOW],
     ] {
         let mut c = redis::cmd("EVAL");
         c.arg(SCRIPT)

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use redis::Value;
 use spillway_redis::{RedisStore, TimeSource};
 use spillway_testkit::redis::{cluster_url, standalone_url, unique_prefix};
 
@@ -33,4 +34,21 @@ pub async fn server_clock_store(url: &str, prefix: &str) -> RedisStore {
         .build()
         .await
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+/// A command from its words.
+pub fn cmd(args: &[&str]) -> redis::Cmd {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c
+}
+
+/// A command whose reply is an integer.
+pub async fn int(store: &RedisStore, args: &[&str]) -> i64 {
+    match store.query(&cmd(args)).await.unwrap() {
+        Value::Int(i) => i,
+        other => panic!("{args:?} answered {other:?}"),
+    }
 }

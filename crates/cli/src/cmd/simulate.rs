@@ -3,6 +3,7 @@
 //! exact sliding log.
 
 mod chart;
+mod distinct;
 mod pattern;
 mod replay;
 mod servers;
@@ -32,6 +33,9 @@ Examples:
   # Figma's limiter (60 sub-buckets, strict) against the exact log
   spillway simulate --algorithms sliding_log,sliding_window --precision 60 --edge strict
 
+  # How close a distinct limit's count and decisions are to the truth, N from 10 to 1,000,000
+  spillway simulate --algorithms distinct
+
   # Four servers sharing a fixed window by leases of 20, or by sync every 100 ms
   spillway simulate --servers 4 --lease 20 --pattern poisson --limit 1000
   spillway simulate --servers 4 --sync 100ms --pattern bursts --limit 1000 --json";
@@ -58,7 +62,8 @@ pub struct SimulateArgs {
 
     /// Algorithms to compare: comma-separated names (fixed_window, sliding_log,
     /// sliding_window, token_bucket, gcra) or `all`. Without --edge, `all` runs
-    /// sliding_window in each edge mode.
+    /// sliding_window in each edge mode. `distinct` alone measures distinct limits
+    /// instead (see --members).
     #[arg(long, default_value = "all", value_delimiter = ',')]
     pub algorithms: Vec<String>,
 
@@ -108,6 +113,11 @@ pub struct SimulateArgs {
     #[arg(long, value_parser = duration::parse)]
     pub sync: Option<Duration>,
 
+    /// distinct: the numbers of distinct members to measure, comma-separated; each row's
+    /// limit is its number (default 10,100,1000,10000,100000,1000000).
+    #[arg(long, value_delimiter = ',', value_parser = args::positive)]
+    pub members: Vec<u64>,
+
     /// Print JSON (an array, one object per algorithm) instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -122,6 +132,12 @@ pub struct SimulateArgs {
 }
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
+    if args.algorithms.iter().any(|a| a.trim() == "distinct") {
+        return run_distinct(&args);
+    }
+    if !args.members.is_empty() {
+        bail!("--members applies to --algorithms distinct");
+    }
     let sharing = match (args.lease, args.sync) {
         (Some(units), _) => Sharing::Lease { units },
         (None, Some(every)) => Sharing::Sync { every },
@@ -262,12 +278,6 @@ fn limits(args: &SimulateArgs, shared: bool) -> anyhow::Result<Vec<Limit>> {
             vec![name.parse()?]
         };
         for algorithm in expanded {
-            if algorithm.counts_members() {
-                bail!(
-                    "simulate replays requests, not members: distinct is not simulated yet \
-                     (its error is measured by `cargo test -p spillway-core --test distinct`)"
-                );
-            }
             // Only sliding_window has edges; `all` shows each of them unless --edge picks one.
             let edges = match (algorithm, edge) {
                 (Algorithm::SlidingWindow { .. }, Some(e)) => vec![e],
@@ -297,6 +307,82 @@ fn limits(args: &SimulateArgs, shared: bool) -> anyhow::Result<Vec<Limit>> {
         .into_iter()
         .map(|a| crate::limit::build(a, args.limit, args.window, args.burst, false))
         .collect()
+}
+
+/// `--algorithms distinct`: the count and the decisions against the truth, per N.
+fn run_distinct(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
+    if args.algorithms.len() > 1 {
+        bail!(
+            "distinct counts members, not requests: simulate it alone (`--algorithms distinct`)"
+        );
+    }
+    if args.servers > 1 || args.lease.is_some() || args.sync.is_some() {
+        bail!("--servers, --lease and --sync apply to fixed_window, not distinct");
+    }
+    if args.svg.is_some() || args.png.is_some() || args.edge.is_some() || args.burst.is_some() {
+        bail!("--svg, --png, --edge and --burst do not apply to distinct");
+    }
+    let members = if args.members.is_empty() {
+        vec![10, 100, 1_000, 10_000, 100_000, 1_000_000]
+    } else {
+        args.members.clone()
+    };
+    let progress = progress_bar(members.iter().map(|&n| distinct::decisions(n)).sum());
+    let rows = members
+        .iter()
+        .map(|&n| {
+            distinct::measure(n, args.precision, args.window, args.seed, || {
+                progress.inc(1)
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    progress.finish_and_clear();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).context("encoding the report")?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "distinct, precision {} per {}: each row's limit is its number of members (seed {})",
+        args.precision,
+        duration::format(args.window),
+        args.seed
+    );
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "members N",
+        "estimated",
+        "error",
+        "limit N counts",
+        "false denies",
+        "false admits",
+        "bytes/key",
+    ]);
+    let rate = |k: u64, of: u64| {
+        format!(
+            "{k} of {of} ({:.2}%)",
+            if of == 0 { 0.0 } else { k as f64 / of as f64 * 100.0 }
+        )
+    };
+    for r in &rows {
+        table.add_row([
+            r.members.to_string(),
+            r.estimated.to_string(),
+            format!("{:+.2}%", r.error_percent),
+            r.mode.to_string(),
+            rate(r.false_denies, r.should_admit),
+            rate(r.false_admits, r.should_deny),
+            r.bytes_per_key.to_string(),
+        ]);
+    }
+    println!("{table}");
+    println!(
+        "false denies: of N new members under the limit and N repeats; false admits: of N \
+         new members past it"
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn progress_bar(total: u64) -> ProgressBar {

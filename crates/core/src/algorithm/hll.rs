@@ -327,9 +327,13 @@ mod tests {
         }
         assert!(matches!(sparse.0, Repr::Dense(_)), "went dense");
         // The kept histogram is the registers'.
-        let Repr::Dense(d) = &sparse.0 else { unreachable!() };
+        let Repr::Dense(d) = &sparse.0 else {
+            unreachable!()
+        };
         let mut recount = [0u32; 64];
-        d.registers.iter().for_each(|r| recount[usize::from(*r)] += 1);
+        d.registers
+            .iter()
+            .for_each(|r| recount[usize::from(*r)] += 1);
         assert_eq!(d.histogram, recount);
         let error = (sparse.count() as f64 - 5000.0).abs() / 5000.0;
         assert!(error < 0.03, "{}", sparse.count());

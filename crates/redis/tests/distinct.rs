@@ -1,0 +1,138 @@
+//! Sketched `distinct` limits on Redis: a ring of HyperLogLog keys beside the state
+//! key, each with a TTL, untouched by a check that does not charge, gone on reset, and
+//! a foreign value in the ring failing its batch without writing. (Their decisions
+//! are compared with the memory store's in `differential.rs`.)
+
+mod support;
+
+use std::time::Duration;
+
+use redis::Value;
+use spillway_core::algorithm::distinct::EXACT_MAX;
+use spillway_core::{Algorithm, Key, Limit, Request, Store, Timestamp};
+use spillway_redis::RedisStore;
+use support::{cmd, int, targets};
+
+const LIMIT: u64 = EXACT_MAX + 20;
+
+fn sketched(precision: u32) -> Limit {
+    Limit::new(
+        Algorithm::Distinct { precision },
+        LIMIT,
+        Duration::from_secs(60),
+    )
+    .unwrap()
+}
+
+async fn bytes(store: &RedisStore, key: &str) -> Option<Vec<u8>> {
+    match store.query(&cmd(&["GET", key])).await.unwrap() {
+        Value::BulkString(b) => Some(b),
+        Value::Nil => None,
+        other => panic!("GET {key} answered {other:?}"),
+    }
+}
+
+async fn decide(
+    store: &RedisStore,
+    key: &Key,
+    limit: &Limit,
+    now: Timestamp,
+    member: &str,
+    cost: u64,
+) -> bool {
+    let request = Request::new(key, limit, cost).with_member(member.as_bytes());
+    store.check(&[request], now).await.unwrap().allowed()
+}
+
+#[tokio::test]
+async fn the_ring_has_ttls_checks_write_nothing_and_reset_clears_it() {
+    for (target, url) in targets() {
+        let store = support::caller_clock_store(&url, "sketch").await;
+        let (key, limit) = (Key::new("api-key-1").unwrap(), sketched(3));
+        let state = store.key_for(&key, &limit);
+        let ring: Vec<String> = (0..3).map(|i| format!("{state}:{i}")).collect();
+        // Sub-window 20s wide; start in slot 0 (1,800,000,000 s is a multiple of 60).
+        let mut now = Timestamp::from_secs(1_800_000_000);
+        let mut admitted = 0;
+        for i in 0..LIMIT * 2 {
+            admitted += u64::from(decide(&store, &key, &limit, now, &format!("10.{i}"), 1).await);
+        }
+        // The count never passes the limit; a few more members than it may be
+        // admitted (one that shares a register with a counted one, raising it, moves
+        // the estimate by less than a unit: the sketch's membership error).
+        let count = int(&store, &["PFCOUNT", &ring[0]]).await as u64;
+        assert!(
+            count <= LIMIT && count >= LIMIT - 2,
+            "{target}: count {count}"
+        );
+        assert!(
+            (LIMIT..LIMIT + 10).contains(&admitted),
+            "{target}: {admitted}"
+        );
+        now = now.saturating_add(Duration::from_secs(20));
+        assert!(
+            decide(&store, &key, &limit, now, "10.0", 1).await,
+            "{target}: seen"
+        );
+        for k in [&state, &ring[0], &ring[1]] {
+            let ttl = int(&store, &["PTTL", k]).await;
+            assert!(ttl > 0 && ttl <= 61_000, "{target}: {k} ttl {ttl}");
+        }
+        assert_eq!(int(&store, &["EXISTS", &ring[2]]).await, 0, "{target}");
+
+        // A denied member and a peek leave every key as it was, TTL included.
+        let mut before = Vec::new();
+        for k in [&state, &ring[0], &ring[1]] {
+            before.push(bytes(&store, k).await);
+        }
+        let ttl = int(&store, &["PTTL", &ring[1]]).await;
+        assert!(
+            !decide(&store, &key, &limit, now, "new-one", 1).await,
+            "{target}: full"
+        );
+        decide(&store, &key, &limit, now, "another", 0).await;
+        for (k, b) in [&state, &ring[0], &ring[1]].iter().zip(&before) {
+            assert_eq!(&bytes(&store, k).await, b, "{target}: {k} changed");
+        }
+        assert!(
+            int(&store, &["PTTL", &ring[1]]).await <= ttl,
+            "{target}: ttl kept"
+        );
+
+        store.reset(&key, &limit).await.unwrap();
+        for k in std::iter::once(&state).chain(&ring) {
+            assert_eq!(int(&store, &["EXISTS", k]).await, 0, "{target}: {k} reset");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_foreign_value_in_the_ring_fails_the_batch_and_writes_nothing() {
+    for (target, url) in targets() {
+        let store = support::caller_clock_store(&url, "sketch-foreign").await;
+        let (key, limit) = (Key::new("k").unwrap(), sketched(2));
+        let now = Timestamp::from_secs(1_800_000_000);
+        assert!(decide(&store, &key, &limit, now, "a", 1).await);
+        let state = store.key_for(&key, &limit);
+        let ring0 = format!("{state}:0");
+        let kept = bytes(&store, &ring0).await;
+        // The other slot holds another program's value; the next sub-window uses it.
+        store
+            .query(&cmd(&["SET", &format!("{state}:1"), "not an hll"]))
+            .await
+            .unwrap();
+        let next = now.saturating_add(Duration::from_secs(30));
+        let request = Request::new(&key, &limit, 1).with_member(b"b");
+        let err = store.check(&[request], next).await.unwrap_err();
+        assert!(err.to_string().contains("HyperLogLog"), "{target}: {err}");
+        assert_eq!(bytes(&store, &ring0).await, kept, "{target}: ring kept");
+        store
+            .query(&cmd(&["DEL", &format!("{state}:1")]))
+            .await
+            .unwrap();
+        assert!(
+            decide(&store, &key, &limit, next, "b", 1).await,
+            "{target}: then decided"
+        );
+    }
+}
