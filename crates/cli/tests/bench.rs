@@ -67,6 +67,33 @@ fn stores_memory_and_redis() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--check verifies exact algorithms"));
 }
 
+/// A distinct limit: the members come in turn, so once the limit's worth of them are
+/// counted exactly those come back admitted (8 rounds of 50 members, 20 admitted: 160),
+/// on the memory store and on Redis, exact and sketched.
+#[test]
+fn distinct_limits_with_members_in_turn() {
+    let redis = standalone_url();
+    for store in ["memory", redis.as_str()] {
+        let (code, v, out) = bench(&format!(
+            "--store {store} --algorithm distinct --limit 20 --window 1h --members 50 --hot --rate 1000"
+        ));
+        assert_eq!(code, Some(0), "{out:?}");
+        assert_eq!(v["decisions"], 400, "{v}");
+        assert_eq!(v["admitted"], 160, "{store}: {v}");
+        // Sketched (above 100): 2 rounds of 200 members, 120 counted, a few more admitted
+        // by the sketch's membership error.
+        let (code, v, out) = bench(&format!(
+            "--store {store} --algorithm distinct --limit 120 --window 1h --members 200 --hot --rate 1000"
+        ));
+        assert_eq!(code, Some(0), "{out:?}");
+        let admitted = v["admitted"].as_u64().unwrap();
+        assert!((240..270).contains(&admitted), "{store}: {v}");
+    }
+    let (code, _, out) = bench("--store memory --algorithm gcra --limit 5 --window 1s --members 9");
+    assert_eq!(code, Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--members applies to"));
+}
+
 fn policy(limit: u32) -> String {
     format!(
         "domain: b\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: minute, requests_per_unit: {limit} }}\n"

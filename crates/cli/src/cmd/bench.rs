@@ -65,9 +65,14 @@ pub struct BenchArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = args::positive)]
     pub burst: Option<u64>,
 
-    /// sliding_window: sub-buckets per window.
+    /// sliding_window and distinct: sub-buckets per window.
     #[arg(long, allow_negative_numbers = true, value_parser = args::positive_u32)]
     pub precision: Option<u32>,
+
+    /// distinct: how many different members the requests bring, each coming back at
+    /// the same rate (default: twice the limit).
+    #[arg(long, allow_negative_numbers = true, value_parser = args::positive)]
+    pub members: Option<u64>,
 
     /// With --store and --algorithm: each of this process's callers shares the limit
     /// through the store by a lease of this many units (`lease:` in a policy).
@@ -218,14 +223,13 @@ fn flag_limit(args: &BenchArgs) -> anyhow::Result<Option<Limit>> {
         return Ok(None);
     };
     let mut algorithm: Algorithm = name.parse()?;
-    if algorithm.counts_members() {
-        bail!(
-            "bench does not load distinct limits yet (it has no members to send); \
-             `spillway check --algorithm distinct --member M` decides one"
-        );
-    }
-    if let Algorithm::SlidingWindow { precision, .. } = &mut algorithm {
+    if let Algorithm::SlidingWindow { precision, .. } | Algorithm::Distinct { precision } =
+        &mut algorithm
+    {
         *precision = args.precision.unwrap_or(1);
+    }
+    if args.members.is_some() && !algorithm.counts_members() {
+        bail!("--members applies to --algorithm distinct");
     }
     let (Some(n), Some(window)) = (args.limit, args.window) else {
         bail!("--algorithm needs --limit and --window");
@@ -318,10 +322,24 @@ async fn target(
                 described,
             ))
         }
+        (Some(limit), _) if limit.algorithm().counts_members() => {
+            // Twice the limit by default: half of them are denied once it is reached.
+            let members = target::Members::new(args.members.unwrap_or(2 * limit.limit()));
+            let described = format!("{url} store, {limit}, {} members", members.count);
+            Ok((
+                Target::Store {
+                    store,
+                    limit,
+                    members,
+                },
+                described,
+            ))
+        }
         (Some(limit), _) => Ok((
             Target::Store {
                 store,
                 limit: limit.clone(),
+                members: target::Members::new(1),
             },
             format!("{url} store, {limit}"),
         )),

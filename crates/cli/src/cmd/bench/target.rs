@@ -12,6 +12,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use spillway_core::{Clock, Guard, Key, Limit, Request, Store, SystemClock, Unanswered};
@@ -27,9 +28,34 @@ pub enum Outcome {
     Error(&'static str),
 }
 
+/// The members requests bring to a `distinct` limit: `count` of them, in turn, so
+/// every one comes back at the same rate.
+pub struct Members {
+    pub count: u64,
+    next: AtomicU64,
+}
+
+impl Members {
+    pub fn new(count: u64) -> Members {
+        Members {
+            count: count.max(1),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    fn next(&self) -> [u8; 8] {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        (n % self.count).to_le_bytes()
+    }
+}
+
 pub enum Target {
-    /// One limit, straight on a store.
-    Store { store: AnyStore, limit: Limit },
+    /// One limit, straight on a store; a `distinct` limit's requests bring members.
+    Store {
+        store: AnyStore,
+        limit: Limit,
+        members: Members,
+    },
     /// One limit on a store, shared by a lease or sync (through the guarded store, as
     /// the service shares it).
     Shared {
@@ -120,10 +146,17 @@ impl Target {
             }
         };
         match self {
-            Target::Store { store, limit } => {
-                match store
-                    .check_one(Request::new(key, limit, 1), SystemClock.now())
-                    .await
+            Target::Store {
+                store,
+                limit,
+                members,
+            } => {
+                let member = members.next();
+                let mut request = Request::new(key, limit, 1);
+                if limit.algorithm().counts_members() {
+                    request = request.with_member(&member);
+                }
+                match store.check_one(request, SystemClock.now()).await
                 {
                     Ok(d) => admitted(d.allowed()),
                     Err(e) if e.is_transient() => Outcome::Error("store_unavailable"),
