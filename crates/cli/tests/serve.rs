@@ -236,6 +236,10 @@ fn serve(policies: &Path, store: &str) -> (std::process::Child, u16) {
         .args(["--store", store])
         .args(["--http-addr", &format!("127.0.0.1:{http}")])
         .args(["--grpc-addr", "127.0.0.1:0"])
+        // These tests check decisions, not latency, on a machine that may be busy: at
+        // the default 10 ms a lease call can time out after Redis has granted it, and
+        // its units are lost (a lost answer, not a lost lease bound).
+        .args(["--store-timeout", "2s"])
         .env_clear()
         .stderr(Stdio::piped())
         .spawn()

@@ -264,14 +264,26 @@ fn distinct_is_measured_against_the_truth() {
     assert_eq!(rows.len(), 2);
     let n = |row: &Value, field: &str| row[field].as_u64().unwrap();
     let (exact, sketch) = (&rows[0], &rows[1]);
-    assert_eq!((n(exact, "members"), exact["mode"].as_str()), (40, Some("exact")));
+    assert_eq!(
+        (n(exact, "members"), exact["mode"].as_str()),
+        (40, Some("exact"))
+    );
     assert_eq!((n(exact, "false_denies"), n(exact, "false_admits")), (0, 0));
-    assert_eq!((n(exact, "should_admit"), n(exact, "should_deny")), (80, 40));
-    assert_eq!((n(sketch, "members"), sketch["mode"].as_str()), (3000, Some("sketch")));
+    assert_eq!(
+        (n(exact, "should_admit"), n(exact, "should_deny")),
+        (80, 40)
+    );
+    assert_eq!(
+        (n(sketch, "members"), sketch["mode"].as_str()),
+        (3000, Some("sketch"))
+    );
     let error = sketch["error_percent"].as_f64().unwrap();
     assert!(error.abs() < 3.0, "{sketch}");
     assert!(n(sketch, "estimated").abs_diff(3000) < 90, "{sketch}");
-    assert!(n(sketch, "false_admits") > 0, "the sketch's membership error: {sketch}");
+    assert!(
+        n(sketch, "false_admits") > 0,
+        "the sketch's membership error: {sketch}"
+    );
 
     for args in [
         &["simulate", "--algorithms", "distinct,gcra"][..],

@@ -64,11 +64,16 @@ pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
 /// key ends like them: a state key's second-to-last field is an algorithm tag, here
 /// it is the window.
 pub fn ring_keys(state: &str, limit: &Limit) -> impl Iterator<Item = String> {
-    let slots = match limit.algorithm() {
+    (0..ring_len(limit)).map(move |i| format!("{state}:{i}"))
+}
+
+/// How many ring keys `limit` has beside its state key: P for a sketched `distinct`
+/// limit, none for the others.
+pub(crate) fn ring_len(limit: &Limit) -> u32 {
+    match limit.algorithm() {
         Algorithm::Distinct { precision } if !distinct::is_exact(limit.limit()) => precision,
         _ => 0,
-    };
-    (0..slots).map(move |i| format!("{state}:{i}"))
+    }
 }
 
 fn escape(out: &mut String, s: &str) {

@@ -42,14 +42,20 @@ pub use store::{
 pub const SCRIPT: &str = script::SOURCE;
 
 /// The script's ARGV for a call of one batch of `requests` on Redis `TIME`: `1` (one
-/// batch), the number of requests, `server`, then each request's limit (eight
-/// integers in one string), cost and member (empty but for `distinct`). For tools
+/// batch), the number of requests, the number of keys (one per request, and a sketched
+/// `distinct` limit's ring), `server`, then each request's limit (eight integers in one
+/// string), cost and member (empty but for `distinct`). For tools
 /// that call the script themselves (the benchmark drives `redis-benchmark` with it, so
 /// Redis does exactly the work a lone decision does).
 pub fn script_argv(requests: &[spillway_core::Request<'_>]) -> Vec<String> {
     let mut argv = vec![
         "1".to_owned(),
         requests.len().to_string(),
+        requests
+            .iter()
+            .map(|r| 1 + key::ring_len(r.limit) as usize)
+            .sum::<usize>()
+            .to_string(),
         "server".to_owned(),
     ];
     for r in requests {

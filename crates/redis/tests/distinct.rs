@@ -62,7 +62,7 @@ async fn the_ring_has_ttls_checks_write_nothing_and_reset_clears_it() {
         // the estimate by less than a unit: the sketch's membership error).
         let count = int(&store, &["PFCOUNT", &ring[0]]).await as u64;
         assert!(
-            count <= LIMIT && count >= LIMIT - 2,
+            (LIMIT - 2..=LIMIT).contains(&count),
             "{target}: count {count}"
         );
         assert!(

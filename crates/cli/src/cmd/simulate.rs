@@ -312,9 +312,7 @@ fn limits(args: &SimulateArgs, shared: bool) -> anyhow::Result<Vec<Limit>> {
 /// `--algorithms distinct`: the count and the decisions against the truth, per N.
 fn run_distinct(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     if args.algorithms.len() > 1 {
-        bail!(
-            "distinct counts members, not requests: simulate it alone (`--algorithms distinct`)"
-        );
+        bail!("distinct counts members, not requests: simulate it alone (`--algorithms distinct`)");
     }
     if args.servers > 1 || args.lease.is_some() || args.sync.is_some() {
         bail!("--servers, --lease and --sync apply to fixed_window, not distinct");
@@ -363,7 +361,11 @@ fn run_distinct(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     let rate = |k: u64, of: u64| {
         format!(
             "{k} of {of} ({:.2}%)",
-            if of == 0 { 0.0 } else { k as f64 / of as f64 * 100.0 }
+            if of == 0 {
+                0.0
+            } else {
+                k as f64 / of as f64 * 100.0
+            }
         )
     };
     for r in &rows {

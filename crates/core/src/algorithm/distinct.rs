@@ -24,8 +24,9 @@
 //!   them ([`hll`](super::hll)); the count is the estimate of their union, and a member
 //!   is new when adding it raises that estimate. The count is within about 0.81%
 //!   (1.04/√16384) of the truth; membership is not: a new member that changes no register
-//!   looks counted (measured in `tests/distinct.rs`). Up to 16 KB per sub-window here (a
-//!   byte per register), 12 KB in Redis.
+//!   looks counted, a share that grows with the limit (measured by `spillway simulate
+//!   --algorithms distinct`, in the README). Up to 16 KB per sub-window here (a byte per
+//!   register), 12 KB in Redis.
 //!
 //! `retry_after` is truthful: the first sub-window edge at which the member would be
 //! admitted if nothing else came (exact: once the `limit`-th most recent member's

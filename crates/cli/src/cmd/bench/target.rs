@@ -156,8 +156,7 @@ impl Target {
                 if limit.algorithm().counts_members() {
                     request = request.with_member(&member);
                 }
-                match store.check_one(request, SystemClock.now()).await
-                {
+                match store.check_one(request, SystemClock.now()).await {
                     Ok(d) => admitted(d.allowed()),
                     Err(e) if e.is_transient() => Outcome::Error("store_unavailable"),
                     Err(_) => Outcome::Error("store_error"),
