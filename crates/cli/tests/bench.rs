@@ -80,14 +80,14 @@ fn distinct_limits_with_members_in_turn() {
         assert_eq!(code, Some(0), "{out:?}");
         assert_eq!(v["decisions"], 400, "{v}");
         assert_eq!(v["admitted"], 160, "{store}: {v}");
-        // Sketched (above 100): 2 rounds of 200 members, 120 counted, a few more admitted
-        // by the sketch's membership error.
+        // Sketched (above 100): 2 rounds of 200 members, 120 counted give or take the
+        // count's error (the members admitted come back admitted).
         let (code, v, out) = bench(&format!(
             "--store {store} --algorithm distinct --limit 120 --window 1h --members 200 --hot --rate 1000"
         ));
         assert_eq!(code, Some(0), "{out:?}");
         let admitted = v["admitted"].as_u64().unwrap();
-        assert!((240..270).contains(&admitted), "{store}: {v}");
+        assert!((228..252).contains(&admitted), "{store}: {v}");
     }
     let (code, _, out) = bench("--store memory --algorithm gcra --limit 5 --window 1s --members 9");
     assert_eq!(code, Some(2));

@@ -256,7 +256,7 @@ fn a_lease_on_an_algorithm_that_cannot_keep_its_bound_is_refused() {
 }
 
 /// `--algorithms distinct` measures distinct limits per N: exact ones exactly, sketched
-/// ones with the estimate near N and the membership error counted; mixed with request
+/// ones with the estimate near N and few members decided wrong; mixed with request
 /// algorithms it is refused with the reason.
 #[test]
 fn distinct_is_measured_against_the_truth() {

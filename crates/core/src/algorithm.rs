@@ -21,6 +21,7 @@
 mod kind;
 mod meter;
 
+pub mod bloom;
 pub mod distinct;
 pub mod fixed_window;
 pub mod gcra;

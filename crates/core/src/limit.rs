@@ -167,7 +167,8 @@ impl Limit {
     /// The capacity is not part of it for the counting algorithms and GCRA (whose state
     /// is a time), so raising or lowering such a limit keeps its counts. A token
     /// bucket's level is kept in units of its rate and is full at its burst, so its
-    /// shape includes both: a changed token bucket starts full.
+    /// shape includes both: a changed token bucket starts full. A sketched `distinct`
+    /// limit's filters are sized by its limit: a changed one starts empty.
     #[inline]
     pub fn shape(&self) -> Shape {
         let (tag, precision, capacity) = match self.algorithm {
@@ -176,11 +177,15 @@ impl Limit {
             Algorithm::SlidingWindow { precision, .. } => (2, precision, [0, 0]),
             Algorithm::TokenBucket => (3, 0, [self.limit, self.burst]),
             Algorithm::Gcra => (4, 0, [0, 0]),
-            // Exact members and HyperLogLogs are different states; within one, a
-            // changed limit keeps what was seen.
+            // Exact members and sketches are different states. An exact limit that
+            // changes keeps what was seen; a sketch's filters are sized by its limit, so
+            // a changed sketched limit starts empty.
             Algorithm::Distinct { precision } => {
-                let sketch = !crate::algorithm::distinct::is_exact(self.limit);
-                (5, precision, [u64::from(sketch), 0])
+                if crate::algorithm::distinct::is_exact(self.limit) {
+                    (5, precision, [0, 0])
+                } else {
+                    (5, precision, [1, self.limit])
+                }
             }
         };
         Shape {
@@ -263,14 +268,15 @@ impl fmt::Display for Limit {
 }
 
 /// The identity of a limit's stored state: algorithm, window, and (for `sliding_window`)
-/// precision or (for `token_bucket`) rate and burst. Two limits of one shape on one key
-/// share their state.
+/// precision or (for `token_bucket`) rate and burst, (for `distinct`) precision and, for
+/// a sketched one, its limit. Two limits of one shape on one key share their state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
     tag: u8,
     precision: u32,
     window: u64,
-    /// `[limit, burst]` for `token_bucket`, else zeros.
+    /// `[limit, burst]` for `token_bucket`, `[1, limit]` for a sketched `distinct`, else
+    /// zeros.
     capacity: [u64; 2],
 }
 
@@ -332,6 +338,7 @@ mod tests {
         let distinct = |precision| Algorithm::Distinct { precision };
         assert!(err(Limit::builder(distinct(61), 1, s * 61)).contains("60 sub-windows"));
         assert!(Limit::new(distinct(60), 1, s * 60).is_ok());
+        assert!(err(Limit::builder(distinct(1), 10_000_001, s)).contains("10000000 members"));
         assert!(
             err(Limit::builder(sw(10), 1, Duration::from_micros(5)))
                 .contains("larger than the window")

@@ -15,8 +15,9 @@
 -- KEYS     every batch's keys, batch after batch, request after request. A request's
 --          first key holds its state: <prefix>{identity}:<algorithm>:<window>. The key
 --          names the limit's shape, so two requests with the same key share a state.
---          A sketched distinct limit (7) has P more: its ring of HyperLogLogs, one per
---          sub-window slot (<state key>:0 … :P−1), all in the state key's slot.
+--          A sketched distinct limit (7) has 2P more: per sub-window slot a HyperLogLog
+--          (<state key>:0 … :P−1), then a Bloom filter (:b0 … :bP−1), all in the
+--          state key's slot.
 -- ARGV[1]  B, the number of batches; then per batch:
 --            n      its number of requests
 --            k      its number of keys (the next k of KEYS)
@@ -39,7 +40,8 @@
 --                             and unit are Limit::scaled_rate and e(1), tau
 --                             Limit::gcra_times, computed once in Rust.
 --            cost   units to charge (0 = peek)
---            member what a distinct limit counts (empty for the others)
+--            member what a distinct limit counts (empty for the others); for a
+--                   sketched one, after its 7 filter bit positions (u32 LE each)
 --
 -- Returns one element per batch, in order: either { denied_by (0 = admitted, else the
 -- 1-based request), then per request outcome (0 allowed, 1 denied, 2 cost exceeds
@@ -591,21 +593,26 @@ local function define_distinct()
   return distinct
 end
 
--- === distinct_sketch: a HyperLogLog per sub-window, in a ring of P keys ==============
--- Redis's own HLLs (PFADD, PFCOUNT of several keys merges them), with the registers
--- and estimator the memory store copies (crates/core/src/algorithm/hll.rs), so both
--- decide the same. The state key holds the newest sub-window charged and, per ring
--- slot, the sub-window its HLL holds (+1; 0 = none): 8 + 8P bytes. Slot i holds
--- sub-windows ≡ i (mod P), so at sub-window j the live ones (j−P+1 ..= j) are in
--- different slots, and j's slot holds either j or a dead one, cleared before use.
+-- === distinct_sketch: per sub-window a HyperLogLog and a Bloom filter, in rings =====
+-- Redis's own HLLs (PFCOUNT of several keys merges them) count, with the registers and
+-- estimator the memory store copies (crates/core/src/algorithm/hll.rs); a Bloom filter
+-- per sub-window (a string of bits, BITFIELD) tells a counted member from a new one
+-- (crates/core/src/algorithm/bloom.rs). Rust computes the member's 7 bit positions (Lua
+-- 5.1 cannot do the 64-bit hashes) and sends them before the member: 7 × u32 LE, then
+-- the member's bytes. KEYS: the state key, P HLL keys, P filter keys. The state key
+-- holds the newest sub-window charged and, per ring slot, the sub-window its keys hold
+-- (+1; 0 = none): 8 + 8P bytes. Slot i holds sub-windows ≡ i (mod P), so at sub-window
+-- j the live ones (j−P+1 ..= j) are in different slots, and j's slot holds either j or
+-- a dead one, cleared before use.
 --
--- check asks Redis: it adds the member to the current slot, counts, and puts the slot
--- back as it was (the bytes it had, or nothing), so a check writes nothing. Members a
--- round has charged but not yet written (a batch with two requests on the key, the
--- charge itself) wait in `pending` and are written by flush, before the state is saved.
+-- A check only reads, but for a batch that touches the key twice: members the round
+-- has charged but not yet written wait in `pending` (written by flush, before the state
+-- is saved), and a check then counts with them added to the current HLL and puts it
+-- back as it was.
 
 local function define_distinct_sketch()
   local sketch = {}
+  local HASHES = 7
 
   function sketch.decode(r, v, ring)
     local s = { newest = 0, held = {}, pending = {}, ring = ring, empty = true }
@@ -632,48 +639,100 @@ local function define_distinct_sketch()
   local function oldest(r, j) return sub0(j + 1, r.precision) end
   local function finish(r, newest) return (newest + r.precision) * r.width end
   local function slot(r, j) return imod(j, r.precision) + 1 end
+  local function filter(r, i) return r.precision + i end -- the ring index of slot i's filter
 
-  -- The ring keys holding sub-windows from..=j (j's own slot always, as the member
-  -- and pending charges go there).
-  local function live(r, s, from, j)
+  -- A member argument: its bit positions and its bytes.
+  local function parse(arg)
+    if #arg < 4 * HASHES then fail('a sketched distinct member comes after its positions') end
+    local at = { struct.unpack('<' .. string.rep('I4', HASHES), arg) }
+    at[HASHES + 1] = nil
+    return at, string.sub(arg, 4 * HASHES + 1)
+  end
+
+  -- The bits of filter key `key` at positions `at`, 0 or 1 each.
+  local function bits_at(key, at)
+    local args = {}
+    for k, p in ipairs(at) do
+      args[3 * k - 2], args[3 * k - 1], args[3 * k] = 'GET', 'u1', p
+    end
+    return redis.call('BITFIELD', key, unpack(args))
+  end
+
+  -- The HLL keys of the slots live from sub-window `from` on, the current slot's when
+  -- `with_current`.
+  local function live(r, s, from, with_current, j)
     local keys, cur = {}, slot(r, j)
     for i = 1, r.precision do
-      if i == cur or s.held[i] - 1 >= from then keys[#keys + 1] = s.ring[i] end
+      if (i == cur and with_current) or (i ~= cur and s.held[i] - 1 >= from) then
+        keys[#keys + 1] = s.ring[i]
+      end
     end
     return keys
   end
 
-  local function add(key, members)
-    if #members > 0 then redis.call('PFADD', key, unpack(members)) end
+  local function count(keys)
+    if #keys == 0 then return 0 end
+    return redis.call('PFCOUNT', unpack(keys))
   end
 
-  function sketch.check(r, s, now, cost, member)
+  function sketch.check(r, s, now, cost, member_arg)
+    local at = parse(member_arg)
     local j = max(idiv(now, r.width), s.newest)
     now = max(now, j * r.width)
-    local cur = s.ring[slot(r, j)]
-    local keys = live(r, s, oldest(r, j), j)
-    -- The current slot as it is: j's HLL and its TTL, or a dead one, cleared (which
-    -- changes no answer) once it is known to be an HLL, never another program's value.
-    local saved, ttl = nil, 0
-    if s.held[slot(r, j)] == j + 1 then
-      saved, ttl = redis.call('GET', cur), redis.call('PTTL', cur)
-    else
-      redis.call('PFCOUNT', cur)
-      redis.call('DEL', cur)
+    local lo, cur = oldest(r, j), slot(r, j)
+    local current = s.held[cur] == j + 1
+    local pending = #s.pending > 0
+    -- Counting first checks every live key is an HLL before anything is touched, and
+    -- a dead current one too, which a charge would clear.
+    local before = count(live(r, s, lo, current, j))
+    if not current then redis.call('PFCOUNT', s.ring[cur]) end
+
+    -- Counted: every bit set in one live sub-window's filter. The current one's bits
+    -- are its key's (when it holds j) and those of members charged earlier this round.
+    local set = {}
+    for _, p in ipairs(s.pending) do
+      for _, pos in ipairs(p[1]) do set[pos] = true end
     end
-    -- Counting first checks every live key is an HLL before anything is added.
-    local before = redis.call('PFCOUNT', unpack(keys))
-    if #s.pending > 0 then
-      add(cur, s.pending)
-      before = redis.call('PFCOUNT', unpack(keys))
+    local known = false
+    for i = 1, r.precision do
+      if i == cur and (current or pending) then
+        local stored = current and bits_at(s.ring[filter(r, i)], at) or {}
+        local all = true
+        for h = 1, HASHES do
+          if stored[h] ~= 1 and not set[at[h]] then all = false break end
+        end
+        known = known or all
+      elseif i ~= cur and s.held[i] - 1 >= lo and not known then
+        local all = true
+        for _, bit in ipairs(bits_at(s.ring[filter(r, i)], at)) do
+          if bit == 0 then all = false break end
+        end
+        known = all
+      end
     end
-    local after = before
-    if redis.call('PFADD', cur, member) == 1 then after = redis.call('PFCOUNT', unpack(keys)) end
-    local function restore()
-      if saved then
-        if ttl > 0 then redis.call('SET', cur, saved, 'PX', ttl) else redis.call('SET', cur, saved) end
+
+    -- Members charged earlier this round count too: added to the current HLL while this
+    -- check counts, then taken out.
+    local restore = nil
+    if pending then
+      local key = s.ring[cur]
+      local saved, ttl = nil, 0
+      if current then
+        saved, ttl = redis.call('GET', key), redis.call('PTTL', key)
       else
-        redis.call('DEL', cur)
+        redis.call('DEL', key)
+      end
+      local members = {}
+      for k, p in ipairs(s.pending) do members[k] = p[2] end
+      redis.call('PFADD', key, unpack(members))
+      current = true
+      before = count(live(r, s, lo, true, j))
+      restore = function()
+        if saved then
+          if ttl > 0 then redis.call('SET', key, saved, 'PX', ttl) else redis.call('SET', key, saved) end
+        else
+          redis.call('DEL', key)
+        end
       end
     end
 
@@ -681,57 +740,65 @@ local function define_distinct_sketch()
       if s.empty and cost == 0 then return 0 end
       return sub0(finish(r, newest), now)
     end
+    local after = known and before or before + 1
     local charged = (cost == 1) and j or s.newest
     local d
     if cost > 1 then
       d = { 2, sub0(r.cap, before), reset(s.newest), 0 }
-    elseif after == before then
+    elseif known then
       d = allow(r, sub0(r.cap, before), reset(charged))
     elseif after <= r.cap then
       d = allow(r, sub0(r.cap, (cost == 1) and after or before), reset(charged))
     else
-      -- The first sub-window edge at which the sub-windows still live, with the
-      -- member, are within the limit (or already hold it): counted with the member,
-      -- then without.
-      local with, without = {}, {}
-      for k = 1, r.precision - 1 do
-        with[k] = redis.call('PFCOUNT', unpack(live(r, s, oldest(r, j + k), j)))
-      end
-      restore()
-      add(cur, s.pending)
+      -- The first sub-window edge at which the sub-windows still live count below the
+      -- limit.
       local retry = (j + r.precision) * r.width
       for k = 1, r.precision - 1 do
-        without[k] = redis.call('PFCOUNT', unpack(live(r, s, oldest(r, j + k), j)))
-        if with[k] == without[k] or with[k] <= r.cap then
+        if count(live(r, s, oldest(r, j + k), current, j)) < r.cap then
           retry = (j + k) * r.width
           break
         end
       end
       d = deny(r, cost, retry - now, sub0(r.cap, before), reset(s.newest))
     end
-    restore()
+    if restore then restore() end
     return d
   end
 
-  function sketch.commit(r, s, now, cost, _, member)
+  function sketch.commit(r, s, now, cost, _, member_arg)
     if cost == 0 then return end
+    local at, member = parse(member_arg)
     s.newest = max(idiv(now, r.width), s.newest)
-    s.pending[#s.pending + 1] = member
+    s.pending[#s.pending + 1] = { at, member }
     s.empty = false
   end
 
-  -- Writes the pending members to the current slot, with the TTL of its sub-window.
+  -- Writes the pending members to the current slot's HLL and filter, with the TTL of
+  -- its sub-window.
   function sketch.flush(r, s, now, margin)
     if #s.pending == 0 then return end
     local j = s.newest
     local i = slot(r, j)
-    local cur = s.ring[i]
+    local hll, bloom = s.ring[i], s.ring[filter(r, i)]
     if s.held[i] ~= j + 1 then
-      redis.call('DEL', cur)
+      -- A new filter at its full size (10 bits per member of the limit, whole 64-bit
+      -- words, as bloom::bits), allocated once rather than grown bit by bit.
+      redis.call('DEL', hll, bloom)
+      redis.call('SETRANGE', bloom, cdiv(r.cap * 10, 64) * 8 - 1, '\0')
       s.held[i] = j + 1
     end
-    add(cur, s.pending)
-    redis.call('PEXPIRE', cur, cdiv(sub0(finish(r, j), now), 1000) + margin)
+    local members, sets = {}, {}
+    for k, p in ipairs(s.pending) do
+      members[k] = p[2]
+      for _, pos in ipairs(p[1]) do
+        sets[#sets + 1], sets[#sets + 2], sets[#sets + 3], sets[#sets + 4] = 'SET', 'u1', pos, 1
+      end
+    end
+    redis.call('PFADD', hll, unpack(members))
+    redis.call('BITFIELD', bloom, unpack(sets))
+    local ttl = cdiv(sub0(finish(r, j), now), 1000) + margin
+    redis.call('PEXPIRE', hll, ttl)
+    redis.call('PEXPIRE', bloom, ttl)
     s.pending = {}
   end
 
@@ -800,7 +867,7 @@ local function limit(i)
     r.precision = p1
     if p1 < 1 or p1 > 60 or imod(window, p1) ~= 0 then fail('bad distinct precision') end
     r.width = window / p1
-    if alg == 7 then r.ring = p1 end
+    if alg == 7 then r.ring = 2 * p1 end
   elseif alg == 4 or alg == 5 then
     r.rate, r.unit, r.e1, r.tau = p1, p2, p3, p4
     if p1 < 1 or p2 < 1 or (alg == 5 and p3 < 1) then

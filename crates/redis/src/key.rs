@@ -2,7 +2,8 @@
 //! `spillway:{user:42}:gcra:60s` for a key that is a group of its own, and
 //! `spillway:{api|api_key=k1}#burst:gcra:1s` for the limit `burst` of a service
 //! descriptor (group `api|api_key=k1`, member `#burst`). Algorithms have short tags
-//! (`fw`, `sl`, `sw<precision>`, `tb<limit>.<burst>`, `gcra`) and windows a compact
+//! (`fw`, `sl`, `sw<precision>`, `tb<limit>.<burst>`, `gcra`, `dx<precision>`,
+//! `dh<precision>.<limit>`) and windows a compact
 //! unit (`60s`, `1500ms`, `7us`): the name is most of a small state's bytes in Redis.
 //!
 //! The `{…}` hash tag is the key's [group](Key::group), so every key of one group lands
@@ -39,14 +40,11 @@ pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
         Algorithm::TokenBucket => write!(out, ":tb{}.{}", limit.limit(), limit.burst()),
         Algorithm::Gcra => write!(out, ":gcra"),
         // Exact members and HyperLogLogs are different states: see `Limit::shape`.
-        Algorithm::Distinct { precision } => {
-            let mode = if distinct::is_exact(limit.limit()) {
-                'x'
-            } else {
-                'h'
-            };
-            write!(out, ":d{mode}{precision}")
+        // A sketch's filters are sized by its limit: see `Limit::shape`.
+        Algorithm::Distinct { precision } if distinct::is_exact(limit.limit()) => {
+            write!(out, ":dx{precision}")
         }
+        Algorithm::Distinct { precision } => write!(out, ":dh{precision}.{}", limit.limit()),
     };
     let w = limit.window_micros();
     let _ = if w.is_multiple_of(1_000_000) {
@@ -59,19 +57,21 @@ pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
     out
 }
 
-/// The ring of a sketched `distinct` limit whose state is at `state`: one HyperLogLog
-/// per sub-window slot, `<state>:0` … `<state>:P−1`, in the state's slot. No other
-/// key ends like them: a state key's second-to-last field is an algorithm tag, here
-/// it is the window.
+/// The ring of a sketched `distinct` limit whose state is at `state`: per sub-window
+/// slot a HyperLogLog, `<state>:0` … `<state>:P−1`, then a Bloom filter, `<state>:b0` …
+/// `<state>:bP−1`, all in the state's slot. No other key ends like them: a state key's
+/// second-to-last field is an algorithm tag, here it is the window.
 pub fn ring_keys(state: &str, limit: &Limit) -> impl Iterator<Item = String> {
-    (0..ring_len(limit)).map(move |i| format!("{state}:{i}"))
+    let slots = ring_len(limit) / 2;
+    let hll = (0..slots).map(move |i| format!("{state}:{i}"));
+    hll.chain((0..slots).map(move |i| format!("{state}:b{i}")))
 }
 
-/// How many ring keys `limit` has beside its state key: P for a sketched `distinct`
+/// How many ring keys `limit` has beside its state key: 2P for a sketched `distinct`
 /// limit, none for the others.
 pub(crate) fn ring_len(limit: &Limit) -> u32 {
     match limit.algorithm() {
-        Algorithm::Distinct { precision } if !distinct::is_exact(limit.limit()) => precision,
+        Algorithm::Distinct { precision } if !distinct::is_exact(limit.limit()) => 2 * precision,
         _ => 0,
     }
 }
@@ -193,7 +193,14 @@ mod tests {
         let ring: Vec<String> = ring_keys(&state, &sketched).collect();
         assert_eq!(
             ring,
-            ["rl:{k}:dh3:60s:0", "rl:{k}:dh3:60s:1", "rl:{k}:dh3:60s:2"]
+            [
+                "rl:{k}:dh3.1000:60s:0",
+                "rl:{k}:dh3.1000:60s:1",
+                "rl:{k}:dh3.1000:60s:2",
+                "rl:{k}:dh3.1000:60s:b0",
+                "rl:{k}:dh3.1000:60s:b1",
+                "rl:{k}:dh3.1000:60s:b2",
+            ]
         );
         assert!(
             ring.iter()

@@ -61,7 +61,7 @@ pub fn script_argv(requests: &[spillway_core::Request<'_>]) -> Vec<String> {
     for r in requests {
         argv.push(script::limit_text(r.limit));
         argv.push(r.cost.to_string());
-        argv.push(String::from_utf8_lossy(r.member_bytes()).into_owned());
+        argv.push(String::from_utf8_lossy(&script::member_arg(r)).into_owned());
     }
     argv
 }

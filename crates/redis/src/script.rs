@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use redis::{Cmd, Value};
-use spillway_core::algorithm::distinct;
+use spillway_core::algorithm::{bloom, distinct};
 use spillway_core::{
     Algorithm, BatchDecision, Decision, Edge, Error as CoreError, Limit, Outcome, Request,
     Timestamp,
@@ -54,7 +54,7 @@ impl Section {
         };
         let requests = requests
             .iter()
-            .map(|r| (limit_text(r.limit), r.cost, r.member_bytes().to_vec()))
+            .map(|r| (limit_text(r.limit), r.cost, member_arg(r)))
             .collect();
         Section {
             keys,
@@ -62,6 +62,23 @@ impl Section {
             requests,
         }
     }
+}
+
+/// A request's member as the script reads it: as it is, but for a sketched `distinct`
+/// limit, whose member comes after its Bloom filter positions (7 × u32, little-endian):
+/// Lua 5.1 cannot compute the 64-bit hashes they come from.
+pub(crate) fn member_arg(r: &Request<'_>) -> Vec<u8> {
+    let member = r.member_bytes();
+    if !r.limit.algorithm().counts_members() || distinct::is_exact(r.limit.limit()) {
+        return member.to_vec();
+    }
+    let positions = bloom::positions(member, bloom::bits(r.limit.limit()));
+    let mut arg = Vec::with_capacity(4 * bloom::HASHES + member.len());
+    positions
+        .iter()
+        .for_each(|p| arg.extend_from_slice(&p.to_le_bytes()));
+    arg.extend_from_slice(member);
+    arg
 }
 
 /// The command calling the script (`EVALSHA sha` or `EVAL source`) for `sections`.

@@ -20,21 +20,25 @@
 //!   seen in. Never more than `limit` members are live (a new one is added only while
 //!   there is room), so the state is bounded by the limit: a few hundred bytes for
 //!   "3 IPs per key".
-//! - **Sketch** (limit above): a HyperLogLog per live sub-window, exactly as Redis keeps
-//!   them ([`hll`](super::hll)); the count is the estimate of their union, and a member
-//!   is new when adding it raises that estimate. The count is within about 0.81%
-//!   (1.04/√16384) of the truth; membership is not: a new member that changes no register
-//!   looks counted, a share that grows with the limit (measured by `spillway simulate
-//!   --algorithms distinct`, in the README). Up to 16 KB per sub-window here (a byte per
-//!   register), 12 KB in Redis.
+//! - **Sketch** (limit above, up to [`MAX_LIMIT`]): per sub-window a HyperLogLog exactly
+//!   as Redis keeps them ([`hll`](super::hll)) and a Bloom filter of 10 bits per member
+//!   the limit allows ([`bloom`](super::bloom)). The count is the estimate of the live
+//!   HyperLogLogs' union, within about 0.81% (1.04/√16384) of the truth; a member is
+//!   counted when a live filter holds it. So a counted member is never denied, and a new
+//!   one is admitted while the count is below the limit: past it, only the filter's false
+//!   positives (0.8%) get through (measured by `spillway simulate --algorithms distinct`,
+//!   in the README). A HyperLogLog alone cannot tell: a new member that raises no
+//!   register looks counted, and past a few thousand members most raise none. Per
+//!   sub-window up to 16 KB + limit × 10 bits here, 12 KB + the same bits in Redis.
 //!
 //! `retry_after` is truthful: the first sub-window edge at which the member would be
 //! admitted if nothing else came (exact: once the `limit`-th most recent member's
-//! sub-window leaves; sketch: once the union of the sub-windows still live, with the
-//! member, is within the limit).
+//! sub-window leaves; sketch: once the count of the sub-windows still live is below the
+//! limit).
 
 use std::borrow::Cow;
 
+use super::bloom::{self, Bloom};
 use super::hll::Registers;
 use super::meter::{Meter, allow, deny};
 use crate::decision::{Decision, Outcome};
@@ -49,6 +53,10 @@ pub fn is_exact(limit: u64) -> bool {
 
 /// The longest member (1 KiB): an IP, an account id, an email address, a path.
 pub const MAX_MEMBER: usize = 1024;
+
+/// The largest distinct limit: its Bloom filters take 10 bits per member (12.5 MB per
+/// sub-window at this limit).
+pub const MAX_LIMIT: u64 = 10_000_000;
 
 /// The most sub-windows a distinct limit may have: each may hold a sketch (16 KB here,
 /// 12 KB and a key of its own in Redis), and a check merges the live ones.
@@ -94,8 +102,8 @@ impl Params {
         (j, now.max(j * self.width))
     }
 
-    /// The first sub-window edge after `j` at which `member`, new now, would be admitted.
-    fn retry_at(&self, s: &Members, j: u64, member: &[u8]) -> u64 {
+    /// The first sub-window edge after `j` at which a member new now would be admitted.
+    fn retry_at(&self, s: &Members, j: u64) -> u64 {
         let edge = |k: u64| (j + k) * self.width;
         match &s.seen {
             Seen::Exact(members) => {
@@ -111,11 +119,7 @@ impl Params {
                 self.end(nth)
             }
             Seen::Sketch(windows) => (1..=self.precision)
-                .find(|&k| {
-                    let (before, after) =
-                        Members::union(windows, self.oldest(j + k)).counts_with(member);
-                    after == before || after <= self.limit
-                })
+                .find(|&k| Members::count(windows, self.oldest(j + k)) < self.limit)
                 .map_or(edge(self.precision), edge),
         }
     }
@@ -133,7 +137,15 @@ pub struct Members {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Seen {
     Exact(Vec<(Box<[u8]>, u64)>),
-    Sketch(Vec<(u64, Registers)>),
+    Sketch(Vec<Window>),
+}
+
+/// One sub-window of a sketch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Window {
+    at: u64,
+    registers: Registers,
+    bloom: Bloom,
 }
 
 impl Default for Seen {
@@ -150,8 +162,11 @@ impl Members {
                     + members.iter().map(|(m, _)| m.len()).sum::<usize>()
             }
             Seen::Sketch(windows) => {
-                windows.capacity() * std::mem::size_of::<(u64, Registers)>()
-                    + windows.iter().map(|(_, r)| r.heap_bytes()).sum::<usize>()
+                windows.capacity() * std::mem::size_of::<Window>()
+                    + windows
+                        .iter()
+                        .map(|w| w.registers.heap_bytes() + w.bloom.heap_bytes())
+                        .sum::<usize>()
             }
         }
     }
@@ -163,19 +178,20 @@ impl Members {
         }
     }
 
-    /// The union of the sketches of sub-windows `from ..`: borrowed when only one is
-    /// live (always, with precision 1).
-    fn union(windows: &[(u64, Registers)], from: u64) -> Cow<'_, Registers> {
-        let mut live = windows.iter().filter(|(b, _)| *b >= from);
-        match (live.next(), live.clone().next()) {
-            (None, _) => Cow::Owned(Registers::default()),
-            (Some((_, only)), None) => Cow::Borrowed(only),
-            (Some((_, first)), Some(_)) => {
-                let mut union = first.clone();
-                live.for_each(|(_, r)| union.merge(r));
+    /// The estimated count of sub-windows `from ..`: their HyperLogLogs' union,
+    /// borrowed when only one is live (always, with precision 1).
+    fn count(windows: &[Window], from: u64) -> u64 {
+        let mut live = windows.iter().filter(|w| w.at >= from);
+        let union = match (live.next(), live.clone().next()) {
+            (None, _) => return 0,
+            (Some(only), None) => Cow::Borrowed(&only.registers),
+            (Some(first), Some(_)) => {
+                let mut union = first.registers.clone();
+                live.for_each(|w| union.merge(&w.registers));
                 Cow::Owned(union)
             }
-        }
+        };
+        union.count()
     }
 }
 
@@ -202,8 +218,12 @@ impl Meter for Params {
                 (known, count, if known { count } else { count + 1 })
             }
             Seen::Sketch(windows) => {
-                let (before, after) = Members::union(windows, oldest).counts_with(member);
-                (after == before, before, after)
+                let at = bloom::positions(member, bloom::bits(limit));
+                let known = windows
+                    .iter()
+                    .any(|w| w.at >= oldest && w.bloom.contains(&at));
+                let count = Members::count(windows, oldest);
+                (known, count, if known { count } else { count + 1 })
             }
         };
         if cost > 1 {
@@ -223,7 +243,7 @@ impl Meter for Params {
         deny(
             limit,
             cost,
-            self.retry_at(s, j, member) - now,
+            self.retry_at(s, j) - now,
             limit.saturating_sub(before),
             reset(s.newest),
         )
@@ -248,17 +268,18 @@ impl Meter for Params {
                 }
             }
             Seen::Sketch(windows) => {
-                windows.retain(|(b, _)| *b >= oldest);
-                match windows.last_mut() {
-                    Some((b, r)) if *b == j => {
-                        r.add(member);
-                    }
-                    _ => {
-                        let mut r = Registers::default();
-                        r.add(member);
-                        windows.push((j, r));
-                    }
+                windows.retain(|w| w.at >= oldest);
+                if windows.last().is_none_or(|w| w.at != j) {
+                    windows.push(Window {
+                        at: j,
+                        registers: Registers::default(),
+                        bloom: Bloom::default(),
+                    });
                 }
+                let w = windows.last_mut().expect("pushed");
+                w.registers.add(member);
+                let bits = bloom::bits(self.limit);
+                w.bloom.insert(&bloom::positions(member, bits), bits);
             }
         }
         s.newest = j;

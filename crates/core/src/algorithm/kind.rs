@@ -28,7 +28,8 @@ pub enum Algorithm {
     Gcra,
     /// At most `limit` distinct *members* per key per window (distinct IPs per API key),
     /// counted over `precision` sub-windows: exactly up to a limit of
-    /// [`EXACT_MAX`](crate::algorithm::distinct::EXACT_MAX), with HyperLogLogs above.
+    /// [`EXACT_MAX`](crate::algorithm::distinct::EXACT_MAX), with sketches (HyperLogLogs and
+    /// Bloom filters) above.
     /// See [`distinct`](crate::algorithm::distinct).
     Distinct {
         /// Sub-windows per window (1 = fixed windows aligned to the epoch).

@@ -86,6 +86,13 @@ impl LimitBuilder {
             Some(b) => b,
             None => limit,
         };
+        if algorithm.counts_members() && limit > distinct::MAX_LIMIT {
+            return invalid(format!(
+                "limit {limit} is more than {} members for distinct (its filters take 10 \
+                 bits per member)",
+                distinct::MAX_LIMIT
+            ));
+        }
         if algorithm.counts_members() && count_rejected {
             return invalid(
                 "count_rejected does not apply to distinct: a denied member is not counted".into(),

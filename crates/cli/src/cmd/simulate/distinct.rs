@@ -14,7 +14,7 @@
 
 use serde::Serialize;
 use spillway_core::algorithm::distinct;
-use spillway_core::{Algorithm, Key, Limit, MAX_EXACT, MemoryStore, Request};
+use spillway_core::{Algorithm, Key, Limit, MemoryStore, Request};
 
 use super::replay::START;
 
@@ -28,6 +28,8 @@ pub struct Row {
     pub error_percent: f64,
     /// How a limit of N counts: `exact` or `sketch`.
     pub mode: &'static str,
+    /// Distinct members admitted at a limit of N (of 2N offered).
+    pub admitted: u64,
     /// Requests that should have been admitted (N new under the limit, N repeats).
     pub should_admit: u64,
     pub false_denies: u64,
@@ -64,14 +66,14 @@ pub fn measure(
     };
 
     // The count: a limit no run reaches.
-    let unreached = Limit::new(algorithm, MAX_EXACT, window)?;
+    let unreached = Limit::new(algorithm, distinct::MAX_LIMIT, window)?;
     let store = MemoryStore::new();
     for i in 0..n {
         decide(&store, &unreached, &member(seed, 0, i), 1);
         tick();
     }
     let peek = decide(&store, &unreached, &member(seed, 0, 0), 0);
-    let estimated = MAX_EXACT - peek.remaining;
+    let estimated = distinct::MAX_LIMIT - peek.remaining;
 
     // At the limit.
     let limit = Limit::new(algorithm, n, window)?;
@@ -104,6 +106,7 @@ pub fn measure(
         members: n,
         estimated,
         error_percent: (estimated as f64 - n as f64) / n as f64 * 100.0,
+        admitted,
         mode: if distinct::is_exact(n) {
             "exact"
         } else {
