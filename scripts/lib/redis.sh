@@ -35,7 +35,10 @@ port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_ports() {
     local count=$1 base i busy
     for _ in $(seq 100); do
-        base=$((20000 + RANDOM % 25000))
+        # Below 22,760: a cluster node's bus (port + 10000) stays under Linux's
+        # ephemeral ports (32768+), which an outgoing connection may take between this
+        # check and the node's bind (a node that cannot bind its bus never starts).
+        base=$((20000 + RANDOM % 2750))
         busy=0
         for ((i = 0; i < count; i++)); do
             if port_in_use $((base + i)) || port_in_use $((base + i + 10000)); then busy=1; break; fi
