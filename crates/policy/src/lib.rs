@@ -48,6 +48,9 @@ mod validate;
 pub use error::{Error, Errors};
 pub use load::{assemble, is_policy_file, load, parse};
 pub use rule::{Rule, RuleLimit};
-pub use set::{Domain, Match, PolicySet, escape_into, override_key, wildcard_match};
+pub use set::{
+    Domain, How, Match, PolicySet, Step, Trace, Unmatched, escape_into, override_key,
+    wildcard_match,
+};
 pub use spillway_core::{Mode, OnStoreError};
 pub use unit::Unit;

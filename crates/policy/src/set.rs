@@ -136,26 +136,77 @@ impl Domain {
     /// key alone. A node's rules apply only when it is reached by the last entry; a node
     /// without rules (a whitelisted value) or a path that runs out matches nothing.
     pub fn resolve<K: AsRef<str>, V: AsRef<str>>(&self, entries: &[(K, V)]) -> Option<Match<'_>> {
+        self.walk(entries, |_, _, _| ()).ok()
+    }
+
+    /// [`resolve`](Domain::resolve), saying how: the node each entry reached and by
+    /// which rule of matching, and, when nothing matched, why and what exists there.
+    pub fn trace<K: AsRef<str>, V: AsRef<str>>(&self, entries: &[(K, V)]) -> Trace<'_> {
+        let mut steps = Vec::with_capacity(entries.len());
+        let found = self.walk(entries, |entry, node: &str, how| {
+            steps.push(Step {
+                entry,
+                node: node.to_owned(),
+                how,
+            })
+        });
+        match found {
+            Ok(m) => Trace {
+                steps,
+                matched: Some(m),
+                unmatched: None,
+            },
+            Err(miss) => Trace {
+                steps,
+                matched: None,
+                unmatched: Some(match miss {
+                    Miss::NoEntries => Unmatched::NoEntries,
+                    Miss::NoNode { entry, level } => Unmatched::NoNode {
+                        entry,
+                        existing: level.names(),
+                    },
+                    Miss::NoRules { entry } => Unmatched::NoRules { entry },
+                    Miss::PathEnds { entry, more } => Unmatched::PathEnds { entry, more },
+                }),
+            },
+        }
+    }
+
+    /// The walk behind `resolve` and `trace`: `step` is told each node reached.
+    fn walk<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        entries: &[(K, V)],
+        mut step: impl FnMut(usize, &str, How),
+    ) -> Result<Match<'_>, Miss<'_>> {
         let mut level = &self.root;
         let mut group = String::with_capacity(64);
         escape_into(&mut group, &self.name);
         let mut composite = String::with_capacity(64);
-        let last = entries.len().checked_sub(1)?;
+        let last = entries.len().checked_sub(1).ok_or(Miss::NoEntries)?;
         for (i, (k, v)) in entries.iter().enumerate() {
             let (k, v) = (k.as_ref(), v.as_ref());
             composite.clear();
             let _ = write!(composite, "{k}_{v}");
-            let node = level
+            let (name, node, how) = level
                 .nodes
-                .get(&composite)
+                .get_key_value(&composite)
+                .map(|(n, node)| (n, node, How::Exact))
                 .or_else(|| {
                     level
                         .wildcards
                         .iter()
                         .find(|pattern| wildcard_match(pattern, &composite))
-                        .and_then(|pattern| level.nodes.get(pattern))
+                        .and_then(|pattern| level.nodes.get_key_value(pattern))
+                        .map(|(n, node)| (n, node, How::Wildcard))
                 })
-                .or_else(|| level.nodes.get(k))?;
+                .or_else(|| {
+                    level
+                        .nodes
+                        .get_key_value(k)
+                        .map(|(n, node)| (n, node, How::Key))
+                })
+                .ok_or(Miss::NoNode { entry: i, level })?;
+            step(i, name, how);
 
             group.push('|');
             escape_into(&mut group, k);
@@ -172,15 +223,124 @@ impl Domain {
             }
 
             if i == last {
-                return (!node.rules.is_empty()).then_some(Match {
+                if node.rules.is_empty() {
+                    return Err(Miss::NoRules { entry: i });
+                }
+                return Ok(Match {
                     rules: &node.rules,
                     group,
                     last: split,
                 });
             }
-            level = node.children.as_ref()?;
+            level = node.children.as_ref().ok_or(Miss::PathEnds {
+                entry: i,
+                more: entries.len() - i - 1,
+            })?;
         }
-        None
+        Err(Miss::NoEntries)
+    }
+}
+
+/// Why `walk` matched nothing, without allocating (`resolve` is on every request).
+enum Miss<'a> {
+    NoEntries,
+    NoNode { entry: usize, level: &'a Level },
+    NoRules { entry: usize },
+    PathEnds { entry: usize, more: usize },
+}
+
+impl Level {
+    /// The node names of this level, sorted (at most 20, for a person to read).
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.nodes.keys().cloned().collect();
+        names.sort();
+        names.truncate(20);
+        names
+    }
+}
+
+/// How a descriptor went through a domain's tree: see [`Domain::trace`].
+#[derive(Debug)]
+pub struct Trace<'a> {
+    /// One per entry that reached a node, in order.
+    pub steps: Vec<Step>,
+    /// The rules matched, when the descriptor reached a node with rules by its last entry.
+    pub matched: Option<Match<'a>>,
+    /// Otherwise why not.
+    pub unmatched: Option<Unmatched>,
+}
+
+/// One entry's node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The entry's position in the descriptor.
+    pub entry: usize,
+    /// The node as configured: `key_value`, a wildcard `key_prefix*`, or `key`.
+    pub node: String,
+    /// How it was found.
+    pub how: How,
+}
+
+/// Which rule of matching found a node, in the order they are tried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum How {
+    /// The node `key_value`.
+    Exact,
+    /// A wildcard node, the first in config order that matches `key_value`.
+    Wildcard,
+    /// The node `key`, which matches any value.
+    Key,
+}
+
+impl How {
+    /// `exact`, `wildcard`, `any value`.
+    pub fn name(self) -> &'static str {
+        match self {
+            How::Exact => "exact",
+            How::Wildcard => "wildcard",
+            How::Key => "any value",
+        }
+    }
+}
+
+/// Why a descriptor matched no rule; `entry` is a position in the descriptor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Unmatched {
+    /// The descriptor has no entries.
+    NoEntries,
+    /// Entry `entry` matched no node of its level; `existing` are that level's nodes
+    /// (sorted, at most 20).
+    NoNode { entry: usize, existing: Vec<String> },
+    /// The path reached a node without rules (a value listed to be left alone).
+    NoRules { entry: usize },
+    /// The tree ends at entry `entry`, with `more` entries left over.
+    PathEnds { entry: usize, more: usize },
+}
+
+impl std::fmt::Display for Unmatched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unmatched::NoEntries => write!(f, "the descriptor has no entries"),
+            Unmatched::NoNode { entry, existing } if existing.is_empty() => {
+                write!(f, "entry {entry} matches no node: the level is empty")
+            }
+            Unmatched::NoNode { entry, existing } => write!(
+                f,
+                "entry {entry} matches no node; the nodes there are {}",
+                existing.join(", ")
+            ),
+            Unmatched::NoRules { entry } => write!(
+                f,
+                "entry {entry} reaches a node without limits (its values are left alone)"
+            ),
+            Unmatched::PathEnds { entry, more } => write!(
+                f,
+                "the tree ends at entry {entry}; the {more} entr{} after it match nothing \
+                 (a node's limits apply only to a descriptor that ends there)",
+                if *more == 1 { "y" } else { "ies" }
+            ),
+        }
     }
 }
 

@@ -161,3 +161,62 @@ descriptors:
     );
     assert_eq!(n(""), 5);
 }
+
+/// `trace` says how `resolve` matched: each entry's node and by which rule (exact,
+/// wildcard, any value), and when nothing matched, why and what exists there.
+#[test]
+fn a_trace_says_how_each_entry_matched_or_why_none_did() {
+    use spillway_policy::{How, Unmatched};
+    let d = example("envoy/rl.yaml");
+    let how = |entries: &[(&str, &str)]| -> Vec<(String, How)> {
+        let t = d.trace(entries);
+        assert_eq!(t.matched.is_some(), d.resolve(entries).is_some());
+        t.steps.into_iter().map(|s| (s.node, s.how)).collect()
+    };
+    assert_eq!(
+        how(&[("foo", "x"), ("bar", "banned")]),
+        [
+            ("foo".to_owned(), How::Key),
+            ("bar_banned".to_owned(), How::Exact)
+        ]
+    );
+    assert_eq!(
+        how(&[("source_cluster", "proxy"), ("destination_cluster", "mock")])[0],
+        ("source_cluster_proxy".to_owned(), How::Exact)
+    );
+
+    let t = d.trace(&[("nope", "x")]);
+    let Some(Unmatched::NoNode { entry: 0, existing }) = &t.unmatched else {
+        panic!("{:?}", t.unmatched)
+    };
+    assert!(existing.contains(&"foo".to_owned()), "{existing:?}");
+    assert!(
+        t.unmatched
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("the nodes there are")
+    );
+    assert_eq!(
+        d.trace(&[("source_cluster", "proxy")]).unmatched,
+        Some(Unmatched::NoRules { entry: 0 })
+    );
+    assert_eq!(
+        d.trace(&[("foo", "x"), ("bar", "y"), ("deeper", "z")])
+            .unmatched,
+        Some(Unmatched::PathEnds { entry: 1, more: 1 })
+    );
+    assert_eq!(
+        d.trace::<&str, &str>(&[]).unmatched,
+        Some(Unmatched::NoEntries)
+    );
+
+    let w = spillway_policy::parse(
+        "w.yaml",
+        "domain: w\ndescriptors:\n  - key: path\n    value: /api/*\n    rate_limit: { unit: second, requests_per_unit: 2 }\n",
+    )
+    .unwrap();
+    let t = w.trace(&[("path", "/api/v2")]);
+    assert_eq!(t.steps[0].node, "path_/api/*");
+    assert_eq!(t.steps[0].how, How::Wildcard);
+}
