@@ -3,6 +3,7 @@
 
 mod bench;
 mod check;
+mod explain;
 mod serve;
 mod simulate;
 mod validate;
@@ -30,6 +31,9 @@ pub enum Command {
     /// Ask a store for one decision: would KEY be admitted under this limit?
     #[command(after_help = check::EXAMPLES)]
     Check(check::CheckArgs),
+    /// Ask a running service why a request would be admitted or limited, consuming nothing.
+    #[command(after_help = explain::EXAMPLES)]
+    Explain(explain::ExplainArgs),
     /// Load policy files exactly as `serve` would: every error, or a summary of the rules.
     #[command(after_help = validate::EXAMPLES)]
     Validate(validate::ValidateArgs),
@@ -42,8 +46,19 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Bench(args) => bench::run(args),
         Command::Check(args) => check::run(args),
+        Command::Explain(args) => explain::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Validate(args) => validate::run(args),
     }
+}
+
+/// A descriptor's entries from `key=value` arguments (`key` alone: an empty value).
+fn entries(args: &[String]) -> Vec<(String, String)> {
+    args.iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.to_owned()),
+            None => (kv.clone(), String::new()),
+        })
+        .collect()
 }

@@ -161,10 +161,14 @@ impl Domain {
                 matched: None,
                 unmatched: Some(match miss {
                     Miss::NoEntries => Unmatched::NoEntries,
-                    Miss::NoNode { entry, level } => Unmatched::NoNode {
-                        entry,
-                        existing: level.names(),
-                    },
+                    Miss::NoNode { entry, level } => {
+                        let (k, v) = (entries[entry].0.as_ref(), entries[entry].1.as_ref());
+                        Unmatched::NoNode {
+                            entry,
+                            closest: level.closest(k, v),
+                            existing: level.names(),
+                        }
+                    }
                     Miss::NoRules { entry } => Unmatched::NoRules { entry },
                     Miss::PathEnds { entry, more } => Unmatched::PathEnds { entry, more },
                 }),
@@ -250,6 +254,20 @@ enum Miss<'a> {
 }
 
 impl Level {
+    /// The node most like `key_value` or `key` (by edit distance), for a person who
+    /// mistyped one.
+    fn closest(&self, key: &str, value: &str) -> Option<String> {
+        let composite = format!("{key}_{value}");
+        self.nodes
+            .keys()
+            .map(|n| {
+                let d = strsim::levenshtein(n, key).min(strsim::levenshtein(n, &composite));
+                (d, n)
+            })
+            .min()
+            .map(|(_, n)| n.clone())
+    }
+
     /// The node names of this level, sorted (at most 20, for a person to read).
     fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.nodes.keys().cloned().collect();
@@ -310,8 +328,12 @@ pub enum Unmatched {
     /// The descriptor has no entries.
     NoEntries,
     /// Entry `entry` matched no node of its level; `existing` are that level's nodes
-    /// (sorted, at most 20).
-    NoNode { entry: usize, existing: Vec<String> },
+    /// (sorted, at most 20), `closest` the one most like the entry.
+    NoNode {
+        entry: usize,
+        existing: Vec<String>,
+        closest: Option<String>,
+    },
     /// The path reached a node without rules (a value listed to be left alone).
     NoRules { entry: usize },
     /// The tree ends at entry `entry`, with `more` entries left over.
@@ -322,14 +344,22 @@ impl std::fmt::Display for Unmatched {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Unmatched::NoEntries => write!(f, "the descriptor has no entries"),
-            Unmatched::NoNode { entry, existing } if existing.is_empty() => {
+            Unmatched::NoNode {
+                entry, existing, ..
+            } if existing.is_empty() => {
                 write!(f, "entry {entry} matches no node: the level is empty")
             }
-            Unmatched::NoNode { entry, existing } => write!(
-                f,
-                "entry {entry} matches no node; the nodes there are {}",
-                existing.join(", ")
-            ),
+            Unmatched::NoNode {
+                entry,
+                existing,
+                closest,
+            } => {
+                write!(f, "entry {entry} matches no node")?;
+                if let Some(c) = closest {
+                    write!(f, "; the closest is `{c}`")?;
+                }
+                write!(f, "; the nodes there are {}", existing.join(", "))
+            }
             Unmatched::NoRules { entry } => write!(
                 f,
                 "entry {entry} reaches a node without limits (its values are left alone)"

@@ -186,10 +186,15 @@ fn a_trace_says_how_each_entry_matched_or_why_none_did() {
     );
 
     let t = d.trace(&[("nope", "x")]);
-    let Some(Unmatched::NoNode { entry: 0, existing }) = &t.unmatched else {
+    let Some(Unmatched::NoNode {
+        entry: 0, existing, ..
+    }) = &t.unmatched
+    else {
         panic!("{:?}", t.unmatched)
     };
     assert!(existing.contains(&"foo".to_owned()), "{existing:?}");
+    let typo = d.trace(&[("fooo", "x")]).unmatched.unwrap().to_string();
+    assert!(typo.contains("the closest is `foo`"), "{typo}");
     assert!(
         t.unmatched
             .as_ref()

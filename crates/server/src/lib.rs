@@ -43,7 +43,10 @@ pub use service::request::{
     CheckRequest, CheckResponse, Code, Descriptor, MAX_DESCRIPTORS, MAX_DOMAIN_LEN, MAX_ENTRIES,
     Override, ReportedRule, Status,
 };
-pub use service::{CheckError, Options, Service};
+pub use service::{
+    CheckError, DeniedBy, DescriptorExplanation, Explanation, LimitExplanation, LimitState,
+    Options, PathStep, Service,
+};
 pub use settings::{Settings, SettingsError};
 pub use spillway_core::headers::HeaderStyle;
 pub use spillway_core::{Breaker, BreakerState};

@@ -16,11 +16,15 @@ use spillway_core::{
 };
 use spillway_policy::{Mode, OnStoreError, PolicySet, Rule, RuleLimit, override_key};
 
+mod explain;
 pub(crate) mod request;
 mod status;
 
 use crate::metrics;
 use crate::store::{self, Stores};
+pub use explain::{
+    DeniedBy, DescriptorExplanation, Explanation, LimitExplanation, LimitState, PathStep,
+};
 pub use request::CheckError;
 use request::{CheckRequest, CheckResponse, Code, Status};
 use status::{Rank, rule_status};

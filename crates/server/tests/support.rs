@@ -138,6 +138,18 @@ impl Server {
         (status, headers, r.json().await.unwrap())
     }
 
+    /// `POST path` with a JSON body: the status and the body.
+    pub async fn post(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let r = self
+            .http
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
     pub fn advance(&self, d: Duration) {
         self.clock.advance(d);
     }

@@ -23,6 +23,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/check", post(v1::check))
+        .route("/v1/explain", post(v1::explain))
         .route("/json", post(reference::check))
         .route("/metrics", get(ops::prometheus))
         .route("/healthz", get(|| async { "ok\n" }))

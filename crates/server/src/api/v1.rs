@@ -155,6 +155,25 @@ pub(super) async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Re
     }
 }
 
+/// `POST /v1/explain`: `/v1/check`'s body, answered with what a check would do and
+/// why, consuming nothing (200 whatever the verdict; 400 for a bad body).
+pub(super) async fn explain(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    metrics::request("explain");
+    let answer = async {
+        let req = decode(&body)?;
+        state.service.explain(&req).await
+    };
+    match answer.await {
+        Ok(explanation) => Json(explanation).into_response(),
+        Err(e) => {
+            if e.is_invalid() {
+                metrics::invalid_request("explain");
+            }
+            respond::v1_error(&e)
+        }
+    }
+}
+
 fn v1_response(state: &AppState, r: &CheckResponse) -> Response {
     let allowed = r.overall == Code::Ok;
     let denied_by = r

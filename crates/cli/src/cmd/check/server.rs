@@ -31,14 +31,7 @@ pub async fn run(args: &CheckArgs, url: &str) -> anyhow::Result<ExitCode> {
         .domain
         .as_deref()
         .context("--domain is required with --server")?;
-    let entries: Vec<(String, String)> = args
-        .keys
-        .iter()
-        .map(|kv| match kv.split_once('=') {
-            Some((k, v)) => (k.to_owned(), v.to_owned()),
-            None => (kv.clone(), String::new()),
-        })
-        .collect();
+    let entries = crate::cmd::entries(&args.keys);
     let cost = if args.peek { 0 } else { args.cost };
     let ask = async {
         if let Some(addr) = url.strip_prefix("grpc://") {

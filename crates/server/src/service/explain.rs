@@ -1,0 +1,291 @@
+//! `POST /v1/explain`: what a check of the same body would do, consuming nothing. For
+//! every descriptor the path it takes through the policy tree, every rule that applies
+//! with its state read from the store (a look, cost 0), whether it would admit, and
+//! which limit would deny the request.
+
+use serde::Serialize;
+use spillway_core::{Decision, Request, Store};
+use spillway_policy::{Mode, RuleLimit};
+
+use super::request::{CheckError, CheckRequest, ceil_ms};
+use super::{Hit, Service};
+
+/// What a check would do now.
+#[derive(Debug, Serialize)]
+pub struct Explanation {
+    pub domain: String,
+    /// Whether a policy file declares the domain (a check of an unknown domain is OK).
+    pub domain_found: bool,
+    /// Whether `/v1/check` would admit the request now.
+    pub allowed: bool,
+    /// The first limit that would deny it.
+    pub denied_by: Option<DeniedBy>,
+    pub descriptors: Vec<DescriptorExplanation>,
+}
+
+/// The limit that would deny a request.
+#[derive(Debug, Serialize)]
+pub struct DeniedBy {
+    pub descriptor: usize,
+    pub rule: String,
+}
+
+/// One descriptor.
+#[derive(Debug, Serialize)]
+pub struct DescriptorExplanation {
+    pub entries: Vec<Entry>,
+    /// The node each entry reached, and how it matched.
+    pub path: Vec<PathStep>,
+    /// Whether it matched rules (or carries Envoy's own limit).
+    pub matched: bool,
+    /// Why it matched none: where the path stopped and what exists there.
+    pub unmatched: Option<String>,
+    /// Envoy's per-descriptor limit, used instead of the configuration.
+    pub override_limit: bool,
+    pub limits: Vec<LimitExplanation>,
+}
+
+/// One `(key, value)` entry.
+#[derive(Debug, Serialize)]
+pub struct Entry {
+    pub key: String,
+    pub value: String,
+}
+
+/// One entry's node in the policy tree.
+#[derive(Debug, Serialize)]
+pub struct PathStep {
+    pub entry: usize,
+    /// The node as configured: `key_value`, a wildcard, or `key`.
+    pub node: String,
+    /// `exact`, `wildcard` or `any value`.
+    pub matched_by: &'static str,
+}
+
+/// One rule a descriptor matched.
+#[derive(Debug, Serialize)]
+pub struct LimitExplanation {
+    /// The rule's name, or its config path.
+    pub rule: String,
+    pub path: String,
+    /// `unlimited` and `block_all` for the reference's special rules.
+    pub algorithm: &'static str,
+    pub limit: Option<u64>,
+    pub window_ms: Option<u64>,
+    /// `enforce` or `shadow`.
+    pub mode: &'static str,
+    pub quota_mode: bool,
+    /// What the rule does when the store fails: `open`, `closed` or `local`.
+    pub on_store_error: &'static str,
+    /// `exact`, or how servers share it (`lease of N`, `sync every T`).
+    pub sharing: String,
+    /// The rule that drops this one from the request (the reference's `replaces`).
+    pub replaced_by: Option<String>,
+    /// The counter key, when the rule counts.
+    pub key: Option<String>,
+    /// What a check would charge.
+    pub cost: u64,
+    /// The counter as the store holds it now.
+    pub state: Option<LimitState>,
+    /// Whether this limit would admit the request.
+    pub would_admit: bool,
+    /// Why the state could not be read.
+    pub error: Option<String>,
+}
+
+/// A counter as the store holds it.
+#[derive(Debug, Serialize)]
+pub struct LimitState {
+    pub remaining: u64,
+    pub reset_after_ms: u64,
+    /// For a request that would be denied: when it would be admitted.
+    pub retry_after_ms: Option<u64>,
+}
+
+impl Service {
+    /// What [`check`](Service::check) would answer for `req`, and why; nothing is
+    /// charged. The state comes from the store itself (not the deny cache, nor a lease
+    /// this server holds), read one rule at a time: two explains read the same.
+    pub async fn explain(&self, req: &CheckRequest) -> Result<Explanation, CheckError> {
+        req.validate()?;
+        let policies = self.policies.load();
+        let Some(domain) = policies.domain(&req.domain) else {
+            return Ok(Explanation {
+                domain: req.domain.clone(),
+                domain_found: false,
+                allowed: true,
+                denied_by: None,
+                descriptors: req
+                    .descriptors
+                    .iter()
+                    .map(|d| DescriptorExplanation {
+                        entries: entries(&d.entries),
+                        path: Vec::new(),
+                        matched: false,
+                        unmatched: Some(format!("no policy file declares domain `{}`", req.domain)),
+                        override_limit: false,
+                        limits: Vec::new(),
+                    })
+                    .collect(),
+            });
+        };
+        let hits = self.hits(req, domain)?;
+        let now = self.clock.now();
+
+        let mut descriptors: Vec<DescriptorExplanation> = req
+            .descriptors
+            .iter()
+            .map(|d| {
+                let trace = domain.trace(&d.entries);
+                DescriptorExplanation {
+                    entries: entries(&d.entries),
+                    path: trace
+                        .steps
+                        .iter()
+                        .map(|s| PathStep {
+                            entry: s.entry,
+                            node: s.node.clone(),
+                            matched_by: s.how.name(),
+                        })
+                        .collect(),
+                    matched: d.limit.is_some() || trace.matched.is_some(),
+                    unmatched: (d.limit.is_none())
+                        .then(|| trace.unmatched.map(|u| u.to_string()))
+                        .flatten(),
+                    override_limit: d.limit.is_some(),
+                    limits: Vec::new(),
+                }
+            })
+            .collect();
+
+        let (mut denied_by, mut quota_total, mut quota_over) = (None, 0, 0);
+        for hit in &hits {
+            let replaced_by = hit.rule.name.as_ref().and_then(|name| {
+                hits.iter()
+                    .find(|o| o.rule.replaces.contains(name))
+                    .map(|o| rule_name(o))
+            });
+            let mut limit = self.explain_hit(hit, replaced_by, now).await;
+            if limit.replaced_by.is_none() {
+                let over = !limit.would_admit;
+                if self.is_quota(&hit.rule) {
+                    quota_total += 1;
+                    quota_over += usize::from(over);
+                } else if over && hit.rule.mode == Mode::Enforce && denied_by.is_none() {
+                    denied_by = Some(DeniedBy {
+                        descriptor: hit.descriptor,
+                        rule: limit.rule.clone(),
+                    });
+                }
+            } else {
+                limit.would_admit = true;
+            }
+            descriptors[hit.descriptor].limits.push(limit);
+        }
+        if denied_by.is_none() && quota_total > 0 && quota_over == quota_total {
+            let (i, l) = descriptors
+                .iter()
+                .enumerate()
+                .find_map(|(i, d)| d.limits.iter().find(|l| !l.would_admit).map(|l| (i, l)))
+                .expect("a quota rule would deny");
+            denied_by = Some(DeniedBy {
+                descriptor: i,
+                rule: l.rule.clone(),
+            });
+        }
+        let allowed = denied_by.is_none() || self.options.global_shadow;
+        Ok(Explanation {
+            domain: req.domain.clone(),
+            domain_found: true,
+            allowed,
+            denied_by,
+            descriptors,
+        })
+    }
+
+    /// One rule: its settings, and its counter read with a look (cost 0).
+    async fn explain_hit(
+        &self,
+        hit: &Hit<'_>,
+        replaced_by: Option<String>,
+        now: spillway_core::Timestamp,
+    ) -> LimitExplanation {
+        let rule = &hit.rule;
+        let policy = rule.on_store_error.unwrap_or(self.options.on_store_error);
+        let mut out = LimitExplanation {
+            rule: rule_name(hit),
+            path: rule.metric.to_string(),
+            algorithm: "unlimited",
+            limit: None,
+            window_ms: None,
+            mode: match rule.mode {
+                Mode::Enforce => "enforce",
+                Mode::Shadow => "shadow",
+            },
+            quota_mode: self.is_quota(rule),
+            on_store_error: policy.name(),
+            sharing: rule.sharing.to_string(),
+            replaced_by,
+            key: hit.key.as_ref().map(|k| k.as_str().to_owned()),
+            cost: hit.cost,
+            state: None,
+            would_admit: true,
+            error: None,
+        };
+        let limit = match &rule.limit {
+            RuleLimit::Unlimited => return out,
+            RuleLimit::BlockAll => {
+                out.algorithm = "block_all";
+                out.limit = Some(0);
+                out.would_admit = false;
+                return out;
+            }
+            RuleLimit::Limited(limit) => limit,
+        };
+        out.algorithm = limit.algorithm().name();
+        out.limit = Some(limit.limit());
+        out.window_ms = Some(ceil_ms(limit.window()));
+        let Some(key) = &hit.key else { return out };
+        let mut look = Request::new(key, limit, 0);
+        if let Some(m) = &hit.member {
+            look = look.with_member(m.as_bytes());
+        }
+        match self.stores.store().check(&[look], now).await {
+            Ok(batch) => {
+                let d: &Decision = &batch.decisions[0];
+                out.would_admit = if limit.algorithm().counts_members() {
+                    d.allowed() || hit.cost == 0
+                } else {
+                    hit.cost <= d.remaining
+                };
+                out.state = Some(LimitState {
+                    remaining: d.remaining,
+                    reset_after_ms: ceil_ms(d.reset_after),
+                    retry_after_ms: d.retry_after().map(ceil_ms),
+                });
+            }
+            Err(e) => {
+                out.error = Some(format!("the store could not be read: {e}"));
+                out.would_admit = policy != spillway_policy::OnStoreError::Closed;
+            }
+        }
+        out
+    }
+}
+
+fn entries(entries: &[(String, String)]) -> Vec<Entry> {
+    entries
+        .iter()
+        .map(|(k, v)| Entry {
+            key: k.clone(),
+            value: v.clone(),
+        })
+        .collect()
+}
+
+fn rule_name(hit: &Hit<'_>) -> String {
+    hit.rule
+        .name
+        .as_deref()
+        .map_or_else(|| hit.rule.metric.to_string(), str::to_owned)
+}
