@@ -135,3 +135,34 @@ fn a_running_service_over_http_and_grpc_and_a_check_that_fails() {
     assert!(v["admitted"].as_u64().unwrap() > v["check"]["allowed"].as_u64().unwrap());
     runtime.block_on(running.stop());
 }
+
+/// `GET /v1/top` after a spread load and a `--hot` one: the hot key is the heaviest
+/// denied key.
+#[test]
+fn the_hot_key_of_a_bench_run_tops_the_denied_keys() {
+    let (runtime, running) = support::server("bench-top", &policy(5));
+    let http = format!("http://{}", running.http_addr);
+    let (code, _, out) = bench(&format!(
+        "--server {http} --domain b --key-name user --keys 20 --concurrency 4"
+    ));
+    assert_eq!(code, Some(0), "{out:?}");
+    let (code, _, out) = bench(&format!(
+        "--server {http} --domain b --key-name user --hot --hot-key the-hot-one --concurrency 4"
+    ));
+    assert_eq!(code, Some(0), "{out:?}");
+    let top: Value = runtime.block_on(async {
+        reqwest::get(format!("{http}/v1/top?domain=b"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    let first = &top["rules"][0]["keys"][0];
+    assert!(
+        first["key"].as_str().unwrap().contains("the-hot-one"),
+        "{top}"
+    );
+    let second = top["rules"][0]["keys"][1]["denied"].as_u64().unwrap();
+    assert!(first["denied"].as_u64().unwrap() > second, "{top}");
+}

@@ -25,6 +25,7 @@ mod service;
 pub mod settings;
 mod state;
 mod store;
+mod top;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,6 +53,7 @@ pub use spillway_core::headers::HeaderStyle;
 pub use spillway_core::{Breaker, BreakerState};
 pub use state::{AppState, LoadStatus};
 pub use store::{AnyStore, Stores};
+pub use top::{Heavy, RuleTop};
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]

@@ -22,6 +22,7 @@ mod status;
 
 use crate::metrics;
 use crate::store::{self, Stores};
+use crate::top::{RuleTop, TopKeys};
 pub use explain::{
     DeniedBy, DescriptorExplanation, Explanation, LimitExplanation, LimitState, PathStep,
 };
@@ -60,6 +61,8 @@ pub struct Service {
     clock: Arc<dyn Clock>,
     options: Options,
     override_path: Arc<str>,
+    /// The heaviest denied keys per rule (`GET /v1/top`).
+    top: TopKeys,
 }
 
 impl std::fmt::Debug for Service {
@@ -97,6 +100,7 @@ impl Service {
             clock,
             options,
             override_path: Arc::from("override"),
+            top: TopKeys::default(),
         }
     }
 
@@ -120,6 +124,12 @@ impl Service {
 
     pub fn stores(&self) -> &Stores {
         &self.stores
+    }
+
+    /// The rules of `domain` that denied over the last minutes, each with the keys it
+    /// denied most (shadow rules' would-be denials included).
+    pub fn top(&self, domain: &str) -> Vec<RuleTop> {
+        self.top.top(domain, minute(self.clock.now()))
     }
 
     /// Decides a request.
@@ -331,6 +341,11 @@ impl Service {
                 failed = true;
             }
             self.record(domain, hit, &status, decision.map(|d| d.0));
+            if over && let Some(key) = &hit.key {
+                let name = hit.rule.name.as_ref().unwrap_or(&hit.rule.metric);
+                self.top
+                    .record(domain, &hit.rule.metric, name, key.as_str(), minute(now));
+            }
 
             let rank = Rank::of(&status);
             let slot = hit.descriptor;
@@ -372,6 +387,11 @@ impl Service {
             }
         }
     }
+}
+
+/// Minutes since the epoch.
+fn minute(now: Timestamp) -> u64 {
+    now.as_micros() / 60_000_000
 }
 
 fn counts(rule: &Rule) -> bool {

@@ -1,15 +1,17 @@
 //! Operations on the HTTP port: `/metrics`, `/healthz`, `/readyz`, the reference's
-//! `/healthcheck`, and `/v1/config`.
+//! `/healthcheck`, `/v1/config` and `/v1/top`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::respond::{self, Refused};
 use crate::metrics;
+use crate::service::CheckError;
 use crate::state::AppState;
 
 pub(super) async fn prometheus() -> impl IntoResponse {
@@ -32,6 +34,24 @@ pub(super) async fn config(State(state): State<Arc<AppState>>) -> Response {
         "domains": domains,
         "loads": status.generation,
         "last_load_error": status.error,
+    }))
+    .into_response()
+}
+
+/// `GET /v1/top?domain=D`: per rule, the keys denied most over the last minutes.
+pub(super) async fn top(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let Some(domain) = query.get("domain").filter(|d| !d.is_empty()) else {
+        return respond::v1_error(&CheckError::Invalid(
+            "give the domain: /v1/top?domain=NAME".into(),
+        ));
+    };
+    Json(serde_json::json!({
+        "domain": domain,
+        "minutes": crate::top::MINUTES,
+        "rules": state.service.top(domain),
     }))
     .into_response()
 }

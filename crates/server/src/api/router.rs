@@ -30,6 +30,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(ops::ready))
         .route("/healthcheck", get(ops::healthcheck))
         .route("/v1/config", get(ops::config))
+        .route("/v1/top", get(ops::top))
         .fallback(|| async { respond::refused(Refused::NoSuchEndpoint) })
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
