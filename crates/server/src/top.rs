@@ -7,7 +7,7 @@
 //! it. Never exported as metric labels (one label value per key would be unbounded).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -23,9 +23,12 @@ const SHARDS: usize = 16;
 /// The heaviest denied keys of every rule.
 #[derive(Debug)]
 pub struct TopKeys {
-    shards: Vec<Mutex<HashMap<(Arc<str>, Arc<str>), Rule>>>,
+    shards: Vec<Mutex<HashMap<RuleId, Rule>>>,
     hasher: std::collections::hash_map::RandomState,
 }
+
+/// A rule: its domain and config path.
+type RuleId = (Arc<str>, Arc<str>);
 
 #[derive(Debug)]
 struct Rule {
@@ -130,9 +133,7 @@ impl TopKeys {
         minute: u64,
     ) {
         let id = (Arc::clone(domain), Arc::clone(path));
-        let mut h = self.hasher.build_hasher();
-        id.hash(&mut h);
-        let mut shard = self.shards[h.finish() as usize % SHARDS]
+        let mut shard = self.shards[self.hasher.hash_one(&id) as usize % SHARDS]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let rule = shard.entry(id).or_insert_with(|| Rule {
