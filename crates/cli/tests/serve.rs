@@ -4,20 +4,14 @@
 //! Redis (`cargo test -p spillway --release --test serve -- --nocapture service_keys`
 //! prints the table of their sizes that the README quotes).
 
+mod support;
+
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use spillway_testkit::redis::RedisServer;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use support::free_port;
 
 #[test]
 fn serve_honours_the_reference_environment_and_stops_on_sigterm() {

@@ -8,6 +8,15 @@ use std::sync::Arc;
 use spillway_server::{AnyStore, Running, Settings};
 use spillway_testkit::redis::{standalone_url, unique_prefix};
 
+/// A loopback port free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A scratch directory for this test process.
 pub fn tempdir(name: &str) -> PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
