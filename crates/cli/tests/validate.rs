@@ -118,3 +118,66 @@ fn a_shared_limit_is_printed_with_its_error_bound() {
     assert_eq!(v["domains"][0]["rules"][0]["sharing"], "lease 20");
     assert_eq!(v["domains"][0]["rules"][1]["sharing"], "sync 100ms");
 }
+
+/// `--diff CANDIDATE`: every rule added, removed or changed, and whole domains; nothing
+/// for identical sets; exit 1 when the candidate does not load.
+#[test]
+fn a_candidate_is_compared_rule_by_rule() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("diff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let live = std::fs::read_to_string(examples("policies/api.yaml")).unwrap();
+    let candidate = live
+        .replacen(
+            "        limit: 10\n        window: 1s",
+            "        limit: 20\n        window: 1s",
+            1,
+        )
+        .replace("  - key: tenant\n    mode: shadow\n", "  - key: tenant\n")
+        + "\n  - key: device\n    limits:\n      - { name: ips, algorithm: distinct, limit: 3, window: 1h }\n";
+    assert_ne!(candidate, live);
+    std::fs::write(dir.join("api.yaml"), candidate).unwrap();
+    std::fs::write(
+        dir.join("other.yaml"),
+        "domain: other\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 5 }\n",
+    )
+    .unwrap();
+
+    let out = validate(&["--diff", dir.to_str().unwrap()], &examples("policies"));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(
+        lines[0].starts_with("~ api: api_key#burst  burst: 10 per 1s (gcra) burst 20"),
+        "{text}"
+    );
+    assert!(lines[0].contains("→  burst: 20 per 1s (gcra)"), "{text}");
+    assert_eq!(lines[1], "+ api: device#ips  ips: 3 per 3600s (distinct)");
+    assert!(
+        lines[2].starts_with("~ api: tenant#tenant-hourly") && lines[2].contains("[shadow]  →"),
+        "{text}"
+    );
+    assert_eq!(lines[3], "+ domain other");
+
+    let out = validate(
+        &["--json", "--diff", dir.to_str().unwrap()],
+        &examples("policies"),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["changes"][1]["kind"], "added");
+    assert_eq!(v["changes"][1]["rule"], "device#ips");
+
+    let same = validate(
+        &["--diff", examples("policies").to_str().unwrap()],
+        &examples("policies"),
+    );
+    assert_eq!(
+        String::from_utf8(same.stdout).unwrap().trim(),
+        "no rule changes"
+    );
+
+    std::fs::write(dir.join("broken.yaml"), "domain: [\n").unwrap();
+    let out = validate(&["--diff", dir.to_str().unwrap()], &examples("policies"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("broken.yaml"));
+}

@@ -16,6 +16,9 @@ Examples:
   # Check a policy directory before deploying it
   spillway validate /etc/spillway/policies
 
+  # What a candidate policy set changes, rule by rule
+  spillway validate /etc/spillway/policies --diff candidate/
+
   # In CI, as JSON
   spillway validate --json policies/ > validation.json";
 
@@ -27,13 +30,45 @@ pub struct ValidateArgs {
     /// Print JSON: {"valid": true, "domains": [...]} or {"valid": false, "errors": [...]}.
     #[arg(long)]
     pub json: bool,
+
+    /// Another policy file or directory: print what it changes against PATH, rule by
+    /// rule (domains and rules added, removed, changed). Both must be valid.
+    #[arg(long, value_name = "CANDIDATE")]
+    pub diff: Option<PathBuf>,
 }
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
-    let set = match spillway_policy::load(&args.path) {
+    let set = match load(&args.path, args.json) {
         Ok(set) => set,
+        Err(code) => return Ok(code),
+    };
+    if let Some(candidate) = &args.diff {
+        let candidate = match load(candidate, args.json) {
+            Ok(set) => set,
+            Err(code) => return Ok(code),
+        };
+        let changes = diff(&set, &candidate);
+        if args.json {
+            println!("{}", json!({ "valid": true, "changes": changes }));
+        } else if changes.is_empty() {
+            println!("no rule changes");
+        } else {
+            for c in &changes {
+                println!("{}", change_line(c));
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    summary(&args, &set);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The policy set at `path`, or (its errors printed) exit status 1.
+fn load(path: &std::path::Path, as_json: bool) -> Result<spillway_policy::PolicySet, ExitCode> {
+    match spillway_policy::load(path) {
+        Ok(set) => Ok(set),
         Err(errors) => {
-            if args.json {
+            if as_json {
                 let errors: Vec<Value> = errors
                     .iter()
                     .map(|e| json!({ "file": e.file, "line": e.line, "field": e.field, "message": e.message }))
@@ -47,13 +82,16 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
                     "{} error{} in {}",
                     errors.0.len(),
                     plural(errors.0.len()),
-                    args.path.display()
+                    path.display()
                 );
             }
-            return Ok(ExitCode::from(1));
+            Err(ExitCode::from(1))
         }
-    };
+    }
+}
 
+/// What the files define.
+fn summary(args: &ValidateArgs, set: &spillway_policy::PolicySet) {
     let domains = set.domains();
     if args.json {
         let domains: Vec<Value> = domains
@@ -64,7 +102,7 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
             })
             .collect();
         println!("{}", json!({ "valid": true, "domains": domains }));
-        return Ok(ExitCode::SUCCESS);
+        return;
     }
     let rules: usize = domains.iter().map(|d| d.rule_count()).sum();
     println!(
@@ -80,7 +118,98 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
             println!("  {:<28} {}", rule.metric, describe(rule));
         }
     }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// One difference between two policy sets.
+#[derive(Debug, serde::Serialize)]
+struct Change {
+    domain: String,
+    /// `domain_added`, `domain_removed`, `added`, `removed`, `changed`.
+    kind: &'static str,
+    /// The rule's config path and name (absent for a whole domain).
+    rule: Option<String>,
+    before: Option<String>,
+    after: Option<String>,
+}
+
+/// The rule-level difference from `live` to `candidate`, by domain then rule.
+fn diff(live: &spillway_policy::PolicySet, candidate: &spillway_policy::PolicySet) -> Vec<Change> {
+    use std::collections::BTreeMap;
+    let rules = |set: &spillway_policy::PolicySet, domain: &str| -> BTreeMap<String, String> {
+        set.domain(domain).map_or_else(BTreeMap::new, |d| {
+            d.rules()
+                .into_iter()
+                .map(|r| (format!("{}{}", r.metric, r.slot), describe(r)))
+                .collect()
+        })
+    };
+    let mut names: Vec<&str> = live.domains().iter().map(|d| d.name()).collect();
+    names.extend(candidate.domains().iter().map(|d| d.name()));
+    names.sort_unstable();
+    names.dedup();
+    let mut out = Vec::new();
+    for domain in names {
+        let (before, after) = (rules(live, domain), rules(candidate, domain));
+        let whole = |kind| Change {
+            domain: domain.to_owned(),
+            kind,
+            rule: None,
+            before: None,
+            after: None,
+        };
+        match (
+            live.domain(domain).is_some(),
+            candidate.domain(domain).is_some(),
+        ) {
+            (false, true) => out.push(whole("domain_added")),
+            (true, false) => out.push(whole("domain_removed")),
+            _ => {}
+        }
+        let mut ids: Vec<&String> = before.keys().chain(after.keys()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            let (b, a) = (before.get(id), after.get(id));
+            let kind = match (b, a) {
+                (None, Some(_)) => "added",
+                (Some(_), None) => "removed",
+                (Some(b), Some(a)) if b != a => "changed",
+                _ => continue,
+            };
+            out.push(Change {
+                domain: domain.to_owned(),
+                kind,
+                rule: Some(id.clone()),
+                before: b.cloned(),
+                after: a.cloned(),
+            });
+        }
+    }
+    out
+}
+
+fn change_line(c: &Change) -> String {
+    let rule = c.rule.as_deref().unwrap_or("");
+    match c.kind {
+        "domain_added" => format!("+ domain {}", c.domain),
+        "domain_removed" => format!("- domain {}", c.domain),
+        "added" => format!(
+            "+ {}: {rule}  {}",
+            c.domain,
+            c.after.as_deref().unwrap_or("")
+        ),
+        "removed" => format!(
+            "- {}: {rule}  {}",
+            c.domain,
+            c.before.as_deref().unwrap_or("")
+        ),
+        _ => format!(
+            "~ {}: {rule}  {}  →  {}",
+            c.domain,
+            c.before.as_deref().unwrap_or(""),
+            c.after.as_deref().unwrap_or("")
+        ),
+    }
 }
 
 fn plural(n: usize) -> &'static str {
