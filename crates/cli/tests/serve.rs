@@ -241,11 +241,17 @@ fn a_bad_failure_policy_or_header_style_is_refused_by_the_parser() {
 /// Starts `spillway serve` on `policies` and `store`, its log read until it exits;
 /// returns it and its HTTP port.
 fn serve(policies: &Path, store: &str) -> (std::process::Child, u16) {
+    serve_with(policies, store, &[])
+}
+
+/// [`serve`] with more arguments.
+fn serve_with(policies: &Path, store: &str, extra: &[&str]) -> (std::process::Child, u16) {
     let http = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
         .args(["serve", "--config"])
         .arg(policies)
         .args(["--store", store])
+        .args(extra)
         .args(["--http-addr", &format!("127.0.0.1:{http}")])
         .args(["--grpc-addr", "127.0.0.1:0"])
         // These tests check decisions, not latency, on a machine that may be busy: at
@@ -336,4 +342,47 @@ fn two_servers_sharing_a_lease_admit_at_most_the_limit_and_lose_at_most_their_le
         total >= 1000 - 2 * 20,
         "{total} admitted: more than 2 leases lost"
     );
+}
+
+/// `--candidate-config`: the candidate's decisions reach /metrics, the answers stay the
+/// live set's, and /v1/config lists the candidate.
+#[test]
+fn serve_decides_a_candidate_in_shadow() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cand-{}", std::process::id()));
+    let (live, candidate) = (dir.join("live"), dir.join("candidate"));
+    for (d, n) in [(&live, 5), (&candidate, 1)] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::write(
+            d.join("api.yaml"),
+            format!("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: {n} }}\n"),
+        )
+        .unwrap();
+    }
+    let (mut child, http) = serve_with(
+        &live,
+        "memory",
+        &["--candidate-config", candidate.to_str().unwrap()],
+    );
+    let body = r#"{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}"#;
+    for _ in 0..3 {
+        let answer = curl(http, "/v1/check", Some(body));
+        assert!(answer.starts_with("200"), "the live set answers: {answer}");
+    }
+    let mut metrics = String::new();
+    for _ in 0..500 {
+        metrics = curl(http, "/metrics", None);
+        if metrics.contains("spillway_candidate_disagreements_total") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        metrics.contains("spillway_candidate_decisions_total"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("kind=\"would_deny\""), "{metrics}");
+    let config = curl(http, "/v1/config", None);
+    assert!(config.contains("\"candidate\":{"), "{config}");
+    terminate(&child);
+    assert!(child.wait().unwrap().success());
 }

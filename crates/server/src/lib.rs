@@ -142,15 +142,20 @@ pub async fn start_with_policies(
 
     let shutdown = CancellationToken::new();
     if settings.watch {
-        reload::watch(
-            Arc::clone(&state),
-            settings.config.clone(),
-            shutdown.clone(),
-        )
-        .map_err(|source| StartError::Watch {
-            path: settings.config.display().to_string(),
-            source,
-        })?;
+        let watched = std::iter::once((settings.config.clone(), reload::Set::Live)).chain(
+            settings
+                .candidate_config
+                .clone()
+                .map(|p| (p, reload::Set::Candidate)),
+        );
+        for (path, set) in watched {
+            reload::watch(Arc::clone(&state), path.clone(), set, shutdown.clone()).map_err(
+                |source| StartError::Watch {
+                    path: path.display().to_string(),
+                    source,
+                },
+            )?;
+        }
     }
 
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -210,8 +215,19 @@ pub fn app_state(
         on_store_error: settings.on_store_error,
         near_limit_ratio: settings.near_limit_ratio,
     };
+    let mut service = Service::new(policies, stores(store, breaker, settings), clock, options);
+    let mut candidate_error = None;
+    if let Some(path) = &settings.candidate_config {
+        // A candidate that does not load never stops the service: it is reported.
+        let candidate = spillway_policy::load(path).unwrap_or_else(|e| {
+            tracing::error!(path = %path.display(), error = %e, "candidate policies not loaded");
+            candidate_error = Some(e.to_string());
+            PolicySet::default()
+        });
+        service = service.with_candidate(candidate);
+    }
     Arc::new(AppState {
-        service: Service::new(policies, stores(store, breaker, settings), clock, options),
+        service,
         headers: HeaderOptions {
             style: settings.headers,
             reference: settings.reference_headers.clone(),
@@ -221,6 +237,10 @@ pub fn app_state(
         load_status: tokio::sync::watch::Sender::new(LoadStatus {
             generation: 1,
             error: None,
+        }),
+        candidate_status: tokio::sync::watch::Sender::new(LoadStatus {
+            generation: u64::from(settings.candidate_config.is_some()),
+            error: candidate_error,
         }),
     })
 }

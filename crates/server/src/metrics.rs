@@ -111,3 +111,35 @@ pub fn config_load(ok: bool, domains: usize) {
         gauge!("spillway_config_domains").set(domains as f64);
     }
 }
+
+/// A candidate rule's decision (`--candidate-config`), answering nobody.
+pub fn candidate_decision(domain: &Arc<str>, rule: &Arc<str>, outcome: &'static str) {
+    counter!(
+        "spillway_candidate_decisions_total",
+        "domain" => Arc::clone(domain),
+        "rule" => Arc::clone(rule),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
+/// The candidate would have answered otherwise: `would_deny` (live admitted) or
+/// `would_admit` (live denied).
+pub fn candidate_disagreement(domain: &Arc<str>, kind: &'static str) {
+    counter!(
+        "spillway_candidate_disagreements_total",
+        "domain" => Arc::clone(domain),
+        "kind" => kind
+    )
+    .increment(1);
+}
+
+/// A candidate evaluation not run: too many were in flight.
+pub fn candidate_dropped() {
+    counter!("spillway_candidate_dropped_total").increment(1);
+}
+
+/// A candidate evaluation's store call failed (nothing else is affected).
+pub fn candidate_error() {
+    counter!("spillway_candidate_errors_total").increment(1);
+}

@@ -19,8 +19,17 @@ use crate::state::AppState;
 /// Changes closer together than this are one reload (an editor's save is several events).
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
+/// Which policy set a watched path holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Set {
+    /// The policies that answer.
+    Live,
+    /// The candidate policies, decided in shadow.
+    Candidate,
+}
+
 /// Loads the policies again and swaps them in if they are good.
-pub async fn reload(state: &AppState, path: &Path) {
+pub async fn reload(state: &AppState, path: &Path, set: Set) {
     let owned = path.to_owned();
     let loaded = tokio::task::spawn_blocking(move || spillway_policy::load(owned)).await;
     let result = match loaded {
@@ -28,20 +37,31 @@ pub async fn reload(state: &AppState, path: &Path) {
         Err(e) => Err(format!("the load task failed: {e}")),
     };
     let error = match result {
-        Ok(set) => {
-            let domains = set.domains().len();
-            state.service.replace_policies(set);
-            metrics::config_load(true, domains);
-            tracing::info!(path = %path.display(), domains, "policies reloaded");
+        Ok(policies) => {
+            let domains = policies.domains().len();
+            match set {
+                Set::Live => {
+                    state.service.replace_policies(policies);
+                    metrics::config_load(true, domains);
+                }
+                Set::Candidate => state.service.replace_candidate(policies),
+            }
+            tracing::info!(path = %path.display(), domains, ?set, "policies reloaded");
             None
         }
         Err(e) => {
-            metrics::config_load(false, 0);
-            tracing::error!(path = %path.display(), error = %e, "policies not reloaded; the last good ones keep serving");
+            if set == Set::Live {
+                metrics::config_load(false, 0);
+            }
+            tracing::error!(path = %path.display(), error = %e, ?set, "policies not reloaded; the last good ones stay");
             Some(e)
         }
     };
-    state.load_status.send_modify(|status| {
+    let status = match set {
+        Set::Live => &state.load_status,
+        Set::Candidate => &state.candidate_status,
+    };
+    status.send_modify(|status| {
         status.generation += 1;
         status.error = error;
     });
@@ -60,10 +80,11 @@ fn is_change(kind: &EventKind) -> bool {
     }
 }
 
-/// Watches `path` and reloads on every change until `shutdown`.
+/// Watches `path` and reloads `set` from it on every change until `shutdown`.
 pub fn watch(
     state: Arc<AppState>,
     path: PathBuf,
+    set: Set,
     shutdown: CancellationToken,
 ) -> Result<(), notify::Error> {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
@@ -88,7 +109,7 @@ pub fn watch(
                     if event.is_none() {
                         break;
                     }
-                    reload(&state, &path).await;
+                    reload(&state, &path, set).await;
                 }
                 () = shutdown.cancelled() => break,
             }

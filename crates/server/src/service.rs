@@ -16,6 +16,7 @@ use spillway_core::{
 };
 use spillway_policy::{Mode, OnStoreError, PolicySet, Rule, RuleLimit, override_key};
 
+mod candidate;
 mod explain;
 pub(crate) mod request;
 mod status;
@@ -63,6 +64,8 @@ pub struct Service {
     override_path: Arc<str>,
     /// The heaviest denied keys per rule (`GET /v1/top`).
     top: TopKeys,
+    /// Policies decided in shadow beside these (`--candidate-config`).
+    candidate: Option<candidate::Candidate>,
 }
 
 impl std::fmt::Debug for Service {
@@ -101,6 +104,7 @@ impl Service {
             options,
             override_path: Arc::from("override"),
             top: TopKeys::default(),
+            candidate: None,
         }
     }
 

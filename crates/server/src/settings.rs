@@ -21,6 +21,9 @@ use value::{boolean, default_reference_headers, ratio, redis_url};
 pub struct Settings {
     /// A policy file or directory.
     pub config: PathBuf,
+    /// Candidate policies decided in shadow beside the live ones, on counters of their
+    /// own, answering nobody (`--candidate-config`).
+    pub candidate_config: Option<PathBuf>,
     /// `memory`, or a Redis URL.
     pub store: String,
     pub http_addr: SocketAddr,
@@ -58,6 +61,7 @@ impl Default for Settings {
     fn default() -> Settings {
         Settings {
             config: PathBuf::from("policies"),
+            candidate_config: None,
             store: "memory".into(),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
@@ -85,6 +89,7 @@ impl Default for Settings {
 #[serde(deny_unknown_fields)]
 struct File {
     config: Option<PathBuf>,
+    candidate_config: Option<PathBuf>,
     store: Option<String>,
     http_addr: Option<String>,
     grpc_addr: Option<String>,
@@ -126,6 +131,9 @@ impl Settings {
         if let Some(v) = f.config {
             // Relative to the settings file, as a reader of the file would assume.
             self.config = path.parent().map_or(v.clone(), |dir| dir.join(&v));
+        }
+        if let Some(v) = f.candidate_config {
+            self.candidate_config = Some(path.parent().map_or(v.clone(), |dir| dir.join(&v)));
         }
         if let Some(v) = f.store {
             self.store = v;

@@ -38,6 +38,11 @@ pub struct ServeArgs {
     #[arg(long, env = "SPILLWAY_CONFIG")]
     pub config: Option<PathBuf>,
 
+    /// Candidate policies (a file or directory) decided in shadow on the same traffic,
+    /// on counters of their own, answering nobody: see spillway_candidate_* in /metrics.
+    #[arg(long, env = "SPILLWAY_CANDIDATE_CONFIG")]
+    pub candidate_config: Option<PathBuf>,
+
     /// Where counters live: `memory`, or a Redis URL (redis://, rediss://, unix://,
     /// redis+cluster://host:port,..., redis+sentinel://host:port,.../master).
     #[arg(long, env = "SPILLWAY_STORE")]
@@ -156,6 +161,9 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
     s.apply_reference_env(|k| std::env::var(k).ok())?;
     if let Some(v) = args.config {
         s.config = v;
+    }
+    if let Some(v) = args.candidate_config {
+        s.candidate_config = Some(v);
     }
     if let Some(v) = args.store {
         s.store = v;

@@ -37,7 +37,7 @@ impl RateLimitService for Grpc {
         metrics::request("grpc");
         let checked = async {
             let req = wire::request(request.into_inner())?;
-            self.state.service.check(&req).await
+            self.state.check(req).await
         };
         match checked.await {
             Ok(r) => Ok(tonic::Response::new(wire::response(

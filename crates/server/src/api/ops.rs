@@ -24,16 +24,20 @@ pub(super) async fn prometheus() -> impl IntoResponse {
 /// The loaded domains, and whether the last (re)load worked and why not.
 pub(super) async fn config(State(state): State<Arc<AppState>>) -> Response {
     let policies = state.service.policies();
-    let domains: Vec<_> = policies
-        .domains()
-        .iter()
-        .map(|d| serde_json::json!({ "domain": d.name(), "file": d.file(), "rules": d.rule_count() }))
-        .collect();
     let status = state.load_status.borrow().clone();
+    let candidate = state.service.candidate_policies().map(|set| {
+        let status = state.candidate_status.borrow().clone();
+        serde_json::json!({
+            "domains": domain_list(&set),
+            "loads": status.generation,
+            "last_load_error": status.error,
+        })
+    });
     Json(serde_json::json!({
-        "domains": domains,
+        "domains": domain_list(&policies),
         "loads": status.generation,
         "last_load_error": status.error,
+        "candidate": candidate,
     }))
     .into_response()
 }
@@ -54,6 +58,14 @@ pub(super) async fn top(
         "rules": state.service.top(domain),
     }))
     .into_response()
+}
+
+/// Each domain of `set`: its name, file and number of rules.
+fn domain_list(set: &spillway_policy::PolicySet) -> Vec<serde_json::Value> {
+    set.domains()
+        .iter()
+        .map(|d| serde_json::json!({ "domain": d.name(), "file": d.file(), "rules": d.rule_count() }))
+        .collect()
 }
 
 /// Ready when a configuration is loaded, the store answers, and no shutdown has begun.

@@ -225,7 +225,7 @@ pub(super) async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Re
     metrics::request("json");
     let answer = async {
         let req = decode_request(&body)?;
-        state.service.check(&req).await
+        state.check(req).await
     };
     match answer.await {
         Ok(r) => {
