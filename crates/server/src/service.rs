@@ -29,7 +29,7 @@ pub use explain::{
 };
 pub use request::CheckError;
 use request::{CheckRequest, CheckResponse, Code, Status};
-use status::{Rank, rule_status};
+use status::{Rank, Verdict, rule_status};
 
 /// Service-wide switches (the reference's `SHADOW_MODE`, `QUOTA_MODE`, `NEAR_LIMIT_RATIO`).
 #[derive(Clone, Debug)]
@@ -331,19 +331,19 @@ impl Service {
     ) -> CheckResponse {
         let mut statuses = vec![Status::no_rule(); req.descriptors.len()];
         let mut ranks = vec![Rank::Nothing; req.descriptors.len()];
-        let (mut failed, mut quota_total, mut quota_failed) = (false, 0, 0);
+        let mut verdict = Verdict::default();
         let mut next = decided.iter().peekable();
 
         for (i, hit) in hits.iter().enumerate() {
             let decision = next.next_if(|d| d.0 == i).map(|d| (d.1, d.2));
             let status = rule_status(&hit.rule, decision, now);
             let over = status.code == Code::OverLimit || status.shadow_denied;
-            if self.is_quota(&hit.rule) {
-                quota_total += 1;
-                quota_failed += usize::from(over);
-            } else if status.code == Code::OverLimit {
-                failed = true;
-            }
+            // A status is OVER_LIMIT only for an enforcing rule.
+            verdict.add(
+                self.is_quota(&hit.rule),
+                over,
+                status.code == Code::OverLimit,
+            );
             self.record(domain, hit, &status, decision.map(|d| d.0));
             if over && let Some(key) = &hit.key {
                 let name = hit.rule.name.as_ref().unwrap_or(&hit.rule.metric);
@@ -359,8 +359,7 @@ impl Service {
             }
         }
 
-        let over = failed || (quota_total > 0 && quota_failed == quota_total);
-        let overall = if over && !self.options.global_shadow {
+        let overall = if verdict.over() && !self.options.global_shadow {
             Code::OverLimit
         } else {
             Code::Ok

@@ -9,12 +9,13 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use spillway_core::{Key, Request, Store};
+use spillway_core::{Key, Store};
 use spillway_policy::{Mode, PolicySet, RuleLimit};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::request::CheckRequest;
-use super::{Hit, Service, drop_replaced};
+use super::status::Verdict;
+use super::{Service, drop_replaced, requests};
 use crate::metrics;
 
 /// Candidate evaluations running at once, at most.
@@ -79,9 +80,12 @@ impl Service {
             return;
         };
         drop_replaced(&mut hits);
-        let keys: Vec<Option<Key>> = hits.iter().map(candidate_key).collect();
+        // Its own counters: every key's group under `~candidate|`.
+        for hit in &mut hits {
+            hit.key = hit.key.as_ref().and_then(candidate_key);
+        }
         let now = self.clock.now();
-        let (mut denied, mut quota_total, mut quota_over) = (false, 0, 0);
+        let mut verdict = Verdict::default();
         // One store call per descriptor: their keys are in different Cluster slots.
         let mut start = 0;
         while start < hits.len() {
@@ -91,38 +95,25 @@ impl Service {
                     .iter()
                     .take_while(|h| h.descriptor == d)
                     .count();
-            let group: Vec<usize> = (start..end).collect();
+            // A key is set exactly for the rules that count (`hits`).
+            let counted: Vec<usize> = (start..end).filter(|&i| hits[i].key.is_some()).collect();
+            let mut over: Vec<(usize, bool)> = (start..end)
+                .filter(|&i| matches!(hits[i].rule.limit, RuleLimit::BlockAll))
+                .map(|i| (i, true))
+                .collect();
             start = end;
-            let requests: Vec<(usize, Request<'_>)> = group
-                .iter()
-                .filter_map(|&i| {
-                    let (RuleLimit::Limited(limit), Some(key)) = (&hits[i].rule.limit, &keys[i])
-                    else {
-                        return None;
-                    };
-                    let r = Request::new(key, limit, hits[i].cost);
-                    Some((
-                        i,
-                        match &hits[i].member {
-                            Some(m) => r.with_member(m.as_bytes()),
-                            None => r,
-                        },
-                    ))
-                })
-                .collect();
-            let mut over: Vec<(usize, bool)> = group
-                .iter()
-                .filter(|&&i| matches!(hits[i].rule.limit, RuleLimit::BlockAll))
-                .map(|&i| (i, true))
-                .collect();
-            if !requests.is_empty() {
-                let batch: Vec<Request<'_>> = requests.iter().map(|(_, r)| *r).collect();
-                match self.stores.store().check(&batch, now).await {
+            if !counted.is_empty() {
+                match self
+                    .stores
+                    .store()
+                    .check(&requests(&hits, &counted), now)
+                    .await
+                {
                     Ok(answer) => over.extend(
-                        requests
+                        counted
                             .iter()
                             .zip(&answer.decisions)
-                            .map(|((i, _), d)| (*i, !d.allowed())),
+                            .map(|(&i, d)| (i, !d.allowed())),
                     ),
                     Err(_) => {
                         metrics::candidate_error();
@@ -138,16 +129,10 @@ impl Service {
                     (true, Mode::Shadow) => "shadow_over_limit",
                 };
                 metrics::candidate_decision(domain.shared_name(), &rule.metric, outcome);
-                if self.is_quota(rule) {
-                    quota_total += 1;
-                    quota_over += usize::from(is_over);
-                } else if is_over && rule.mode == Mode::Enforce {
-                    denied = true;
-                }
+                verdict.add(self.is_quota(rule), is_over, rule.mode == Mode::Enforce);
             }
         }
-        let candidate_allowed = !(denied || (quota_total > 0 && quota_over == quota_total))
-            || self.options.global_shadow;
+        let candidate_allowed = !verdict.over() || self.options.global_shadow;
         match (live_allowed, candidate_allowed) {
             (true, false) => metrics::candidate_disagreement(domain.shared_name(), "would_deny"),
             (false, true) => metrics::candidate_disagreement(domain.shared_name(), "would_admit"),
@@ -156,8 +141,7 @@ impl Service {
     }
 }
 
-/// A hit's counter key under the candidate's own prefix.
-fn candidate_key(hit: &Hit<'_>) -> Option<Key> {
-    let key = hit.key.as_ref()?;
+/// A counter key under the candidate's own prefix.
+fn candidate_key(key: &Key) -> Option<Key> {
     Key::grouped(&format!("~candidate|{}", key.group()), key.member()).ok()
 }

@@ -8,6 +8,7 @@ use spillway_core::{Decision, Request, Store};
 use spillway_policy::{Mode, RuleLimit};
 
 use super::request::{CheckError, CheckRequest, ceil_ms};
+use super::status::Verdict;
 use super::{Hit, Service};
 
 /// What a check would do now.
@@ -158,7 +159,7 @@ impl Service {
             })
             .collect();
 
-        let (mut denied_by, mut quota_total, mut quota_over) = (None, 0, 0);
+        let (mut denied_by, mut verdict) = (None, Verdict::default());
         for hit in &hits {
             let replaced_by = hit.rule.name.as_ref().and_then(|name| {
                 hits.iter()
@@ -167,11 +168,13 @@ impl Service {
             });
             let mut limit = self.explain_hit(hit, replaced_by, now).await;
             if limit.replaced_by.is_none() {
-                let over = !limit.would_admit;
-                if self.is_quota(&hit.rule) {
-                    quota_total += 1;
-                    quota_over += usize::from(over);
-                } else if over && hit.rule.mode == Mode::Enforce && denied_by.is_none() {
+                let enforcing_before = verdict.enforcing_over();
+                verdict.add(
+                    self.is_quota(&hit.rule),
+                    !limit.would_admit,
+                    hit.rule.mode == Mode::Enforce,
+                );
+                if verdict.enforcing_over() && !enforcing_before {
                     denied_by = Some(DeniedBy {
                         descriptor: hit.descriptor,
                         rule: limit.rule.clone(),
@@ -182,7 +185,7 @@ impl Service {
             }
             descriptors[hit.descriptor].limits.push(limit);
         }
-        if denied_by.is_none() && quota_total > 0 && quota_over == quota_total {
+        if denied_by.is_none() && verdict.over() {
             let (i, l) = descriptors
                 .iter()
                 .enumerate()

@@ -93,3 +93,36 @@ pub(crate) fn rule_status(
         degraded,
     }
 }
+
+/// How the reference combines a request's rules into one answer: over the limit when
+/// an enforcing rule is, or when every quota-mode rule is (and never in global shadow
+/// mode, which the caller applies). Shared by checks, explains and the candidate set.
+#[derive(Debug, Default)]
+pub(crate) struct Verdict {
+    enforcing_over: bool,
+    quota: usize,
+    quota_over: usize,
+}
+
+impl Verdict {
+    /// One rule: whether it is quota-mode, whether it is over its limit (shadow or
+    /// not), and whether that over-limit is enforced.
+    pub(crate) fn add(&mut self, quota: bool, over: bool, enforced: bool) {
+        if quota {
+            self.quota += 1;
+            self.quota_over += usize::from(over);
+        } else if over && enforced {
+            self.enforcing_over = true;
+        }
+    }
+
+    /// Whether an enforcing rule is over.
+    pub(crate) fn enforcing_over(&self) -> bool {
+        self.enforcing_over
+    }
+
+    /// Whether the request is over the limit.
+    pub(crate) fn over(&self) -> bool {
+        self.enforcing_over || (self.quota > 0 && self.quota_over == self.quota)
+    }
+}
