@@ -62,3 +62,40 @@ fn entries(args: &[String]) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// `POST {server}{path}` of one descriptor of `entries` with `cost`, as `/v1/check` and
+/// `/v1/explain` take it: the JSON answer. A status other than 2xx or 429 is an error
+/// naming the service's message.
+async fn post_descriptor(
+    server: &str,
+    path: &str,
+    domain: &str,
+    entries: &[(String, String)],
+    cost: u64,
+    timeout: std::time::Duration,
+) -> anyhow::Result<serde_json::Value> {
+    use anyhow::Context;
+    let body = serde_json::json!({
+        "domain": domain,
+        "descriptors": [{ "entries": entries.iter().map(|(k, v)| serde_json::json!({ "key": k, "value": v })).collect::<Vec<_>>() }],
+        "cost": cost,
+    });
+    let client = reqwest::Client::builder().timeout(timeout).build()?;
+    let endpoint = format!("{}{path}", server.trim_end_matches('/'));
+    let response = client
+        .post(&endpoint)
+        .json(&body)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {endpoint}"))?;
+    let status = response.status();
+    let v: serde_json::Value = response
+        .json()
+        .await
+        .with_context(|| format!("{endpoint} answered {status} without JSON"))?;
+    if !(status.is_success() || status.as_u16() == 429) {
+        let message = v["error"]["message"].as_str().unwrap_or("no message");
+        anyhow::bail!("{endpoint} answered {status}: {message}");
+    }
+    Ok(v)
+}

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::{free_port, tempdir};
+use support::{free_port, spawn_serve, tempdir};
 
 /// The Envoy binary scripts/test installed.
 fn envoy_bin() -> PathBuf {
@@ -72,21 +72,14 @@ fn spillway(procs: &mut Procs, policy: &str) -> u16 {
     let dir = tempdir(&format!("envoy-policy-{}", free_port()));
     std::fs::write(dir.join("api.yaml"), policy).unwrap();
     let (http, grpc) = (free_port(), free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["serve", "--config"])
-        .arg(&dir)
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .env_clear()
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut logs = BufReader::new(child.stderr.take().unwrap()).lines();
-    logs.by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.contains("listening"))
-        .expect("spillway listening");
-    std::thread::spawn(move || logs.for_each(drop));
+    let child = spawn_serve([
+        "--config".as_ref(),
+        dir.as_os_str(),
+        "--http-addr".as_ref(),
+        format!("127.0.0.1:{http}").as_ref(),
+        "--grpc-addr".as_ref(),
+        format!("127.0.0.1:{grpc}").as_ref(),
+    ]);
     procs.0.push(child);
     grpc
 }

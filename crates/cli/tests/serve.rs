@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use spillway_testkit::redis::RedisServer;
-use support::free_port;
+use support::{free_port, spawn_serve};
 
 #[test]
 fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
@@ -247,30 +247,21 @@ fn serve(policies: &Path, store: &str) -> (std::process::Child, u16) {
 /// [`serve`] with more arguments.
 fn serve_with(policies: &Path, store: &str, extra: &[&str]) -> (std::process::Child, u16) {
     let http = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["serve", "--config"])
-        .arg(policies)
-        .args(["--store", store])
-        .args(extra)
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .args(["--grpc-addr", "127.0.0.1:0"])
+    let (policies, http_addr) = (policies.to_str().unwrap(), format!("127.0.0.1:{http}"));
+    let mut args = vec!["--config", policies, "--store", store];
+    args.extend_from_slice(extra);
+    args.extend([
+        "--http-addr",
+        &http_addr,
+        "--grpc-addr",
+        "127.0.0.1:0",
         // These tests check decisions, not latency, on a machine that may be busy: at
         // the default 10 ms a lease call can time out after Redis has granted it, and
         // its units are lost (a lost answer, not a lost lease bound).
-        .args(["--store-timeout", "2s"])
-        .env_clear()
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spillway starts");
-    let mut logs = BufReader::new(child.stderr.take().unwrap()).lines();
-    logs.by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.contains("listening"))
-        .expect("a listening line");
-    // Keep reading its log: with the pipe closed, its shutdown lines would have nowhere
-    // to go and it would not stop on SIGTERM.
-    std::thread::spawn(move || logs.for_each(drop));
-    (child, http)
+        "--store-timeout",
+        "2s",
+    ]);
+    (spawn_serve(args), http)
 }
 
 /// Redis `TIME`'s seconds.

@@ -8,6 +8,29 @@ use std::sync::Arc;
 use spillway_server::{AnyStore, Running, Settings};
 use spillway_testkit::redis::{standalone_url, unique_prefix};
 
+/// `spillway serve ARGS` (no environment), once it logs that it is listening. Its log
+/// is read until it exits: with the pipe closed, its shutdown lines would have nowhere
+/// to go and it would not stop on SIGTERM.
+pub fn spawn_serve<S: AsRef<std::ffi::OsStr>>(
+    args: impl IntoIterator<Item = S>,
+) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .arg("serve")
+        .args(args)
+        .env_clear()
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spillway starts");
+    let mut logs = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    logs.by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("listening"))
+        .expect("a listening line");
+    std::thread::spawn(move || logs.for_each(drop));
+    child
+}
+
 /// A loopback port free a moment ago.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

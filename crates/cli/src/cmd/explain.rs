@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use serde_json::{Value, json};
+use anyhow::bail;
+use serde_json::Value;
 use spillway_policy::duration;
 
 pub const EXAMPLES: &str = "\
@@ -67,29 +67,16 @@ async fn ask(args: &ExplainArgs) -> anyhow::Result<Value> {
         bail!("--server `{}` is not http://host:port", args.server);
     }
     let entries = super::entries(&args.entries);
-    let body = json!({
-        "domain": args.domain,
-        "descriptors": [{ "entries": entries.iter().map(|(k, v)| json!({ "key": k, "value": v })).collect::<Vec<_>>() }],
-        "cost": args.cost,
-    });
-    let client = reqwest::Client::builder().timeout(args.timeout).build()?;
-    let endpoint = format!("{}/v1/explain", args.server.trim_end_matches('/'));
-    let response = client
-        .post(&endpoint)
-        .json(&body)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach {endpoint}"))?;
-    let status = response.status();
-    let v: Value = response
-        .json()
-        .await
-        .with_context(|| format!("{endpoint} answered {status} without JSON"))?;
-    if !status.is_success() {
-        let message = v["error"]["message"].as_str().unwrap_or("no message");
-        bail!("{endpoint} answered {status}: {message}");
-    }
-    Ok(v)
+    // `/v1/explain` answers 200 whatever the verdict.
+    super::post_descriptor(
+        &args.server,
+        "/v1/explain",
+        &args.domain,
+        &entries,
+        args.cost,
+        args.timeout,
+    )
+    .await
 }
 
 /// The explanation as a person reads it: the verdict, then per descriptor its path and

@@ -130,28 +130,7 @@ async fn http(
     cost: u64,
     timeout: Duration,
 ) -> anyhow::Result<(String, Answer)> {
-    let body = json!({
-        "domain": domain,
-        "descriptors": [{ "entries": entries.iter().map(|(k, v)| json!({ "key": k, "value": v })).collect::<Vec<_>>() }],
-        "cost": cost,
-    });
-    let client = reqwest::Client::builder().timeout(timeout).build()?;
-    let endpoint = format!("{}/v1/check", url.trim_end_matches('/'));
-    let response = client
-        .post(&endpoint)
-        .json(&body)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach {endpoint}"))?;
-    let status = response.status();
-    let v: Value = response
-        .json()
-        .await
-        .with_context(|| format!("{endpoint} answered {status} without JSON"))?;
-    if !(status.is_success() || status.as_u16() == 429) {
-        let message = v["error"]["message"].as_str().unwrap_or("no message");
-        bail!("{endpoint} answered {status}: {message}");
-    }
+    let v = crate::cmd::post_descriptor(url, "/v1/check", domain, entries, cost, timeout).await?;
     let d = &v["descriptors"][0];
     let rule = d.get("rule").filter(|r| !r.is_null());
     Ok((
