@@ -926,8 +926,10 @@ local function single(key, ring, now, r, cost, member, margin)
   return { 1, d[1], d[2], d[3], d[4] }
 end
 
--- The ring keys of a request whose state key is KEYS[k] (none but for sketches).
+-- The ring keys of a request whose state key is KEYS[k]: nil but for sketches (no
+-- table for every other request).
 local function ring_of(r, k)
+  if r.ring == 0 then return nil end
   local ring = {}
   for i = 1, r.ring do ring[i] = KEYS[k + i] end
   return ring

@@ -185,31 +185,6 @@ impl Registers {
         estimate(&self.histogram())
     }
 
-    /// The count before and after adding `member`, without adding it: equal when the
-    /// member changes no register (or no estimate).
-    pub fn counts_with(&self, member: &[u8]) -> (u64, u64) {
-        let (index, rank) = pattern(member);
-        let mut histogram = self.histogram();
-        let before = estimate(&histogram);
-        let old = self.get(index);
-        if rank <= old {
-            return (before, before);
-        }
-        histogram[usize::from(old)] -= 1;
-        histogram[usize::from(rank)] += 1;
-        (before, estimate(&histogram))
-    }
-
-    /// Register `index`'s value.
-    fn get(&self, index: u16) -> u8 {
-        match &self.0 {
-            Repr::Dense(dense) => dense.registers[usize::from(index)],
-            Repr::Sparse(pairs) => pairs
-                .binary_search_by_key(&index, |p| p.0)
-                .map_or(0, |i| pairs[i].1),
-        }
-    }
-
     fn histogram(&self) -> Histogram {
         match &self.0 {
             Repr::Dense(dense) => dense.histogram,
@@ -337,20 +312,6 @@ mod tests {
         assert_eq!(d.histogram, recount);
         let error = (sparse.count() as f64 - 5000.0).abs() / 5000.0;
         assert!(error < 0.03, "{}", sparse.count());
-    }
-
-    #[test]
-    fn counts_with_is_adding_then_counting() {
-        let mut h = Registers::default();
-        for i in 0..3000u32 {
-            let m = (i * 7919).to_le_bytes();
-            let (before, after) = h.counts_with(&m);
-            assert_eq!(before, h.count());
-            let mut with = h.clone();
-            with.add(&m);
-            assert_eq!(after, with.count(), "member {i}");
-            h = with;
-        }
     }
 
     #[test]
