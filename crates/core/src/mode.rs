@@ -14,6 +14,16 @@ pub enum Mode {
     Shadow,
 }
 
+impl Mode {
+    /// The name as written in configuration: `enforce` or `shadow`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
+}
+
 /// What a limit does when its store fails, times out, or its circuit breaker is open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OnStoreError {

@@ -1,8 +1,10 @@
 //! A validated rule: what one matched descriptor is limited by, and how.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Serialize;
 use spillway_core::{Algorithm, Limit, Mode, OnStoreError, Sharing};
 
 use crate::Unit;
@@ -101,5 +103,95 @@ impl Rule {
     /// The name reported to clients: the rule's name, or its config path.
     pub fn display_name(&self) -> &str {
         self.name.as_deref().unwrap_or(&self.metric)
+    }
+
+    /// The rule as `spillway validate --json` and `/v1/config` report it.
+    pub fn summary(&self) -> RuleSummary<'_> {
+        let limited = match &self.limit {
+            RuleLimit::Limited(l) => Some(l),
+            _ => None,
+        };
+        RuleSummary {
+            path: &self.metric,
+            slot: &self.slot,
+            name: self.name.as_deref(),
+            kind: match self.limit {
+                RuleLimit::Limited(_) => "limited",
+                RuleLimit::Unlimited => "unlimited",
+                RuleLimit::BlockAll => "block_all",
+            },
+            algorithm: limited.map(|l| l.algorithm().name()),
+            limit: limited.map(Limit::limit),
+            window_ms: limited.map(|l| l.window().as_millis() as u64),
+            burst: limited.map(Limit::burst),
+            mode: self.mode.name(),
+            quota_mode: self.quota_mode,
+            reference: self.reference,
+            on_store_error: self.on_store_error.map(OnStoreError::name),
+            sharing: self.sharing.to_string(),
+            bound: self.sharing.bound(),
+            description: self.to_string(),
+        }
+    }
+}
+
+/// A rule's settings, flat, for JSON.
+#[derive(Debug, Serialize)]
+pub struct RuleSummary<'a> {
+    /// The config path (also the `rule` label of its metrics).
+    pub path: &'a str,
+    /// Which of its node's limits, as the counter key (and the metrics' `limit` label)
+    /// has it: `#name`, `#position`, or empty for a reference rule.
+    pub slot: &'a str,
+    pub name: Option<&'a str>,
+    /// `limited`, `unlimited` or `block_all`.
+    pub kind: &'static str,
+    pub algorithm: Option<&'static str>,
+    pub limit: Option<u64>,
+    pub window_ms: Option<u64>,
+    pub burst: Option<u64>,
+    /// `enforce` or `shadow`.
+    pub mode: &'static str,
+    pub quota_mode: bool,
+    pub reference: bool,
+    /// `None`: the service's default.
+    pub on_store_error: Option<&'static str>,
+    pub sharing: String,
+    pub bound: String,
+    /// The rule on one line, as [`Display`](fmt::Display) writes it.
+    pub description: String,
+}
+
+/// `burst: gcra 10 per 1s, burst 20 [shadow] [on_store_error: local]`.
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(name) = &self.name {
+            write!(f, "{name}: ")?;
+        }
+        match &self.limit {
+            RuleLimit::Limited(l) => write!(f, "{l}")?,
+            RuleLimit::Unlimited => f.write_str("unlimited")?,
+            RuleLimit::BlockAll => f.write_str("blocks everything (requests_per_unit: 0)")?,
+        }
+        if self.reference {
+            f.write_str(" (reference semantics)")?;
+        }
+        if self.mode == Mode::Shadow {
+            f.write_str(" [shadow]")?;
+        }
+        if self.quota_mode {
+            f.write_str(" [quota]")?;
+        }
+        if let Some(policy) = self.on_store_error {
+            write!(f, " [on_store_error: {}]", policy.name())?;
+        }
+        if !self.replaces.is_empty() {
+            let names: Vec<&str> = self.replaces.iter().map(|n| &**n).collect();
+            write!(f, " [replaces {}]", names.join(", "))?;
+        }
+        if self.sharing.is_shared() {
+            write!(f, " [{}: {}]", self.sharing, self.sharing.bound())?;
+        }
+        Ok(())
     }
 }

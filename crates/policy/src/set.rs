@@ -20,6 +20,9 @@ pub struct PolicySet {
 #[derive(Debug)]
 pub struct Domain {
     pub(crate) name: Arc<str>,
+    /// What every counter key of the domain starts with: its name, escaped, behind the
+    /// set's key prefix if it has one ([`PolicySet::with_key_prefix`]).
+    pub(crate) key_root: String,
     pub(crate) file: PathBuf,
     pub(crate) root: Level,
     pub(crate) rules: usize,
@@ -84,6 +87,16 @@ impl PolicySet {
     /// The domain named `name`.
     pub fn domain(&self, name: &str) -> Option<&Domain> {
         self.domains.get(name)
+    }
+
+    /// This set with every counter key under `prefix` (written as given, not escaped):
+    /// the same descriptors, counted apart from another set's. The candidate set
+    /// (`--candidate-config`) counts under `~candidate|`.
+    pub fn with_key_prefix(mut self, prefix: &str) -> PolicySet {
+        for domain in self.domains.values_mut() {
+            domain.key_root.insert_str(0, prefix);
+        }
+        self
     }
 
     /// Every domain, sorted by name.
@@ -184,7 +197,7 @@ impl Domain {
     ) -> Result<Match<'_>, Miss<'_>> {
         let mut level = &self.root;
         let mut group = String::with_capacity(64);
-        escape_into(&mut group, &self.name);
+        group.push_str(&self.key_root);
         let mut composite = String::with_capacity(64);
         let last = entries.len().checked_sub(1).ok_or(Miss::NoEntries)?;
         for (i, (k, v)) in entries.iter().enumerate() {
@@ -377,11 +390,11 @@ impl std::fmt::Display for Unmatched {
 /// The counter key of a limit override: the domain and every entry as given, a group
 /// of its own. Fails only past [`MAX_KEY_LEN`](spillway_core::MAX_KEY_LEN).
 pub fn override_key<K: AsRef<str>, V: AsRef<str>>(
-    domain: &str,
+    domain: &Domain,
     entries: &[(K, V)],
 ) -> Result<Key, spillway_core::Error> {
     let mut key = String::with_capacity(64);
-    escape_into(&mut key, domain);
+    key.push_str(&domain.key_root);
     for (k, v) in entries {
         key.push('|');
         escape_into(&mut key, k.as_ref());
@@ -459,8 +472,36 @@ mod tests {
     #[test]
     fn escaping_keeps_keys_apart() {
         // Without escaping, these two descriptors would join to the same key.
-        let a = override_key("d", &[("a", "b|c=d")]).unwrap();
-        let b = override_key("d", &[("a", "b"), ("c", "d")]).unwrap();
+        let d = crate::parse("d.yaml", "domain: d\ndescriptors: []\n").unwrap();
+        let a = override_key(&d, &[("a", "b|c=d")]).unwrap();
+        let b = override_key(&d, &[("a", "b"), ("c", "d")]).unwrap();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_key_prefix_puts_every_key_of_the_set_apart() {
+        let yaml = "domain: d|x\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n";
+        let live = crate::assemble([crate::parse("d.yaml", yaml).unwrap()]).unwrap();
+        let candidate = crate::assemble([crate::parse("d.yaml", yaml).unwrap()])
+            .unwrap()
+            .with_key_prefix("~candidate|");
+        let key = |set: &PolicySet| {
+            let d = set.domain("d|x").unwrap();
+            let m = d.resolve(&[("k", "v")]).unwrap();
+            (
+                m.key(&m.rules[0]).unwrap(),
+                override_key(d, &[("k", "v")]).unwrap(),
+            )
+        };
+        let (live_key, live_override) = key(&live);
+        let (key, overridden) = key(&candidate);
+        // The domain's own `|` is escaped; the prefix is written as given.
+        assert_eq!(live_key.as_str(), "d%7Cx|k=v");
+        assert_eq!(key.as_str(), "~candidate|d%7Cx|k=v");
+        assert_eq!(key.group(), format!("~candidate|{}", live_key.group()));
+        assert_eq!(
+            overridden.as_str(),
+            format!("~candidate|{}", live_override.as_str())
+        );
     }
 }

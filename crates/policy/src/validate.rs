@@ -56,8 +56,11 @@ pub(crate) fn domain(file: &Path, raw: raw::File) -> Result<Domain, Vec<Error>> 
     };
     let root = level(&mut c, raw.descriptors, "descriptors", "");
     if c.errors.is_empty() {
+        let mut key_root = String::with_capacity(name.len());
+        crate::set::escape_into(&mut key_root, &name);
         Ok(Domain {
             name: Arc::from(name),
+            key_root,
             file: file.to_owned(),
             root,
             rules: c.rules,

@@ -8,7 +8,8 @@
 //! | `reference.rs` | the reference's `POST /json` (the protobuf JSON mapping) |
 //! | `wire.rs` | Envoy's protobuf messages ↔ the service's types (gRPC and `/json`) |
 //! | `headers.rs` | which rate limit headers an answer carries |
-//! | `ops.rs` | `/metrics`, `/healthz`, `/readyz`, `/healthcheck`, `/v1/config` |
+//! | `ops.rs` | `/metrics`, `/healthz`, `/readyz`, `/healthcheck`, `/v1/config`, `/v1/top` |
+//! | `ui.rs` (+ `ui/`) | `/ui`, the console page: its HTML, script and stylesheet, embedded |
 //! | `router.rs` | the HTTP routes, and the body read every HTTP request passes first |
 //! | `respond.rs` | every status code: answers, errors, refused requests |
 
@@ -18,6 +19,7 @@ mod ops;
 mod reference;
 mod respond;
 pub mod router;
+mod ui;
 mod v1;
 mod wire;
 

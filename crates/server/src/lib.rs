@@ -234,6 +234,8 @@ pub fn app_state(
         },
         shutting_down: AtomicBool::new(false),
         body_read_timeout: settings.header_read_timeout,
+        ui: settings.ui,
+        candidate_queue: std::sync::OnceLock::new(),
         load_status: tokio::sync::watch::Sender::new(LoadStatus {
             generation: 1,
             error: None,

@@ -9,6 +9,7 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use spillway_core::BreakerState;
+use spillway_policy::Rule;
 
 const STORE_BUCKETS: [f64; 14] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
@@ -50,21 +51,30 @@ pub fn domain_not_found() {
     counter!("spillway_domain_not_found_total").increment(1);
 }
 
-/// One rule's decision: `outcome` is `ok`, `over_limit` or `shadow_over_limit`.
-pub fn decision(domain: &Arc<str>, rule: &Arc<str>, outcome: &'static str) {
+/// One rule's decision: `outcome` is `ok`, `over_limit` or `shadow_over_limit`. A rule
+/// is labelled by its config path (`rule`) and, among the limits of one node, by its
+/// name or position as its counter key has it (`limit`: `#burst`, `#1`; empty for a
+/// reference rule, the only one of its node).
+pub fn decision(domain: &Arc<str>, rule: &Rule, outcome: &'static str) {
     counter!(
         "spillway_decisions_total",
         "domain" => Arc::clone(domain),
-        "rule" => Arc::clone(rule),
+        "rule" => Arc::clone(&rule.metric),
+        "limit" => Arc::clone(&rule.slot),
         "outcome" => outcome
     )
     .increment(1);
 }
 
 /// A rule admitted a request and is past its near-limit ratio.
-pub fn near_limit(domain: &Arc<str>, rule: &Arc<str>) {
-    counter!("spillway_near_limit_total", "domain" => Arc::clone(domain), "rule" => Arc::clone(rule))
-        .increment(1);
+pub fn near_limit(domain: &Arc<str>, rule: &Rule) {
+    counter!(
+        "spillway_near_limit_total",
+        "domain" => Arc::clone(domain),
+        "rule" => Arc::clone(&rule.metric),
+        "limit" => Arc::clone(&rule.slot)
+    )
+    .increment(1);
 }
 
 /// How long one store call took.
@@ -112,26 +122,27 @@ pub fn config_load(ok: bool, domains: usize) {
     }
 }
 
-/// A candidate rule's decision (`--candidate-config`), answering nobody.
-pub fn candidate_decision(domain: &Arc<str>, rule: &Arc<str>, outcome: &'static str) {
+/// `n` decisions of a candidate rule (`--candidate-config`), answering nobody.
+pub fn candidate_decision(domain: &Arc<str>, rule: &Rule, outcome: &'static str, n: u64) {
     counter!(
         "spillway_candidate_decisions_total",
         "domain" => Arc::clone(domain),
-        "rule" => Arc::clone(rule),
+        "rule" => Arc::clone(&rule.metric),
+        "limit" => Arc::clone(&rule.slot),
         "outcome" => outcome
     )
-    .increment(1);
+    .increment(n);
 }
 
 /// The candidate would have answered otherwise: `would_deny` (live admitted) or
 /// `would_admit` (live denied).
-pub fn candidate_disagreement(domain: &Arc<str>, kind: &'static str) {
+pub fn candidate_disagreement(domain: &Arc<str>, kind: &'static str, n: u64) {
     counter!(
         "spillway_candidate_disagreements_total",
         "domain" => Arc::clone(domain),
         "kind" => kind
     )
-    .increment(1);
+    .increment(n);
 }
 
 /// A candidate evaluation not run: too many were in flight.

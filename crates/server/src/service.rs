@@ -16,7 +16,7 @@ use spillway_core::{
 };
 use spillway_policy::{Mode, OnStoreError, PolicySet, Rule, RuleLimit, override_key};
 
-mod candidate;
+pub(crate) mod candidate;
 mod explain;
 pub(crate) mod request;
 mod status;
@@ -187,7 +187,7 @@ impl Service {
                 let mut rule = Rule::reference(o.requests_per_unit, o.unit);
                 rule.metric = Arc::clone(&self.override_path);
                 let key = counts(&rule)
-                    .then(|| override_key(domain.name(), &d.entries))
+                    .then(|| override_key(domain, &d.entries))
                     .transpose()
                     .map_err(invalid)?;
                 hits.push(Hit {
@@ -382,11 +382,11 @@ impl Service {
             (Code::Ok, true) => "shadow_over_limit",
             (Code::Ok, false) => "ok",
         };
-        metrics::decision(domain, &hit.rule.metric, outcome);
+        metrics::decision(domain, &hit.rule, outcome);
         if let Some(d) = decision.filter(|d| d.allowed()) {
             let near = (d.limit as f64 * self.options.near_limit_ratio).floor() as u64;
             if d.limit - d.remaining >= near.max(1) {
-                metrics::near_limit(domain, &hit.rule.metric);
+                metrics::near_limit(domain, &hit.rule);
             }
         }
     }

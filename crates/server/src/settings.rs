@@ -55,6 +55,8 @@ pub struct Settings {
     /// its whole body (each; a slow client is closed, or answered 408 for its body).
     pub header_read_timeout: Duration,
     pub drain_timeout: Duration,
+    /// Serve the console page at `/ui` (`--no-ui` turns it off).
+    pub ui: bool,
 }
 
 impl Default for Settings {
@@ -80,6 +82,7 @@ impl Default for Settings {
             deny_cache_bytes: spillway_core::DEFAULT_DENY_CACHE_BYTES,
             header_read_timeout: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(10),
+            ui: true,
         }
     }
 }
@@ -108,6 +111,7 @@ struct File {
     deny_cache_bytes: Option<usize>,
     header_read_timeout: Option<String>,
     drain_timeout: Option<String>,
+    ui: Option<bool>,
 }
 
 /// A setting that could not be used; says which and why.
@@ -179,6 +183,7 @@ impl Settings {
         if let Some(v) = f.drain_timeout {
             self.drain_timeout = duration(&v).map_err(|e| at("drain_timeout", e))?;
         }
+        self.ui = f.ui.unwrap_or(self.ui);
         Ok(())
     }
 

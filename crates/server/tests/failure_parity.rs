@@ -62,10 +62,7 @@ async fn dead_store(row: usize) -> (RedisServer, RedisStore) {
 }
 
 async fn service_statuses(row: usize, mode: Mode, policy: OnStoreError) -> Vec<u16> {
-    let mode = match mode {
-        Mode::Enforce => "enforce",
-        Mode::Shadow => "shadow",
-    };
+    let mode = mode.name();
     let yaml = format!(
         "domain: p\ndescriptors:\n  - key: k\n    mode: {mode}\n    on_store_error: {policy}\n    \
          limits: [{{ algorithm: fixed_window, limit: 2, window: 1h }}]\n"

@@ -1,4 +1,5 @@
-//! `/metrics`: decisions by domain, rule and outcome (shadow and near-limit included),
+//! `/metrics`: decisions by domain, rule (and limit, among a node's several) and outcome
+//! (shadow and near-limit included),
 //! and no label made of request values. (Store latency and errors: `failure.rs`.) (Its own test binary: the
 //! recorder is process-wide.)
 
@@ -17,6 +18,10 @@ descriptors:
   - key: trial
     shadow_mode: true
     rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: plan
+    limits:
+      - { name: burst, limit: 3, window: 1h }
+      - { limit: 100, window: 1d }
 ";
     let s = Server::start("metrics", &[("m.yaml", yaml)], Backing::Memory).await;
     for i in 0..6 {
@@ -29,16 +34,26 @@ descriptors:
         s.check(json!({ "domain": "m", "descriptors": [
             { "entries": [{ "key": "user", "value": user }] },
             { "entries": [{ "key": "trial", "value": "t" }] },
+            { "entries": [{ "key": "plan", "value": "p" }] },
         ]}))
         .await;
     }
     let text = s.get_text("/metrics").await;
     let has = |line: &str| assert!(text.lines().any(|l| l == line), "`{line}` in\n{text}");
-    has(r#"spillway_decisions_total{domain="m",rule="user",outcome="ok"} 6"#);
-    has(r#"spillway_decisions_total{domain="m",rule="trial",outcome="ok"} 1"#);
-    has(r#"spillway_decisions_total{domain="m",rule="trial",outcome="shadow_over_limit"} 5"#);
+    has(r#"spillway_decisions_total{domain="m",rule="user",limit="",outcome="ok"} 6"#);
+    has(r#"spillway_decisions_total{domain="m",rule="trial",limit="",outcome="ok"} 1"#);
+    has(
+        r#"spillway_decisions_total{domain="m",rule="trial",limit="",outcome="shadow_over_limit"} 5"#,
+    );
+    // A node's limits apart: by name, or by position. All or nothing: the burst's denials
+    // are the hour's too.
+    has(r##"spillway_decisions_total{domain="m",rule="plan",limit="#burst",outcome="ok"} 3"##);
+    has(
+        r##"spillway_decisions_total{domain="m",rule="plan",limit="#burst",outcome="over_limit"} 3"##,
+    );
+    has(r##"spillway_decisions_total{domain="m",rule="plan",limit="#1",outcome="ok"} 6"##);
     // 5 per minute, near at 80% = 4 used: the fourth and fifth hit of user `u`.
-    has(r#"spillway_near_limit_total{domain="m",rule="user"} 2"#);
+    has(r#"spillway_near_limit_total{domain="m",rule="user",limit=""} 2"#);
     has(r#"spillway_requests_total{api="http"} 6"#);
     has("spillway_breaker_state 0");
     assert!(!text.contains("first"), "a request value became a label");

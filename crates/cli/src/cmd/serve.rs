@@ -48,7 +48,7 @@ pub struct ServeArgs {
     #[arg(long, env = "SPILLWAY_STORE")]
     pub store: Option<String>,
 
-    /// HTTP listen address (/v1/check, /json, /metrics, /healthz, /readyz).
+    /// HTTP listen address (/v1/check, /json, /metrics, /healthz, /readyz, /ui).
     #[arg(long, env = "SPILLWAY_HTTP_ADDR")]
     pub http_addr: Option<String>,
 
@@ -93,6 +93,10 @@ pub struct ServeArgs {
     /// until a known time (the deny cache; on by default with Redis).
     #[arg(long, env = "SPILLWAY_NO_DENY_CACHE")]
     pub no_deny_cache: bool,
+
+    /// Do not serve the console page (/ui).
+    #[arg(long, env = "SPILLWAY_NO_UI")]
+    pub no_ui: bool,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -197,6 +201,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
             .context("--log-format")?;
     }
     s.watch &= !args.no_watch;
+    s.ui &= !args.no_ui;
     if args.no_deny_cache {
         s.deny_cache_bytes = 0;
     }

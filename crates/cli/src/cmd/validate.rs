@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
-use spillway_policy::{Mode, Rule, RuleLimit};
 
 pub const EXAMPLES: &str = "\
 Exit status: 0 every file is valid, 1 a file has errors (each printed as
@@ -97,7 +96,7 @@ fn summary(args: &ValidateArgs, set: &spillway_policy::PolicySet) {
         let domains: Vec<Value> = domains
             .iter()
             .map(|d| {
-                let rules: Vec<Value> = d.rules().into_iter().map(rule_json).collect();
+                let rules: Vec<Value> = d.rules().into_iter().map(|r| json!(r.summary())).collect();
                 json!({ "domain": d.name(), "file": d.file(), "rules": rules })
             })
             .collect();
@@ -115,7 +114,7 @@ fn summary(args: &ValidateArgs, set: &spillway_policy::PolicySet) {
     for d in &domains {
         println!("\n{} ({})", d.name(), d.file().display());
         for rule in d.rules() {
-            println!("  {:<28} {}", rule.metric, describe(rule));
+            println!("  {:<28} {}", rule.metric, rule);
         }
     }
 }
@@ -139,7 +138,7 @@ fn diff(live: &spillway_policy::PolicySet, candidate: &spillway_policy::PolicySe
         set.domain(domain).map_or_else(BTreeMap::new, |d| {
             d.rules()
                 .into_iter()
-                .map(|r| (format!("{}{}", r.metric, r.slot), describe(r)))
+                .map(|r| (format!("{}{}", r.metric, r.slot), r.to_string()))
                 .collect()
         })
     };
@@ -214,63 +213,4 @@ fn change_line(c: &Change) -> String {
 
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
-}
-
-/// `burst: gcra 10 per 1s, burst 20 [shadow] [on_store_error: local]`.
-fn describe(rule: &Rule) -> String {
-    let mut out = match &rule.name {
-        Some(name) => format!("{name}: "),
-        None => String::new(),
-    };
-    out.push_str(&match &rule.limit {
-        RuleLimit::Limited(l) => l.to_string(),
-        RuleLimit::Unlimited => "unlimited".into(),
-        RuleLimit::BlockAll => "blocks everything (requests_per_unit: 0)".into(),
-    });
-    if rule.reference {
-        out.push_str(" (reference semantics)");
-    }
-    if rule.mode == Mode::Shadow {
-        out.push_str(" [shadow]");
-    }
-    if rule.quota_mode {
-        out.push_str(" [quota]");
-    }
-    if let Some(policy) = rule.on_store_error {
-        out.push_str(&format!(" [on_store_error: {}]", policy.name()));
-    }
-    if !rule.replaces.is_empty() {
-        let names: Vec<&str> = rule.replaces.iter().map(|n| &**n).collect();
-        out.push_str(&format!(" [replaces {}]", names.join(", ")));
-    }
-    if rule.sharing.is_shared() {
-        out.push_str(&format!(" [{}: {}]", rule.sharing, rule.sharing.bound()));
-    }
-    out
-}
-
-fn rule_json(rule: &Rule) -> Value {
-    let (algorithm, limit, window_ms, burst) = match &rule.limit {
-        RuleLimit::Limited(l) => (
-            Some(l.algorithm().name()),
-            Some(l.limit()),
-            Some(l.window().as_millis() as u64),
-            Some(l.burst()),
-        ),
-        _ => (None, None, None, None),
-    };
-    json!({
-        "path": &*rule.metric,
-        "name": rule.name.as_deref(),
-        "kind": match rule.limit { RuleLimit::Limited(_) => "limited", RuleLimit::Unlimited => "unlimited", RuleLimit::BlockAll => "block_all" },
-        "algorithm": algorithm,
-        "limit": limit,
-        "window_ms": window_ms,
-        "burst": burst,
-        "mode": if rule.mode == Mode::Shadow { "shadow" } else { "enforce" },
-        "reference": rule.reference,
-        "on_store_error": rule.on_store_error.map(|p| p.name()),
-        "sharing": rule.sharing.to_string(),
-        "bound": rule.sharing.bound(),
-    })
 }

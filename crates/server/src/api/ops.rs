@@ -60,11 +60,14 @@ pub(super) async fn top(
     .into_response()
 }
 
-/// Each domain of `set`: its name, file and number of rules.
+/// Each domain of `set`: its name, file and rules.
 fn domain_list(set: &spillway_policy::PolicySet) -> Vec<serde_json::Value> {
     set.domains()
         .iter()
-        .map(|d| serde_json::json!({ "domain": d.name(), "file": d.file(), "rules": d.rule_count() }))
+        .map(|d| {
+            let rules: Vec<_> = d.rules().into_iter().map(|r| r.summary()).collect();
+            serde_json::json!({ "domain": d.name(), "file": d.file(), "rules": rules })
+        })
         .collect()
 }
 

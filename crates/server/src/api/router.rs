@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use http_body_util::BodyExt;
 
 use super::respond::{self, Refused};
-use super::{ops, reference, v1};
+use super::{ops, reference, ui, v1};
 use crate::metrics;
 use crate::state::AppState;
 
@@ -21,7 +21,12 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// The HTTP routes.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let routes = if state.ui {
+        ui::routes()
+    } else {
+        Router::new()
+    };
+    routes
         .route("/v1/check", post(v1::check))
         .route("/v1/explain", post(v1::explain))
         .route("/json", post(reference::check))

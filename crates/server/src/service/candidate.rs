@@ -2,37 +2,47 @@
 //! after the live answer, on counters of its own (the live keys' groups under
 //! `~candidate|`, in the same store), answering nobody. What it would have decided is
 //! counted per rule, and where it disagrees with the live answer, per kind: `would_deny`
-//! (live admitted, the candidate would not) and `would_admit` (the reverse). At most
-//! [`IN_FLIGHT`] evaluations run at once; past that they are dropped and counted, so a
-//! candidate never queues behind the live traffic nor holds it up.
+//! (live admitted, the candidate would not) and `would_admit` (the reverse). Requests
+//! wait for it in a queue of [`QUEUE`] (`AppState::check` puts them there after the live
+//! answer; one task takes them [`BATCH`] at a time); past that they are dropped and
+//! counted, so a candidate never holds up the live traffic.
 
 use std::sync::Arc;
 
+use std::borrow::Cow;
+
 use arc_swap::ArcSwap;
-use spillway_core::{Key, Store};
-use spillway_policy::{Mode, PolicySet, RuleLimit};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use futures_util::future::join_all;
+use parking_lot::Mutex;
+use spillway_core::Store;
+use spillway_policy::{Mode, PolicySet, Rule, RuleLimit};
 
 use super::request::CheckRequest;
 use super::status::Verdict;
 use super::{Service, drop_replaced, requests};
 use crate::metrics;
 
-/// Candidate evaluations running at once, at most.
-pub const IN_FLIGHT: usize = 64;
+/// What every candidate counter key starts with: the candidate's counters are its own.
+pub const KEY_PREFIX: &str = "~candidate|";
 
-/// The candidate policy set and its bound.
+/// Requests waiting for the candidate, at most; past that they are dropped.
+pub const QUEUE: usize = 1024;
+/// Requests the candidate decides at once (concurrently, on one task).
+pub const BATCH: usize = 64;
+/// After a batch that was not full, how long the next one gathers before it is taken:
+/// the candidate decides up to this much later than the live answer.
+pub const GATHER: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The candidate policy set.
 #[derive(Debug)]
 pub(crate) struct Candidate {
     policies: ArcSwap<PolicySet>,
-    permits: Arc<Semaphore>,
 }
 
 impl Candidate {
     pub(crate) fn new(policies: PolicySet) -> Candidate {
         Candidate {
-            policies: ArcSwap::from_pointee(policies),
-            permits: Arc::new(Semaphore::new(IN_FLIGHT)),
+            policies: ArcSwap::from_pointee(policies.with_key_prefix(KEY_PREFIX)),
         }
     }
 }
@@ -52,39 +62,57 @@ impl Service {
     /// Swaps in a new candidate set (a reload).
     pub fn replace_candidate(&self, policies: PolicySet) {
         if let Some(c) = &self.candidate {
-            c.policies.store(Arc::new(policies));
+            c.policies
+                .store(Arc::new(policies.with_key_prefix(KEY_PREFIX)));
         }
     }
 
-    /// A place for one candidate evaluation: `None` without a candidate, or when
-    /// [`IN_FLIGHT`] are running (counted as dropped).
-    pub fn candidate_permit(&self) -> Option<OwnedSemaphorePermit> {
-        let c = self.candidate.as_ref()?;
-        let permit = Arc::clone(&c.permits).try_acquire_owned().ok();
-        if permit.is_none() {
-            metrics::candidate_dropped();
-        }
-        permit
+    /// Whether there is a candidate set to decide requests under.
+    pub fn has_candidate(&self) -> bool {
+        self.candidate.is_some()
     }
 
-    /// Decides `req` under the candidate set on its own counters and counts what it
-    /// would have answered against `live_allowed`, the live answer.
-    pub async fn candidate_check(&self, req: &CheckRequest, live_allowed: bool) {
+    /// Decides a batch of requests under the candidate set, each on its own counters,
+    /// their store calls overlapping, and counts what it would have answered against each
+    /// request's live answer (`true`: admitted). The metrics are added once per batch.
+    pub async fn candidate_check(&self, batch: &[(CheckRequest, bool)]) {
         let Some(policies) = self.candidate_policies() else {
             return;
         };
+        let tally = Mutex::new(Tally::default());
+        // One time for the batch: it gathered over a millisecond at most.
+        let now = self.clock.now();
+        if self.stores.store().is_local() {
+            // Nothing to wait for: one after another costs less than polling them together.
+            for (req, live_allowed) in batch {
+                self.candidate_one(&policies, req, *live_allowed, now, &tally)
+                    .await;
+            }
+        } else {
+            join_all(batch.iter().map(|(req, live_allowed)| {
+                self.candidate_one(&policies, req, *live_allowed, now, &tally)
+            }))
+            .await;
+        }
+        tally.into_inner().flush();
+    }
+
+    async fn candidate_one<'p>(
+        &self,
+        policies: &'p PolicySet,
+        req: &CheckRequest,
+        live_allowed: bool,
+        now: spillway_core::Timestamp,
+        tally: &Mutex<Tally<'p>>,
+    ) {
         let Some(domain) = policies.domain(&req.domain) else {
             return;
         };
+        // Its own counters: the set's keys are under `KEY_PREFIX`.
         let Ok(mut hits) = self.hits(req, domain) else {
             return;
         };
         drop_replaced(&mut hits);
-        // Its own counters: every key's group under `~candidate|`.
-        for hit in &mut hits {
-            hit.key = hit.key.as_ref().and_then(candidate_key);
-        }
-        let now = self.clock.now();
         let mut verdict = Verdict::default();
         // One store call per descriptor: their keys are in different Cluster slots.
         let mut start = 0;
@@ -121,6 +149,7 @@ impl Service {
                     }
                 }
             }
+            let mut tally = tally.lock();
             for (i, is_over) in over {
                 let rule = &hits[i].rule;
                 let outcome = match (is_over, rule.mode) {
@@ -128,20 +157,62 @@ impl Service {
                     (true, Mode::Enforce) => "over_limit",
                     (true, Mode::Shadow) => "shadow_over_limit",
                 };
-                metrics::candidate_decision(domain.shared_name(), &rule.metric, outcome);
+                match rule {
+                    Cow::Borrowed(rule) => tally.decision(domain.shared_name(), rule, outcome),
+                    // Envoy's own limit for the descriptor: made for this request.
+                    Cow::Owned(rule) => {
+                        metrics::candidate_decision(domain.shared_name(), rule, outcome, 1);
+                    }
+                }
                 verdict.add(self.is_quota(rule), is_over, rule.mode == Mode::Enforce);
             }
         }
         let candidate_allowed = !verdict.over() || self.options.global_shadow;
-        match (live_allowed, candidate_allowed) {
-            (true, false) => metrics::candidate_disagreement(domain.shared_name(), "would_deny"),
-            (false, true) => metrics::candidate_disagreement(domain.shared_name(), "would_admit"),
-            _ => {}
-        }
+        let kind = match (live_allowed, candidate_allowed) {
+            (true, false) => "would_deny",
+            (false, true) => "would_admit",
+            _ => return,
+        };
+        tally.lock().disagreement(domain.shared_name(), kind);
     }
 }
 
-/// A counter key under the candidate's own prefix.
-fn candidate_key(key: &Key) -> Option<Key> {
-    Key::grouped(&format!("~candidate|{}", key.group()), key.member()).ok()
+/// A batch's candidate metrics, added up before they reach the recorder: one counter
+/// update per rule and outcome, not one per request.
+#[derive(Default)]
+struct Tally<'p> {
+    decisions: Vec<(&'p Arc<str>, &'p Rule, &'static str, u64)>,
+    disagreements: Vec<(&'p Arc<str>, &'static str, u64)>,
+}
+
+impl<'p> Tally<'p> {
+    fn decision(&mut self, domain: &'p Arc<str>, rule: &'p Rule, outcome: &'static str) {
+        let same = |(d, r, o, _): &&mut (&Arc<str>, &Rule, &str, u64)| {
+            Arc::ptr_eq(d, domain) && std::ptr::eq(*r, rule) && *o == outcome
+        };
+        match self.decisions.iter_mut().find(same) {
+            Some(entry) => entry.3 += 1,
+            None => self.decisions.push((domain, rule, outcome, 1)),
+        }
+    }
+
+    fn disagreement(&mut self, domain: &'p Arc<str>, kind: &'static str) {
+        match self
+            .disagreements
+            .iter_mut()
+            .find(|(d, k, _)| Arc::ptr_eq(d, domain) && *k == kind)
+        {
+            Some(entry) => entry.2 += 1,
+            None => self.disagreements.push((domain, kind, 1)),
+        }
+    }
+
+    fn flush(self) {
+        for (domain, rule, outcome, n) in self.decisions {
+            metrics::candidate_decision(domain, rule, outcome, n);
+        }
+        for (domain, kind, n) in self.disagreements {
+            metrics::candidate_disagreement(domain, kind, n);
+        }
+    }
 }

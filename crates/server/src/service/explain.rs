@@ -221,10 +221,7 @@ impl Service {
             algorithm: "unlimited",
             limit: None,
             window_ms: None,
-            mode: match rule.mode {
-                Mode::Enforce => "enforce",
-                Mode::Shadow => "shadow",
-            },
+            mode: rule.mode.name(),
             quota_mode: self.is_quota(rule),
             on_store_error: policy.name(),
             sharing: rule.sharing.to_string(),

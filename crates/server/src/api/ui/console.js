@@ -1,0 +1,328 @@
+// The console page: every few seconds it reads /v1/config (the rules), /metrics (the
+// service's own decision counters) and /v1/top (the denied keys), and turns counter
+// differences into rates. Everything a client chose (keys, values) is written as text,
+// never as HTML.
+"use strict";
+
+const REFRESH_MS = 2000;
+const FAMILIES = new Set([
+  "spillway_decisions_total",
+  "spillway_candidate_decisions_total",
+  "spillway_candidate_disagreements_total",
+]);
+
+const $ = (id) => document.getElementById(id);
+let previous = null; // the last reading: { at, counts }
+
+/** An element with attributes and children; strings become text nodes. */
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (name === "class") node.className = value;
+    else node.setAttribute(name, value);
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+async function getJson(path) {
+  const response = await fetch(path, { cache: "no-store" });
+  if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+  return response.json();
+}
+
+/** Prometheus text → the samples of FAMILIES, as { name, labels, value }. */
+function parseMetrics(text) {
+  const samples = [];
+  for (const line of text.split("\n")) {
+    const m = /^([A-Za-z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)/.exec(line);
+    if (!m || !FAMILIES.has(m[1])) continue;
+    const labels = {};
+    const pair = /(\w+)="((?:[^"\\]|\\.)*)"/g;
+    for (let l; (l = pair.exec(m[2] || "")); ) {
+      labels[l[1]] = l[2].replace(/\\(.)/g, (_, c) => (c === "n" ? "\n" : c));
+    }
+    samples.push({ name: m[1], labels, value: Number(m[3]) });
+  }
+  return samples;
+}
+
+const ruleId = (domain, rule, slot) => `${domain}\u0000${rule}\u0000${slot}`;
+
+/** Decisions (and how many were over the limit) per rule, and disagreements per domain. */
+function count(samples) {
+  const counts = { live: new Map(), candidate: new Map(), disagree: new Map() };
+  const add = (map, id, total, over) => {
+    const c = map.get(id) || { total: 0, over: 0 };
+    c.total += total;
+    c.over += over;
+    map.set(id, c);
+  };
+  for (const s of samples) {
+    const l = s.labels;
+    if (s.name === "spillway_candidate_disagreements_total") {
+      add(counts.disagree, `${l.domain}\u0000${l.kind}`, s.value, 0);
+      continue;
+    }
+    const map = s.name === "spillway_decisions_total" ? counts.live : counts.candidate;
+    add(map, ruleId(l.domain, l.rule, l.limit || ""), s.value, l.outcome === "ok" ? 0 : s.value);
+  }
+  return counts;
+}
+
+const integer = new Intl.NumberFormat("en");
+const percent = (part, whole) => (whole > 0 ? `${((100 * part) / whole).toFixed(1)}%` : "–");
+
+const plural = (n, word) => `${integer.format(n)} ${word}${n === 1 ? "" : "s"}`;
+
+function rate(now, before, seconds) {
+  if (before === null || before === undefined || seconds <= 0) return "–";
+  const r = (now - before) / seconds;
+  return r >= 100 ? integer.format(Math.round(r)) : r.toFixed(1);
+}
+
+/** One rule's row: its settings, then its counters now and since the last reading. */
+function ruleRow(domain, rule, now, before, seconds) {
+  const c = now || { total: 0, over: 0 };
+  const b = before || (previous ? { total: 0, over: 0 } : null);
+  const dTotal = b ? c.total - b.total : 0;
+  const dOver = b ? c.over - b.over : 0;
+  return el(
+    "tr",
+    { "data-rule": `${domain}/${rule.path}${rule.slot}`, "data-total": c.total, "data-over": c.over },
+    el("td", {}, domain),
+    el(
+      "td",
+      {},
+      el("code", {}, rule.path + rule.slot),
+      rule.mode === "shadow" ? el("span", { class: "tag" }, "shadow") : null,
+      rule.quota_mode ? el("span", { class: "tag" }, "quota") : null,
+    ),
+    el("td", { class: "limit" }, rule.description),
+    el("td", { class: "num rate" }, rate(c.total, b && b.total, seconds)),
+    el(
+      "td",
+      { class: `num ${dOver > 0 ? "over" : ""}` },
+      b ? percent(dOver, dTotal) : "–",
+    ),
+    el("td", { class: "num total" }, integer.format(c.total)),
+    el("td", { class: `num ${c.over > 0 ? "over" : ""}` }, percent(c.over, c.total)),
+  );
+}
+
+function fillRules(tbody, domains, now, before, seconds) {
+  const rows = [];
+  for (const d of domains) {
+    for (const rule of d.rules) {
+      const id = ruleId(d.domain, rule.path, rule.slot);
+      rows.push(ruleRow(d.domain, rule, now.get(id), before && before.get(id), seconds));
+    }
+  }
+  if (rows.length === 0) rows.push(el("tr", { class: "empty" }, el("td", { colspan: 7 }, "no rules loaded")));
+  tbody.replaceChildren(...rows);
+}
+
+/** Keeps a select's options equal to `names`, and its choice if it still exists. */
+function fillSelect(select, names) {
+  const current = [...select.options].map((o) => o.value);
+  if (current.join("\u0000") === names.join("\u0000")) return;
+  const chosen = select.value;
+  select.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+  if (names.includes(chosen)) select.value = chosen;
+}
+
+function fillCandidate(config, counts, before, seconds) {
+  const candidate = config.candidate;
+  const note = $("candidate-note");
+  const tables = [$("disagreements"), $("candidate-rules")];
+  if (!candidate) {
+    note.replaceChildren("No candidate set. Start the service with ", el("code", {}, "--candidate-config DIR"), " to try policies on live traffic.");
+    tables.forEach((t) => (t.hidden = true));
+    return;
+  }
+  tables.forEach((t) => (t.hidden = false));
+  note.replaceChildren(
+    candidate.last_load_error
+      ? el("span", { class: "error" }, `The last load failed: ${candidate.last_load_error}`)
+      : `${plural(candidate.domains.length, "domain")}, loaded ${plural(candidate.loads, "time")}.`,
+  );
+  const rows = candidate.domains.map((d) => {
+    const cell = (kind) => {
+      const id = `${d.domain}\u0000${kind}`;
+      const now = (counts.disagree.get(id) || { total: 0 }).total;
+      const was = before ? (before.disagree.get(id) || { total: 0 }).total : null;
+      return [
+        el("td", { class: `num ${now > 0 ? "over" : ""}`, "data-kind": kind }, integer.format(now)),
+        el("td", { class: "num" }, rate(now, was, seconds)),
+      ];
+    };
+    return el("tr", { "data-domain": d.domain }, el("td", {}, d.domain), cell("would_deny"), cell("would_admit"));
+  });
+  $("disagreements").tBodies[0].replaceChildren(...rows);
+  fillRules($("candidate-rules").tBodies[0], candidate.domains, counts.candidate, before && before.candidate, seconds);
+}
+
+async function fillTop() {
+  const domain = $("top-domain").value;
+  const box = $("top");
+  if (!domain) return box.replaceChildren(el("p", { class: "note" }, "no domains loaded"));
+  const top = await getJson(`/v1/top?domain=${encodeURIComponent(domain)}`);
+  $("top-minutes").textContent = top.minutes;
+  const rules = top.rules.filter((r) => r.keys.length > 0);
+  if (rules.length === 0) {
+    return box.replaceChildren(el("p", { class: "note" }, `No denials in ${domain} in the last ${top.minutes} minutes.`));
+  }
+  box.replaceChildren(
+    ...rules.map((r) =>
+      el(
+        "div",
+        { class: "top-rule" },
+        el("h3", {}, r.rule, r.rule !== r.path ? el("small", {}, ` ${r.path}`) : null),
+        el(
+          "table",
+          {},
+          el("thead", {}, el("tr", {}, el("th", {}, "key"), el("th", { class: "num" }, "denied"), el("th", { class: "num" }, "± at most"))),
+          el(
+            "tbody",
+            {},
+            r.keys.map((k) =>
+              el("tr", {}, el("td", { class: "key" }, k.key), el("td", { class: "num" }, integer.format(k.denied)), el("td", { class: "num" }, integer.format(k.error))),
+            ),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+async function refresh() {
+  const status = $("status");
+  try {
+    const [config, metrics] = await Promise.all([
+      getJson("/v1/config"),
+      fetch("/metrics", { cache: "no-store" }).then((r) => r.text()),
+    ]);
+    const at = performance.now();
+    const counts = count(parseMetrics(metrics));
+    const seconds = previous ? (at - previous.at) / 1000 : 0;
+    const before = previous && previous.counts;
+    fillRules($("rules").tBodies[0], config.domains, counts.live, before && before.live, seconds);
+    fillCandidate(config, counts, before, seconds);
+    const names = config.domains.map((d) => d.domain);
+    fillSelect($("top-domain"), names);
+    fillSelect($("explain-domain"), names);
+    previous = { at, counts };
+    $("interval").textContent = seconds > 0 ? `rates over the last ${seconds.toFixed(1)} s` : "";
+    const rules = config.domains.reduce((n, d) => n + d.rules.length, 0);
+    const error = config.last_load_error ? ` · last reload failed: ${config.last_load_error}` : "";
+    status.className = error ? "status error" : "status";
+    status.textContent = `${plural(names.length, "domain")}, ${plural(rules, "rule")} · policies loaded ${plural(config.loads, "time")}${error} · updated ${new Date().toLocaleTimeString()}`;
+    await fillTop();
+  } catch (e) {
+    status.className = "status error";
+    status.textContent = `Cannot read the service: ${e.message}`;
+  }
+}
+
+/** `key=value key=value` per line → /v1/check's descriptors. */
+function descriptors(text) {
+  return text
+    .split("\n")
+    .map((line) => line.trim())
+    .filter((line) => line.length > 0)
+    .map((line, i) => ({
+      entries: line.split(/\s+/).map((pair) => {
+        const eq = pair.indexOf("=");
+        if (eq <= 0) throw new Error(`line ${i + 1}: "${pair}" is not key=value`);
+        return { key: pair.slice(0, eq), value: pair.slice(eq + 1) };
+      }),
+    }));
+}
+
+function duration(ms) {
+  if (ms === null || ms === undefined) return "–";
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 120000) return `${(ms / 1000).toFixed(1)} s`;
+  if (ms < 7200000) return `${Math.round(ms / 60000)} min`;
+  return `${(ms / 3600000).toFixed(1)} h`;
+}
+
+function limitRow(l) {
+  const limit = l.limit === null ? "" : ` ${integer.format(l.limit)} per ${duration(l.window_ms)}`;
+  return el(
+    "tr",
+    { "data-rule": l.rule, "data-admit": l.would_admit },
+    el("td", {}, l.rule, l.replaced_by ? el("span", { class: "tag" }, `replaced by ${l.replaced_by}`) : null),
+    el("td", {}, l.algorithm + limit),
+    el("td", {}, l.mode, l.quota_mode ? el("span", { class: "tag" }, "quota") : null),
+    el("td", { class: "num" }, l.state ? integer.format(l.state.remaining) : "–"),
+    el("td", { class: "num" }, l.state ? duration(l.state.reset_after_ms) : "–"),
+    el("td", { class: "num" }, l.state ? duration(l.state.retry_after_ms) : "–"),
+    el("td", { class: l.would_admit ? "ok" : "over" }, l.would_admit ? "admit" : "deny", l.error ? el("div", { class: "error" }, l.error) : null),
+    el("td", { class: "key" }, l.key || ""),
+  );
+}
+
+function renderExplanation(x) {
+  const verdict = !x.domain_found
+    ? `No policy file declares the domain ${x.domain}: a check is admitted.`
+    : x.allowed
+      ? "A check now would be admitted."
+      : `A check now would be denied by ${x.denied_by.rule} (descriptor ${x.denied_by.descriptor + 1}).`;
+  const parts = [el("p", { class: `verdict ${x.allowed ? "admitted" : "denied"}` }, verdict)];
+  x.descriptors.forEach((d, i) => {
+    const entries = d.entries.map((e) => `${e.key}=${e.value}`).join(" ");
+    parts.push(el("h3", {}, `Descriptor ${i + 1} `, el("code", {}, entries)));
+    if (d.path.length > 0) {
+      parts.push(el("p", { class: "path" }, "path: ", d.path.map((s, j) => [j > 0 ? " → " : "", el("code", {}, s.node), ` (${s.matched_by})`])));
+    }
+    if (d.override_limit) parts.push(el("p", { class: "note" }, "Envoy's own limit for this descriptor is used instead of the configuration."));
+    if (!d.matched) parts.push(el("p", { class: "note" }, `Matches no rule: ${d.unmatched || "nothing configured"}`));
+    if (d.limits.length > 0) {
+      const head = ["rule", "limit", "mode", "remaining", "resets in", "retry after", "would", "counter key"];
+      parts.push(
+        el(
+          "table",
+          {},
+          el("thead", {}, el("tr", {}, head.map((h) => el("th", {}, h)))),
+          el("tbody", {}, d.limits.map(limitRow)),
+        ),
+      );
+    }
+  });
+  return parts;
+}
+
+async function explain(event) {
+  event.preventDefault();
+  const out = $("explain-result");
+  try {
+    const body = {
+      domain: $("explain-domain").value,
+      descriptors: descriptors($("explain-entries").value),
+      cost: Number($("explain-cost").value || 1),
+    };
+    if (body.descriptors.length === 0) throw new Error("give at least one descriptor");
+    const response = await fetch("/v1/explain", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error ? answer.error.message : `HTTP ${response.status}`);
+    out.setAttribute("data-allowed", answer.allowed);
+    out.replaceChildren(...renderExplanation(answer));
+  } catch (e) {
+    out.setAttribute("data-allowed", "");
+    out.replaceChildren(el("p", { class: "error" }, e.message));
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("explain-form").addEventListener("submit", explain);
+  $("top-domain").addEventListener("change", () => fillTop().catch(() => {}));
+  refresh();
+  setInterval(refresh, REFRESH_MS);
+});
