@@ -9,12 +9,22 @@
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+/// `descriptors:` with nothing after it (YAML null) is no descriptors, as the
+/// reference reads it: a domain, or a node, without rules.
+fn null_as_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+}
+
 /// One file: one domain.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct File {
     pub domain: Option<Spanned<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub descriptors: Vec<Descriptor>,
 }
 
@@ -25,7 +35,7 @@ pub(crate) struct Descriptor {
     pub key: Spanned<String>,
     pub value: Option<Spanned<String>>,
     pub rate_limit: Option<Spanned<RateLimit>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub descriptors: Vec<Descriptor>,
     #[serde(default)]
     pub shadow_mode: bool,

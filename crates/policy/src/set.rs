@@ -203,7 +203,9 @@ impl Domain {
         for (i, (k, v)) in entries.iter().enumerate() {
             let (k, v) = (k.as_ref(), v.as_ref());
             composite.clear();
-            let _ = write!(composite, "{k}_{v}");
+            composite.push_str(k);
+            composite.push('_');
+            composite.push_str(v);
             let (name, node, how) = level
                 .nodes
                 .get_key_value(&composite)
@@ -408,14 +410,17 @@ pub fn override_key<K: AsRef<str>, V: AsRef<str>>(
 /// Appends `s` with the key's separators (`| = : # ! %`) and braces percent-escaped,
 /// so that the joined key is unambiguous whatever the entries hold.
 pub fn escape_into(out: &mut String, s: &str) {
-    for c in s.chars() {
-        match c {
-            '|' | '=' | ':' | '#' | '!' | '%' | '{' | '}' => {
-                let _ = write!(out, "%{:02X}", c as u32);
-            }
-            c => out.push(c),
+    const SPECIAL: [u8; 8] = *b"|=:#!%{}";
+    // The separators are ASCII: the text between two of them is copied whole.
+    let mut from = 0;
+    for (i, b) in s.bytes().enumerate() {
+        if SPECIAL.contains(&b) {
+            out.push_str(&s[from..i]);
+            let _ = write!(out, "%{b:02X}");
+            from = i + 1;
         }
     }
+    out.push_str(&s[from..]);
 }
 
 /// The reference's wildcard match: every `*` matches zero or more characters, and the

@@ -113,6 +113,9 @@ fn summary(args: &ValidateArgs, set: &spillway_policy::PolicySet) {
     );
     for d in &domains {
         println!("\n{} ({})", d.name(), d.file().display());
+        if d.rule_count() == 0 {
+            println!("  no rules: every request to this domain is admitted");
+        }
         for rule in d.rules() {
             println!("  {:<28} {}", rule.metric, rule);
         }

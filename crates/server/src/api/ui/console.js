@@ -9,6 +9,7 @@ const FAMILIES = new Set([
   "spillway_decisions_total",
   "spillway_candidate_decisions_total",
   "spillway_candidate_disagreements_total",
+  "spillway_candidate_dropped_total",
 ]);
 
 const $ = (id) => document.getElementById(id);
@@ -53,7 +54,7 @@ const ruleId = (domain, rule, slot) => `${domain}\u0000${rule}\u0000${slot}`;
 
 /** Decisions (and how many were over the limit) per rule, and disagreements per domain. */
 function count(samples) {
-  const counts = { live: new Map(), candidate: new Map(), disagree: new Map() };
+  const counts = { live: new Map(), candidate: new Map(), disagree: new Map(), dropped: 0 };
   const add = (map, id, total, over) => {
     const c = map.get(id) || { total: 0, over: 0 };
     c.total += total;
@@ -62,6 +63,10 @@ function count(samples) {
   };
   for (const s of samples) {
     const l = s.labels;
+    if (s.name === "spillway_candidate_dropped_total") {
+      counts.dropped += s.value;
+      continue;
+    }
     if (s.name === "spillway_candidate_disagreements_total") {
       add(counts.disagree, `${l.domain}\u0000${l.kind}`, s.value, 0);
       continue;
@@ -146,7 +151,8 @@ function fillCandidate(config, counts, before, seconds) {
   note.replaceChildren(
     candidate.last_load_error
       ? el("span", { class: "error" }, `The last load failed: ${candidate.last_load_error}`)
-      : `${plural(candidate.domains.length, "domain")}, loaded ${plural(candidate.loads, "time")}.`,
+      : `${plural(candidate.domains.length, "domain")}, loaded ${plural(candidate.loads, "time")}; ` +
+          `${plural(counts.dropped, "request")} not decided (the candidate runs on idle CPU and drops what it cannot keep up with).`,
   );
   const rows = candidate.domains.map((d) => {
     const cell = (kind) => {
