@@ -44,9 +44,11 @@ fuzz_target!(|input: (
             assert_eq!(x == y, rx == ry, "{x:?} {y:?} -> {rx:?} {ry:?}");
         }
     }
+    let domain =
+        spillway_policy::parse("d.yaml", "domain: d\ndescriptors: []\n").expect("a domain");
     if let (Ok(oa), Ok(ob)) = (
-        spillway_policy::override_key("d", &path_a),
-        spillway_policy::override_key("d", &path_b),
+        spillway_policy::override_key(&domain, &path_a),
+        spillway_policy::override_key(&domain, &path_b),
     ) {
         assert_eq!(
             path_a == path_b,

@@ -34,16 +34,37 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
         .env("LOG_FORMAT", "json")
         .env("LOG_LEVEL", "info")
         .env("LIMIT_RESPONSE_HEADERS_ENABLED", "true")
+        // Read by the reference, not by Spillway: each is named in one warning.
+        .env("REDIS_POOL_SIZE", "20")
+        .env("USE_STATSD", "false")
         .stderr(Stdio::piped())
         .spawn()
         .expect("spillway starts");
     let mut logs = BufReader::new(child.stderr.take().unwrap()).lines();
     // Wait for the line that says it listens, rather than guessing how long that takes.
-    let listening = logs
-        .by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.contains("listening"))
-        .expect("a listening line");
+    let mut before = Vec::new();
+    let listening = loop {
+        let line = logs.next().expect("a listening line").unwrap();
+        if line.contains("listening") {
+            break line;
+        }
+        before.push(line);
+    };
+    for variable in ["REDIS_POOL_SIZE", "USE_STATSD"] {
+        let warnings: Vec<&String> = before
+            .iter()
+            .filter(|l| l.contains("WARN") && l.contains(&format!("\"variable\":\"{variable}\"")))
+            .collect();
+        assert_eq!(
+            warnings.len(),
+            1,
+            "one warning naming {variable} in {before:#?}"
+        );
+    }
+    assert!(
+        !before.iter().any(|l| l.contains("RUNTIME_ROOT")),
+        "an honoured one is not named"
+    );
     let line: serde_json::Value = serde_json::from_str(&listening).expect("JSON logs");
     assert_eq!(line["fields"]["http_addr"], format!("127.0.0.1:{http}"));
 

@@ -46,7 +46,7 @@ mod unit;
 mod validate;
 
 pub use error::{Error, Errors};
-pub use load::{assemble, is_policy_file, load, parse};
+pub use load::{LoadOptions, assemble, assemble_with, is_policy_file, load, load_with, parse};
 pub use rule::{Rule, RuleLimit};
 pub use set::{
     Domain, How, Match, PolicySet, Step, Trace, Unmatched, escape_into, override_key,

@@ -7,10 +7,24 @@ use std::path::{Path, PathBuf};
 use crate::set::{Domain, PolicySet};
 use crate::{Error, Errors, raw, validate};
 
+/// How files become a set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Files that declare the same domain make one domain (the reference's
+    /// `MERGE_DOMAIN_CONFIG`); a descriptor declared by two of them is refused. Off, a
+    /// domain declared twice is refused.
+    pub merge_domains: bool,
+}
+
 /// Loads a file or a directory of files. Any mistake anywhere loads nothing, and every
 /// mistake found is returned: a file's own, and a domain defined by two files (even when
 /// one of them has other mistakes).
 pub fn load(path: impl AsRef<Path>) -> Result<PolicySet, Errors> {
+    load_with(path, LoadOptions::default())
+}
+
+/// [`load`], as `options` say.
+pub fn load_with(path: impl AsRef<Path>, options: LoadOptions) -> Result<PolicySet, Errors> {
     let path = path.as_ref();
     let files = files(path).map_err(|e| Errors(vec![e]))?;
     let mut errors = Vec::new();
@@ -25,7 +39,7 @@ pub fn load(path: impl AsRef<Path>) -> Result<PolicySet, Errors> {
             }
         };
         let (name, result) = parse_named(file, &text);
-        if let Some(name) = name.filter(|n| !n.is_empty()) {
+        if let Some(name) = name.filter(|n| !n.is_empty() && !options.merge_domains) {
             match first_file.get(&name) {
                 Some(first) => errors.push(duplicate(file, &name, first)),
                 None => {
@@ -40,7 +54,7 @@ pub fn load(path: impl AsRef<Path>) -> Result<PolicySet, Errors> {
         }
     }
     if errors.is_empty() {
-        assemble(domains)
+        assemble_with(domains, options)
     } else {
         Err(Errors(errors))
     }
@@ -72,11 +86,23 @@ fn duplicate(file: &Path, name: &str, first: &Path) -> Error {
 
 /// A set from domains parsed one by one; two files with one domain is a mistake.
 pub fn assemble(domains: impl IntoIterator<Item = Domain>) -> Result<PolicySet, Errors> {
+    assemble_with(domains, LoadOptions::default())
+}
+
+/// [`assemble`], as `options` say: with `merge_domains`, files of one domain make one.
+pub fn assemble_with(
+    domains: impl IntoIterator<Item = Domain>,
+    options: LoadOptions,
+) -> Result<PolicySet, Errors> {
     let mut set = PolicySet::default();
     let mut errors = Vec::new();
     for d in domains {
-        if let Some(first) = set.domains.get(&d.name) {
-            errors.push(duplicate(&d.file, &d.name, &first.file));
+        if let Some(first) = set.domains.get_mut(&d.name) {
+            if options.merge_domains {
+                errors.extend(first.merge(d));
+            } else {
+                errors.push(duplicate(&d.file, &d.name, &first.file));
+            }
             continue;
         }
         set.domains.insert(d.name.clone(), d);

@@ -108,6 +108,34 @@ impl PolicySet {
 }
 
 impl Domain {
+    /// Adds `other`'s descriptors (the same domain, from another file) to this one's, as
+    /// the reference's `MERGE_DOMAIN_CONFIG` does: a top-level descriptor both declare
+    /// (the same `key_value`) is refused, and nothing of `other` is added then.
+    pub(crate) fn merge(&mut self, other: Domain) -> Option<crate::Error> {
+        let both: Vec<&String> = other
+            .root
+            .nodes
+            .keys()
+            .filter(|name| self.root.nodes.contains_key(*name))
+            .collect();
+        if let Some(name) = both.first() {
+            return Some(crate::Error::new(
+                &other.file,
+                None,
+                "descriptors",
+                format!(
+                    "duplicate descriptor composite key '{name}' in domain '{}' (also in {})",
+                    self.name,
+                    self.file.display()
+                ),
+            ));
+        }
+        self.root.nodes.extend(other.root.nodes);
+        self.root.wildcards.extend(other.root.wildcards);
+        self.rules += other.rules;
+        None
+    }
+
     /// The domain's name.
     pub fn name(&self) -> &str {
         &self.name

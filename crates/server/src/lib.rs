@@ -105,7 +105,7 @@ pub async fn start_with_clock(
     clock: Arc<dyn Clock>,
 ) -> Result<Running, StartError> {
     // Policies first: a typo in a file should not wait for a store connection to show.
-    let policies = spillway_policy::load(&settings.config)?;
+    let policies = spillway_policy::load_with(&settings.config, settings.load_options())?;
     let store = AnyStore::open(&settings.store, settings.store_timeout).await?;
     start_with_policies(settings, policies, store, clock).await
 }
@@ -116,7 +116,7 @@ pub async fn start_with_store(
     store: AnyStore,
     clock: Arc<dyn Clock>,
 ) -> Result<Running, StartError> {
-    let policies = spillway_policy::load(&settings.config)?;
+    let policies = spillway_policy::load_with(&settings.config, settings.load_options())?;
     start_with_policies(settings, policies, store, clock).await
 }
 
@@ -214,12 +214,13 @@ pub fn app_state(
         global_quota: settings.quota_mode,
         on_store_error: settings.on_store_error,
         near_limit_ratio: settings.near_limit_ratio,
+        key_prefix: settings.key_prefix.clone(),
     };
     let mut service = Service::new(policies, stores(store, breaker, settings), clock, options);
     let mut candidate_error = None;
     if let Some(path) = &settings.candidate_config {
         // A candidate that does not load never stops the service: it is reported.
-        let candidate = spillway_policy::load(path).unwrap_or_else(|e| {
+        let candidate = spillway_policy::load_with(path, settings.load_options()).unwrap_or_else(|e| {
             tracing::error!(path = %path.display(), error = %e, "candidate policies not loaded");
             candidate_error = Some(e.to_string());
             PolicySet::default()
@@ -235,6 +236,7 @@ pub fn app_state(
         shutting_down: AtomicBool::new(false),
         body_read_timeout: settings.header_read_timeout,
         ui: settings.ui,
+        load_options: settings.load_options(),
         candidate_queue: std::sync::OnceLock::new(),
         load_status: tokio::sync::watch::Sender::new(LoadStatus {
             generation: 1,

@@ -31,7 +31,9 @@ pub enum Set {
 /// Loads the policies again and swaps them in if they are good.
 pub async fn reload(state: &AppState, path: &Path, set: Set) {
     let owned = path.to_owned();
-    let loaded = tokio::task::spawn_blocking(move || spillway_policy::load(owned)).await;
+    let options = state.load_options;
+    let loaded =
+        tokio::task::spawn_blocking(move || spillway_policy::load_with(owned, options)).await;
     let result = match loaded {
         Ok(result) => result.map_err(|e| e.to_string()),
         Err(e) => Err(format!("the load task failed: {e}")),

@@ -42,6 +42,8 @@ pub struct Options {
     pub on_store_error: OnStoreError,
     /// A rule past this fraction of its limit counts as near the limit in metrics.
     pub near_limit_ratio: f64,
+    /// Before every counter key (`CACHE_KEY_PREFIX`).
+    pub key_prefix: String,
 }
 
 impl Default for Options {
@@ -51,6 +53,7 @@ impl Default for Options {
             global_quota: false,
             on_store_error: OnStoreError::Closed,
             near_limit_ratio: 0.8,
+            key_prefix: String::new(),
         }
     }
 }
@@ -98,7 +101,7 @@ impl Service {
         options: Options,
     ) -> Service {
         Service {
-            policies: ArcSwap::from_pointee(policies),
+            policies: ArcSwap::from_pointee(policies.with_key_prefix(&options.key_prefix)),
             stores,
             clock,
             options,
@@ -111,7 +114,8 @@ impl Service {
     /// Swaps in a new configuration; requests in flight finish on the old one. Counters
     /// live in the store under keys made of the domain and descriptor, so they survive.
     pub fn replace_policies(&self, policies: PolicySet) {
-        self.policies.store(Arc::new(policies));
+        self.policies
+            .store(Arc::new(policies.with_key_prefix(&self.options.key_prefix)));
         // A limit may have grown: a denial cached under the old one may not hold.
         self.stores.forget_all();
     }

@@ -57,6 +57,11 @@ pub struct Settings {
     pub drain_timeout: Duration,
     /// Serve the console page at `/ui` (`--no-ui` turns it off).
     pub ui: bool,
+    /// Written before every counter key (the reference's `CACHE_KEY_PREFIX`): services
+    /// with different prefixes count apart in one store.
+    pub key_prefix: String,
+    /// Files that declare one domain make one domain (`MERGE_DOMAIN_CONFIG`).
+    pub merge_domains: bool,
 }
 
 impl Default for Settings {
@@ -83,6 +88,8 @@ impl Default for Settings {
             header_read_timeout: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(10),
             ui: true,
+            key_prefix: String::new(),
+            merge_domains: false,
         }
     }
 }
@@ -112,6 +119,8 @@ struct File {
     header_read_timeout: Option<String>,
     drain_timeout: Option<String>,
     ui: Option<bool>,
+    key_prefix: Option<String>,
+    merge_domains: Option<bool>,
 }
 
 /// A setting that could not be used; says which and why.
@@ -120,6 +129,13 @@ struct File {
 pub struct SettingsError(pub String);
 
 impl Settings {
+    /// How policy files are read.
+    pub fn load_options(&self) -> spillway_policy::LoadOptions {
+        spillway_policy::LoadOptions {
+            merge_domains: self.merge_domains,
+        }
+    }
+
     /// Applies a settings file.
     pub fn apply_file(&mut self, path: &Path) -> Result<(), SettingsError> {
         let text = std::fs::read_to_string(path)
@@ -184,6 +200,10 @@ impl Settings {
             self.drain_timeout = duration(&v).map_err(|e| at("drain_timeout", e))?;
         }
         self.ui = f.ui.unwrap_or(self.ui);
+        if let Some(v) = f.key_prefix {
+            self.key_prefix = v;
+        }
+        self.merge_domains = f.merge_domains.unwrap_or(self.merge_domains);
         Ok(())
     }
 
@@ -241,6 +261,12 @@ impl Settings {
                 .parse::<usize>()
                 .map_err(|e| env_err("LOCAL_CACHE_SIZE_IN_BYTES", e.to_string()))?;
         }
+        if let Some(v) = var("MERGE_DOMAIN_CONFIG") {
+            self.merge_domains = boolean(&v).map_err(|e| env_err("MERGE_DOMAIN_CONFIG", e))?;
+        }
+        if let Some(v) = var("CACHE_KEY_PREFIX") {
+            self.key_prefix = v;
+        }
         if let Some(v) = var("LIMIT_RESPONSE_HEADERS_ENABLED") {
             let on = boolean(&v).map_err(|e| env_err("LIMIT_RESPONSE_HEADERS_ENABLED", e))?;
             self.reference_headers = on.then(|| {
@@ -254,6 +280,152 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// The reference's variables Spillway reads but does not act on, or does not read, each
+/// with why: `serve` logs a warning for each one that is set. (Prefixes end in `_`.)
+pub const NOT_HONOURED: &[(&str, &str)] = &[
+    (
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        "not implemented yet: every counter of a request is charged",
+    ),
+    (
+        "RESPONSE_DYNAMIC_METADATA",
+        "not implemented yet: responses carry no dynamic metadata",
+    ),
+    (
+        "BACKEND_TYPE",
+        "counters live in Redis or in memory (--store); there is no memcache backend",
+    ),
+    ("MEMCACHE_", "there is no memcache backend"),
+    (
+        "REDIS_PERSECOND",
+        "one store holds every counter; there is no per-second Redis",
+    ),
+    (
+        "REDIS_PERSECOND_",
+        "one store holds every counter; there is no per-second Redis",
+    ),
+    (
+        "REDIS_POOL_SIZE",
+        "one multiplexed connection per Redis node; there is no pool",
+    ),
+    (
+        "REDIS_PIPELINE_",
+        "each decision is one script call; calls are coalesced without a window",
+    ),
+    (
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "each Cluster node has its own connection",
+    ),
+    ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "there is no pool"),
+    (
+        "REDIS_TIMEOUT",
+        "use --store-timeout (default 10ms; the reference's 10s would outlast Envoy's deadline)",
+    ),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "/readyz and the gRPC health service PING the store",
+    ),
+    (
+        "REDIS_STARTUP_",
+        "the store is waited for with its own backoff (1 s doubling to 30 s, forever)",
+    ),
+    (
+        "REDIS_SENTINEL_AUTH",
+        "give the Sentinel password in the store URL",
+    ),
+    (
+        "REDIS_TLS_",
+        "use a rediss:// store URL; client certificates are not supported",
+    ),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "keys expire when their window ends; there is no jitter",
+    ),
+    (
+        "USE_STATSD",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "STATSD_",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "USE_DOG_STATSD",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "USE_PROMETHEUS",
+        "metrics are always Prometheus, at /metrics on the HTTP port",
+    ),
+    (
+        "PROMETHEUS_",
+        "metrics are always Prometheus, at /metrics on the HTTP port",
+    ),
+    ("EXTRA_TAGS", "metrics carry no extra labels"),
+    (
+        "STATS_FLUSH_INTERVAL",
+        "Prometheus metrics are read when scraped",
+    ),
+    ("DISABLE_STATS", "metrics are always on"),
+    ("TRACING_", "there is no tracing export"),
+    (
+        "DEBUG_HOST",
+        "there is no debug port: /v1/config and /metrics are on the HTTP port",
+    ),
+    (
+        "DEBUG_PORT",
+        "there is no debug port: /v1/config and /metrics are on the HTTP port",
+    ),
+    ("GRPC_UDS", "gRPC listens on TCP only"),
+    (
+        "GRPC_MAX_CONNECTION_AGE",
+        "connections are kept until the client closes them",
+    ),
+    (
+        "GRPC_SERVER_USE_TLS",
+        "gRPC is served without TLS: terminate TLS in front of it",
+    ),
+    (
+        "GRPC_SERVER_TLS_",
+        "gRPC is served without TLS: terminate TLS in front of it",
+    ),
+    (
+        "GRPC_CLIENT_TLS_",
+        "gRPC is served without TLS: terminate TLS in front of it",
+    ),
+    (
+        "CONFIG_TYPE",
+        "policies come from files (xDS is not supported)",
+    ),
+    (
+        "CONFIG_GRPC_XDS_",
+        "policies come from files (xDS is not supported)",
+    ),
+    (
+        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+        "the service is ready once its policies load, even with no domain",
+    ),
+];
+
+/// The reference variables that are set and that Spillway does not honour, with why.
+pub fn not_honoured(names: impl IntoIterator<Item = String>) -> Vec<(String, &'static str)> {
+    let mut found: Vec<(String, &'static str)> = names
+        .into_iter()
+        .filter_map(|name| {
+            let (_, why) = NOT_HONOURED.iter().find(|(n, _)| {
+                if n.ends_with('_') {
+                    name.starts_with(n)
+                } else {
+                    name == *n
+                }
+            })?;
+            Some((name, *why))
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 #[cfg(test)]
@@ -304,6 +476,28 @@ mod tests {
             s.apply_reference_env(env(&[("LOCAL_CACHE_SIZE_IN_BYTES", "lots")]))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn the_reference_variables_not_honoured_are_named() {
+        let set = [
+            "REDIS_POOL_SIZE",
+            "STATSD_HOST",
+            "REDIS_URL",
+            "PORT",
+            "MEMCACHE_HOST_PORT",
+            "PATH",
+        ]
+        .map(String::from);
+        let names: Vec<String> = not_honoured(set).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            ["MEMCACHE_HOST_PORT", "REDIS_POOL_SIZE", "STATSD_HOST"]
+        );
+        let mut s = Settings::default();
+        s.apply_reference_env(env(&[("CACHE_KEY_PREFIX", "east_")]))
+            .unwrap();
+        assert_eq!(s.key_prefix, "east_");
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct AppState {
     pub body_read_timeout: Duration,
     /// Whether `/ui` serves the console page.
     pub ui: bool,
+    /// How a reload reads the policy files.
+    pub load_options: spillway_policy::LoadOptions,
     /// Requests waiting for the candidate set: made, with the task that takes them, at
     /// the first request that needs it.
     pub(crate) candidate_queue: OnceLock<mpsc::Sender<ForCandidate>>,

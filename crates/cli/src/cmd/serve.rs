@@ -102,6 +102,9 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = resolve(args)?;
     init_logging(&settings)?;
+    for (variable, why) in settings::not_honoured(std::env::vars().map(|(k, _)| k)) {
+        tracing::warn!(%variable, why, "a setting of the reference service is set and not honoured");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -116,7 +119,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         });
         // A typo in a policy file fails at once, before any wait for the store.
-        let policies = spillway_policy::load(&settings.config)?;
+        let policies = spillway_policy::load_with(&settings.config, settings.load_options())?;
         let Some(store) = open_store(&settings, &stop).await? else {
             return Ok(ExitCode::SUCCESS); // stopped while waiting for the store
         };

@@ -34,15 +34,23 @@ pub struct ValidateArgs {
     /// rule (domains and rules added, removed, changed). Both must be valid.
     #[arg(long, value_name = "CANDIDATE")]
     pub diff: Option<PathBuf>,
+
+    /// Files that declare the same domain make one domain, as `serve` does with
+    /// MERGE_DOMAIN_CONFIG=true (a descriptor declared twice is still refused).
+    #[arg(long)]
+    pub merge_domains: bool,
 }
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
-    let set = match load(&args.path, args.json) {
+    let options = spillway_policy::LoadOptions {
+        merge_domains: args.merge_domains,
+    };
+    let set = match load(&args.path, options, args.json) {
         Ok(set) => set,
         Err(code) => return Ok(code),
     };
     if let Some(candidate) = &args.diff {
-        let candidate = match load(candidate, args.json) {
+        let candidate = match load(candidate, options, args.json) {
             Ok(set) => set,
             Err(code) => return Ok(code),
         };
@@ -63,8 +71,12 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The policy set at `path`, or (its errors printed) exit status 1.
-fn load(path: &std::path::Path, as_json: bool) -> Result<spillway_policy::PolicySet, ExitCode> {
-    match spillway_policy::load(path) {
+fn load(
+    path: &std::path::Path,
+    options: spillway_policy::LoadOptions,
+    as_json: bool,
+) -> Result<spillway_policy::PolicySet, ExitCode> {
+    match spillway_policy::load_with(path, options) {
         Ok(set) => Ok(set),
         Err(errors) => {
             if as_json {

@@ -50,7 +50,9 @@ impl Candidate {
 impl Service {
     /// This service with a candidate policy set decided in shadow beside the live one.
     pub fn with_candidate(mut self, policies: PolicySet) -> Service {
-        self.candidate = Some(Candidate::new(policies));
+        self.candidate = Some(Candidate::new(
+            policies.with_key_prefix(&self.options.key_prefix),
+        ));
         self
     }
 
@@ -62,8 +64,10 @@ impl Service {
     /// Swaps in a new candidate set (a reload).
     pub fn replace_candidate(&self, policies: PolicySet) {
         if let Some(c) = &self.candidate {
-            c.policies
-                .store(Arc::new(policies.with_key_prefix(KEY_PREFIX)));
+            let policies = policies
+                .with_key_prefix(&self.options.key_prefix)
+                .with_key_prefix(KEY_PREFIX);
+            c.policies.store(Arc::new(policies));
         }
     }
 
