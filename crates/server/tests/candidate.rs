@@ -30,10 +30,11 @@ fn body(key: &str, value: &str) -> serde_json::Value {
 }
 
 /// The value of the metric line holding every one of `parts`, once it reaches `want`
-/// (candidate decisions run on tasks of their own, after the answers).
+/// (candidate decisions run after the answers, on a thread that gets only idle CPU: on a
+/// machine busy with the rest of the suite that can take a while, hence 30 s at most).
 async fn metric(s: &Server, parts: &[&str], want: u64) -> u64 {
     let mut last = 0;
-    for _ in 0..200 {
+    for _ in 0..3000 {
         let text = s.get_text("/metrics").await;
         last = text
             .lines()

@@ -1,0 +1,148 @@
+//! The reference service's variables that Spillway does not honour, and why: `serve`
+//! names each one that is set in a warning (the README lists them too).
+
+/// The reference's variables Spillway reads but does not act on, or does not read, each
+/// with why: `serve` logs a warning for each one that is set. (Prefixes end in `_`.)
+pub const NOT_HONOURED: &[(&str, &str)] = &[
+    (
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        "not implemented yet: every counter of a request is charged",
+    ),
+    (
+        "RESPONSE_DYNAMIC_METADATA",
+        "not implemented yet: responses carry no dynamic metadata",
+    ),
+    (
+        "BACKEND_TYPE",
+        "counters live in Redis or in memory (--store); there is no memcache backend",
+    ),
+    ("MEMCACHE_", "there is no memcache backend"),
+    (
+        "REDIS_PERSECOND",
+        "one store holds every counter; there is no per-second Redis",
+    ),
+    (
+        "REDIS_PERSECOND_",
+        "one store holds every counter; there is no per-second Redis",
+    ),
+    (
+        "REDIS_POOL_SIZE",
+        "one multiplexed connection per Redis node; there is no pool",
+    ),
+    (
+        "REDIS_PIPELINE_",
+        "each decision is one script call; calls are coalesced without a window",
+    ),
+    (
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "each Cluster node has its own connection",
+    ),
+    ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "there is no pool"),
+    (
+        "REDIS_TIMEOUT",
+        "use --store-timeout (default 10ms; the reference's 10s would outlast Envoy's deadline)",
+    ),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "/readyz and the gRPC health service PING the store",
+    ),
+    (
+        "REDIS_STARTUP_",
+        "the store is waited for with its own backoff (1 s doubling to 30 s, forever)",
+    ),
+    (
+        "REDIS_SENTINEL_AUTH",
+        "give the Sentinel password in the store URL",
+    ),
+    (
+        "REDIS_TLS_",
+        "use a rediss:// store URL; client certificates are not supported",
+    ),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "keys expire when their window ends; there is no jitter",
+    ),
+    (
+        "USE_STATSD",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "STATSD_",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "USE_DOG_STATSD",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "USE_PROMETHEUS",
+        "metrics are always Prometheus, at /metrics on the HTTP port",
+    ),
+    (
+        "PROMETHEUS_",
+        "metrics are always Prometheus, at /metrics on the HTTP port",
+    ),
+    ("EXTRA_TAGS", "metrics carry no extra labels"),
+    (
+        "STATS_FLUSH_INTERVAL",
+        "Prometheus metrics are read when scraped",
+    ),
+    ("DISABLE_STATS", "metrics are always on"),
+    ("TRACING_", "there is no tracing export"),
+    (
+        "DEBUG_HOST",
+        "there is no debug port: /v1/config and /metrics are on the HTTP port",
+    ),
+    (
+        "DEBUG_PORT",
+        "there is no debug port: /v1/config and /metrics are on the HTTP port",
+    ),
+    ("GRPC_UDS", "gRPC listens on TCP only"),
+    (
+        "GRPC_MAX_CONNECTION_AGE",
+        "connections are kept until the client closes them",
+    ),
+    (
+        "GRPC_SERVER_USE_TLS",
+        "gRPC is served without TLS: terminate TLS in front of it",
+    ),
+    (
+        "GRPC_SERVER_TLS_",
+        "gRPC is served without TLS: terminate TLS in front of it",
+    ),
+    (
+        "GRPC_CLIENT_TLS_",
+        "gRPC is served without TLS: terminate TLS in front of it",
+    ),
+    (
+        "CONFIG_TYPE",
+        "policies come from files (xDS is not supported)",
+    ),
+    (
+        "CONFIG_GRPC_XDS_",
+        "policies come from files (xDS is not supported)",
+    ),
+    (
+        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+        "the service is ready once its policies load, even with no domain",
+    ),
+];
+
+/// The reference variables that are set and that Spillway does not honour, with why.
+pub fn not_honoured(names: impl IntoIterator<Item = String>) -> Vec<(String, &'static str)> {
+    let mut found: Vec<(String, &'static str)> = names
+        .into_iter()
+        .filter_map(|name| {
+            let (_, why) = NOT_HONOURED.iter().find(|(n, _)| {
+                if n.ends_with('_') {
+                    name.starts_with(n)
+                } else {
+                    name == *n
+                }
+            })?;
+            Some((name, *why))
+        })
+        .collect();
+    found.sort();
+    found
+}
