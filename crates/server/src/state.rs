@@ -33,7 +33,7 @@ pub struct AppState {
     pub ui: bool,
     /// How a reload reads the policy files.
     pub load_options: spillway_policy::LoadOptions,
-    /// Requests waiting for the candidate set: made, with the task that takes them, at
+    /// Requests waiting for the candidate set: made, with the thread that takes them, at
     /// the first request that needs it.
     pub(crate) candidate_queue: OnceLock<mpsc::Sender<ForCandidate>>,
 }

@@ -12,6 +12,17 @@ const FAMILIES = new Set([
   "spillway_candidate_dropped_total",
 ]);
 
+/** The columns of a rule table (live and candidate): a heading, and its class. */
+const RULE_COLUMNS = [
+  ["domain", ""],
+  ["rule", ""],
+  ["limit", ""],
+  ["decisions/s", "num"],
+  ["over limit", "num"],
+  ["decisions", "num"],
+  ["over limit, all", "num"],
+];
+
 const $ = (id) => document.getElementById(id);
 let previous = null; // the last reading: { at, counts }
 
@@ -125,7 +136,7 @@ function fillRules(tbody, domains, now, before, seconds) {
       rows.push(ruleRow(d.domain, rule, now.get(id), before && before.get(id), seconds));
     }
   }
-  if (rows.length === 0) rows.push(el("tr", { class: "empty" }, el("td", { colspan: 7 }, "no rules loaded")));
+  if (rows.length === 0) rows.push(el("tr", { class: "empty" }, el("td", { colspan: RULE_COLUMNS.length }, "no rules loaded")));
   tbody.replaceChildren(...rows);
 }
 
@@ -327,6 +338,9 @@ async function explain(event) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  for (const table of [$("rules"), $("candidate-rules")]) {
+    table.tHead.replaceChildren(el("tr", {}, RULE_COLUMNS.map(([name, cls]) => el("th", { class: cls }, name))));
+  }
   $("explain-form").addEventListener("submit", explain);
   $("top-domain").addEventListener("change", () => fillTop().catch(() => {}));
   refresh();
