@@ -34,6 +34,8 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
         .env("LOG_FORMAT", "json")
         .env("LOG_LEVEL", "info")
         .env("LIMIT_RESPONSE_HEADERS_ENABLED", "true")
+        .env("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")
+        .env("RESPONSE_DYNAMIC_METADATA", "true")
         // Read by the reference, not by Spillway: each is named in one warning.
         .env("REDIS_POOL_SIZE", "20")
         .env("USE_STATSD", "false")
@@ -61,10 +63,16 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
             "one warning naming {variable} in {before:#?}"
         );
     }
-    assert!(
-        !before.iter().any(|l| l.contains("RUNTIME_ROOT")),
-        "an honoured one is not named"
-    );
+    for honoured in [
+        "RUNTIME_ROOT",
+        "STOP_CACHE_KEY",
+        "RESPONSE_DYNAMIC_METADATA",
+    ] {
+        assert!(
+            !before.iter().any(|l| l.contains(honoured)),
+            "{honoured} is honoured: not named"
+        );
+    }
     let line: serde_json::Value = serde_json::from_str(&listening).expect("JSON logs");
     assert_eq!(line["fields"]["http_addr"], format!("127.0.0.1:{http}"));
 
@@ -77,6 +85,14 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
         answers[0]
     );
     assert!(answers[2].starts_with("429 "), "{}", answers[2]);
+    // RESPONSE_DYNAMIC_METADATA: the request's part of the metadata comes back.
+    assert!(
+        answers[0].contains(
+            r#""dynamicMetadata":{"descriptors":[{"entries":["foo=bar"]}],"domain":"rl"}"#
+        ),
+        "{}",
+        answers[0]
+    );
     assert!(curl(http, "/healthcheck", None).starts_with("200 OK"));
 
     terminate(&child);

@@ -64,7 +64,7 @@ pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use decision::{BatchDecision, Decision, Outcome};
 pub use error::Error;
 pub use key::{Key, MAX_KEY_LEN};
-pub use limit::{Limit, LimitBuilder, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Shape};
+pub use limit::{Limit, LimitBuilder, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Rejected, Shape};
 pub use limiter::Limiter;
 pub use mode::{Mode, OnStoreError};
 pub use sharing::Sharing;

@@ -27,6 +27,21 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// The most sub-buckets a `sliding_window` limit may have. A check is O(precision).
 pub const MAX_PRECISION: u32 = 10_000;
 
+/// Which requests of a denied batch a limit is charged for (a batch is all or nothing:
+/// see [`Store`](crate::Store)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Rejected {
+    /// None: only admitted requests count (the default).
+    #[default]
+    NotCharged,
+    /// All of them, whichever limit denied (`count_rejected`: the Envoy reference's and
+    /// Figma's behaviour, a client that keeps trying while over stays limited).
+    Charged,
+    /// Only those this limit denied itself: a request that another limit of the batch
+    /// denied costs it nothing (the reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    ChargedWhenOwn,
+}
+
 /// A validated rate limit: `limit` units per `window`, counted by `algorithm`.
 ///
 /// ```
@@ -51,7 +66,7 @@ pub struct Limit {
     limit: u64,
     window: u64,
     burst: u64,
-    count_rejected: bool,
+    rejected: Rejected,
     /// `limit / gcd(limit, window)`: refill per µs in scaled units (token bucket, GCRA).
     rate_per_micro: u64,
     /// `window / gcd(limit, window)`: scaled units per token (token bucket, GCRA).
@@ -130,16 +145,43 @@ impl Limit {
         }
     }
 
-    /// Whether rejected requests are charged too.
+    /// Whether rejected requests are charged too (some or all of them: see
+    /// [`rejected`](Limit::rejected)).
     pub fn count_rejected(&self) -> bool {
-        self.count_rejected
+        self.rejected != Rejected::NotCharged
+    }
+
+    /// Which rejected requests the limit is charged for.
+    pub fn rejected(&self) -> Rejected {
+        self.rejected
+    }
+
+    /// Whether a request of a denied batch is charged to this limit, given whether this
+    /// limit itself denied it.
+    #[inline]
+    pub fn charges_rejected(&self, denied_here: bool) -> bool {
+        match self.rejected {
+            Rejected::NotCharged => false,
+            Rejected::Charged => true,
+            Rejected::ChargedWhenOwn => denied_here,
+        }
     }
 
     /// The same limit, charging rejected requests too (same shape, same state): a sync
     /// flush adds hits that were already admitted, whatever the count now says.
     pub fn counting_rejected(&self) -> Limit {
+        self.with_rejected(Rejected::Charged)
+    }
+
+    /// The same limit (same shape, same state), charged for `rejected` requests. A
+    /// `distinct` limit never charges rejected requests (a denied member is not
+    /// counted): it comes back unchanged.
+    pub fn with_rejected(&self, rejected: Rejected) -> Limit {
+        if self.algorithm.counts_members() {
+            return self.clone();
+        }
         Limit {
-            count_rejected: true,
+            rejected,
             ..self.clone()
         }
     }

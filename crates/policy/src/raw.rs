@@ -51,10 +51,10 @@ pub(crate) struct Descriptor {
     pub value_to_metric: bool,
     #[serde(default)]
     pub share_threshold: Option<Spanned<bool>>,
-    /// Returned to Envoy as dynamic metadata by the reference; accepted, not checked.
+    /// Returned to Envoy in the response's dynamic metadata while the descriptor is
+    /// within its limit (`RESPONSE_DYNAMIC_METADATA`): any map, its content unchecked.
     #[serde(default)]
-    #[allow(dead_code)]
-    pub metadata: Option<serde::de::IgnoredAny>,
+    pub metadata: Option<Spanned<serde_json::Value>>,
 
     // Spillway's additions.
     pub limits: Option<Spanned<Vec<Spanned<NativeLimit>>>>,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use spillway_core::{Algorithm, Limit, Mode, OnStoreError, Sharing};
+use spillway_core::{Algorithm, Limit, Mode, OnStoreError, Rejected, Sharing};
 
 use crate::Unit;
 
@@ -51,7 +51,13 @@ pub struct Rule {
     /// The config path for metrics: levels joined by `.`, each `key` or `key_value` as
     /// written (wildcards keep `*`); bounded by the configuration, never per request.
     pub metric: Arc<str>,
+    /// Its descriptor's `metadata`, returned while the rule passes (the reference's
+    /// `RESPONSE_DYNAMIC_METADATA`).
+    pub metadata: Option<Arc<Metadata>>,
 }
+
+/// A descriptor's `metadata` map, as written.
+pub type Metadata = serde_json::Map<String, serde_json::Value>;
 
 impl Rule {
     /// Whether the rule is a `distinct` limit: it counts the distinct values of its
@@ -88,7 +94,18 @@ impl Rule {
             reference: true,
             slot: Arc::from(""),
             metric: Arc::from(""),
+            metadata: None,
         }
+    }
+
+    /// The rule charged only for the requests it denies itself, if it is a reference
+    /// rule: a request another rule denies does not consume it (the reference's
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`). Other rules come back unchanged.
+    pub fn charging_own_rejections(mut self) -> Rule {
+        if let (true, RuleLimit::Limited(l)) = (self.reference, &self.limit) {
+            self.limit = RuleLimit::Limited(l.with_rejected(Rejected::ChargedWhenOwn));
+        }
+        self
     }
 
     /// The window the rule counts over, if it counts.

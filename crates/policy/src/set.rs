@@ -103,6 +103,28 @@ impl PolicySet {
         self
     }
 
+    /// This set with every reference rule charged only for the requests it denies
+    /// itself ([`Rule::charging_own_rejections`], the reference's
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    pub fn charging_own_rejections(mut self) -> PolicySet {
+        fn walk(level: &mut Level) {
+            for node in level.nodes.values_mut() {
+                let rules = std::mem::take(&mut node.rules);
+                node.rules = rules
+                    .into_iter()
+                    .map(Rule::charging_own_rejections)
+                    .collect();
+                if let Some(children) = &mut node.children {
+                    walk(children);
+                }
+            }
+        }
+        for domain in self.domains.values_mut() {
+            walk(&mut domain.root);
+        }
+        self
+    }
+
     /// Every domain, sorted by name.
     pub fn domains(&self) -> Vec<&Domain> {
         let mut all: Vec<&Domain> = self.domains.values().collect();

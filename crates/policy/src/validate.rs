@@ -178,6 +178,14 @@ fn node(
         );
     }
 
+    let metadata = d.metadata.as_ref().and_then(|m| match &m.value {
+        serde_json::Value::Object(map) => Some(Arc::new(map.clone())),
+        serde_json::Value::Null => None,
+        _ => {
+            c.error(m, &format!("{field}.metadata"), "metadata must be a map");
+            None
+        }
+    });
     let base =
         |limit, requests_per_unit, unit, name: Option<String>, slot: String, replaces| Rule {
             name: name.filter(|n| !n.is_empty()).map(Arc::from),
@@ -192,6 +200,7 @@ fn node(
             reference: false,
             slot: Arc::from(slot),
             metric: Arc::from(metric),
+            metadata: metadata.clone(),
         };
 
     let mut rules = Vec::new();
@@ -237,6 +246,7 @@ fn node(
                     rule.on_store_error = on_store_error;
                     rule.replaces = replaces;
                     rule.metric = Arc::from(metric);
+                    rule.metadata = metadata.clone();
                     rules.push(rule);
                 }
             }

@@ -4,7 +4,8 @@
 -- function below mirrors the Rust function of the same name, decision for decision
 -- (the conformance tables and a differential property test hold the two together).
 -- A round mirrors crates/core/src/store/round.rs: check every request, then charge
--- all of them or none (count_rejected limits are charged either way).
+-- all of them or none (count_rejected limits are charged either way, or, rejected 2,
+-- when they denied themselves).
 --
 -- One call carries one or more independent batches (decisions that arrived while
 -- another call was in flight, coalesced by store.rs). Each batch is its own round,
@@ -29,7 +30,9 @@
 --                     alg     1 fixed_window, 2 sliding_log, 3 sliding_window,
 --                             4 token_bucket, 5 gcra, 6 distinct (exact),
 --                             7 distinct (sketched)
---                     rejected  1 = count_rejected (charge denied requests too)
+--                     rejected  1 = count_rejected (charge denied requests too),
+--                               2 = charge the requests it denied itself, not those
+--                               another limit of the batch denied
 --                     cap     the capacity reported as `limit` (burst for
 --                             token_bucket and gcra)
 --                     window  W in µs
@@ -852,11 +855,12 @@ local function limit(i)
   for k = 1, 8 do f[k] = digits(f[k], 'ARGV[' .. i .. ']') end
   local alg, cap, window, p1, p2, p3, p4 = f[1], f[3], f[4], f[5], f[6], f[7], f[8]
   -- Every field at once: one table of its final size.
-  r = { alg = alg, algorithm = algorithm(alg), rejected = f[2] == 1, cap = cap,
+  r = { alg = alg, algorithm = algorithm(alg), rejected = f[2], cap = cap,
         window = window, precision = 0, edge = 0, width = 0, ring = 0,
         rate = 0, unit = 0, e1 = 0, tau = 0, full = 0 }
   if not r.algorithm then fail('unknown algorithm ' .. alg) end
   if cap < 1 or window < 1 then fail('limit and window must be positive') end
+  if r.rejected > 2 then fail('rejected must be 0, 1 or 2') end
   if alg == 3 then
     r.precision, r.edge = p1, p2
     if p1 < 1 or p2 > 2 or imod(window, p1) ~= 0 then
@@ -918,7 +922,7 @@ local function single(key, ring, now, r, cost, member, margin)
     end
     return { 0, d[1], d[2], d[3], d[4] }
   end
-  if r.rejected then
+  if r.rejected ~= 0 then
     a.commit(r, s, now, cost, false, member)
     save(r, key, s, now, margin)
     d = a.check(r, s, now, cost, member)
@@ -996,7 +1000,8 @@ local function round(k0, at, n, k)
     if d[1] ~= 0 and denied_by == 0 then denied_by = i end
   end
 
-  -- Pass 2: charge all, or (denied) only the count_rejected limits.
+  -- Pass 2: charge all, or (denied) only the limits that charge rejected requests:
+  -- all of them (rejected 1), or those they denied themselves (rejected 2).
   local dirty = {}
   for i = 1, n do
     local r, key, cost, member = rs[i], keys[i], costs[i], members[i]
@@ -1012,7 +1017,7 @@ local function round(k0, at, n, k)
         scratch[key] = nil -- only the first request of a key carries it over
         dirty[key] = r
       end
-    elseif r.rejected then
+    elseif r.rejected == 1 or (r.rejected == 2 and decisions[i][1] ~= 0) then
       local s = stored[key]
       if decisions[i][1] == 0 then
         a.commit(r, s, now, cost, true, member)

@@ -12,8 +12,8 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 use spillway_core::algorithm::{bloom, distinct};
 use spillway_core::{
-    Algorithm, BatchDecision, Decision, Edge, Error as CoreError, Limit, Outcome, Request,
-    Timestamp,
+    Algorithm, BatchDecision, Decision, Edge, Error as CoreError, Limit, Outcome, Rejected,
+    Request, Timestamp,
 };
 
 /// The script source, embedded at build time.
@@ -148,7 +148,11 @@ pub(crate) fn limit_text(limit: &Limit) -> String {
     let [p1, p2, p3, p4] = params;
     format!(
         "{code} {} {} {} {p1} {p2} {p3} {p4}",
-        u8::from(limit.count_rejected()),
+        match limit.rejected() {
+            Rejected::NotCharged => 0,
+            Rejected::Charged => 1,
+            Rejected::ChargedWhenOwn => 2,
+        },
         limit.capacity(),
         limit.window_micros()
     )

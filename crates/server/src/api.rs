@@ -15,6 +15,7 @@
 
 pub mod grpc;
 pub mod headers;
+mod metadata;
 mod ops;
 mod reference;
 mod respond;

@@ -215,6 +215,8 @@ pub fn app_state(
         on_store_error: settings.on_store_error,
         near_limit_ratio: settings.near_limit_ratio,
         key_prefix: settings.key_prefix.clone(),
+        stop_increment_when_over_limit: settings.stop_increment_when_over_limit,
+        dynamic_metadata: settings.dynamic_metadata,
     };
     let mut service = Service::new(policies, stores(store, breaker, settings), clock, options);
     let mut candidate_error = None;
@@ -249,14 +251,17 @@ pub fn app_state(
     })
 }
 
-/// The store, guarded; the deny cache as the settings size it (a store in this
-/// process has none: there is no round trip to save).
+/// The store, guarded; the deny cache as the settings size it. A store in this process
+/// has none (there is no round trip to save) unless the reference's local cache is
+/// asked for: then reference counters stop growing past their limit on every store.
 fn stores(store: AnyStore, breaker: Breaker, settings: &Settings) -> Stores {
     let stores = Stores::new(store, breaker);
-    if stores.store().is_local() {
+    if stores.store().is_local() && !settings.reference_local_cache {
         return stores;
     }
-    stores.deny_cache(settings.deny_cache_bytes)
+    stores
+        .deny_cache(settings.deny_cache_bytes)
+        .deny_cache_counting(settings.reference_local_cache)
 }
 
 /// The HTTP routes over `state` (`/v1/check`, `/json`, operations).

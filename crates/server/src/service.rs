@@ -14,7 +14,7 @@ use arc_swap::ArcSwap;
 use spillway_core::{
     Clock, Decision, Guard, Key, Request, Source, StoreFailure, Timestamp, Unanswered,
 };
-use spillway_policy::{Mode, OnStoreError, PolicySet, Rule, RuleLimit, override_key};
+use spillway_policy::{Metadata, Mode, OnStoreError, PolicySet, Rule, RuleLimit, override_key};
 
 pub(crate) mod candidate;
 mod explain;
@@ -44,6 +44,24 @@ pub struct Options {
     pub near_limit_ratio: f64,
     /// Before every counter key (`CACHE_KEY_PREFIX`).
     pub key_prefix: String,
+    /// A reference rule is charged only for the requests it denies itself
+    /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    pub stop_increment_when_over_limit: bool,
+    /// Answers carry the passing rules' `metadata` (`RESPONSE_DYNAMIC_METADATA`).
+    pub dynamic_metadata: bool,
+}
+
+impl Options {
+    /// `policies` as this service counts them: under its key prefix, and with the
+    /// reference rules charged as the options say.
+    pub(crate) fn prepare(&self, policies: PolicySet) -> PolicySet {
+        let policies = policies.with_key_prefix(&self.key_prefix);
+        if self.stop_increment_when_over_limit {
+            policies.charging_own_rejections()
+        } else {
+            policies
+        }
+    }
 }
 
 impl Default for Options {
@@ -54,6 +72,8 @@ impl Default for Options {
             on_store_error: OnStoreError::Closed,
             near_limit_ratio: 0.8,
             key_prefix: String::new(),
+            stop_increment_when_over_limit: false,
+            dynamic_metadata: false,
         }
     }
 }
@@ -101,7 +121,7 @@ impl Service {
         options: Options,
     ) -> Service {
         Service {
-            policies: ArcSwap::from_pointee(policies.with_key_prefix(&options.key_prefix)),
+            policies: ArcSwap::from_pointee(options.prepare(policies)),
             stores,
             clock,
             options,
@@ -115,9 +135,14 @@ impl Service {
     /// live in the store under keys made of the domain and descriptor, so they survive.
     pub fn replace_policies(&self, policies: PolicySet) {
         self.policies
-            .store(Arc::new(policies.with_key_prefix(&self.options.key_prefix)));
+            .store(Arc::new(self.options.prepare(policies)));
         // A limit may have grown: a denial cached under the old one may not hold.
         self.stores.forget_all();
+    }
+
+    /// Whether answers carry dynamic metadata (`RESPONSE_DYNAMIC_METADATA`).
+    pub fn dynamic_metadata(&self) -> bool {
+        self.options.dynamic_metadata
     }
 
     /// The live configuration.
@@ -149,6 +174,7 @@ impl Service {
             return Ok(CheckResponse {
                 overall: Code::Ok,
                 statuses: vec![Status::no_rule(); req.descriptors.len()],
+                metadata: None,
             });
         };
 
@@ -156,14 +182,23 @@ impl Service {
         drop_replaced(&mut hits);
 
         let now = self.clock.now();
-        let independent = |h: &Hit<'_>| h.rule.mode == Mode::Shadow || self.is_quota(&h.rule);
         let counted = |h: &Hit<'_>| h.key.is_some();
+        // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a request of reference rules only
+        // is one round whatever their modes, as the reference decides it: any rule over
+        // its limit (shadow or quota-mode included) stops the others' counting.
+        let one_round = self.options.stop_increment_when_over_limit
+            && hits.iter().all(|h| !counted(h) || h.rule.reference);
+        let independent =
+            |h: &Hit<'_>| !one_round && (h.rule.mode == Mode::Shadow || self.is_quota(&h.rule));
         let first: Vec<usize> = (0..hits.len())
             .filter(|&i| counted(&hits[i]) && !independent(&hits[i]))
             .collect();
         let second: Vec<usize> = (0..hits.len())
             .filter(|&i| counted(&hits[i]) && independent(&hits[i]))
             .collect();
+        if one_round && self.stores.store().is_cluster() {
+            self.stop_across_slots(&mut hits, &first, now).await?;
+        }
         let (a, b) = tokio::join!(
             self.round(&hits, &first, now),
             self.round(&hits, &second, now)
@@ -189,6 +224,9 @@ impl Service {
                 |e: spillway_core::Error| CheckError::Invalid(format!("descriptor {i}: {e}"));
             if let Some(o) = d.limit {
                 let mut rule = Rule::reference(o.requests_per_unit, o.unit);
+                if self.options.stop_increment_when_over_limit {
+                    rule = rule.charging_own_rejections();
+                }
                 rule.metric = Arc::clone(&self.override_path);
                 let key = counts(&rule)
                     .then(|| override_key(domain, &d.entries))
@@ -258,6 +296,46 @@ impl Service {
             decided.extend(result?);
         }
         Ok(decided)
+    }
+
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` on Redis Cluster, where a request's
+    /// descriptors are in different slots and no one script sees them all: as the
+    /// reference does, look first (cost 0), and if some rule would go over its limit,
+    /// charge the others nothing. Two round trips, not atomic (as the reference's GET
+    /// then INCRBY); one slot needs neither, its script decides it whole.
+    async fn stop_across_slots(
+        &self,
+        hits: &mut [Hit<'_>],
+        which: &[usize],
+        now: Timestamp,
+    ) -> Result<(), CheckError> {
+        let spans_slots = which
+            .windows(2)
+            .any(|w| hits[w[0]].descriptor != hits[w[1]].descriptor);
+        if !spans_slots {
+            return Ok(());
+        }
+        let costs: Vec<u64> = hits.iter().map(|h| h.cost).collect();
+        for &i in which {
+            hits[i].cost = 0;
+        }
+        let looked = self.round(hits, which, now).await;
+        for (h, cost) in hits.iter_mut().zip(&costs) {
+            h.cost = *cost;
+        }
+        let over: Vec<usize> = looked?
+            .into_iter()
+            .filter(|(i, d, _)| !d.allowed() || d.remaining < hits[*i].cost)
+            .map(|(i, _, _)| i)
+            .collect();
+        if !over.is_empty() {
+            for &i in which {
+                if !over.contains(&i) {
+                    hits[i].cost = 0;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// One store round; a failure goes to the rules' failure policies.
@@ -368,7 +446,15 @@ impl Service {
         } else {
             Code::Ok
         };
-        CheckResponse { overall, statuses }
+        let metadata = self
+            .options
+            .dynamic_metadata
+            .then(|| passing_metadata(hits, &statuses));
+        CheckResponse {
+            overall,
+            statuses,
+            metadata,
+        }
     }
 
     fn record(
@@ -392,6 +478,36 @@ impl Service {
             if d.limit - d.remaining >= near.max(1) {
                 metrics::near_limit(domain, &hit.rule);
             }
+        }
+    }
+}
+
+/// The `metadata` of the rules that counted for descriptors not over their limit, in
+/// request order, merged as the reference merges them: the first value of a key wins,
+/// maps under one key merge recursively. (Unlimited, replaced and unmatched
+/// descriptors have no rule here.)
+fn passing_metadata(hits: &[Hit<'_>], statuses: &[Status]) -> Metadata {
+    let mut merged = Metadata::new();
+    for hit in hits {
+        let passed = statuses[hit.descriptor].code != Code::OverLimit;
+        let counts = !matches!(hit.rule.limit, RuleLimit::Unlimited);
+        if let (true, true, Some(m)) = (passed, counts, &hit.rule.metadata) {
+            merge_metadata(&mut merged, m);
+        }
+    }
+    merged
+}
+
+fn merge_metadata(into: &mut Metadata, from: &Metadata) {
+    for (k, v) in from {
+        match (into.get_mut(k), v) {
+            (None, _) => {
+                into.insert(k.clone(), v.clone());
+            }
+            (Some(serde_json::Value::Object(a)), serde_json::Value::Object(b)) => {
+                merge_metadata(a, b);
+            }
+            (Some(_), _) => {} // the first wins
         }
     }
 }

@@ -64,6 +64,16 @@ pub struct Settings {
     pub key_prefix: String,
     /// Files that declare one domain make one domain (`MERGE_DOMAIN_CONFIG`).
     pub merge_domains: bool,
+    /// A request that one reference rule denies charges only the rules it is over,
+    /// not the others (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    pub stop_increment_when_over_limit: bool,
+    /// Responses carry the request and the passing rules' `metadata` as dynamic
+    /// metadata (`RESPONSE_DYNAMIC_METADATA`).
+    pub dynamic_metadata: bool,
+    /// The deny cache also answers reference rules until their window ends, so their
+    /// counters stop growing, as the reference's local cache does (set with its size by
+    /// `LOCAL_CACHE_SIZE_IN_BYTES`).
+    pub reference_local_cache: bool,
 }
 
 impl Default for Settings {
@@ -92,6 +102,9 @@ impl Default for Settings {
             ui: true,
             key_prefix: String::new(),
             merge_domains: false,
+            stop_increment_when_over_limit: false,
+            dynamic_metadata: false,
+            reference_local_cache: false,
         }
     }
 }
@@ -123,6 +136,9 @@ struct File {
     ui: Option<bool>,
     key_prefix: Option<String>,
     merge_domains: Option<bool>,
+    stop_increment_when_over_limit: Option<bool>,
+    dynamic_metadata: Option<bool>,
+    reference_local_cache: Option<bool>,
 }
 
 /// A setting that could not be used; says which and why.
@@ -206,6 +222,13 @@ impl Settings {
             self.key_prefix = v;
         }
         self.merge_domains = f.merge_domains.unwrap_or(self.merge_domains);
+        self.stop_increment_when_over_limit = f
+            .stop_increment_when_over_limit
+            .unwrap_or(self.stop_increment_when_over_limit);
+        self.dynamic_metadata = f.dynamic_metadata.unwrap_or(self.dynamic_metadata);
+        self.reference_local_cache = f
+            .reference_local_cache
+            .unwrap_or(self.reference_local_cache);
         Ok(())
     }
 
@@ -262,6 +285,17 @@ impl Settings {
             self.deny_cache_bytes = v
                 .parse::<usize>()
                 .map_err(|e| env_err("LOCAL_CACHE_SIZE_IN_BYTES", e.to_string()))?;
+            // The reference's cache answers its own rules: so does this one, when asked
+            // for by the reference's variable.
+            self.reference_local_cache = self.deny_cache_bytes > 0;
+        }
+        if let Some(v) = var("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
+            self.stop_increment_when_over_limit =
+                boolean(&v).map_err(|e| env_err("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", e))?;
+        }
+        if let Some(v) = var("RESPONSE_DYNAMIC_METADATA") {
+            self.dynamic_metadata =
+                boolean(&v).map_err(|e| env_err("RESPONSE_DYNAMIC_METADATA", e))?;
         }
         if let Some(v) = var("MERGE_DOMAIN_CONFIG") {
             self.merge_domains = boolean(&v).map_err(|e| env_err("MERGE_DOMAIN_CONFIG", e))?;
@@ -321,13 +355,22 @@ mod tests {
         assert_eq!(s.grpc_addr, "0.0.0.0:9081".parse().unwrap());
         assert_eq!(s.log_level, "debug");
         assert!(s.shadow_mode);
-        assert_eq!(s.reference_headers.unwrap()[2], "X-Reset");
+        assert_eq!(s.reference_headers.as_ref().unwrap()[2], "X-Reset");
         assert_eq!(s.deny_cache_bytes, 1 << 20);
+        assert!(s.reference_local_cache);
+        assert!(!s.stop_increment_when_over_limit && !s.dynamic_metadata);
+        s.apply_reference_env(env(&[
+            ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+            ("RESPONSE_DYNAMIC_METADATA", "1"),
+        ]))
+        .unwrap();
+        assert!(s.stop_increment_when_over_limit && s.dynamic_metadata);
         // The reference's 0 (its default: no cache) turns Spillway's off too.
         let mut s = Settings::default();
         s.apply_reference_env(env(&[("LOCAL_CACHE_SIZE_IN_BYTES", "0")]))
             .unwrap();
         assert_eq!(s.deny_cache_bytes, 0);
+        assert!(!s.reference_local_cache);
         assert!(
             s.apply_reference_env(env(&[("LOCAL_CACHE_SIZE_IN_BYTES", "lots")]))
                 .is_err()
@@ -337,18 +380,27 @@ mod tests {
     #[test]
     fn the_reference_variables_not_honoured_are_named() {
         let set = [
-            "REDIS_POOL_SIZE",
-            "STATSD_HOST",
-            "REDIS_URL",
-            "PORT",
-            "MEMCACHE_HOST_PORT",
-            "PATH",
+            ("REDIS_POOL_SIZE", "10"),
+            ("STATSD_HOST", "localhost"),
+            ("REDIS_URL", "r:6379"),
+            ("PORT", "8080"),
+            ("MEMCACHE_HOST_PORT", "m:11211"),
+            ("PATH", "/bin"),
+            ("PROTO", "TCP"),
+            ("RUNTIME_IGNOREDOTFILES", "false"),
+            ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+            ("RESPONSE_DYNAMIC_METADATA", "true"),
         ]
-        .map(String::from);
+        .map(|(n, v)| (n.to_string(), v.to_string()));
         let names: Vec<String> = not_honoured(set).into_iter().map(|(n, _)| n).collect();
         assert_eq!(
             names,
-            ["MEMCACHE_HOST_PORT", "REDIS_POOL_SIZE", "STATSD_HOST"]
+            [
+                "MEMCACHE_HOST_PORT",
+                "REDIS_POOL_SIZE",
+                "RUNTIME_IGNOREDOTFILES",
+                "STATSD_HOST"
+            ]
         );
         let mut s = Settings::default();
         s.apply_reference_env(env(&[("CACHE_KEY_PREFIX", "east_")]))

@@ -150,3 +150,295 @@ async fn merge_domain_config_makes_one_domain_of_several_files() {
         "{err}"
     );
 }
+
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: once one descriptor of a request is over
+/// its limit, the request's other descriptors are not charged (the reference adds 0 to
+/// them and reports their count as it stands); the one over is charged. A shadow rule
+/// over its limit stops them too, as in the reference. Without the setting every
+/// counter is charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_increment_when_over_limit_charges_only_the_limits_over() {
+    let yaml = "domain: stop\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: 10 }\n  - key: trial\n    shadow_mode: true\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n";
+    let both = |user: &str, tenant: &str| {
+        support::request("stop", &[&[("user", user)], &[("tenant", tenant)]])
+    };
+    // On Cluster the descriptors are in different slots: a look first, then the charge.
+    let cluster = Backing::Redis(spillway_testkit::redis::cluster_url());
+    for backing in backings().into_iter().chain([cluster]) {
+        for stop in [true, false] {
+            let s = Server::start_with(
+                "parity-stop",
+                &[("stop.yaml", yaml)],
+                backing.clone(),
+                |settings| settings.stop_increment_when_over_limit = stop,
+            )
+            .await;
+            let mut seen = Vec::new();
+            for _ in 0..5 {
+                let r = s.ask(both("u1", "t1")).await;
+                seen.push((
+                    r.overall_code,
+                    r.statuses[0].limit_remaining,
+                    r.statuses[1].limit_remaining,
+                ));
+            }
+            let over = Code::OverLimit as i32;
+            let expected = if stop {
+                // The tenant keeps 8: the requests the user limit denied cost it nothing.
+                vec![
+                    (OK, 1, 9),
+                    (OK, 0, 8),
+                    (over, 0, 8),
+                    (over, 0, 8),
+                    (over, 0, 8),
+                ]
+            } else {
+                vec![
+                    (OK, 1, 9),
+                    (OK, 0, 8),
+                    (over, 0, 7),
+                    (over, 0, 6),
+                    (over, 0, 5),
+                ]
+            };
+            assert_eq!(seen, expected, "{backing:?} stop={stop}");
+
+            // The user counter was charged for its denials: a look (hits 0) says over.
+            let mut look = support::request("stop", &[&[("user", "u1")]]);
+            look.descriptors[0].hits_addend =
+                Some(envoy_types::pb::google::protobuf::UInt64Value { value: 0 });
+            assert_eq!(s.ask(look).await.overall_code, over, "{backing:?}");
+
+            // A shadow rule over its limit answers OK, and with the setting it stops
+            // the tenant's counting as well.
+            let trial = |n: &str| support::request("stop", &[&[("trial", n)], &[("tenant", "t2")]]);
+            let first = s.ask(trial("x")).await;
+            let second = s.ask(trial("x")).await;
+            assert_eq!(
+                (second.overall_code, second.statuses[0].code),
+                (OK, OK),
+                "{backing:?}"
+            );
+            assert_eq!(
+                (
+                    first.statuses[1].limit_remaining,
+                    second.statuses[1].limit_remaining
+                ),
+                (9, if stop { 9 } else { 8 }),
+                "{backing:?} stop={stop}"
+            );
+
+            // `/json` answers the same way.
+            let (status, body) = s
+                .post(
+                    "/json",
+                    &json!({ "domain": "stop", "descriptors": [
+                        { "entries": [{ "key": "user", "value": "u1" }] },
+                        { "entries": [{ "key": "tenant", "value": "t1" }] },
+                    ] }),
+                )
+                .await;
+            assert_eq!(status, 429, "{body}");
+            assert_eq!(
+                body["statuses"][1]["limitRemaining"],
+                json!(if stop { 8 } else { 4 }),
+                "{backing:?} stop={stop}: {body}"
+            );
+        }
+    }
+}
+
+/// `RESPONSE_DYNAMIC_METADATA`: the response carries the domain, each descriptor's
+/// entries (and hits addend, limit override), the request's hits addend when not 0,
+/// and the `metadata` of the descriptors not over their limit, merged with the first
+/// value winning and maps merging; over gRPC as a Struct and on `/json` as JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_dynamic_metadata_carries_the_passing_descriptors_metadata() {
+    let yaml = r#"domain: meta
+descriptors:
+  - key: service
+    value: gold
+    metadata: { name: gold, route: { cluster: big, weight: 3 } }
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+  - key: service
+    value: silver
+    metadata: { name: silver, route: { cluster: small, zone: b } }
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: service
+    value: free
+    metadata: { name: free }
+    rate_limit: { unlimited: true }
+"#;
+    for backing in backings() {
+        let s = Server::start_with(
+            "parity-meta",
+            &[("meta.yaml", yaml)],
+            backing.clone(),
+            |settings| settings.dynamic_metadata = true,
+        )
+        .await;
+        let req = support::request(
+            "meta",
+            &[
+                &[("service", "silver")],
+                &[("service", "gold")],
+                &[("service", "free")],
+            ],
+        );
+        let first = s.ask(req.clone()).await;
+        let metadata = |r: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse| {
+            let s = r.dynamic_metadata.as_ref().expect("dynamic metadata");
+            let mut m = serde_json::Map::new();
+            for (k, v) in &s.fields {
+                m.insert(k.clone(), pb_json(v));
+            }
+            serde_json::Value::Object(m)
+        };
+        let entries = json!([
+            { "entries": ["service=silver"] },
+            { "entries": ["service=gold"] },
+            { "entries": ["service=free"] },
+        ]);
+        assert_eq!(
+            metadata(&first),
+            json!({
+                "domain": "meta",
+                "descriptors": entries,
+                "metadata": {
+                    "name": "silver",
+                    "route": { "cluster": "small", "zone": "b", "weight": 3 },
+                },
+            }),
+            "{backing:?}: silver first wins, the routes merge, unlimited adds nothing"
+        );
+        // Silver is now over its limit: only gold's metadata is left.
+        let mut again = req.clone();
+        again.hits_addend = 2;
+        let second = s.ask(again).await;
+        assert_eq!(second.statuses[0].code, Code::OverLimit as i32);
+        assert_eq!(
+            metadata(&second),
+            json!({
+                "domain": "meta",
+                "descriptors": entries,
+                "hitsAddend": 2,
+                "metadata": { "name": "gold", "route": { "cluster": "big", "weight": 3 } },
+            }),
+            "{backing:?}"
+        );
+        let (status, body) = s
+            .post(
+                "/json",
+                &json!({ "domain": "meta", "descriptors": [
+                    { "entries": [{ "key": "service", "value": "gold" }], "hitsAddend": 1 },
+                ] }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            body["dynamicMetadata"],
+            json!({
+                "domain": "meta",
+                "descriptors": [{ "entries": ["service=gold"], "hitsAddend": 1 }],
+                "metadata": { "name": "gold", "route": { "cluster": "big", "weight": 3 } },
+            }),
+            "{backing:?}: {body}"
+        );
+    }
+    // Off by default: no metadata at all.
+    let s = Server::start("parity-meta-off", &[("meta.yaml", yaml)], Backing::Memory).await;
+    let r = s.should("meta", &[("service", "gold")]).await;
+    assert!(r.dynamic_metadata.is_none());
+}
+
+fn pb_json(v: &envoy_types::pb::google::protobuf::Value) -> serde_json::Value {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    match v.kind.as_ref().unwrap() {
+        Kind::NullValue(_) => serde_json::Value::Null,
+        Kind::BoolValue(b) => json!(b),
+        Kind::NumberValue(n) => json!(*n as i64),
+        Kind::StringValue(s) => json!(s),
+        Kind::ListValue(l) => serde_json::Value::Array(l.values.iter().map(pb_json).collect()),
+        Kind::StructValue(s) => serde_json::Value::Object(
+            s.fields
+                .iter()
+                .map(|(k, v)| (k.clone(), pb_json(v)))
+                .collect(),
+        ),
+    }
+}
+
+/// `LOCAL_CACHE_SIZE_IN_BYTES`: a key over its limit is answered OVER_LIMIT from this
+/// server's cache until its window ends, and its counter stops growing, as in the
+/// reference (without it, every denied hit is counted). The answers are the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_cache_answers_keys_over_their_limit() {
+    let yaml = "domain: lc\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n";
+    for backing in backings() {
+        for cache in [true, false] {
+            let s = Server::start_with(
+                "parity-local-cache",
+                &[("lc.yaml", yaml)],
+                backing.clone(),
+                |settings| {
+                    settings.deny_cache_bytes = 1 << 20;
+                    settings.reference_local_cache = cache;
+                },
+            )
+            .await;
+            let hits_before = deny_cache_hits(&s).await;
+            let mut seen = Vec::new();
+            for _ in 0..6 {
+                let r = s.should("lc", &[("user", "u1")]).await;
+                seen.push((r.overall_code, r.statuses[0].limit_remaining));
+            }
+            let over = Code::OverLimit as i32;
+            assert_eq!(
+                seen,
+                [(OK, 1), (OK, 0), (over, 0), (over, 0), (over, 0), (over, 0)],
+                "{backing:?} cache={cache}"
+            );
+            let answered_here = deny_cache_hits(&s).await - hits_before;
+            if cache {
+                // Other tests of this process may hit the cache too: at least these.
+                assert!(answered_here >= 3, "{backing:?}: {answered_here}");
+            }
+            if let Backing::Redis(url) = &backing {
+                let client = redis::Client::open(url.as_str()).unwrap();
+                let mut c = client.get_multiplexed_async_connection().await.unwrap();
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg("test:parity-local-cache:*")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                assert_eq!(keys.len(), 1, "{keys:?}");
+                let state: Vec<u8> = redis::cmd("GET")
+                    .arg(&keys[0])
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                // A fixed window's state: (start, count), two little-endian doubles.
+                let count = f64::from_le_bytes(state[8..16].try_into().unwrap());
+                assert_eq!(
+                    count,
+                    if cache { 3.0 } else { 6.0 },
+                    "cache={cache}: the count stops at the first denial"
+                );
+                let _: () = redis::cmd("DEL")
+                    .arg(&keys[0])
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}
+
+/// `spillway_deny_cache_hits_total` as `/metrics` reads it.
+async fn deny_cache_hits(s: &Server) -> u64 {
+    s.get_text("/metrics")
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix("spillway_deny_cache_hits_total "))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}

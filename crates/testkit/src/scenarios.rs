@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use spillway_core::{Algorithm, Decision, Edge, Limit, Outcome, Timestamp};
+use spillway_core::{Algorithm, Decision, Edge, Limit, Outcome, Rejected, Timestamp};
 
 use crate::conformance::{Scenario, Step};
 
@@ -27,6 +27,7 @@ pub fn all() -> Vec<Scenario> {
         multi_limit_all_or_nothing(),
         count_rejected(),
         count_rejected_in_batches(),
+        count_own_rejections_in_batches(),
         reset(),
         distinct(),
     ]
@@ -411,6 +412,46 @@ fn count_rejected_in_batches() -> Scenario {
                 vec![ok(10, 8, ms(1000)), denied(1, ms(1000), 0, ms(1000))],
             ),
             batch(&[("y", &counting, 0)], None, vec![ok(10, 8, ms(1000))]),
+        ],
+    }
+}
+
+/// `Rejected::ChargedWhenOwn` (the reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`):
+/// a batch another limit denies costs the limit nothing; one it denies itself is
+/// charged to it.
+fn count_own_rejections_in_batches() -> Scenario {
+    let own = Limit::builder(Algorithm::FixedWindow, 2, ms(1000))
+        .rejected(Rejected::ChargedWhenOwn)
+        .build()
+        .expect("valid limit");
+    let strict = limit(Algorithm::SlidingLog, 1, ms(1000));
+    let both = [("y", &own, 1), ("y", &strict, 1)];
+    Scenario {
+        name: "count_own_rejections_batches",
+        steps: vec![
+            batch(&both, None, vec![ok(2, 1, ms(1000)), ok(1, 0, ms(1000))]),
+            // strict denies: `own` had room and is not charged.
+            batch(
+                &both,
+                Some(1),
+                vec![ok(2, 1, ms(1000)), denied(1, ms(1000), 0, ms(1000))],
+            ),
+            batch(&[("y", &own, 1)], None, vec![ok(2, 0, ms(1000))]),
+            // `own` denies itself: charged (count 3), strict is not.
+            batch(
+                &both,
+                Some(0),
+                vec![
+                    denied(2, ms(1000), 0, ms(1000)),
+                    denied(1, ms(1000), 0, ms(1000)),
+                ],
+            ),
+            // Over its limit, not at it: even a look is denied.
+            batch(
+                &[("y", &own, 0)],
+                Some(0),
+                vec![denied(2, ms(1000), 0, ms(1000))],
+            ),
         ],
     }
 }

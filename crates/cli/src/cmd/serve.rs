@@ -102,7 +102,7 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = resolve(args)?;
     init_logging(&settings)?;
-    for (variable, why) in settings::not_honoured(std::env::vars().map(|(k, _)| k)) {
+    for (variable, why) in settings::not_honoured(std::env::vars()) {
         tracing::warn!(%variable, why, "a setting of the reference service is set and not honoured");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WINDOW};
+use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Rejected};
 use crate::Error;
 use crate::algorithm::{Algorithm, Params, distinct};
 use crate::time::micros;
@@ -15,7 +15,7 @@ pub struct LimitBuilder {
     limit: u64,
     window: Duration,
     burst: Option<u64>,
-    count_rejected: bool,
+    rejected: Rejected,
 }
 
 impl LimitBuilder {
@@ -25,7 +25,7 @@ impl LimitBuilder {
             limit,
             window,
             burst: None,
-            count_rejected: false,
+            rejected: Rejected::NotCharged,
         }
     }
 
@@ -41,7 +41,19 @@ impl LimitBuilder {
     /// a client that keeps trying while over the limit stays limited.
     #[inline]
     pub fn count_rejected(mut self, yes: bool) -> Self {
-        self.count_rejected = yes;
+        self.rejected = if yes {
+            Rejected::Charged
+        } else {
+            Rejected::NotCharged
+        };
+        self
+    }
+
+    /// Which rejected requests to charge ([`count_rejected`](Self::count_rejected) is
+    /// `Charged` or `NotCharged`).
+    #[inline]
+    pub fn rejected(mut self, rejected: Rejected) -> Self {
+        self.rejected = rejected;
         self
     }
 
@@ -53,7 +65,7 @@ impl LimitBuilder {
             limit,
             window,
             burst,
-            count_rejected,
+            rejected,
         } = self;
 
         if window.subsec_nanos() % 1_000 != 0 {
@@ -93,7 +105,7 @@ impl LimitBuilder {
                 distinct::MAX_LIMIT
             ));
         }
-        if algorithm.counts_members() && count_rejected {
+        if algorithm.counts_members() && rejected != Rejected::NotCharged {
             return invalid(
                 "count_rejected does not apply to distinct: a denied member is not counted".into(),
             );
@@ -156,7 +168,7 @@ impl LimitBuilder {
             limit,
             window: window_us,
             burst,
-            count_rejected,
+            rejected,
             rate_per_micro,
             units_per_token,
             params,

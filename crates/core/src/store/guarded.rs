@@ -173,6 +173,13 @@ impl<S: Store> GuardedStore<S> {
         self
     }
 
+    /// Lets the deny cache answer fixed windows that count rejected requests, as the
+    /// Envoy reference's local cache does ([`DenyCache::answering_counted_denials`]).
+    pub fn deny_cache_counting(mut self, yes: bool) -> GuardedStore<S> {
+        self.deny = self.deny.map(|d| d.answering_counted_denials(yes));
+        self
+    }
+
     /// Gives up on the store after `timeout` (needs a Tokio runtime with its timer).
     pub fn timeout(mut self, timeout: Duration) -> GuardedStore<S> {
         self.timeout = Some(timeout);

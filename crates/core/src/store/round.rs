@@ -70,7 +70,8 @@ pub(crate) fn decide(
         decisions.push(decision);
     }
 
-    // Pass 2: charge all, or (denied) only the count_rejected limits.
+    // Pass 2: charge all, or (denied) only the limits that charge rejected requests
+    // (all of them, or those they denied themselves: `Limit::charges_rejected`).
     let denied_by = decisions.iter().position(|d| !d.allowed());
     for (i, r) in requests.iter().enumerate() {
         match denied_by {
@@ -87,7 +88,7 @@ pub(crate) fn decide(
                 }
                 Some(_) => {}
             },
-            Some(_) if r.limit.count_rejected() => {
+            Some(_) if r.limit.charges_rejected(!decisions[i].allowed()) => {
                 let s = slots.get_mut(i);
                 decisions[i] = if decisions[i].allowed() {
                     r.limit.commit_member(s, now, r.cost, r.member_bytes());

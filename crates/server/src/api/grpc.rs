@@ -15,7 +15,7 @@ use tonic_health::server::HealthReporter;
 
 use prost::Message;
 
-use super::wire;
+use super::{metadata, wire};
 use crate::metrics;
 use crate::service::CheckError;
 use crate::service::request::CheckRequest;
@@ -35,14 +35,21 @@ impl RateLimitService for Grpc {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         metrics::request("grpc");
+        let pb = request.into_inner();
+        let request_metadata = self
+            .state
+            .service
+            .dynamic_metadata()
+            .then(|| metadata::of_request(&pb));
         let checked = async {
-            let req = wire::request(request.into_inner())?;
+            let req = wire::request(pb)?;
             self.state.check(req).await
         };
         match checked.await {
             Ok(r) => Ok(tonic::Response::new(wire::response(
                 &r,
                 &self.state.headers,
+                request_metadata,
             ))),
             Err(e) => {
                 if e.is_invalid() {

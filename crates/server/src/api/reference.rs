@@ -19,7 +19,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
-use super::{respond, wire};
+use super::{metadata, respond, wire};
 use crate::metrics;
 use crate::service::CheckError;
 use crate::service::request::CheckRequest;
@@ -28,6 +28,17 @@ use crate::state::AppState;
 /// A body of `POST /json`, decoded (not yet checked against the service's bounds).
 pub fn decode_request(body: &[u8]) -> Result<CheckRequest, CheckError> {
     wire::request(decode(body).map_err(CheckError::Invalid)?)
+}
+
+/// A body of `POST /json`, decoded, with the request's part of the dynamic metadata
+/// when `metadata` asks for it.
+fn decode_with_metadata(
+    body: &[u8],
+    with_metadata: bool,
+) -> Result<(CheckRequest, Option<Map<String, Value>>), CheckError> {
+    let pb = decode(body).map_err(CheckError::Invalid)?;
+    let request_metadata = with_metadata.then(|| metadata::of_request(&pb));
+    Ok((wire::request(pb)?, request_metadata))
 }
 
 /// Decodes a request, or says what is wrong with it.
@@ -204,6 +215,9 @@ pub fn encode(r: &RateLimitResponse) -> Value {
             .collect();
         out.insert("statuses".into(), Value::Array(statuses));
     }
+    if let Some(m) = &r.dynamic_metadata {
+        out.insert("dynamicMetadata".into(), metadata::to_json(m));
+    }
     if !r.response_headers_to_add.is_empty() {
         let headers = r
             .response_headers_to_add
@@ -224,13 +238,15 @@ fn code(c: i32) -> Value {
 pub(super) async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     metrics::request("json");
     let answer = async {
-        let req = decode_request(&body)?;
-        state.check(req).await
+        let (req, request_metadata) =
+            decode_with_metadata(&body, state.service.dynamic_metadata())?;
+        Ok::<_, CheckError>((state.check(req).await?, request_metadata))
     };
     match answer.await {
-        Ok(r) => {
+        Ok((r, request_metadata)) => {
             let status = respond::answer_status(r.overall);
-            (status, Json(encode(&wire::response(&r, &state.headers)))).into_response()
+            let pb = wire::response(&r, &state.headers, request_metadata);
+            (status, Json(encode(&pb))).into_response()
         }
         Err(e) => {
             metrics::invalid_request("json");

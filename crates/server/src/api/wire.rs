@@ -11,6 +11,7 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use spillway_policy::Unit;
 
 use super::headers::HeaderOptions;
+use super::metadata;
 use crate::service::CheckError;
 use crate::service::request::{CheckRequest, CheckResponse, Code, Descriptor, Override, Status};
 
@@ -95,9 +96,17 @@ fn code(c: Code) -> PbCode {
     }
 }
 
-/// The service's answer as a `RateLimitResponse`, with the reference's optional headers.
-pub fn response(r: &CheckResponse, headers: &HeaderOptions) -> RateLimitResponse {
+/// The service's answer as a `RateLimitResponse`, with the reference's optional headers,
+/// and its dynamic metadata when the request's part of it is given
+/// ([`metadata::of_request`]).
+pub fn response(
+    r: &CheckResponse,
+    headers: &HeaderOptions,
+    request_metadata: Option<serde_json::Map<String, serde_json::Value>>,
+) -> RateLimitResponse {
     RateLimitResponse {
+        dynamic_metadata: request_metadata
+            .map(|m| metadata::to_struct(&metadata::whole(m, r.metadata.as_ref()))),
         overall_code: code(r.overall) as i32,
         statuses: r.statuses.iter().map(status).collect(),
         response_headers_to_add: headers

@@ -50,9 +50,7 @@ impl Candidate {
 impl Service {
     /// This service with a candidate policy set decided in shadow beside the live one.
     pub fn with_candidate(mut self, policies: PolicySet) -> Service {
-        self.candidate = Some(Candidate::new(
-            policies.with_key_prefix(&self.options.key_prefix),
-        ));
+        self.candidate = Some(Candidate::new(self.options.prepare(policies)));
         self
     }
 
@@ -64,9 +62,7 @@ impl Service {
     /// Swaps in a new candidate set (a reload).
     pub fn replace_candidate(&self, policies: PolicySet) {
         if let Some(c) = &self.candidate {
-            let policies = policies
-                .with_key_prefix(&self.options.key_prefix)
-                .with_key_prefix(KEY_PREFIX);
+            let policies = self.options.prepare(policies).with_key_prefix(KEY_PREFIX);
             c.policies.store(Arc::new(policies));
         }
     }

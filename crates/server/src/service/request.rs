@@ -76,6 +76,9 @@ pub struct CheckResponse {
     pub overall: Code,
     /// One per request descriptor, in order.
     pub statuses: Vec<Status>,
+    /// With `RESPONSE_DYNAMIC_METADATA`: the `metadata` of the rules of the descriptors
+    /// not over their limit, merged (the wire edge adds the request's own part).
+    pub metadata: Option<spillway_policy::Metadata>,
 }
 
 /// One descriptor's answer.

@@ -5,14 +5,6 @@
 /// with why: `serve` logs a warning for each one that is set. (Prefixes end in `_`.)
 pub const NOT_HONOURED: &[(&str, &str)] = &[
     (
-        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-        "not implemented yet: every counter of a request is charged",
-    ),
-    (
-        "RESPONSE_DYNAMIC_METADATA",
-        "not implemented yet: responses carry no dynamic metadata",
-    ),
-    (
         "BACKEND_TYPE",
         "counters live in Redis or in memory (--store); there is no memcache backend",
     ),
@@ -126,13 +118,46 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
         "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
         "the service is ready once its policies load, even with no domain",
     ),
+    (
+        "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        "serve starts once its policy files load, and refuses to start when they do not",
+    ),
+    (
+        "XDS_CLIENT_",
+        "policies come from files (xDS is not supported)",
+    ),
+    (
+        "USE_DOG_STATSD_MOGRIFIERS",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE_GRACE",
+        "connections are kept until the client closes them",
+    ),
+    ("PROTO", "Spillway listens on TCP only"),
+    (
+        "RUNTIME_IGNOREDOTFILES",
+        "files whose names start with a dot are always skipped",
+    ),
 ];
 
-/// The reference variables that are set and that Spillway does not honour, with why.
-pub fn not_honoured(names: impl IntoIterator<Item = String>) -> Vec<(String, &'static str)> {
-    let mut found: Vec<(String, &'static str)> = names
+/// Variables honoured at one value only (the one Spillway always behaves as): set to
+/// it, they are not named.
+const HONOURED_AT: &[(&str, &str)] = &[("PROTO", "tcp"), ("RUNTIME_IGNOREDOTFILES", "true")];
+
+/// The reference variables that are set (name, value) and that Spillway does not
+/// honour, with why.
+pub fn not_honoured(
+    vars: impl IntoIterator<Item = (String, String)>,
+) -> Vec<(String, &'static str)> {
+    let mut found: Vec<(String, &'static str)> = vars
         .into_iter()
-        .filter_map(|name| {
+        .filter(|(name, value)| {
+            !HONOURED_AT
+                .iter()
+                .any(|(n, v)| n == name && value.eq_ignore_ascii_case(v))
+        })
+        .filter_map(|(name, _)| {
             let (_, why) = NOT_HONOURED.iter().find(|(n, _)| {
                 if n.ends_with('_') {
                     name.starts_with(n)

@@ -23,6 +23,13 @@
 //!
 //! Memory is bounded: at most `capacity` entries; a full shard first drops what has
 //! expired, then refuses new entries (the store answers them, as without a cache).
+//!
+//! The reference's local cache ([`DenyCache::answering_counted_denials`]): the Envoy
+//! reference service caches a key over its limit until its window ends, so its counter
+//! stops growing. Asked to, this cache does the same for fixed windows that count
+//! rejected requests: their verdict is exact (a fixed window's count only grows until
+//! the window ends, which is `retry_after`), only the denials it answers go uncounted,
+//! as they do in the reference.
 
 use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
@@ -33,7 +40,7 @@ use parking_lot::Mutex;
 use crate::algorithm::Algorithm;
 use crate::decision::{BatchDecision, Decision, Outcome};
 use crate::key::Key;
-use crate::limit::{Limit, Shape};
+use crate::limit::{Limit, Rejected, Shape};
 use crate::store::Request;
 
 /// Shards: a lock per shard, held for one lookup or insert.
@@ -50,7 +57,7 @@ struct LimitId {
     limit: u64,
     window: u64,
     burst: u64,
-    count_rejected: bool,
+    rejected: Rejected,
 }
 
 impl LimitId {
@@ -60,7 +67,7 @@ impl LimitId {
             limit: limit.limit(),
             window: limit.window_micros(),
             burst: limit.burst(),
-            count_rejected: limit.count_rejected(),
+            rejected: limit.rejected(),
         }
     }
 }
@@ -86,6 +93,8 @@ pub struct DenyCache {
     shards: Box<[Mutex<Shard>]>,
     per_shard: usize,
     hasher: RandomState,
+    /// Also answer fixed windows that count rejected requests (the reference's cache).
+    counted_denials: bool,
 }
 
 impl DenyCache {
@@ -97,7 +106,26 @@ impl DenyCache {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             per_shard,
             hasher: RandomState::new(),
+            counted_denials: false,
         })
+    }
+
+    /// Also answers fixed windows that count rejected requests until their window ends,
+    /// as the Envoy reference's local cache (`LOCAL_CACHE_SIZE_IN_BYTES`) does: the
+    /// denials answered here are not counted.
+    pub fn answering_counted_denials(mut self, yes: bool) -> DenyCache {
+        self.counted_denials = yes;
+        self
+    }
+
+    /// Whether a denial of a request of `cost` against `limit` may be answered here.
+    /// Not for a `count_rejected` limit (its denials must reach the store, to be
+    /// charged) unless asked for fixed windows, nor for a `distinct` one (a denial is
+    /// for a new member: a member already counted is still admitted).
+    fn cacheable(&self, limit: &Limit, cost: u64) -> bool {
+        let counted = limit.count_rejected()
+            && !(self.counted_denials && limit.algorithm() == Algorithm::FixedWindow);
+        cost == 1 && !counted && !limit.algorithm().counts_members()
     }
 
     fn shard(&self, key: &Key) -> &Mutex<Shard> {
@@ -106,7 +134,7 @@ impl DenyCache {
 
     /// The decision on a unit-cost request at `now` (µs), if a cached denial covers it.
     pub fn get(&self, key: &Key, limit: &Limit, cost: u64, now: u64) -> Option<Decision> {
-        if !cacheable(limit, cost) {
+        if !self.cacheable(limit, cost) {
             return None;
         }
         let slot = (key.clone(), limit.shape());
@@ -135,7 +163,7 @@ impl DenyCache {
         let Outcome::Denied { retry_after } = decision.outcome else {
             return;
         };
-        if !cacheable(limit, cost) || retry_after.is_zero() {
+        if !self.cacheable(limit, cost) || retry_after.is_zero() {
             return;
         }
         let entry = Entry {
@@ -182,8 +210,10 @@ impl DenyCache {
     /// stale, a denial on its own is cached.
     pub fn learn(&self, requests: &[Request<'_>], batch: &BatchDecision, now: u64) {
         for (i, (r, d)) in requests.iter().zip(&batch.decisions).enumerate() {
-            let charged = r.cost > 0 && (batch.allowed() || r.limit.count_rejected());
-            if charged {
+            let charged = r.cost > 0 && (batch.allowed() || r.limit.charges_rejected(!d.allowed()));
+            // A denial that counted (`count_rejected`) moved nothing but the count: a
+            // fixed window denied until its end stays denied (`cacheable`).
+            if charged && (d.allowed() || !self.cacheable(r.limit, r.cost)) {
                 self.forget(r.key, r.limit);
                 continue;
             }
@@ -222,12 +252,4 @@ fn shares_state(requests: &[Request<'_>], i: usize) -> bool {
         .iter()
         .enumerate()
         .any(|(j, o)| j != i && o.key == r.key && o.limit.shape() == r.limit.shape())
-}
-
-/// Whether a denial of a request of `cost` against `limit` may be answered from the
-/// cache. Not for a `count_rejected` limit (its denials must reach the store, to be
-/// charged), nor for a `distinct` one (a denial is for a new member: a member already
-/// counted is still admitted).
-fn cacheable(limit: &Limit, cost: u64) -> bool {
-    cost == 1 && !limit.count_rejected() && !limit.algorithm().counts_members()
 }

@@ -347,7 +347,7 @@ impl Quotas {
                     // The count at the store after this answer: `remaining` is after
                     // the charge when admitted, or as it stands (uncharged) when not;
                     // a limit with room in a denied batch was not charged.
-                    let charged = admitted || r.limit.count_rejected();
+                    let charged = admitted || r.limit.charges_rejected(!d.allowed());
                     let mut used = r.limit.limit().saturating_sub(d.remaining);
                     if d.allowed() && !charged {
                         used = used.saturating_sub(r.cost);
