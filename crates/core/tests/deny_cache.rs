@@ -9,7 +9,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use spillway_core::{
     Algorithm, Breaker, Edge, Guard, GuardedStore, Key, Limit, MemoryStore, Mode, OnStoreError,
-    Request, Source, Store, Timestamp,
+    Rejected, Request, Source, Store, Timestamp,
 };
 
 const T0: u64 = 1_702_080_000_000_000;
@@ -69,6 +69,49 @@ proptest! {
             let requests: Vec<Request<'_>> = batch
                 .iter()
                 .map(|&l| Request::new(&keys[*key], &limits[l], *cost))
+                .collect();
+            let at = Timestamp::from_micros(now);
+            let want = rt.block_on(plain.check(&requests, at)).unwrap();
+            let got = rt
+                .block_on(cached.decide(&requests, &vec![guard; requests.len()], at))
+                .unwrap();
+            prop_assert_eq!(&got.batch, &want, "step {}: {:?}", n, requests);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// Answering counted denials too (the reference's local cache) changes no decision
+    /// either, when no two limits share a state (the service's keys name their rule): a
+    /// fixed window over its limit is denied until it ends, however far over it is.
+    /// Limits charge rejected requests never, always, or when they deny themselves.
+    #[test]
+    fn answering_counted_denials_never_changes_a_decision(
+        limits in prop::collection::vec(arb_limit(), 3),
+        rejected in prop::collection::vec(0usize..3, 3),
+        steps in arb_steps(),
+    ) {
+        let limits: Vec<Limit> = limits
+            .iter()
+            .zip(&rejected)
+            .map(|(l, &r)| l.with_rejected([Rejected::NotCharged, Rejected::Charged, Rejected::ChargedWhenOwn][r]))
+            .collect();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let cached = GuardedStore::new(MemoryStore::new(), Breaker::new(5, Duration::from_secs(1)))
+            .deny_cache(1 << 20)
+            .deny_cache_counting(true);
+        let plain = MemoryStore::new();
+        // One key per limit: no two limits share a state.
+        let keys = [Key::new("a").unwrap(), Key::new("b").unwrap(), Key::new("c").unwrap()];
+        let guard = Guard::new(Mode::Enforce, OnStoreError::Closed);
+        let mut now = T0;
+        for (n, (gap, _, batch, cost)) in steps.iter().enumerate() {
+            now += gap;
+            let requests: Vec<Request<'_>> = batch
+                .iter()
+                .map(|&l| Request::new(&keys[l], &limits[l], *cost))
                 .collect();
             let at = Timestamp::from_micros(now);
             let want = rt.block_on(plain.check(&requests, at)).unwrap();
