@@ -15,12 +15,14 @@
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use spillway_core::{
-    Algorithm, Clock, CoarseClock, Edge, Key, Limit, MemoryStore, Request, SystemClock, Timestamp,
+    Algorithm, Clock, CoarseClock, Edge, Key, Limit, Limiter, MemoryStore, Request, SystemClock,
+    Timestamp,
 };
 
 const MANY: usize = 1_000_000;
@@ -86,6 +88,16 @@ fn many_keys() -> Vec<Key> {
     (0..MANY)
         .map(|i| Key::new(format!("user:{i}")).unwrap())
         .collect()
+}
+
+/// The output of a future that is ready at once (a memory-store check never waits).
+fn ready<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        Poll::Ready(out) => out,
+        Poll::Pending => unreachable!("a memory-store check never waits"),
+    }
 }
 
 fn rss_bytes() -> u64 {
@@ -176,8 +188,10 @@ fn with_clocks(c: &mut Criterion) {
         };
         let governor = RateLimiter::keyed(quota);
         let ours = MemoryStore::builder().max_keys(2 * MANY).build();
+        let default = Limiter::new(MemoryStore::builder().max_keys(2 * MANY).build());
         for i in 0..key_count as u64 {
             let _ = governor.check_key(pick(i));
+            ready(default.check(pick(i), &gcra)).unwrap();
             ours.decide_one(Request::new(pick(i), &gcra, 1), SystemClock.now())
                 .unwrap();
         }
@@ -196,6 +210,15 @@ fn with_clocks(c: &mut Criterion) {
                             ours.decide_one(Request::new(pick(i), &gcra, 1), SystemClock.now())
                                 .unwrap(),
                         );
+                    })
+                })
+            });
+            // What `Limiter::new(MemoryStore::new())` gives a user: the default clock, the
+            // async API (a memory-store check is ready at once).
+            group.bench_function(format!("limiter_default/{label}/{threads}t"), |b| {
+                b.iter_custom(|iters| {
+                    threaded_with_stride(iters, threads, per, |i| {
+                        black_box(ready(default.check(pick(i), &gcra)).unwrap());
                     })
                 })
             });

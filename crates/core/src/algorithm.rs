@@ -33,7 +33,7 @@ pub mod token_bucket;
 pub use kind::{Algorithm, Edge};
 
 use crate::decision::Decision;
-use meter::Meter as _;
+use meter::Meter;
 
 /// The stored state of one limit for one key. `State::default()` is "no state":
 /// nothing charged yet. Opaque: only the limit it belongs to can read it.
@@ -156,6 +156,56 @@ impl Params {
     pub(crate) fn idle_at(&self, state: &State) -> u64 {
         dispatch!(self, |p| read(state, |s| p.idle_at(s)))
     }
+
+    /// One request on its own, in one dispatch: checked, then charged if admitted
+    /// (cost above 0), or if denied and `charge_denied`; a charged denial reports the
+    /// state after its charge (as `Limit::charge_rejected`). Returns the decision and,
+    /// when the state was charged, when it becomes the same as no state (µs).
+    #[inline]
+    pub(crate) fn decide(
+        &self,
+        state: &mut State,
+        now: u64,
+        cost: u64,
+        member: &[u8],
+        charge_denied: bool,
+    ) -> (Decision, Option<u64>) {
+        dispatch!(self, |p| decide_with(
+            p,
+            state,
+            now,
+            cost,
+            member,
+            charge_denied
+        ))
+    }
+}
+
+#[inline]
+fn decide_with<M: Meter>(
+    p: &M,
+    state: &mut State,
+    now: u64,
+    cost: u64,
+    member: &[u8],
+    charge_denied: bool,
+) -> (Decision, Option<u64>)
+where
+    M::State: Slot,
+{
+    let d = read(state, |s| p.check(s, now, cost, member));
+    let admitted = d.allowed();
+    if (admitted && cost == 0) || (!admitted && !charge_denied) {
+        return (d, None);
+    }
+    let s = M::State::get_mut(&mut state.0);
+    p.commit(s, now, cost, admitted, member);
+    let d = if admitted {
+        d
+    } else {
+        p.check(s, now, cost, member)
+    };
+    (d, Some(p.idle_at(s)))
 }
 
 /// `f` on the state of type `T` that `state` holds, or on no state when it holds

@@ -4,17 +4,24 @@
 //! [`Clock`].
 //!
 //! Three clocks:
-//! - [`SystemClock`] reads the OS wall clock on every call (~40 ns on a KVM guest
-//!   with a TSC clocksource — as much as the whole rest of a memory-store check).
-//! - [`CoarseClock`] is read with one atomic load; a background thread refreshes it
-//!   every `resolution` (1 ms by default). Use it where a limiter decides millions of
-//!   times a second and millisecond precision is enough.
+//! - [`CoarseClock`], the default of [`Limiter::new`], the tower layer and `spillway
+//!   serve`: read with one atomic load (~1 ns); a background thread refreshes it every
+//!   millisecond (one thread per process, shared by every default clock). Time moves in
+//!   steps of about a millisecond and never backwards.
+//! - [`SystemClock`] reads the OS wall clock on every call (~25–40 ns on a KVM guest
+//!   with a TSC clocksource, as much as the whole rest of a memory-store check): for
+//!   limits that need finer than a millisecond.
 //! - [`ManualClock`] only moves when a test moves it.
+//!
+//! Every algorithm decides exactly against the time it is given, so its promise (never
+//! more than the limit in any window) holds against the coarse clock's time; what a
+//! coarse clock gives up is resolution against the wall: a window of the clock's time
+//! may start or end up to a refresh (plus a scheduling delay) away from the wall's.
 //!
 //! [`Limiter`]: crate::Limiter
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::time::{Timestamp, micros};
@@ -103,12 +110,18 @@ pub struct CoarseClock {
 }
 
 impl CoarseClock {
-    /// A clock refreshed every millisecond.
+    /// The process's clock refreshed every millisecond: every call returns a handle to
+    /// the same clock, refreshed by one thread (started on first use, running while
+    /// the process does).
     pub fn new() -> Self {
-        Self::with_resolution(Duration::from_millis(1))
+        static SHARED: OnceLock<CoarseClock> = OnceLock::new();
+        SHARED
+            .get_or_init(|| Self::with_resolution(Duration::from_millis(1)))
+            .clone()
     }
 
-    /// A clock refreshed every `resolution` (at least 10 µs).
+    /// A clock of its own, refreshed every `resolution` (at least 10 µs) by a thread
+    /// that stops once every clone of it has been dropped.
     pub fn with_resolution(resolution: Duration) -> Self {
         let resolution = resolution.max(Duration::from_micros(10));
         let now = Arc::new(AtomicU64::new(SystemClock.now().as_micros()));

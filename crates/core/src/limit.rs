@@ -73,6 +73,8 @@ pub struct Limit {
     units_per_token: u64,
     /// The algorithm's own parameters, precomputed by its module.
     params: Params,
+    /// What its stored state belongs to (see [`Limit::shape`]).
+    shape: Shape,
 }
 
 impl Limit {
@@ -213,27 +215,35 @@ impl Limit {
     /// limit's filters are sized by its limit: a changed one starts empty.
     #[inline]
     pub fn shape(&self) -> Shape {
-        let (tag, precision, capacity) = match self.algorithm {
+        self.shape
+    }
+}
+
+impl Shape {
+    /// The shape of a limit of these parameters (computed once, when it is built: a
+    /// store compares it on every check).
+    pub(super) fn of(algorithm: Algorithm, limit: u64, window: u64, burst: u64) -> Shape {
+        let (tag, precision, capacity) = match algorithm {
             Algorithm::FixedWindow => (0, 0, [0, 0]),
             Algorithm::SlidingLog => (1, 0, [0, 0]),
             Algorithm::SlidingWindow { precision, .. } => (2, precision, [0, 0]),
-            Algorithm::TokenBucket => (3, 0, [self.limit, self.burst]),
+            Algorithm::TokenBucket => (3, 0, [limit, burst]),
             Algorithm::Gcra => (4, 0, [0, 0]),
             // Exact members and sketches are different states. An exact limit that
             // changes keeps what was seen; a sketch's filters are sized by its limit, so
             // a changed sketched limit starts empty.
             Algorithm::Distinct { precision } => {
-                if crate::algorithm::distinct::is_exact(self.limit) {
+                if crate::algorithm::distinct::is_exact(limit) {
                     (5, precision, [0, 0])
                 } else {
-                    (5, precision, [1, self.limit])
+                    (5, precision, [1, limit])
                 }
             }
         };
         Shape {
             tag,
             precision,
-            window: self.window,
+            window,
             capacity,
         }
     }
@@ -283,6 +293,25 @@ impl Limit {
     pub fn charge_rejected(&self, state: &mut State, now: Timestamp, cost: u64) -> Decision {
         self.params.charge(state, now.as_micros(), cost, false, &[]);
         self.check(state, now, cost)
+    }
+
+    /// A request on its own (`member` for a `distinct` limit): [`check`](Limit::check),
+    /// then [`commit`](Limit::commit) if admitted or
+    /// [`charge_rejected`](Limit::charge_rejected) if denied and the limit counts
+    /// rejected requests, in one dispatch. Returns the decision and, when the state was
+    /// charged, when it becomes the same as no state.
+    #[inline]
+    pub fn decide(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        cost: u64,
+        member: &[u8],
+    ) -> (Decision, Option<Timestamp>) {
+        let (d, idle) =
+            self.params
+                .decide(state, now.as_micros(), cost, member, self.count_rejected());
+        (d, idle.map(Timestamp::from_micros))
     }
 
     /// When `state` becomes the same as no state if nothing more is charged: the

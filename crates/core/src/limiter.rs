@@ -1,31 +1,33 @@
 //! `Limiter`: what users hold. A store plus a clock; every method reads the clock
 //! once and makes one store call.
 
-use crate::store::{Request, Store, validate, validate_one};
-use crate::{BatchDecision, Clock, Decision, Error, Key, Limit, SystemClock};
+use crate::store::{Request, Store};
+use crate::{BatchDecision, Clock, CoarseClock, Decision, Error, Key, Limit};
 
 /// Decides requests against limits kept in a [`Store`], at the time its [`Clock`] says.
 ///
 /// Cloning a limiter over a [`MemoryStore`](crate::MemoryStore) shares the state.
 #[derive(Clone, Debug)]
-pub struct Limiter<S, C = SystemClock> {
+pub struct Limiter<S, C = CoarseClock> {
     store: S,
     clock: C,
 }
 
 impl<S: Store> Limiter<S> {
-    /// A limiter on the OS wall clock.
+    /// A limiter on the process's [`CoarseClock`]: wall time read with one atomic load,
+    /// in steps of about a millisecond. For finer time, [`with_clock`](Limiter::with_clock)
+    /// and [`SystemClock`](crate::SystemClock).
     pub fn new(store: S) -> Self {
         Limiter {
             store,
-            clock: SystemClock,
+            clock: CoarseClock::new(),
         }
     }
 }
 
 impl<S: Store, C: Clock> Limiter<S, C> {
     /// A limiter on `clock` ([`ManualClock`](crate::ManualClock) in tests,
-    /// [`CoarseClock`](crate::CoarseClock) where a check must cost nanoseconds).
+    /// [`SystemClock`](crate::SystemClock) for sub-millisecond time).
     pub fn with_clock(store: S, clock: C) -> Self {
         Limiter { store, clock }
     }
@@ -41,41 +43,62 @@ impl<S: Store, C: Clock> Limiter<S, C> {
     }
 
     /// One request (cost 1) against `limit` for `key`.
-    pub async fn check(&self, key: &Key, limit: &Limit) -> Result<Decision, Error> {
-        self.check_n(key, limit, 1).await
+    pub fn check<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: &'a Limit,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.check_request(Request::new(key, limit, 1))
     }
 
     /// A request of `cost` units (bytes, tokens, weighted calls).
-    pub async fn check_n(&self, key: &Key, limit: &Limit, cost: u64) -> Result<Decision, Error> {
-        self.check_request(Request::new(key, limit, cost)).await
+    pub fn check_n<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: &'a Limit,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.check_request(Request::new(key, limit, cost))
     }
 
     /// One request bringing `member`, for a `distinct` limit: admitted if `member` was
     /// already counted in the window, or if there is room for one more.
-    pub async fn check_member(
-        &self,
-        key: &Key,
-        limit: &Limit,
-        member: &[u8],
-    ) -> Result<Decision, Error> {
+    pub fn check_member<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: &'a Limit,
+        member: &'a [u8],
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
         self.check_request(Request::new(key, limit, 1).with_member(member))
-            .await
     }
 
-    async fn check_request(&self, request: Request<'_>) -> Result<Decision, Error> {
-        validate_one(&request)?;
-        self.store.check_one(request, self.clock.now()).await
+    /// The store's own future, with the clock read when the check is made (the same
+    /// as when it is first polled, for a check awaited at once). No `async fn` layers
+    /// of its own: each would copy the decision on its way out, which on the memory
+    /// store cost more than the decision itself (56 ns a check against 35 ns). The
+    /// store refuses an invalid request (every `Store` validates).
+    fn check_request<'a>(
+        &'a self,
+        request: Request<'a>,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.store.check_one(request, self.clock.now())
     }
 
     /// Several (key, limit, cost) requests, all or nothing.
-    pub async fn check_all(&self, requests: &[Request<'_>]) -> Result<BatchDecision, Error> {
-        validate(requests)?;
-        self.store.check(requests, self.clock.now()).await
+    pub fn check_all<'a>(
+        &'a self,
+        requests: &'a [Request<'a>],
+    ) -> impl Future<Output = Result<BatchDecision, Error>> + Send + 'a {
+        self.store.check(requests, self.clock.now())
     }
 
     /// Reports `key`'s state for `limit` without charging anything (cost 0).
-    pub async fn peek(&self, key: &Key, limit: &Limit) -> Result<Decision, Error> {
-        self.check_n(key, limit, 0).await
+    pub fn peek<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: &'a Limit,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.check_n(key, limit, 0)
     }
 
     /// Forgets `key`'s state for `limit`.

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use spillway_core::{Clock, Store, SystemClock};
+use spillway_core::{Clock, CoarseClock, Store};
 use spillway_policy::PolicySet;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -96,7 +96,7 @@ impl Running {
 
 /// Loads the policies, opens the store, binds both listeners and starts serving.
 pub async fn start(settings: &Settings) -> Result<Running, StartError> {
-    start_with_clock(settings, Arc::new(SystemClock)).await
+    start_with_clock(settings, Arc::new(CoarseClock::new())).await
 }
 
 /// [`start`] with a clock (tests pass a manual one).

@@ -12,8 +12,8 @@ use http::Response;
 use http::request::Parts;
 use spillway_core::headers::HeaderStyle;
 use spillway_core::{
-    Breaker, Clock, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, Guard, GuardedStore, Key, Limit,
-    MAX_BATCH, Mode, OnStoreError, Sharing, Store, SystemClock,
+    Breaker, Clock, CoarseClock, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, Guard, GuardedStore,
+    Key, Limit, MAX_BATCH, Mode, OnStoreError, Sharing, Store,
 };
 use tower::Layer;
 
@@ -105,7 +105,7 @@ pub enum MissingKey {
 }
 
 /// Configures a [`RateLimitLayer`]. Made by [`RateLimitLayer::builder`].
-pub struct RateLimitLayerBuilder<St, C = SystemClock> {
+pub struct RateLimitLayerBuilder<St, C = CoarseClock> {
     store: St,
     clock: C,
     rules: Vec<Rule>,
@@ -125,7 +125,7 @@ pub struct RateLimitLayerBuilder<St, C = SystemClock> {
 ///
 /// Cloning the layer, and cloning the services it makes, shares one set of limits:
 /// unlike tower's own `RateLimit`, ten clones still admit the limit once.
-pub struct RateLimitLayer<St, C = SystemClock> {
+pub struct RateLimitLayer<St, C = CoarseClock> {
     shared: Arc<Shared<St, C>>,
 }
 
@@ -136,7 +136,7 @@ impl<St: Store> RateLimitLayer<St> {
     pub fn builder(store: St) -> RateLimitLayerBuilder<St> {
         RateLimitLayerBuilder {
             store,
-            clock: SystemClock,
+            clock: CoarseClock::new(),
             rules: Vec::new(),
             cost: None,
             missing_key: MissingKey::Reject,
@@ -186,8 +186,10 @@ impl<St, C> fmt::Debug for RateLimitLayer<St, C> {
 // === impl RateLimitLayerBuilder ===
 
 impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
-    /// Decides at the time `clock` says ([`ManualClock`](spillway_core::ManualClock) in
-    /// tests). A Redis store in server-time mode uses Redis's clock for limits; this
+    /// Decides at the time `clock` says (default: the process's
+    /// [`CoarseClock`](spillway_core::CoarseClock), millisecond steps;
+    /// [`SystemClock`](spillway_core::SystemClock) for finer,
+    /// [`ManualClock`](spillway_core::ManualClock) in tests). A Redis store in server-time mode uses Redis's clock for limits; this
     /// one still times the circuit breaker.
     pub fn clock<C2: Clock>(self, clock: C2) -> RateLimitLayerBuilder<St, C2> {
         RateLimitLayerBuilder {

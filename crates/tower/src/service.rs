@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use spillway_core::{Clock, Store, SystemClock};
+use spillway_core::{Clock, CoarseClock, Store};
 use tower::Service;
 
 use crate::respond::{add_headers, rejection};
@@ -15,7 +15,7 @@ use crate::{ResponseBody, ResponseFuture};
 
 /// Rate limits the requests to `S`. Made by [`RateLimitLayer`](crate::RateLimitLayer);
 /// clones share their limits.
-pub struct RateLimit<S, St, C = SystemClock> {
+pub struct RateLimit<S, St, C = CoarseClock> {
     inner: S,
     shared: Arc<Shared<St, C>>,
 }

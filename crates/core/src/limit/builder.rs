@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Rejected};
+use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Rejected, Shape};
 use crate::Error;
 use crate::algorithm::{Algorithm, Params, distinct};
 use crate::time::micros;
@@ -172,6 +172,7 @@ impl LimitBuilder {
             rate_per_micro,
             units_per_token,
             params,
+            shape: Shape::of(algorithm, limit, window_us, burst),
         })
     }
 }

@@ -20,7 +20,7 @@
 //! the coldest keys. Every shard also drops expired entries on an insert at most once
 //! per `sweep_interval`; [`MemoryStore::purge_expired`] sweeps every shard on demand.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -185,7 +185,7 @@ impl<H: BuildHasher> MemoryStore<H> {
     /// Bytes `key` occupies in the store: its entry, the key text and every limit
     /// state it holds (inline and on the heap). `None` when the key holds no state.
     pub fn footprint(&self, key: &Key) -> Option<usize> {
-        let hash = self.inner.hasher.hash_one(key.as_str());
+        let hash = self.inner.hash(key);
         let table = lock(self.inner.shard(hash));
         let e = table
             .entries
@@ -215,7 +215,7 @@ impl<H: BuildHasher> MemoryStore<H> {
     /// Decides one request: one shard lock, no allocation for a known key.
     pub fn decide_one(&self, r: Request<'_>, now: Timestamp) -> Result<Decision, Error> {
         validate_one(&r)?;
-        let hash = self.inner.hasher.hash_one(r.key.as_str());
+        let hash = self.inner.hash(r.key);
         let mut table = lock(self.inner.shard(hash));
         let shape = r.limit.shape();
         let us = now.as_micros();
@@ -225,10 +225,9 @@ impl<H: BuildHasher> MemoryStore<H> {
         {
             e.last_used = us;
             let state = e.state_mut(shape);
-            let (decision, charged) = decide_state(r, state, now);
-            if charged {
-                let idle = r.limit.idle_at(state).as_micros();
-                e.idle_at = e.idle_at.max(idle);
+            let (decision, idle) = r.limit.decide(state, now, r.cost, r.member_bytes());
+            if let Some(idle) = idle {
+                e.idle_at = e.idle_at.max(idle.as_micros());
             }
             return Ok(decision);
         }
@@ -240,8 +239,10 @@ impl<H: BuildHasher> MemoryStore<H> {
             return Ok(decision);
         }
         let e = table.insert(&self.inner, r.key, hash, shape, us);
-        let (decision, _) = decide_state(r, &mut e.first.1, now);
-        e.idle_at = r.limit.idle_at(&e.first.1).as_micros();
+        let (decision, idle) = r
+            .limit
+            .decide(&mut e.first.1, now, r.cost, r.member_bytes());
+        e.idle_at = idle.map_or(0, Timestamp::as_micros);
         Ok(decision)
     }
 
@@ -266,10 +267,7 @@ impl<H: BuildHasher> MemoryStore<H> {
     }
 
     fn decide_batch(&self, requests: &[Request<'_>], now: Timestamp) -> BatchDecision {
-        let hashes: Vec<u64> = requests
-            .iter()
-            .map(|r| self.inner.hasher.hash_one(r.key.as_str()))
-            .collect();
+        let hashes: Vec<u64> = requests.iter().map(|r| self.inner.hash(r.key)).collect();
         // Lock every shard the batch touches, in ascending index order: a global order,
         // so batches that share keys cannot deadlock whatever order they list them in.
         let mut order: Vec<usize> = hashes.iter().map(|&h| self.inner.shard_index(h)).collect();
@@ -292,7 +290,7 @@ impl<H: BuildHasher> MemoryStore<H> {
 
     /// Forgets `key`'s state for `limit`'s shape.
     pub fn clear(&self, key: &Key, limit: &Limit) {
-        let hash = self.inner.hasher.hash_one(key.as_str());
+        let hash = self.inner.hash(key);
         let mut table = lock(self.inner.shard(hash));
         if let Ok(mut found) = table
             .entries
@@ -317,29 +315,18 @@ impl<H: BuildHasher + Send + Sync> Store for MemoryStore<H> {
         self.decide(requests, now)
     }
 
-    async fn check_one(&self, request: Request<'_>, now: Timestamp) -> Result<Decision, Error> {
-        self.decide_one(request, now)
+    /// Decided when called: the future is ready at once, and small.
+    fn check_one(
+        &self,
+        request: Request<'_>,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        std::future::ready(self.decide_one(request, now))
     }
 
     async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), Error> {
         self.clear(key, limit);
         Ok(())
-    }
-}
-
-/// Check, then charge if admitted, or if denied and the limit counts rejections.
-/// Returns the decision and whether the state changed.
-fn decide_state(r: Request<'_>, state: &mut State, now: Timestamp) -> (Decision, bool) {
-    let decision = r.limit.check_member(state, now, r.cost, r.member_bytes());
-    if decision.allowed() {
-        if r.cost > 0 {
-            r.limit.commit_member(state, now, r.cost, r.member_bytes());
-        }
-        (decision, r.cost > 0)
-    } else if r.limit.count_rejected() {
-        (r.limit.charge_rejected(state, now, r.cost), true)
-    } else {
-        (decision, false)
     }
 }
 
@@ -356,5 +343,17 @@ impl<H> Inner<H> {
 
     fn shard(&self, hash: u64) -> &Shard {
         &self.shards[self.shard_index(hash)]
+    }
+}
+
+impl<H: BuildHasher> Inner<H> {
+    /// `key`'s hash: its text's bytes in one write (the keyed hasher's PRF over the
+    /// exact bytes; `str`'s `Hash` would add a second write of a terminator, which a
+    /// table that compares the key anyway has no use for).
+    #[inline]
+    fn hash(&self, key: &Key) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        h.write(key.as_str().as_bytes());
+        h.finish()
     }
 }
