@@ -189,11 +189,30 @@ fn with_clocks(c: &mut Criterion) {
         let governor = RateLimiter::keyed(quota);
         let ours = MemoryStore::builder().max_keys(2 * MANY).build();
         let default = Limiter::new(MemoryStore::builder().max_keys(2 * MANY).build());
+        // One store at a time, so each one's RSS growth is its own (the keys' text is
+        // shared: both hold clones of the same `Key`s).
+        let before = rss_bytes();
         for i in 0..key_count as u64 {
             let _ = governor.check_key(pick(i));
+        }
+        let governor_bytes = rss_bytes().saturating_sub(before);
+        let before = rss_bytes();
+        for i in 0..key_count as u64 {
             ready(default.check(pick(i), &gcra)).unwrap();
+        }
+        let default_bytes = rss_bytes().saturating_sub(before);
+        for i in 0..key_count as u64 {
             ours.decide_one(Request::new(pick(i), &gcra, 1), SystemClock.now())
                 .unwrap();
+        }
+        if key_count == MANY {
+            eprintln!(
+                "gcra, {MANY} keys, RSS growth per key: governor {} B, Spillway {} B \
+                 (footprint() {} B)",
+                governor_bytes / MANY as u64,
+                default_bytes / MANY as u64,
+                default.store().footprint(pick(0)).unwrap_or(0)
+            );
         }
         for threads in [1, 2] {
             group.bench_function(format!("governor_keyed/{label}/{threads}t"), |b| {
