@@ -277,9 +277,7 @@ impl Service {
         which: &[usize],
         now: Timestamp,
     ) -> Result<Vec<Decided>, CheckError> {
-        let spans_slots = which
-            .windows(2)
-            .any(|w| hits[w[0]].descriptor != hits[w[1]].descriptor);
+        let spans_slots = spans_descriptors(hits, which);
         if !(self.stores.store().is_cluster() && spans_slots) {
             return self.round_on_one_slot(hits, which, now).await;
         }
@@ -309,9 +307,7 @@ impl Service {
         which: &[usize],
         now: Timestamp,
     ) -> Result<(), CheckError> {
-        let spans_slots = which
-            .windows(2)
-            .any(|w| hits[w[0]].descriptor != hits[w[1]].descriptor);
+        let spans_slots = spans_descriptors(hits, which);
         if !spans_slots {
             return Ok(());
         }
@@ -510,6 +506,14 @@ fn merge_metadata(into: &mut Metadata, from: &Metadata) {
             (Some(_), _) => {} // the first wins
         }
     }
+}
+
+/// Whether the hits at `which` (in descriptor order) belong to more than one
+/// descriptor: on Redis Cluster, more than one slot.
+fn spans_descriptors(hits: &[Hit<'_>], which: &[usize]) -> bool {
+    which
+        .windows(2)
+        .any(|w| hits[w[0]].descriptor != hits[w[1]].descriptor)
 }
 
 /// Minutes since the epoch.
