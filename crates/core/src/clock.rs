@@ -4,13 +4,14 @@
 //! [`Clock`].
 //!
 //! Three clocks:
-//! - [`CoarseClock`], the default of [`Limiter::new`], the tower layer and `spillway
-//!   serve`: read with one atomic load (~1 ns); a background thread refreshes it every
-//!   millisecond (one thread per process, shared by every default clock). Time moves in
-//!   steps of about a millisecond and never backwards.
+//! - [`CoarseClock`], the default of [`Limiter::new`] and the tower layer: read with one
+//!   atomic load (~1 ns); a background thread refreshes it every millisecond (one thread
+//!   per process, shared by every default clock). Time moves in steps of about a
+//!   millisecond and never backwards.
 //! - [`SystemClock`] reads the OS wall clock on every call (~25–40 ns on a KVM guest
 //!   with a TSC clocksource, as much as the whole rest of a memory-store check): for
-//!   limits that need finer than a millisecond.
+//!   limits that need finer than a millisecond, and `spillway serve`'s clock (a request
+//!   there costs tens of µs; its decisions stay exact against wall time).
 //! - [`ManualClock`] only moves when a test moves it.
 //!
 //! Every algorithm decides exactly against the time it is given, so its promise (never

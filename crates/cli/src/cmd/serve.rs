@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use spillway_core::CoarseClock;
+use spillway_core::SystemClock;
 use spillway_policy::OnStoreError;
 use spillway_policy::duration;
 use spillway_server::{AnyStore, HeaderStyle, Settings, settings};
@@ -123,7 +123,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let Some(store) = open_store(&settings, &stop).await? else {
             return Ok(ExitCode::SUCCESS); // stopped while waiting for the store
         };
-        let clock = Arc::new(CoarseClock::new());
+        // The OS clock, not the coarse one: see `spillway_server::start`.
+        let clock = Arc::new(SystemClock);
         let running =
             spillway_server::start_with_policies(&settings, policies, store, clock).await?;
         let shutdown = running.shutdown.clone();
