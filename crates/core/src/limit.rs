@@ -308,9 +308,13 @@ impl Limit {
         cost: u64,
         member: &[u8],
     ) -> (Decision, Option<Timestamp>) {
-        let (d, idle) =
-            self.params
-                .decide(state, now.as_micros(), cost, member, self.count_rejected());
+        let (d, idle) = self.params.decide(
+            state,
+            now.as_micros(),
+            cost,
+            member,
+            self.charges_rejected(true),
+        );
         (d, idle.map(Timestamp::from_micros))
     }
 

@@ -67,8 +67,9 @@ impl<'a> Request<'a> {
 /// Where limit state lives.
 ///
 /// Every implementation refuses what [`validate`] refuses, before any work (callers
-/// such as [`Limiter`](crate::Limiter) rely on it). `now` is the caller's clock. A store may be configured to use its own clock
-/// instead (Redis `TIME`, so that every app server agrees); the memory store uses `now`.
+/// such as [`Limiter`](crate::Limiter) rely on it). `now` is the caller's clock. A
+/// store may be configured to use its own clock instead (Redis `TIME`, so that every
+/// app server agrees); the memory store uses `now`.
 pub trait Store: Send + Sync {
     /// Decides `requests` all or nothing, in one atomic round.
     fn check(

@@ -57,26 +57,10 @@ proptest! {
         limits in prop::collection::vec(arb_limit(), 3),
         steps in arb_steps(),
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let cached = GuardedStore::new(MemoryStore::new(), Breaker::new(5, Duration::from_secs(1)))
             .deny_cache(1 << 20);
-        let plain = MemoryStore::new();
         let keys = [Key::new("a").unwrap(), Key::new("b").unwrap()];
-        let guard = Guard::new(Mode::Enforce, OnStoreError::Closed);
-        let mut now = T0;
-        for (n, (gap, key, batch, cost)) in steps.iter().enumerate() {
-            now += gap;
-            let requests: Vec<Request<'_>> = batch
-                .iter()
-                .map(|&l| Request::new(&keys[*key], &limits[l], *cost))
-                .collect();
-            let at = Timestamp::from_micros(now);
-            let want = rt.block_on(plain.check(&requests, at)).unwrap();
-            let got = rt
-                .block_on(cached.decide(&requests, &vec![guard; requests.len()], at))
-                .unwrap();
-            prop_assert_eq!(&got.batch, &want, "step {}: {:?}", n, requests);
-        }
+        same_decisions(&cached, &limits, &steps, |key, _| &keys[key])?;
     }
 }
 
@@ -98,29 +82,43 @@ proptest! {
             .zip(&rejected)
             .map(|(l, &r)| l.with_rejected([Rejected::NotCharged, Rejected::Charged, Rejected::ChargedWhenOwn][r]))
             .collect();
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let cached = GuardedStore::new(MemoryStore::new(), Breaker::new(5, Duration::from_secs(1)))
             .deny_cache(1 << 20)
             .deny_cache_counting(true);
-        let plain = MemoryStore::new();
         // One key per limit: no two limits share a state.
         let keys = [Key::new("a").unwrap(), Key::new("b").unwrap(), Key::new("c").unwrap()];
-        let guard = Guard::new(Mode::Enforce, OnStoreError::Closed);
-        let mut now = T0;
-        for (n, (gap, _, batch, cost)) in steps.iter().enumerate() {
-            now += gap;
-            let requests: Vec<Request<'_>> = batch
-                .iter()
-                .map(|&l| Request::new(&keys[l], &limits[l], *cost))
-                .collect();
-            let at = Timestamp::from_micros(now);
-            let want = rt.block_on(plain.check(&requests, at)).unwrap();
-            let got = rt
-                .block_on(cached.decide(&requests, &vec![guard; requests.len()], at))
-                .unwrap();
-            prop_assert_eq!(&got.batch, &want, "step {}: {:?}", n, requests);
-        }
+        same_decisions(&cached, &limits, &steps, |_, limit| &keys[limit])?;
     }
+}
+
+/// Decides every step on `cached` and on a plain memory store, and compares the
+/// decisions field for field. `key(step's key, limit)` picks a request's key.
+fn same_decisions<'k>(
+    cached: &GuardedStore<MemoryStore>,
+    limits: &[Limit],
+    steps: &[(u64, usize, Vec<usize>, u64)],
+    key: impl Fn(usize, usize) -> &'k Key,
+) -> Result<(), TestCaseError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let plain = MemoryStore::new();
+    let guard = Guard::new(Mode::Enforce, OnStoreError::Closed);
+    let mut now = T0;
+    for (n, (gap, k, batch, cost)) in steps.iter().enumerate() {
+        now += gap;
+        let requests: Vec<Request<'_>> = batch
+            .iter()
+            .map(|&l| Request::new(key(*k, l), &limits[l], *cost))
+            .collect();
+        let at = Timestamp::from_micros(now);
+        let want = rt.block_on(plain.check(&requests, at)).unwrap();
+        let got = rt
+            .block_on(cached.decide(&requests, &vec![guard; requests.len()], at))
+            .unwrap();
+        prop_assert_eq!(&got.batch, &want, "step {}: {:?}", n, requests);
+    }
+    Ok(())
 }
 
 /// The property above only means something if the cache answers: on a hot key over its

@@ -81,13 +81,7 @@ async fn a_cache_key_prefix_is_written_before_every_counter_key() {
             "the check counted under the prefix: {x}"
         );
         if let Backing::Redis(url) = &backing {
-            let client = redis::Client::open(url.as_str()).unwrap();
-            let mut c = client.get_multiplexed_async_connection().await.unwrap();
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg("test:parity-prefix:*")
-                .query_async(&mut c)
-                .await
-                .unwrap();
+            let (_, keys) = redis_keys(url, "test:parity-prefix:*").await;
             assert!(!keys.is_empty(), "no key in Redis");
             assert!(
                 keys.iter().all(|k| k.contains("{east_pre|user=u1}")),
@@ -404,13 +398,7 @@ async fn the_local_cache_answers_keys_over_their_limit() {
                 assert!(answered_here >= 3, "{backing:?}: {answered_here}");
             }
             if let Backing::Redis(url) = &backing {
-                let client = redis::Client::open(url.as_str()).unwrap();
-                let mut c = client.get_multiplexed_async_connection().await.unwrap();
-                let keys: Vec<String> = redis::cmd("KEYS")
-                    .arg("test:parity-local-cache:*")
-                    .query_async(&mut c)
-                    .await
-                    .unwrap();
+                let (mut c, keys) = redis_keys(url, "test:parity-local-cache:*").await;
                 assert_eq!(keys.len(), 1, "{keys:?}");
                 let state: Vec<u8> = redis::cmd("GET")
                     .arg(&keys[0])
@@ -441,4 +429,16 @@ async fn deny_cache_hits(s: &Server) -> u64 {
         .lines()
         .find_map(|l| l.strip_prefix("spillway_deny_cache_hits_total "))
         .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// A connection to the Redis at `url`, and its keys that match `pattern`.
+async fn redis_keys(url: &str, pattern: &str) -> (redis::aio::MultiplexedConnection, Vec<String>) {
+    let client = redis::Client::open(url).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(pattern)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    (c, keys)
 }

@@ -15,7 +15,7 @@ use tonic_health::server::HealthReporter;
 
 use prost::Message;
 
-use super::{metadata, wire};
+use super::wire;
 use crate::metrics;
 use crate::service::CheckError;
 use crate::service::request::CheckRequest;
@@ -35,18 +35,15 @@ impl RateLimitService for Grpc {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         metrics::request("grpc");
-        let pb = request.into_inner();
-        let request_metadata = self
-            .state
-            .service
-            .dynamic_metadata()
-            .then(|| metadata::of_request(&pb));
         let checked = async {
-            let req = wire::request(pb)?;
-            self.state.check(req).await
+            let (req, request_metadata) = wire::request_with_metadata(
+                request.into_inner(),
+                self.state.service.dynamic_metadata(),
+            )?;
+            Ok::<_, CheckError>((self.state.check(req).await?, request_metadata))
         };
         match checked.await {
-            Ok(r) => Ok(tonic::Response::new(wire::response(
+            Ok((r, request_metadata)) => Ok(tonic::Response::new(wire::response(
                 &r,
                 &self.state.headers,
                 request_metadata,

@@ -27,18 +27,16 @@ use crate::state::AppState;
 
 /// A body of `POST /json`, decoded (not yet checked against the service's bounds).
 pub fn decode_request(body: &[u8]) -> Result<CheckRequest, CheckError> {
-    wire::request(decode(body).map_err(CheckError::Invalid)?)
+    decode_with_metadata(body, false).map(|(req, _)| req)
 }
 
 /// A body of `POST /json`, decoded, with the request's part of the dynamic metadata
-/// when `metadata` asks for it.
+/// when `with_metadata`.
 fn decode_with_metadata(
     body: &[u8],
     with_metadata: bool,
 ) -> Result<(CheckRequest, Option<Map<String, Value>>), CheckError> {
-    let pb = decode(body).map_err(CheckError::Invalid)?;
-    let request_metadata = with_metadata.then(|| metadata::of_request(&pb));
-    Ok((wire::request(pb)?, request_metadata))
+    wire::request_with_metadata(decode(body).map_err(CheckError::Invalid)?, with_metadata)
 }
 
 /// Decodes a request, or says what is wrong with it.

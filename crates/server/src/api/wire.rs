@@ -32,6 +32,22 @@ pub fn request(pb: RateLimitRequest) -> Result<CheckRequest, CheckError> {
     })
 }
 
+/// [`request`], and the request's part of the dynamic metadata when `with_metadata`
+/// (taken from the message as it came: see [`metadata`]).
+pub fn request_with_metadata(
+    pb: RateLimitRequest,
+    with_metadata: bool,
+) -> Result<
+    (
+        CheckRequest,
+        Option<serde_json::Map<String, serde_json::Value>>,
+    ),
+    CheckError,
+> {
+    let request_metadata = with_metadata.then(|| metadata::of_request(&pb));
+    Ok((request(pb)?, request_metadata))
+}
+
 fn descriptor(i: usize, d: RateLimitDescriptor) -> Result<Descriptor, CheckError> {
     let limit = d
         .limit
