@@ -1,9 +1,9 @@
 //! `Key`: the identity a limit is counted for (a user, an API key, an IP, a tenant), and
 //! the group it is stored with.
 
+use arcstr::ArcStr;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 
 use crate::Error;
 
@@ -33,9 +33,10 @@ pub const MAX_KEY_LEN: usize = 1024;
 #[derive(Clone, Eq)]
 pub struct Key {
     /// Two ASCII digits in base 64 (`'0'` + n) giving the group's length in bytes (0:
-    /// the whole key), then the key. In the text rather than a field of its own, so a
-    /// key stays one pointer and a length, as every memory-store entry holds one.
-    text: Arc<str>,
+    /// the whole key), then the key. In the text rather than a field of its own, and
+    /// an `ArcStr` (its length lives with the text), so that a key is one pointer: every
+    /// memory-store entry holds one.
+    text: ArcStr,
 }
 
 /// Bytes of the group-length header in front of the key's text.
@@ -64,14 +65,17 @@ impl Key {
 
     /// `group_len` ≤ [`MAX_KEY_LEN`] < 64², checked by the callers.
     fn with_header(group_len: usize, group: &str, member: &str) -> Key {
-        let mut text = String::with_capacity(HEADER + group.len() + member.len());
-        text.push(char::from(b'0' + (group_len / 64) as u8));
-        text.push(char::from(b'0' + (group_len % 64) as u8));
-        text.push_str(group);
-        text.push_str(member);
-        Key {
-            text: Arc::from(text),
-        }
+        let header = [b'0' + (group_len / 64) as u8, b'0' + (group_len % 64) as u8];
+        let parts = [&header[..], group.as_bytes(), member.as_bytes()];
+        let text = ArcStr::init_with(HEADER + group.len() + member.len(), |buf| {
+            let mut at = 0;
+            for part in parts {
+                buf[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
+        })
+        .expect("ASCII digits then two strs are UTF-8");
+        Key { text }
     }
 
     /// The key as a string: the group, then the member.
@@ -120,11 +124,11 @@ fn check_len(len: usize) -> Result<(), Error> {
 
 impl PartialEq for Key {
     /// Pointer equality first: a store compares a request's key with the clone it
-    /// stored, and std's `Arc<str>` comparison always compares the bytes.
+    /// stored.
     #[inline]
     fn eq(&self, other: &Key) -> bool {
         // The header makes the group part of the comparison.
-        Arc::ptr_eq(&self.text, &other.text) || *self.text == *other.text
+        ArcStr::ptr_eq(&self.text, &other.text) || self.text.as_str() == other.text.as_str()
     }
 }
 

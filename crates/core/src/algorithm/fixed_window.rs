@@ -26,8 +26,8 @@ impl Params {
 /// The current window's start and what it has counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Window {
-    start: u64,
-    count: u64,
+    pub(super) start: u64,
+    pub(super) count: u64,
 }
 
 impl Window {

@@ -22,7 +22,7 @@ use crate::decision::Decision;
 
 /// The theoretical arrival time, µs since the epoch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Tat(u64);
+pub struct Tat(pub(super) u64);
 
 /// GCRA's parameters: the rate in scaled units (see `Limit`), and the emission times
 /// computed from it once, here.

@@ -17,8 +17,8 @@ use crate::decision::Decision;
 /// Scaled tokens in the bucket at time `last`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Bucket {
-    level: u64,
-    last: u64,
+    pub(super) level: u64,
+    pub(super) last: u64,
 }
 
 /// A token bucket's parameters, in scaled units (see the module docs).

@@ -163,6 +163,7 @@ impl LimitBuilder {
             burst,
             (rate_per_micro, units_per_token),
         );
+        let shape = Shape::of(algorithm, limit, window_us, burst, &params);
         Ok(Limit {
             algorithm,
             limit,
@@ -172,7 +173,7 @@ impl LimitBuilder {
             rate_per_micro,
             units_per_token,
             params,
-            shape: Shape::of(algorithm, limit, window_us, burst),
+            shape,
         })
     }
 }

@@ -1,10 +1,12 @@
 //! `MemoryStore`: limit state in this process. Sharded, bounded, atomic per batch.
 //!
 //! Layout: 256 (by default) cache-padded shards, each a `Mutex` over a
-//! `hashbrown::HashTable` of entries, one entry per key holding the states of every
-//! limit shape used with that key. A key is hashed once (SipHash with a random seed:
-//! keys are attacker-chosen, so the hasher must resist collision floods); bits 32..40
-//! pick the shard, the table uses the low bits and the top seven.
+//! `hashbrown::HashTable` of 24-byte entries, one per key: the key (one pointer), its
+//! last use, and its state inline when it has one state of a fixed-size algorithm
+//! whose numbers fit, else an index to its states out of line (see `table`). A key is
+//! hashed once (SipHash with a random seed: keys are attacker-chosen, so the hasher
+//! must resist collision floods); bits 32..40 pick the shard, the table uses the low
+//! bits and the top seven.
 //!
 //! Why not `dashmap`: a batch must hold the locks of every shard it touches at once,
 //! taken in one global order (ascending shard index) so that two batches sharing keys
@@ -14,7 +16,7 @@
 //! Bounds: at most `max_keys` keys (rounded down to a multiple of the shard count),
 //! `max_keys / shards` per shard. Inserting into a full shard first drops the entries
 //! whose state has expired; if that frees nothing, it evicts the least recently used
-//! sixteenth of the shard (at least one), chosen exactly by last use. Eviction forgets a
+//! sixteenth of the shard (at least one), chosen exactly by order of last use. Eviction forgets a
 //! key's counts, so size `max_keys` above the number of keys active within one window:
 //! under a flood of new keys (IP floods) the store stays within its bound and sheds
 //! the coldest keys. Every shard also drops expired entries on an insert at most once
@@ -183,66 +185,56 @@ impl<H: BuildHasher> MemoryStore<H> {
     }
 
     /// Bytes `key` occupies in the store: its entry, the key text and every limit
-    /// state it holds (inline and on the heap). `None` when the key holds no state.
+    /// state it holds out of line (see the module docs). `None` when the key holds no
+    /// state.
     pub fn footprint(&self, key: &Key) -> Option<usize> {
         let hash = self.inner.hash(key);
         let table = lock(self.inner.shard(hash));
-        let e = table
-            .entries
-            .find(hash, |e| e.hash == hash && e.key == *key)?;
-        let states: usize =
-            e.more.iter().map(|(_, s)| s.bytes()).sum::<usize>() + e.first.1.bytes();
-        Some(
-            std::mem::size_of::<Entry>() - std::mem::size_of::<State>() + key.text_bytes() + states,
-        )
+        let e = table.entries.find(hash, |e| e.key == *key)?;
+        Some(std::mem::size_of::<Entry>() + key.text_bytes() + e.spilled_bytes(&table.spills))
     }
 
     /// Drops every key whose state has expired by `now`; returns how many.
     pub fn purge_expired(&self, now: Timestamp) -> usize {
         let now = now.as_micros();
-        self.inner
-            .shards
-            .iter()
-            .map(|s| {
-                let mut t = lock(s);
-                let before = t.entries.len();
-                t.entries.retain(|e| e.idle_at > now);
-                before - t.entries.len()
-            })
-            .sum()
+        self.inner.shards.iter().map(|s| lock(s).purge(now)).sum()
     }
 
-    /// Decides one request: one shard lock, no allocation for a known key.
+    /// Decides one request: one shard lock, no allocation for a known key whose state
+    /// is inline.
     pub fn decide_one(&self, r: Request<'_>, now: Timestamp) -> Result<Decision, Error> {
         validate_one(&r)?;
         let hash = self.inner.hash(r.key);
-        let mut table = lock(self.inner.shard(hash));
+        let mut guard = lock(self.inner.shard(hash));
+        let used = guard.tick();
+        let table = &mut *guard;
         let shape = r.limit.shape();
-        let us = now.as_micros();
-        if let Some(e) = table
-            .entries
-            .find_mut(hash, |e| e.hash == hash && e.key == *r.key)
-        {
-            e.last_used = us;
-            let state = e.state_mut(shape);
-            let (decision, idle) = r.limit.decide(state, now, r.cost, r.member_bytes());
-            if let Some(idle) = idle {
-                e.idle_at = e.idle_at.max(idle.as_micros());
+        if let Some(e) = table.entries.find_mut(hash, |e| e.key == *r.key) {
+            e.used = used;
+            if e.holds_inline(shape) {
+                let mut state = e.load(shape);
+                let (decision, idle) = r.limit.decide(&mut state, now, r.cost, r.member_bytes());
+                if let Some(idle) = idle {
+                    e.put(shape, state, idle.as_micros(), &mut table.spills);
+                }
+                return Ok(decision);
+            }
+            let taken = e.take(shape, &mut table.spills);
+            let had = taken.is_some();
+            let mut state = taken.unwrap_or_default();
+            let (decision, idle) = r.limit.decide(&mut state, now, r.cost, r.member_bytes());
+            if had || idle.is_some() {
+                let idle = idle.map_or(0, Timestamp::as_micros);
+                e.put(shape, state, idle, &mut table.spills);
             }
             return Ok(decision);
         }
-        let decision = r
-            .limit
-            .check_member(&State::empty(), now, r.cost, r.member_bytes());
-        let charges = (decision.allowed() && r.cost > 0) || r.limit.count_rejected();
-        if !charges {
-            return Ok(decision);
+        let mut state = State::empty();
+        let (decision, idle) = r.limit.decide(&mut state, now, r.cost, r.member_bytes());
+        if let Some(idle) = idle {
+            let us = now.as_micros();
+            table.insert(&self.inner, r.key, hash, shape, state, idle.as_micros(), us);
         }
-        let e = table.insert(&self.inner, r.key, hash, shape, us);
-        let (decision, idle) = r
-            .limit
-            .decide(&mut e.first.1, now, r.cost, r.member_bytes());
-        e.idle_at = idle.map_or(0, Timestamp::as_micros);
         Ok(decision)
     }
 
@@ -275,27 +267,28 @@ impl<H: BuildHasher> MemoryStore<H> {
         order.dedup();
         let guards: Vec<MutexGuard<'_, Table>> =
             order.iter().map(|&i| lock(&self.inner.shards[i])).collect();
-        let mut locked = Locked {
-            inner: &self.inner,
+        let mut locked = Locked::take(
+            &self.inner,
             guards,
             order,
             hashes,
             requests,
-            now: now.as_micros(),
-        };
+            now.as_micros(),
+        );
         let batch = round::decide(&mut locked, requests, now);
-        locked.touch_all();
+        locked.put_back();
         batch
     }
 
     /// Forgets `key`'s state for `limit`'s shape.
     pub fn clear(&self, key: &Key, limit: &Limit) {
         let hash = self.inner.hash(key);
-        let mut table = lock(self.inner.shard(hash));
-        if let Ok(mut found) = table
-            .entries
-            .find_entry(hash, |e| e.hash == hash && e.key == *key)
-            && found.get_mut().remove_state(limit.shape())
+        let mut guard = lock(self.inner.shard(hash));
+        let table = &mut *guard;
+        if let Ok(mut found) = table.entries.find_entry(hash, |e| e.key == *key)
+            && found
+                .get_mut()
+                .remove_state(limit.shape(), &mut table.spills)
         {
             found.remove();
         }
@@ -357,3 +350,6 @@ impl<H: BuildHasher> Inner<H> {
         h.finish()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,23 +1,112 @@
-//! A batch's view of the shards it holds locked: where each request's key lives, and
-//! the `Slots` access the decision round works through.
+//! A batch's view of the shards it holds locked: each request's state, taken out of
+//! its entry before the decision round and put back after it, and the `Slots` access
+//! the round works through.
+
+use std::hash::BuildHasher;
 
 use parking_lot::MutexGuard;
 
 use super::Inner;
-use super::table::{Entry, Table};
+use super::table::Table;
 use crate::algorithm::State;
 use crate::store::Request;
 use crate::store::round::Slots;
 
-/// The shards one batch holds, and where each request's key lives in them.
+/// The shards one batch holds, and the states of its requests while it decides.
 pub(super) struct Locked<'a, H> {
-    pub(super) inner: &'a Inner<H>,
-    pub(super) guards: Vec<MutexGuard<'a, Table>>,
+    inner: &'a Inner<H>,
+    guards: Vec<MutexGuard<'a, Table>>,
     /// Shard index of each guard, ascending.
-    pub(super) order: Vec<usize>,
-    pub(super) hashes: Vec<u64>,
-    pub(super) requests: &'a [Request<'a>],
-    pub(super) now: u64,
+    order: Vec<usize>,
+    hashes: Vec<u64>,
+    requests: &'a [Request<'a>],
+    now: u64,
+    /// `slot[i]`: the first request with request i's key and limit shape, whose entry in
+    /// `states` holds the state they share.
+    slot: Vec<usize>,
+    /// The state of each slot (None: the key has none for that shape).
+    states: Vec<Option<State>>,
+    /// Whether the slot's state was charged.
+    charged: Vec<bool>,
+}
+
+impl<'a, H: BuildHasher> Locked<'a, H> {
+    /// Takes every request's state out of the locked shards (`order`: their indices,
+    /// ascending, one guard each).
+    pub(super) fn take(
+        inner: &'a Inner<H>,
+        guards: Vec<MutexGuard<'a, Table>>,
+        order: Vec<usize>,
+        hashes: Vec<u64>,
+        requests: &'a [Request<'a>],
+        now: u64,
+    ) -> Self {
+        let n = requests.len();
+        let slot: Vec<usize> = (0..n)
+            .map(|i| {
+                let (key, shape) = (requests[i].key, requests[i].limit.shape());
+                (0..i)
+                    .find(|&k| requests[k].key == key && requests[k].limit.shape() == shape)
+                    .unwrap_or(i)
+            })
+            .collect();
+        let mut locked = Locked {
+            inner,
+            guards,
+            order,
+            hashes,
+            requests,
+            now,
+            slot,
+            states: vec![None; n],
+            charged: vec![false; n],
+        };
+        for (i, r) in requests.iter().enumerate() {
+            if locked.slot[i] == i {
+                let (g, hash) = (locked.table(i), locked.hashes[i]);
+                let table = &mut *locked.guards[g];
+                if let Some(e) = table.entries.find_mut(hash, |e| e.key == *r.key) {
+                    locked.states[i] = e.take(r.limit.shape(), &mut table.spills);
+                }
+            }
+        }
+        locked
+    }
+
+    /// Puts every state back (creating the entries of keys charged for the first time)
+    /// and marks every key of the batch used, denied or not: a key being hammered while
+    /// over its limit is hot, and evicting it would reset its limit.
+    pub(super) fn put_back(mut self) {
+        for i in 0..self.requests.len() {
+            let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
+            let limit = self.requests[i].limit;
+            let state = if self.slot[i] == i {
+                self.states[i].take()
+            } else {
+                None
+            };
+            let idle_at = match &state {
+                Some(s) if self.charged[i] => limit.idle_at(s).as_micros(),
+                _ => 0,
+            };
+            let table = &mut *self.guards[g];
+            let used = table.tick();
+            match table.entries.find_mut(hash, |e| e.key == *key) {
+                Some(e) => {
+                    e.used = used;
+                    if let Some(state) = state {
+                        e.put(limit.shape(), state, idle_at, &mut table.spills);
+                    }
+                }
+                None => {
+                    if let Some(state) = state.filter(|_| self.charged[i]) {
+                        let shape = limit.shape();
+                        table.insert(self.inner, key, hash, shape, state, idle_at, self.now);
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl<H> Locked<'_, H> {
@@ -27,58 +116,18 @@ impl<H> Locked<'_, H> {
             .binary_search(&shard)
             .expect("every request's shard is locked")
     }
-
-    fn entry_mut(&mut self, i: usize) -> &mut Entry {
-        let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
-        let shape = self.requests[i].limit.shape();
-        let table = &mut *self.guards[g];
-        if table
-            .entries
-            .find(hash, |e| e.hash == hash && e.key == *key)
-            .is_none()
-        {
-            table.insert(self.inner, key, hash, shape, self.now);
-        }
-        table
-            .entries
-            .find_mut(hash, |e| e.hash == hash && e.key == *key)
-            .expect("just inserted")
-    }
-
-    /// Marks every key of the batch used now, denied or not: a key being hammered
-    /// while over its limit is hot, and evicting it would reset its limit.
-    pub(super) fn touch_all(&mut self) {
-        for i in 0..self.requests.len() {
-            let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
-            if let Some(e) = self.guards[g]
-                .entries
-                .find_mut(hash, |e| e.hash == hash && e.key == *key)
-            {
-                e.last_used = self.now;
-            }
-        }
-    }
 }
 
 impl<H> Slots for Locked<'_, H> {
     fn get(&self, i: usize) -> Option<&State> {
-        let (g, hash, key) = (self.table(i), self.hashes[i], self.requests[i].key);
-        self.guards[g]
-            .entries
-            .find(hash, |e| e.hash == hash && e.key == *key)?
-            .state(self.requests[i].limit.shape())
+        self.states[self.slot[i]].as_ref()
     }
 
     fn get_mut(&mut self, i: usize) -> &mut State {
-        let shape = self.requests[i].limit.shape();
-        self.entry_mut(i).state_mut(shape)
+        self.states[self.slot[i]].get_or_insert_default()
     }
 
     fn charged(&mut self, i: usize) {
-        let limit = self.requests[i].limit;
-        let shape = limit.shape();
-        let e = self.entry_mut(i);
-        let idle = e.state(shape).map_or(0, |s| limit.idle_at(s).as_micros());
-        e.idle_at = e.idle_at.max(idle);
+        self.charged[self.slot[i]] = true;
     }
 }

@@ -1,78 +1,145 @@
-//! One shard's table: the entries (one per key, holding the states of every limit
-//! shape used with it), and how a full shard makes room — expired entries first, then
-//! the least recently used sixteenth.
+//! One shard's table: the entries (one per key), where each keeps its state, and how a
+//! full shard makes room — expired entries first, then the least recently used
+//! sixteenth.
+//!
+//! An entry is 24 bytes: the key (one pointer), its last use, and one state inline
+//! when the key has a single state of a fixed-size algorithm whose numbers fit
+//! ([`Packed`]; every GCRA, and fixed windows and token buckets below 2^32 in count or
+//! scaled level). Otherwise its states live out of line, in the shard's slab: a key
+//! used with several limit shapes, the heap algorithms (logs, sub-window buckets,
+//! members), and numbers too large to pack.
+//!
+//! Last use is the shard's use count, so eviction follows the order of use exactly
+//! (two uses in one microsecond, or on a clock that stepped back, keep their order).
 
 use hashbrown::HashTable;
+use slab::Slab;
 
 use super::Inner;
 
 use crate::Key;
-use crate::algorithm::State;
-use crate::limit::Shape;
+use crate::algorithm::{Packed, State};
+use crate::limit::{Kind, Shape, Shapes};
 
 #[derive(Debug, Default)]
 pub(super) struct Table {
     pub(super) entries: HashTable<Entry>,
+    /// The states of entries that do not hold theirs inline.
+    pub(super) spills: Slab<Spill>,
+    /// Uses so far (renumbered when it would overflow): every use takes the next.
+    uses: u32,
     pub(super) next_sweep: u64,
 }
 
 #[derive(Debug)]
 pub(super) struct Entry {
     pub(super) key: Key,
-    pub(super) hash: u64,
-    pub(super) last_used: u64,
-    /// When every state of this key is the same as no state.
-    pub(super) idle_at: u64,
-    pub(super) first: (Shape, State),
-    pub(super) more: Vec<(Shape, State)>,
+    /// The shard's use count when the key was last used.
+    pub(super) used: u32,
+    /// Bits 0..11: the inline state's shape number, or 0 when the states are out of line
+    /// (`word` is then their index in the slab). Above: the state's `Packed::high`.
+    head: u32,
+    word: u64,
 }
+
+/// States out of line: one per limit shape used with the key.
+#[derive(Debug, Default)]
+pub(super) struct Spill {
+    states: Vec<(Shape, State)>,
+    /// When every state is the same as no state (µs).
+    idle_at: u64,
+}
+
+const ID_BITS: u32 = 11;
+
+/// `state` packed for an inline entry, when it can be.
+#[inline]
+fn pack(shape: Shape, state: &State) -> Option<Packed> {
+    if shape.id() == 0 || shape.kind() == Kind::Heap {
+        return None;
+    }
+    state.pack()
+}
+const ID_MASK: u32 = (1 << ID_BITS) - 1;
 
 // === impl Table ===
 
 impl Table {
-    /// Inserts a new entry for `key`, making room first if the shard is full.
-    pub(super) fn insert<H>(
+    /// The next use's number. At the last number, renumbers every entry by rank
+    /// (keeping their order) first.
+    #[inline]
+    pub(super) fn tick(&mut self) -> u32 {
+        if self.uses == u32::MAX {
+            let mut used: Vec<u32> = self.entries.iter().map(|e| e.used).collect();
+            used.sort_unstable();
+            for e in self.entries.iter_mut() {
+                e.used = used.partition_point(|&u| u < e.used) as u32;
+            }
+            self.uses = used.len() as u32;
+        }
+        self.uses += 1;
+        self.uses
+    }
+
+    /// Inserts a new entry for `key` holding `state` of `shape` (idle at `idle_at` µs),
+    /// making room first if the shard is full.
+    #[allow(clippy::too_many_arguments)] // the entry's parts, each one given once
+    pub(super) fn insert<H: std::hash::BuildHasher>(
         &mut self,
         inner: &Inner<H>,
         key: &Key,
         hash: u64,
         shape: Shape,
+        state: State,
+        idle_at: u64,
         now: u64,
     ) -> &mut Entry {
         if now >= self.next_sweep {
-            self.entries.retain(|e| e.idle_at > now);
+            self.purge(now);
             self.next_sweep = now.saturating_add(inner.sweep_interval);
         }
         if self.entries.len() >= inner.per_shard {
             self.make_room(inner.per_shard, now);
         }
-        let entry = Entry {
-            key: key.clone(),
-            hash,
-            last_used: now,
-            idle_at: 0,
-            first: (shape, State::default()),
-            more: Vec::new(),
-        };
+        let used = self.tick();
+        let entry = Entry::new(key.clone(), used, shape, state, idle_at, &mut self.spills);
         self.entries
-            .insert_unique(hash, entry, |e| e.hash)
+            .insert_unique(hash, entry, |e| inner.hash(&e.key))
             .into_mut()
+    }
+
+    /// Drops the entries whose states have all expired by `now`; returns how many.
+    pub(super) fn purge(&mut self, now: u64) -> usize {
+        let before = self.entries.len();
+        let shapes = Shapes::read();
+        let spills = &mut self.spills;
+        self.entries.retain(|e| {
+            let keep = e.idle_at(&shapes, spills) > now;
+            if !keep {
+                e.release(spills);
+            }
+            keep
+        });
+        before - self.entries.len()
     }
 
     /// Drops expired entries; if none were, evicts the least recently used sixteenth.
     fn make_room(&mut self, per_shard: usize, now: u64) {
-        self.entries.retain(|e| e.idle_at > now);
+        self.purge(now);
         if self.entries.len() < per_shard {
             return;
         }
         let evict = (per_shard / 16).max(1);
-        let mut last_used: Vec<u64> = self.entries.iter().map(|e| e.last_used).collect();
-        let cutoff = *last_used.select_nth_unstable(evict - 1).1;
-        let mut evicted = 0;
+        let mut used: Vec<u32> = self.entries.iter().map(|e| e.used).collect();
+        let cutoff = *used.select_nth_unstable(evict - 1).1;
+        let spills = &mut self.spills;
+        // Use numbers are distinct: exactly `evict` entries are at or below the cutoff.
         self.entries.retain(|e| {
-            let old = evicted < evict && e.last_used <= cutoff;
-            evicted += usize::from(old);
-            !old
+            let keep = e.used > cutoff;
+            if !keep {
+                e.release(spills);
+            }
+            keep
         });
     }
 }
@@ -80,36 +147,169 @@ impl Table {
 // === impl Entry ===
 
 impl Entry {
-    pub(super) fn state(&self, shape: Shape) -> Option<&State> {
-        if self.first.0 == shape {
-            return Some(&self.first.1);
-        }
-        self.more
-            .iter()
-            .find(|(s, _)| *s == shape)
-            .map(|(_, state)| state)
+    #[inline]
+    fn id(&self) -> u16 {
+        (self.head & ID_MASK) as u16
     }
 
-    pub(super) fn state_mut(&mut self, shape: Shape) -> &mut State {
-        if self.first.0 == shape {
-            return &mut self.first.1;
+    /// Whether the entry holds `shape`'s state inline.
+    #[inline]
+    pub(super) fn holds_inline(&self, shape: Shape) -> bool {
+        shape.id() != 0 && self.id() == shape.id()
+    }
+
+    /// The slab index of the entry's states, when they are out of line.
+    #[inline]
+    fn spill(&self) -> Option<usize> {
+        (self.id() == 0).then_some(self.word as usize)
+    }
+
+    #[inline]
+    fn packed(&self) -> Packed {
+        Packed {
+            word: self.word,
+            high: self.head >> ID_BITS,
         }
-        let i = match self.more.iter().position(|(s, _)| *s == shape) {
-            Some(i) => i,
-            None => {
-                self.more.push((shape, State::default()));
-                self.more.len() - 1
-            }
+    }
+
+    /// The inline state, of `shape` (see [`holds_inline`](Entry::holds_inline)).
+    #[inline]
+    pub(super) fn load(&self, shape: Shape) -> State {
+        State::unpack(shape.kind(), self.packed())
+    }
+
+    /// A new entry holding `state` of `shape` (idle at `idle_at` µs).
+    fn new(
+        key: Key,
+        used: u32,
+        shape: Shape,
+        state: State,
+        idle_at: u64,
+        spills: &mut Slab<Spill>,
+    ) -> Entry {
+        let mut entry = Entry {
+            key,
+            used,
+            head: 0,
+            word: 0,
         };
-        &mut self.more[i].1
+        match pack(shape, &state) {
+            Some(packed) => entry.set(shape, packed),
+            None => {
+                entry.word = spills.insert(Spill {
+                    states: vec![(shape, state)],
+                    idle_at,
+                }) as u64;
+            }
+        }
+        entry
     }
 
-    /// Clears `shape`'s state; true when the entry holds nothing any more.
-    pub(super) fn remove_state(&mut self, shape: Shape) -> bool {
-        if self.first.0 == shape {
-            self.first.1 = State::default();
+    #[inline]
+    fn set(&mut self, shape: Shape, packed: Packed) {
+        self.head = u32::from(shape.id()) | (packed.high << ID_BITS);
+        self.word = packed.word;
+    }
+
+    /// Sets `shape`'s state (idle at `idle_at` µs, or earlier for the others): inline
+    /// when it can be, else out of line (moving the inline state there first).
+    #[inline]
+    pub(super) fn put(
+        &mut self,
+        shape: Shape,
+        state: State,
+        idle_at: u64,
+        spills: &mut Slab<Spill>,
+    ) {
+        if self.holds_inline(shape)
+            && let Some(packed) = pack(shape, &state)
+        {
+            self.set(shape, packed);
+            return;
         }
-        self.more.retain(|(s, _)| *s != shape);
-        self.more.is_empty() && self.first.1 == State::default()
+        let i = self.spill_out(spills);
+        let spill = &mut spills[i];
+        spill.idle_at = spill.idle_at.max(idle_at);
+        match spill.states.iter_mut().find(|(s, _)| *s == shape) {
+            Some((_, s)) => *s = state,
+            None => spill.states.push((shape, state)),
+        }
+    }
+
+    /// Takes `shape`'s state out (no state left in its place), for a batch to decide on.
+    pub(super) fn take(&mut self, shape: Shape, spills: &mut Slab<Spill>) -> Option<State> {
+        if self.holds_inline(shape) {
+            return Some(self.load(shape));
+        }
+        let spill = &mut spills[self.spill()?];
+        spill
+            .states
+            .iter_mut()
+            .find(|(s, _)| *s == shape)
+            .map(|(_, state)| std::mem::take(state))
+    }
+
+    /// Moves the states out of line (if they are not already); returns their index.
+    fn spill_out(&mut self, spills: &mut Slab<Spill>) -> usize {
+        if let Some(i) = self.spill() {
+            return i;
+        }
+        let shapes = Shapes::read();
+        let shape = shapes.shape(self.id());
+        let state = self.load(shape);
+        let i = spills.insert(Spill {
+            idle_at: shapes.idle_at(self.id(), &state),
+            states: vec![(shape, state)],
+        });
+        self.head = 0;
+        self.word = i as u64;
+        i
+    }
+
+    /// When every state of the entry is the same as no state (µs).
+    fn idle_at(&self, shapes: &Shapes, spills: &Slab<Spill>) -> u64 {
+        match self.spill() {
+            Some(i) => spills[i].idle_at,
+            None => {
+                let state = self.load(shapes.shape(self.id()));
+                shapes.idle_at(self.id(), &state)
+            }
+        }
+    }
+
+    /// Frees the entry's out-of-line states, as it is dropped.
+    fn release(&self, spills: &mut Slab<Spill>) {
+        if let Some(i) = self.spill() {
+            spills.remove(i);
+        }
+    }
+
+    /// Clears `shape`'s state; true when the entry holds nothing any more (its
+    /// out-of-line states are then freed).
+    pub(super) fn remove_state(&mut self, shape: Shape, spills: &mut Slab<Spill>) -> bool {
+        if self.holds_inline(shape) {
+            return true;
+        }
+        let Some(i) = self.spill() else {
+            return false;
+        };
+        spills[i].states.retain(|(s, _)| *s != shape);
+        let empty = spills[i].states.iter().all(|(_, s)| *s == State::default());
+        if empty {
+            spills.remove(i);
+        }
+        empty
+    }
+
+    /// Bytes the entry's states take out of line.
+    pub(super) fn spilled_bytes(&self, spills: &Slab<Spill>) -> usize {
+        self.spill().map_or(0, |i| {
+            std::mem::size_of::<Spill>()
+                + spills[i]
+                    .states
+                    .iter()
+                    .map(|(_, s)| s.bytes())
+                    .sum::<usize>()
+        })
     }
 }
