@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use governor::{Quota, RateLimiter};
 use spillway_core::{
     Algorithm, Clock, CoarseClock, Edge, Key, Limit, Limiter, MemoryStore, Request, SystemClock,
@@ -110,6 +110,60 @@ fn rss_bytes() -> u64 {
         * 4096
 }
 
+/// Set in a child process: the case whose memory it measures.
+const RSS_CASE: &str = "SPILLWAY_BENCH_RSS_CASE";
+
+/// RSS growth per key of `case` (`governor`, `quota:<algorithm>` at governor's quota of
+/// 1000 an hour, or a case of [`limits`]) over a million keys, measured in a fresh process of this bench:
+/// in a process that has freed memory before, a store reuses it and its growth reads
+/// low (down to 0), whichever store is measured.
+fn rss_per_key(case: &str) -> u64 {
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let out = std::process::Command::new(exe)
+        .env(RSS_CASE, case)
+        .output()
+        .expect("the bench runs itself");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{case}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// The child's side of [`rss_per_key`]: prints the growth per key.
+fn rss_child(case: &str) {
+    let keys = many_keys();
+    // 1000 per hour: every key's state outlives the fill, so no sweep drops any.
+    let (per_hour, hour) = (1000, Duration::from_secs(3600));
+    let before = rss_bytes();
+    if case == "governor" {
+        let governor = RateLimiter::keyed(Quota::per_hour(NonZeroU32::new(per_hour).unwrap()));
+        for k in &keys {
+            let _ = governor.check_key(k);
+        }
+        println!("{}", rss_bytes().saturating_sub(before) / MANY as u64);
+        return;
+    }
+    // `quota:<algorithm>`, or a case of `limits()`: at governor's quota.
+    let algorithm: Algorithm = match case.strip_prefix("quota:") {
+        Some(name) => name.parse().expect("an algorithm's name"),
+        None => {
+            let mut all = limits().into_iter();
+            let (_, limit) = all
+                .find(|(name, _)| name == case)
+                .expect("a case of limits()");
+            limit.algorithm()
+        }
+    };
+    let limit = Limit::new(algorithm, u64::from(per_hour), hour).unwrap();
+    let limiter = Limiter::new(MemoryStore::builder().max_keys(2 * MANY).build());
+    for k in &keys {
+        ready(limiter.check(k, &limit)).unwrap();
+    }
+    let grown = rss_bytes().saturating_sub(before);
+    assert_eq!(limiter.store().len(), MANY, "every key is held");
+    println!("{}", grown / MANY as u64);
+}
+
 fn store(c: &mut Criterion) {
     let keys = many_keys();
     let hot = Key::new("hot").unwrap();
@@ -135,15 +189,15 @@ fn store(c: &mut Criterion) {
             });
         }
         let many_store = MemoryStore::builder().max_keys(2 * MANY).build();
-        let before = rss_bytes();
         for k in &keys {
             many_store
                 .decide_one(Request::new(k, &limit, 1), tick())
                 .unwrap();
         }
         eprintln!(
-            "{name}: {} B per key in the store for {MANY} keys (RSS growth), {} B by footprint()",
-            (rss_bytes().saturating_sub(before)) / MANY as u64,
+            "{name}: {} B per key in the store for {MANY} keys (RSS growth in a fresh process), \
+             {} B by footprint()",
+            rss_per_key(&name),
             many_store.footprint(&keys[0]).unwrap_or(0)
         );
         for threads in [1, 2] {
@@ -189,29 +243,20 @@ fn with_clocks(c: &mut Criterion) {
         let governor = RateLimiter::keyed(quota);
         let ours = MemoryStore::builder().max_keys(2 * MANY).build();
         let default = Limiter::new(MemoryStore::builder().max_keys(2 * MANY).build());
-        // One store at a time, so each one's RSS growth is its own (the keys' text is
-        // shared: both hold clones of the same `Key`s).
-        let before = rss_bytes();
         for i in 0..key_count as u64 {
             let _ = governor.check_key(pick(i));
-        }
-        let governor_bytes = rss_bytes().saturating_sub(before);
-        let before = rss_bytes();
-        for i in 0..key_count as u64 {
             ready(default.check(pick(i), &gcra)).unwrap();
-        }
-        let default_bytes = rss_bytes().saturating_sub(before);
-        for i in 0..key_count as u64 {
             ours.decide_one(Request::new(pick(i), &gcra, 1), SystemClock.now())
                 .unwrap();
         }
         if key_count == MANY {
             eprintln!(
-                "gcra, {MANY} keys, RSS growth per key: governor {} B, Spillway {} B \
-                 (footprint() {} B)",
-                governor_bytes / MANY as u64,
-                default_bytes / MANY as u64,
-                default.store().footprint(pick(0)).unwrap_or(0)
+                "{MANY} keys, RSS growth per key (each in a fresh process): governor {} B, \
+                 Spillway gcra {} B, fixed_window {} B, token_bucket {} B",
+                rss_per_key("governor"),
+                rss_per_key("quota:gcra"),
+                rss_per_key("quota:fixed_window"),
+                rss_per_key("quota:token_bucket"),
             );
         }
         for threads in [1, 2] {
@@ -283,4 +328,11 @@ fn config() -> Criterion {
 }
 
 criterion_group!(name = benches; config = config(); targets = with_clocks, store);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(case) = std::env::var(RSS_CASE) {
+        return rss_child(&case);
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

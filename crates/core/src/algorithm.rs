@@ -236,7 +236,9 @@ impl Params {
     /// (cost above 0), or if denied and `charge_denied`; a charged denial reports the
     /// state after its charge (as `Limit::charge_rejected`). Returns the decision and,
     /// when the state was charged, when it becomes the same as no state (µs).
-    #[inline]
+    // Always: inlined into the store, a fixed-size state stays in registers instead of
+    // going through the stack (measured on a hot key: 25.4 → 24.8 ns a check).
+    #[inline(always)]
     pub(crate) fn decide(
         &self,
         state: &mut State,

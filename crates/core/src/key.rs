@@ -3,7 +3,8 @@
 
 use arcstr::ArcStr;
 use std::fmt;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::sync::LazyLock;
 
 use crate::Error;
 
@@ -37,6 +38,9 @@ pub struct Key {
     /// an `ArcStr` (its length lives with the text), so that a key is one pointer: every
     /// memory-store entry holds one.
     text: ArcStr,
+    /// [`hash_text`] of `text`, computed once: a store that looks a key up many times
+    /// (or in several places) does not hash it again.
+    hash: u64,
 }
 
 /// Bytes of the group-length header in front of the key's text.
@@ -75,7 +79,10 @@ impl Key {
             }
         })
         .expect("ASCII digits then two strs are UTF-8");
-        Key { text }
+        Key {
+            hash: hash_text(&text),
+            text,
+        }
     }
 
     /// The key as a string: the group, then the member.
@@ -96,6 +103,24 @@ impl Key {
         &self.as_str()[self.group_len()..]
     }
 
+    /// The key's text with its group header: what a store keeps to compare keys.
+    #[inline]
+    pub(crate) fn text(&self) -> &ArcStr {
+        &self.text
+    }
+
+    /// The key's hash, computed once when it was made ([`hash_text`]).
+    #[inline]
+    pub(crate) fn prehash(&self) -> u64 {
+        self.hash
+    }
+
+    /// Whether `text` (a [`text`](Key::text)) is this key's.
+    #[inline]
+    pub(crate) fn is(&self, text: &ArcStr) -> bool {
+        ArcStr::ptr_eq(&self.text, text) || self.text.as_str() == text.as_str()
+    }
+
     /// Bytes of text the key keeps on the heap (its header included).
     pub(crate) fn text_bytes(&self) -> usize {
         self.text.len()
@@ -108,6 +133,16 @@ impl Key {
             n => n,
         }
     }
+}
+
+/// The process's keyed hash of a key's text (with its header): SipHash-1-3 under a
+/// random key drawn once per process, as std's `HashMap` uses. Keys come from clients;
+/// without the secret key an attacker cannot choose keys that collide.
+pub(crate) fn hash_text(text: &str) -> u64 {
+    static SEED: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+    let mut h = SEED.build_hasher();
+    h.write(text.as_bytes());
+    h.finish()
 }
 
 fn check_len(len: usize) -> Result<(), Error> {
@@ -128,7 +163,8 @@ impl PartialEq for Key {
     #[inline]
     fn eq(&self, other: &Key) -> bool {
         // The header makes the group part of the comparison.
-        ArcStr::ptr_eq(&self.text, &other.text) || self.text.as_str() == other.text.as_str()
+        ArcStr::ptr_eq(&self.text, &other.text)
+            || (self.hash == other.hash && self.text.as_str() == other.text.as_str())
     }
 }
 

@@ -15,7 +15,7 @@ use std::future::Future;
 pub use guarded::{
     DEFAULT_DENY_CACHE_BYTES, DenyCache, Guard, Guarded, GuardedStore, Source, Unanswered,
 };
-pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use memory::{HashKeys, KeyHash, MemoryStore, MemoryStoreBuilder, Rehash};
 
 use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp, limit::MAX_EXACT};
 

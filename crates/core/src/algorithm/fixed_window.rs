@@ -45,6 +45,7 @@ impl Window {
 impl Meter for Params {
     type State = Window;
 
+    #[inline]
     fn check(&self, s: &Window, now: u64, cost: u64, _member: &[u8]) -> Decision {
         let start = s.start_at(self, now);
         let end = start + self.window;
@@ -65,6 +66,7 @@ impl Meter for Params {
         }
     }
 
+    #[inline]
     fn commit(&self, s: &mut Window, now: u64, cost: u64, _admitted: bool, _member: &[u8]) {
         let start = s.start_at(self, now);
         if s.start != start {
@@ -73,6 +75,7 @@ impl Meter for Params {
         s.count = s.count.saturating_add(cost);
     }
 
+    #[inline]
     fn idle_at(&self, s: &Window) -> u64 {
         if s.count == 0 {
             0

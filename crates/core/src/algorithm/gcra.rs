@@ -73,6 +73,7 @@ fn emission_time(cost: u64, rate: u64, unit: u64) -> u64 {
 impl Meter for Params {
     type State = Tat;
 
+    #[inline]
     fn check(&self, s: &Tat, now: u64, cost: u64, _member: &[u8]) -> Decision {
         let (per_unit, tolerance) = self.times();
         let base = s.0.max(now);
@@ -94,6 +95,7 @@ impl Meter for Params {
         deny(self.burst, cost, 0, slack(base), base - now)
     }
 
+    #[inline]
     fn commit(&self, s: &mut Tat, now: u64, cost: u64, admitted: bool, _member: &[u8]) {
         let tat = s.0.max(now).saturating_add(self.emission(cost));
         s.0 = if admitted {
@@ -104,6 +106,7 @@ impl Meter for Params {
         };
     }
 
+    #[inline]
     fn idle_at(&self, s: &Tat) -> u64 {
         s.0
     }

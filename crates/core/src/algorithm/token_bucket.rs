@@ -56,6 +56,7 @@ impl Bucket {
 impl Meter for Params {
     type State = Bucket;
 
+    #[inline]
     fn check(&self, s: &Bucket, now: u64, cost: u64, _member: &[u8]) -> Decision {
         let (level, _) = s.refill(self, now);
         // Time for the bucket to refill from `level` to full.
@@ -77,6 +78,7 @@ impl Meter for Params {
         deny(self.burst, cost, 0, level / self.unit, until_full(level))
     }
 
+    #[inline]
     fn commit(&self, s: &mut Bucket, now: u64, cost: u64, _admitted: bool, _member: &[u8]) {
         let (level, now) = s.refill(self, now);
         // Admitted: level ≥ need. Rejected (count_rejected): empty the bucket, no debt.
@@ -84,6 +86,7 @@ impl Meter for Params {
         *s = Bucket { level, last: now };
     }
 
+    #[inline]
     fn idle_at(&self, s: &Bucket) -> u64 {
         s.last
             .saturating_add(self.full.saturating_sub(s.level).div_ceil(self.rate))

@@ -2,12 +2,10 @@
 //! its entry before the decision round and put back after it, and the `Slots` access
 //! the round works through.
 
-use std::hash::BuildHasher;
+use spin::mutex::SpinMutexGuard as MutexGuard;
 
-use parking_lot::MutexGuard;
-
-use super::Inner;
 use super::table::Table;
+use super::{HashKeys, Inner};
 use crate::algorithm::State;
 use crate::store::Request;
 use crate::store::round::Slots;
@@ -30,7 +28,7 @@ pub(super) struct Locked<'a, H> {
     charged: Vec<bool>,
 }
 
-impl<'a, H: BuildHasher> Locked<'a, H> {
+impl<'a, H: HashKeys> Locked<'a, H> {
     /// Takes every request's state out of the locked shards (`order`: their indices,
     /// ascending, one guard each).
     pub(super) fn take(
@@ -65,7 +63,7 @@ impl<'a, H: BuildHasher> Locked<'a, H> {
             if locked.slot[i] == i {
                 let (g, hash) = (locked.table(i), locked.hashes[i]);
                 let table = &mut *locked.guards[g];
-                if let Some(e) = table.entries.find_mut(hash, |e| e.key == *r.key) {
+                if let Some(e) = table.entries.find_mut(hash, |e| r.key.is(&e.key)) {
                     locked.states[i] = e.take(r.limit.shape(), &mut table.spills);
                 }
             }
@@ -91,7 +89,7 @@ impl<'a, H: BuildHasher> Locked<'a, H> {
             };
             let table = &mut *self.guards[g];
             let used = table.tick();
-            match table.entries.find_mut(hash, |e| e.key == *key) {
+            match table.entries.find_mut(hash, |e| key.is(&e.key)) {
                 Some(e) => {
                     e.used = used;
                     if let Some(state) = state {

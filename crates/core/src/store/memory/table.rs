@@ -15,7 +15,9 @@
 use hashbrown::HashTable;
 use slab::Slab;
 
-use super::Inner;
+use arcstr::ArcStr;
+
+use super::{HashKeys, Inner};
 
 use crate::Key;
 use crate::algorithm::{Packed, State};
@@ -33,7 +35,8 @@ pub(super) struct Table {
 
 #[derive(Debug)]
 pub(super) struct Entry {
-    pub(super) key: Key,
+    /// The key's text (`Key::text`): one pointer.
+    pub(super) key: ArcStr,
     /// The shard's use count when the key was last used.
     pub(super) used: u32,
     /// Bits 0..11: the inline state's shape number, or 0 when the states are out of line
@@ -84,7 +87,7 @@ impl Table {
     /// Inserts a new entry for `key` holding `state` of `shape` (idle at `idle_at` µs),
     /// making room first if the shard is full.
     #[allow(clippy::too_many_arguments)] // the entry's parts, each one given once
-    pub(super) fn insert<H: std::hash::BuildHasher>(
+    pub(super) fn insert<H: HashKeys>(
         &mut self,
         inner: &Inner<H>,
         key: &Key,
@@ -102,9 +105,16 @@ impl Table {
             self.make_room(inner.per_shard, now);
         }
         let used = self.tick();
-        let entry = Entry::new(key.clone(), used, shape, state, idle_at, &mut self.spills);
+        let entry = Entry::new(
+            key.text().clone(),
+            used,
+            shape,
+            state,
+            idle_at,
+            &mut self.spills,
+        );
         self.entries
-            .insert_unique(hash, entry, |e| inner.hash(&e.key))
+            .insert_unique(hash, entry, |e| inner.hasher.hash_text(&e.key))
             .into_mut()
     }
 
@@ -180,7 +190,7 @@ impl Entry {
 
     /// A new entry holding `state` of `shape` (idle at `idle_at` µs).
     fn new(
-        key: Key,
+        key: ArcStr,
         used: u32,
         shape: Shape,
         state: State,
