@@ -35,8 +35,8 @@ pub const MAX_KEY_LEN: usize = 1024;
 pub struct Key {
     /// Two ASCII digits in base 64 (`'0'` + n) giving the group's length in bytes (0:
     /// the whole key), then the key. In the text rather than a field of its own, and
-    /// an `ArcStr` (its length lives with the text), so that a key is one pointer: every
-    /// memory-store entry holds one.
+    /// an `ArcStr` (its length lives with the text), so that a memory-store entry holds
+    /// a key's text in one pointer.
     text: ArcStr,
     /// [`hash_text`] of `text`, computed once: a store that looks a key up many times
     /// (or in several places) does not hash it again.

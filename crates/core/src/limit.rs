@@ -18,7 +18,7 @@ use crate::decision::Decision;
 use crate::time::Timestamp;
 pub use builder::LimitBuilder;
 pub use shape::Shape;
-pub(crate) use shape::{Kind, Shapes};
+pub(crate) use shape::{Kind, MAX_ID as MAX_SHAPE_ID, Shapes};
 
 /// The largest count, cost or scaled quantity Spillway computes with: 2^53, the
 /// largest integer below which every integer is exact in an IEEE double.

@@ -21,7 +21,7 @@ use super::{HashKeys, Inner};
 
 use crate::Key;
 use crate::algorithm::{Packed, State};
-use crate::limit::{Kind, Shape, Shapes};
+use crate::limit::{Kind, MAX_SHAPE_ID, Shape, Shapes};
 
 #[derive(Debug, Default)]
 pub(super) struct Table {
@@ -64,6 +64,10 @@ fn pack(shape: Shape, state: &State) -> Option<Packed> {
     state.pack()
 }
 const ID_MASK: u32 = (1 << ID_BITS) - 1;
+const _: () = assert!(
+    MAX_SHAPE_ID as u32 == ID_MASK,
+    "every shape number fits its bits"
+);
 
 // === impl Table ===
 
@@ -246,7 +250,8 @@ impl Entry {
         }
     }
 
-    /// Takes `shape`'s state out (no state left in its place), for a batch to decide on.
+    /// `shape`'s state, for a batch to decide on: taken out of line (no state left in its
+    /// place), or a copy of the inline one; [`put`](Entry::put) sets it back.
     pub(super) fn take(&mut self, shape: Shape, spills: &mut Slab<Spill>) -> Option<State> {
         if self.holds_inline(shape) {
             return Some(self.load(shape));
