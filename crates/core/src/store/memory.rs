@@ -29,7 +29,7 @@
 //! the coldest keys. Every shard also drops expired entries on an insert at most once
 //! per `sweep_interval`; [`MemoryStore::purge_expired`] sweeps every shard on demand.
 
-use std::hash::{BuildHasher, Hasher};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use spin::mutex::SpinMutexGuard as MutexGuard;
@@ -39,7 +39,10 @@ type Mutex<T> = spin::mutex::SpinMutex<T, spin::relax::Yield>;
 use std::time::Duration;
 
 mod batch;
+mod hash;
 mod table;
+
+pub use self::hash::{HashKeys, KeyHash, Rehash};
 
 use self::batch::Locked;
 use self::table::{Entry, Table};
@@ -276,22 +279,7 @@ impl<H: HashKeys> MemoryStore<H> {
     }
 
     fn decide_batch(&self, requests: &[Request<'_>], now: Timestamp) -> BatchDecision {
-        let hashes: Vec<u64> = requests.iter().map(|r| self.inner.hash(r.key)).collect();
-        // Lock every shard the batch touches, in ascending index order: a global order,
-        // so batches that share keys cannot deadlock whatever order they list them in.
-        let mut order: Vec<usize> = hashes.iter().map(|&h| self.inner.shard_index(h)).collect();
-        order.sort_unstable();
-        order.dedup();
-        let guards: Vec<MutexGuard<'_, Table>> =
-            order.iter().map(|&i| lock(&self.inner.shards[i])).collect();
-        let mut locked = Locked::take(
-            &self.inner,
-            guards,
-            order,
-            hashes,
-            requests,
-            now.as_micros(),
-        );
+        let mut locked = Locked::take(&self.inner, requests, now.as_micros());
         let batch = round::decide(&mut locked, requests, now);
         locked.put_back();
         batch
@@ -363,66 +351,6 @@ impl<H> Inner<H> {
     fn shard(&self, hash: u64) -> &Shard {
         &self.shards[self.shard_index(hash)]
     }
-}
-
-impl<H: HashKeys> Inner<H> {
-    #[inline]
-    fn hash(&self, key: &Key) -> u64 {
-        self.hasher.hash_key(key)
-    }
-}
-
-/// How a [`MemoryStore`] hashes keys: [`KeyHash`] (the default) or [`Rehash`].
-pub trait HashKeys: sealed::Sealed + Send + Sync {
-    /// `key`'s hash.
-    fn hash_key(&self, key: &Key) -> u64;
-    /// The hash of the key whose text (with its group header) is `text`: the same as
-    /// `hash_key` gives that key. Used when a table grows.
-    fn hash_text(&self, text: &str) -> u64;
-}
-
-/// The default: the hash each [`Key`] computed once when it was made, SipHash-1-3
-/// under a random key drawn once per process (as std's `HashMap` uses). A hot key is
-/// not hashed again on every check.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct KeyHash;
-
-/// Hashes a key's text with `H` on every check: see [`MemoryStoreBuilder::hasher`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Rehash<H>(H);
-
-impl HashKeys for KeyHash {
-    #[inline]
-    fn hash_key(&self, key: &Key) -> u64 {
-        key.prehash()
-    }
-
-    fn hash_text(&self, text: &str) -> u64 {
-        crate::key::hash_text(text)
-    }
-}
-
-impl<H: BuildHasher + Send + Sync> HashKeys for Rehash<H> {
-    /// The text's bytes in one write (the keyed hasher's PRF over the exact bytes;
-    /// `str`'s `Hash` would add a second write of a terminator, which a table that
-    /// compares the key anyway has no use for).
-    #[inline]
-    fn hash_key(&self, key: &Key) -> u64 {
-        self.hash_text(key.text())
-    }
-
-    #[inline]
-    fn hash_text(&self, text: &str) -> u64 {
-        let mut h = self.0.build_hasher();
-        h.write(text.as_bytes());
-        h.finish()
-    }
-}
-
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for super::KeyHash {}
-    impl<H> Sealed for super::Rehash<H> {}
 }
 
 #[cfg(test)]

@@ -23,23 +23,26 @@ pub(crate) trait Slots {
 
 static EMPTY: State = State::empty();
 
+/// The first request of `requests` sharing request `i`'s state (same key, same limit
+/// shape): `i` itself when none before it does.
+pub(crate) fn first_sharing(requests: &[Request<'_>], i: usize) -> usize {
+    let (key, shape) = (requests[i].key, requests[i].limit.shape());
+    (0..i)
+        .find(|&k| requests[k].key == key && requests[k].limit.shape() == shape)
+        .unwrap_or(i)
+}
+
 pub(crate) fn decide(
     slots: &mut impl Slots,
     requests: &[Request<'_>],
     now: Timestamp,
 ) -> BatchDecision {
-    let same =
-        |a: &Request<'_>, b: &Request<'_>| a.key == b.key && a.limit.shape() == b.limit.shape();
     // leader[i]: the first request sharing i's state; only computed when there is one.
     let leader: Option<Vec<usize>> = (0..requests.len())
-        .any(|i| (0..i).any(|k| same(&requests[k], &requests[i])))
+        .any(|i| first_sharing(requests, i) != i)
         .then(|| {
             (0..requests.len())
-                .map(|i| {
-                    (0..i)
-                        .find(|&k| same(&requests[k], &requests[i]))
-                        .unwrap_or(i)
-                })
+                .map(|i| first_sharing(requests, i))
                 .collect()
         });
 

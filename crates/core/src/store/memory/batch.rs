@@ -5,10 +5,10 @@
 use spin::mutex::SpinMutexGuard as MutexGuard;
 
 use super::table::Table;
-use super::{HashKeys, Inner};
+use super::{HashKeys, Inner, lock};
 use crate::algorithm::State;
 use crate::store::Request;
-use crate::store::round::Slots;
+use crate::store::round::{Slots, first_sharing};
 
 /// The shards one batch holds, and the states of its requests while it decides.
 pub(super) struct Locked<'a, H> {
@@ -29,25 +29,16 @@ pub(super) struct Locked<'a, H> {
 }
 
 impl<'a, H: HashKeys> Locked<'a, H> {
-    /// Takes every request's state out of the locked shards (`order`: their indices,
-    /// ascending, one guard each).
-    pub(super) fn take(
-        inner: &'a Inner<H>,
-        guards: Vec<MutexGuard<'a, Table>>,
-        order: Vec<usize>,
-        hashes: Vec<u64>,
-        requests: &'a [Request<'a>],
-        now: u64,
-    ) -> Self {
+    /// Locks every shard the batch touches and takes each request's state out of it.
+    pub(super) fn take(inner: &'a Inner<H>, requests: &'a [Request<'a>], now: u64) -> Self {
+        let hashes: Vec<u64> = requests.iter().map(|r| inner.hash(r.key)).collect();
+        // Lock every shard the batch touches, in ascending index order: a global order,
+        // so batches that share keys cannot deadlock whatever order they list them in.
+        let mut order: Vec<usize> = hashes.iter().map(|&h| inner.shard_index(h)).collect();
+        order.sort_unstable();
+        order.dedup();
+        let guards = order.iter().map(|&i| lock(&inner.shards[i])).collect();
         let n = requests.len();
-        let slot: Vec<usize> = (0..n)
-            .map(|i| {
-                let (key, shape) = (requests[i].key, requests[i].limit.shape());
-                (0..i)
-                    .find(|&k| requests[k].key == key && requests[k].limit.shape() == shape)
-                    .unwrap_or(i)
-            })
-            .collect();
         let mut locked = Locked {
             inner,
             guards,
@@ -55,7 +46,7 @@ impl<'a, H: HashKeys> Locked<'a, H> {
             hashes,
             requests,
             now,
-            slot,
+            slot: (0..n).map(|i| first_sharing(requests, i)).collect(),
             states: vec![None; n],
             charged: vec![false; n],
         };
