@@ -1,6 +1,7 @@
-//! Value parsers the subcommands' arguments share: numbers with clear errors, and any
-//! type that parses from its name (`--on-store-error`, `--headers`).
+//! What the subcommands' arguments share: value parsers (numbers with clear errors,
+//! any type that parses from its name) and the Redis TLS and credential flags.
 
+use std::path::PathBuf;
 use std::str::FromStr;
 
 pub fn positive(s: &str) -> Result<u64, String> {
@@ -27,4 +28,96 @@ pub fn positive_u32(s: &str) -> Result<u32, String> {
 /// Any type named by a string: its own `FromStr` says what is wrong.
 pub fn named<T: FromStr<Err = String>>(s: &str) -> Result<T, String> {
     s.parse()
+}
+
+/// How to reach a Redis store beside its URL: TLS files and credentials. Shared by
+/// `serve`, `check` and `bench`; flags win over the settings file and the reference's
+/// variables.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Redis TLS and credentials")]
+pub struct RedisAccess {
+    /// PEM file of the CAs to trust for a rediss:// store (default: the system's roots,
+    /// or SSL_CERT_FILE).
+    #[arg(long, env = "SPILLWAY_REDIS_TLS_CA", value_name = "FILE")]
+    pub redis_tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate to present to Redis (mutual TLS; with --redis-tls-key).
+    #[arg(long, env = "SPILLWAY_REDIS_TLS_CERT", value_name = "FILE")]
+    pub redis_tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --redis-tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "SPILLWAY_REDIS_TLS_KEY", value_name = "FILE")]
+    pub redis_tls_key: Option<PathBuf>,
+
+    /// How much of Redis's certificate to verify: full (chain and name), chain (not
+    /// the name), none (nothing: tests only; warned).
+    #[arg(long, env = "SPILLWAY_REDIS_TLS_VERIFY", value_name = "full|chain|none",
+          value_parser = spillway_server::settings::verify)]
+    pub redis_tls_verify: Option<spillway_redis::Verify>,
+
+    /// The Redis ACL user (over the URL's).
+    #[arg(long, env = "SPILLWAY_REDIS_USERNAME", value_name = "USER")]
+    pub redis_username: Option<String>,
+
+    /// A file whose first line is the Redis password (over the URL's): in neither argv
+    /// nor the environment.
+    #[arg(long, env = "SPILLWAY_REDIS_PASSWORD_FILE", value_name = "FILE")]
+    pub redis_password_file: Option<PathBuf>,
+
+    /// The sentinels' ACL user (redis+sentinel:// stores).
+    #[arg(long, env = "SPILLWAY_REDIS_SENTINEL_USERNAME", value_name = "USER")]
+    pub redis_sentinel_username: Option<String>,
+
+    /// A file whose first line is the sentinels' password.
+    #[arg(
+        long,
+        env = "SPILLWAY_REDIS_SENTINEL_PASSWORD_FILE",
+        value_name = "FILE"
+    )]
+    pub redis_sentinel_password_file: Option<PathBuf>,
+}
+
+impl RedisAccess {
+    /// These flags over `access`. A password file that cannot be read is an error
+    /// naming the flag and the file.
+    pub fn apply(&self, access: &mut spillway_redis::Access) -> anyhow::Result<()> {
+        use anyhow::Context;
+        use spillway_redis::Password;
+        let tls = &mut access.tls;
+        tls.ca_file = self.redis_tls_ca.clone().or(tls.ca_file.take());
+        tls.client_cert = self.redis_tls_cert.clone().or(tls.client_cert.take());
+        tls.client_key = self.redis_tls_key.clone().or(tls.client_key.take());
+        tls.verify = self.redis_tls_verify.unwrap_or(tls.verify);
+        if let Some(u) = &self.redis_username {
+            access.username = Some(u.clone());
+        }
+        if let Some(f) = &self.redis_password_file {
+            access.password = Some(Password::from_file(f).context("--redis-password-file")?);
+        }
+        if let Some(u) = &self.redis_sentinel_username {
+            access.sentinel_username = Some(u.clone());
+        }
+        if let Some(f) = &self.redis_sentinel_password_file {
+            access.sentinel_password =
+                Some(Password::from_file(f).context("--redis-sentinel-password-file")?);
+        }
+        Ok(())
+    }
+
+    /// The access these flags describe, alone (`check`, `bench`).
+    pub fn access(&self) -> anyhow::Result<spillway_redis::Access> {
+        let mut access = spillway_redis::Access::default();
+        self.apply(&mut access)?;
+        Ok(access)
+    }
+}
+
+/// One line on stderr when a store is reached with TLS that verifies nothing.
+pub fn warn_if_insecure(access: &spillway_redis::Access) {
+    if access.tls.verify == spillway_redis::Verify::Insecure {
+        eprintln!(
+            "warning: --redis-tls-verify none: Redis's certificate is not checked, so anyone \
+             on the path can pose as Redis"
+        );
+    }
 }

@@ -18,11 +18,14 @@ use redis::aio::{
 };
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{AsyncConnectionConfig, Cmd, IntoConnectionInfo, RedisError, RedisResult, Value};
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo,
+    RedisConnectionInfo, RedisError, RedisResult, TlsMode, Value,
+};
 
 use crate::Error;
-use crate::target::Target;
+use crate::target::{Target, Tls};
+use crate::tls::Verify;
 
 /// Calls in a row that got no answer in time before a connection is presumed dead
 /// and replaced. A connection whose peer vanished without a reset (a host lost, a
@@ -53,13 +56,17 @@ impl Connection {
     /// Connects, waiting at most `connect_timeout` for the first connection.
     pub(crate) async fn open(
         target: &Target,
+        tls: &Tls,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Connection, Error> {
+        if target.is_tls() {
+            crate::tls::ensure_provider();
+        }
         let connect = async {
             match target {
-                Target::Standalone(url) => {
-                    let client = redis::Client::open(url.as_str())?;
+                Target::Standalone(info) => {
+                    let client = redis::Client::open(tls.apply(info.clone())?)?;
                     let config = ConnectionManagerConfig::new()
                         .set_connection_timeout(Some(connect_timeout))
                         .set_response_timeout(Some(response_timeout))
@@ -80,29 +87,47 @@ impl Connection {
                     })))
                 }
                 Target::Cluster(nodes) => {
-                    let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+                    let mut builder = ClusterClient::builder(nodes.iter().cloned())
                         .connection_timeout(connect_timeout)
                         .response_timeout(response_timeout)
-                        .retries(2)
-                        .build()?;
-                    Ok(Connection::Cluster(client.get_async_connection().await?))
+                        .retries(2);
+                    if target.is_tls() {
+                        if let Some(certs) = &tls.certs {
+                            builder = builder.certs(certs.clone());
+                        }
+                        builder = match tls.verify {
+                            Verify::Full => builder.tls(TlsMode::Secure),
+                            Verify::ChainOnly => builder
+                                .tls(TlsMode::Secure)
+                                .danger_accept_invalid_hostnames(true),
+                            Verify::Insecure => builder.tls(TlsMode::Insecure),
+                        };
+                    }
+                    Ok(Connection::Cluster(
+                        builder.build()?.get_async_connection().await?,
+                    ))
                 }
                 Target::Sentinel { .. } => {
-                    let sentinel = Sentinel::new(target, connect_timeout, response_timeout)?;
+                    let sentinel = Sentinel::new(target, tls, connect_timeout, response_timeout)?;
                     sentinel.connection().await?;
                     Ok(Connection::Sentinel(Box::new(sentinel)))
                 }
             }
         };
         match tokio::time::timeout(connect_timeout, connect).await {
-            Ok(result) => result.map_err(|source: RedisError| Error::Connect {
-                url: String::new(),
-                transient: crate::error::is_transient(&source),
-                source,
+            Ok(result) => result.map_err(|failure: Opening| match failure {
+                Opening::Redis(error) => Error::Connect {
+                    url: String::new(),
+                    transient: crate::error::connect_transient(&error, target.is_tls()),
+                    error,
+                    tls: target.is_tls(),
+                },
+                Opening::Setting(e) => e,
             }),
             Err(_) => Err(Error::ConnectTimeout {
                 url: String::new(),
                 timeout: connect_timeout,
+                tls: target.is_tls(),
             }),
         }
     }
@@ -124,7 +149,7 @@ impl Connection {
             }
             Connection::Cluster(c) => c.clone().req_packed_command(cmd).await,
             Connection::Sentinel(s) => {
-                let mut c = s.connection().await?;
+                let mut c = s.connection().await.map_err(Opening::into_redis)?;
                 let result = c.req_packed_command(cmd).await;
                 if let Err(e) = &result {
                     s.forget_if_moved(e);
@@ -210,9 +235,54 @@ impl Standalone {
     }
 }
 
+/// Why opening a connection failed: Redis (or the network) said no, or a setting
+/// could not be applied.
+enum Opening {
+    Redis(RedisError),
+    Setting(Error),
+}
+
+impl Opening {
+    /// As an error of a call (a setting cannot fail once the store is built).
+    fn into_redis(self) -> RedisError {
+        match self {
+            Opening::Redis(e) => e,
+            Opening::Setting(e) => RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "cannot connect",
+                e.to_string(),
+            )),
+        }
+    }
+}
+
+impl From<RedisError> for Opening {
+    fn from(e: RedisError) -> Opening {
+        Opening::Redis(e)
+    }
+}
+
+impl From<Error> for Opening {
+    fn from(e: Error) -> Opening {
+        Opening::Setting(e)
+    }
+}
+
 /// A master found through Sentinel, re-resolved when it stops answering as master.
+///
+/// The sentinels are asked here rather than through redis-rs's `SentinelClient`, so
+/// that the sentinels and the master each get their own credentials and the same TLS
+/// (its hostname setting included, which redis-rs's client cannot pass on to them).
 pub(crate) struct Sentinel {
-    client: tokio::sync::Mutex<SentinelClient>,
+    /// The sentinels, TLS applied.
+    sentinels: Vec<ConnectionInfo>,
+    master: String,
+    /// The master's database and credentials.
+    redis: RedisConnectionInfo,
+    /// `Some` when the master speaks TLS.
+    tls: Option<Tls>,
+    /// One resolution at a time.
+    resolving: tokio::sync::Mutex<()>,
     current: Mutex<Option<MultiplexedConnection>>,
     /// Calls in a row without an answer in time.
     silent: AtomicU32,
@@ -220,36 +290,30 @@ pub(crate) struct Sentinel {
 }
 
 impl Sentinel {
-    fn new(target: &Target, connect: Duration, response: Duration) -> RedisResult<Sentinel> {
+    fn new(
+        target: &Target,
+        tls: &Tls,
+        connect: Duration,
+        response: Duration,
+    ) -> Result<Sentinel, Error> {
         let Target::Sentinel {
             sentinels,
             master,
-            auth,
-            db,
-            tls,
+            redis,
+            tls: master_tls,
         } = target
         else {
             unreachable!("Sentinel::new on {target:?}")
         };
-        // The master's settings (database, credentials, TLS) come from a redis:// URL.
-        let scheme = if *tls { "rediss" } else { "redis" };
-        let db = db.map_or(String::new(), |d| format!("/{d}"));
-        let master_info = format!("{scheme}://{auth}placeholder:6379{db}")
-            .into_connection_info()?
-            .redis_settings()
-            .clone();
-        let mut node = SentinelNodeConnectionInfo::default().set_redis_connection_info(master_info);
-        if *tls {
-            node = node.set_tls_mode(redis::TlsMode::Secure);
-        }
-        let client = SentinelClient::build(
-            sentinels.clone(),
-            master.clone(),
-            Some(node),
-            SentinelServerType::Master,
-        )?;
         Ok(Sentinel {
-            client: tokio::sync::Mutex::new(client),
+            sentinels: sentinels
+                .iter()
+                .map(|s| tls.apply(s.clone()))
+                .collect::<Result<_, _>>()?,
+            master: master.clone(),
+            redis: redis.clone(),
+            tls: master_tls.then(|| tls.clone()),
+            resolving: tokio::sync::Mutex::new(()),
             current: Mutex::new(None),
             silent: AtomicU32::new(0),
             config: AsyncConnectionConfig::new()
@@ -258,20 +322,80 @@ impl Sentinel {
         })
     }
 
-    async fn connection(&self) -> RedisResult<MultiplexedConnection> {
+    async fn connection(&self) -> Result<MultiplexedConnection, Opening> {
         if let Some(c) = self.current.lock().clone() {
             return Ok(c);
         }
-        let mut client = self.client.lock().await;
+        let _resolving = self.resolving.lock().await;
         // Another caller may have connected while this one waited for the lock.
         if let Some(c) = self.current.lock().clone() {
             return Ok(c);
         }
-        let c = client
-            .get_async_connection_with_config(&self.config)
-            .await?;
+        let c = self.resolve().await?;
         *self.current.lock() = Some(c.clone());
         Ok(c)
+    }
+
+    /// Asks each sentinel in turn where the master is, and connects to the first
+    /// answer that says `master` to `ROLE`. The last error if none does.
+    async fn resolve(&self) -> Result<MultiplexedConnection, Opening> {
+        let mut last = None;
+        for sentinel in &self.sentinels {
+            match self.master_via(sentinel).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            Opening::Redis(RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "no sentinel in the store URL",
+            )))
+        }))
+    }
+
+    async fn master_via(
+        &self,
+        sentinel: &ConnectionInfo,
+    ) -> Result<MultiplexedConnection, Opening> {
+        let mut s = redis::Client::open(sentinel.clone())?
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        let (host, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.master)
+            .query_async::<Option<(String, u16)>>(&mut s)
+            .await?
+            .ok_or_else(|| {
+                RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "the sentinel does not know the master",
+                    self.master.clone(),
+                ))
+            })?;
+        let info = match &self.tls {
+            Some(tls) => tls.apply(master_info(
+                ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure: false,
+                    tls_params: None,
+                },
+                &self.redis,
+            )?)?,
+            None => master_info(ConnectionAddr::Tcp(host, port), &self.redis)?,
+        };
+        let mut c = redis::Client::open(info)?
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut c).await?;
+        match role.first() {
+            Some(Value::BulkString(r)) if r == b"master" => Ok(c),
+            _ => Err(Opening::Redis(RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+                "the address the sentinel gave is not a master (a failover in progress)",
+            )))),
+        }
     }
 
     /// Drops the connection after an error that means the master may have moved
@@ -282,4 +406,10 @@ impl Sentinel {
             *self.current.lock() = None;
         }
     }
+}
+
+fn master_info(addr: ConnectionAddr, redis: &RedisConnectionInfo) -> RedisResult<ConnectionInfo> {
+    Ok(addr
+        .into_connection_info()?
+        .set_redis_settings(redis.clone()))
 }

@@ -15,23 +15,42 @@ pub enum Error {
     /// A builder setting is invalid.
     #[error("invalid store setting: {0}")]
     InvalidSetting(String),
+    /// A TLS file is missing, unreadable or malformed, or the files do not fit together.
+    #[error("Redis TLS: {0}")]
+    Tls(String),
     /// Redis refused or failed the connection.
-    #[error("cannot connect to Redis at {url}: {source}")]
+    #[error("cannot connect to Redis at {url}: {error}{}", diagnose(error, *tls).0)]
     Connect {
         /// The store URL, password hidden.
         url: String,
         /// What Redis or the network said.
-        source: RedisError,
+        error: RedisError,
+        /// Whether trying again later may succeed.
+        transient: bool,
+        /// Whether the store was to speak TLS.
+        tls: bool,
+    },
+    /// Connected, but the decision script could not run: an ACL user without
+    /// `EVALSHA`, `EVAL` or `TIME`, scripts disabled, …
+    #[error("Redis at {url} cannot run Spillway's decision script: {why}")]
+    Script {
+        /// The store URL, password hidden.
+        url: String,
+        /// What Redis said.
+        why: String,
         /// Whether trying again later may succeed.
         transient: bool,
     },
     /// No connection within the connect timeout.
-    #[error("cannot connect to Redis at {url}: no answer within {timeout:?}")]
+    #[error("cannot connect to Redis at {url}: no answer within {timeout:?}{}",
+        if *tls { " (a server that does not speak TLS never answers a TLS handshake: use redis:// if the port is plaintext)" } else { "" })]
     ConnectTimeout {
         /// The store URL, password hidden.
         url: String,
         /// How long it waited.
         timeout: Duration,
+        /// Whether the store was to speak TLS.
+        tls: bool,
     },
 }
 
@@ -40,8 +59,8 @@ impl Error {
     /// setting never will.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::InvalidUrl(_) | Error::InvalidSetting(_) => false,
-            Error::Connect { transient, .. } => *transient,
+            Error::InvalidUrl(_) | Error::InvalidSetting(_) | Error::Tls(_) => false,
+            Error::Connect { transient, .. } | Error::Script { transient, .. } => *transient,
             Error::ConnectTimeout { .. } => true,
         }
     }
@@ -50,16 +69,65 @@ impl Error {
     pub(crate) fn at(self, url: String) -> Error {
         match self {
             Error::Connect {
-                source, transient, ..
+                error,
+                transient,
+                tls,
+                ..
             } => Error::Connect {
                 url,
-                source,
+                error,
+                transient,
+                tls,
+            },
+            Error::ConnectTimeout { timeout, tls, .. } => {
+                Error::ConnectTimeout { url, timeout, tls }
+            }
+            Error::Script { why, transient, .. } => Error::Script {
+                url,
+                why,
                 transient,
             },
-            Error::ConnectTimeout { timeout, .. } => Error::ConnectTimeout { url, timeout },
             other => other,
         }
     }
+}
+
+/// Whether a connection error can pass by itself: network trouble can, a certificate
+/// that fails its checks or a TLS/plaintext mismatch will not (`serve` exits rather
+/// than waiting for it).
+pub(crate) fn connect_transient(e: &RedisError, tls: bool) -> bool {
+    is_transient(e) && diagnose(e, tls).1
+}
+
+/// What a connection error most likely means, for errors whose own words do not
+/// say it (rustls names the failed check; Redis only drops a plaintext client), and
+/// whether it can pass by itself.
+fn diagnose(e: &RedisError, tls: bool) -> (&'static str, bool) {
+    let text = e.to_string();
+    let has = |s: &str| text.contains(s);
+    let hint = if has("CertificateRequired") {
+        " (Redis asks for a client certificate: give one and its key)"
+    } else if has("UnknownIssuer") {
+        " (Redis's certificate is not signed by a CA this store trusts: give the CA file of the CA that signed it)"
+    } else if has("NotValidForName") {
+        " (Redis's certificate does not name the host in the URL: connect by a name or address it holds, or verify the chain only)"
+    } else if has("Expired") && !has("alert") {
+        " (Redis's certificate has expired)"
+    } else if has("NotValidYet") {
+        " (Redis's certificate is not valid yet: check its dates and this machine's clock)"
+    } else if has("alert: UnknownCA") || has("alert: BadCertificate") || has("alert: DecryptError")
+    {
+        " (Redis refused the client certificate: is it signed by a CA Redis trusts?)"
+    } else if has("alert: CertificateExpired") {
+        " (Redis refused the client certificate: it has expired)"
+    } else if !tls && (e.is_connection_dropped() || has("reset by peer") || has("Broken pipe")) {
+        " (a TLS port drops plaintext clients: use rediss:// if the port is TLS)"
+    } else if tls && (has("InvalidContentType") || has("corrupt message")) {
+        " (the port does not speak TLS: use redis:// if it is plaintext)"
+    } else {
+        return ("", true);
+    };
+    (hint, false)
 }
 
 /// Whether retrying `e` can help: network trouble, failovers, a loading or busy

@@ -18,11 +18,13 @@ use spillway_core::{BatchDecision, Error as CoreError, Key, Limit, Request, Stor
 use tokio::sync::oneshot;
 
 use crate::Error;
+use crate::access::Access;
 use crate::coalesce::{self, Failure, LaneId, Lanes, Waiting};
 use crate::connection::Connection;
 use crate::key::{check_prefix, redis_key, ring_keys};
 use crate::script::{self, SOURCE, Section, TimeSource};
 use crate::target::{Target, redact};
+use crate::tls::TlsOptions;
 
 /// The default time a decision may take before the call fails with
 /// [`Error::Timeout`](spillway_core::Error::Timeout): well under Envoy's 20 ms
@@ -74,6 +76,7 @@ pub struct RedisStoreBuilder {
     time: TimeSource,
     timeout: Duration,
     connect_timeout: Duration,
+    access: Access,
 }
 
 // === impl RedisStore ===
@@ -95,6 +98,7 @@ impl RedisStore {
             time: TimeSource::default(),
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            access: Access::default(),
         }
     }
 
@@ -152,6 +156,39 @@ impl Inner {
         }
     }
 
+    /// One call of the script, within `timeout`: a peek (cost 0, which writes
+    /// nothing) at a key no decision uses.
+    async fn probe(&self, timeout: Duration) -> Result<(), Error> {
+        let key = Key::new("spillway-probe").expect("a valid key");
+        let limit = Limit::new(spillway_core::Algorithm::Gcra, 1, Duration::from_secs(1))
+            .expect("a valid limit");
+        let peek = [Request::new(&key, &limit, 0)];
+        let keys = vec![redis_key(&self.prefix, &key, &limit)];
+        let section = Section::new(keys, &peek, self.time, Timestamp::from_secs(0));
+        let call = std::slice::from_ref(&section);
+        let refused = |why: String, transient: bool| Error::Script {
+            url: String::new(),
+            why,
+            transient,
+        };
+        match tokio::time::timeout(timeout, self.eval_sections(call.iter())).await {
+            // The batch's own failure (a command the script calls, refused) is a
+            // string in the reply, not an error reply.
+            Ok(Ok(Value::Array(mut parts))) if parts.len() == 1 => {
+                script::parse_reply(parts.remove(0), &peek)
+                    .map(drop)
+                    .map_err(|e| refused(e.to_string(), e.is_transient()))
+            }
+            Ok(Ok(other)) => Err(refused(format!("unexpected reply {other:?}"), false)),
+            Ok(Err(e)) => Err(refused(e.to_string(), crate::error::is_transient(&e))),
+            Err(_) => Err(Error::ConnectTimeout {
+                url: String::new(),
+                timeout,
+                tls: false,
+            }),
+        }
+    }
+
     /// Sends one call of `lane`. When it ends, or its sender stops waiting for it, the
     /// batches that arrived meanwhile go out in the lane's next call, on a task of its
     /// own ([`Turn`]).
@@ -166,7 +203,13 @@ impl Inner {
 
     /// EVALSHA, and on NOSCRIPT one EVAL of the source (which caches it again).
     async fn eval(&self, batches: &[Waiting]) -> Result<Value, RedisError> {
-        let sections = batches.iter().map(|w| &w.section);
+        self.eval_sections(batches.iter().map(|w| &w.section)).await
+    }
+
+    async fn eval_sections<'a>(
+        &self,
+        sections: impl Iterator<Item = &'a Section> + Clone,
+    ) -> Result<Value, RedisError> {
         let connection = &self.connection;
         match connection
             .query(&script::call("EVALSHA", &self.sha, sections.clone()))
@@ -324,26 +367,47 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects and returns the store. The script is loaded lazily, by the first
-    /// decision's NOSCRIPT.
+    /// TLS and credentials beside the URL (credentials given here win over the URL's).
+    pub fn access(mut self, access: Access) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// TLS settings for a `rediss` URL (the other parts of [`access`](Self::access)
+    /// unchanged).
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.access.tls = tls;
+        self
+    }
+
+    /// Connects, and makes one decision round of no requests: the script is loaded
+    /// then (not by the first real decision), and a user that may not run it — an ACL
+    /// without `EVALSHA`, `EVAL` or, on Redis `TIME`, `TIME` — is an error now rather
+    /// than on every decision.
     pub async fn build(self) -> Result<RedisStore, Error> {
         check_prefix(&self.prefix).map_err(Error::InvalidSetting)?;
         if self.timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::InvalidSetting("timeouts must be above zero".into()));
         }
-        let target = Target::parse(&self.url)?;
-        let connection = Connection::open(&target, self.connect_timeout, self.timeout)
+        let url = redact(&self.url);
+        let (target, tls) = Target::parse(&self.url)?.with_access(&self.access)?;
+        let connection = Connection::open(&target, &tls, self.connect_timeout, self.timeout)
             .await
-            .map_err(|e| e.at(redact(&self.url)))?;
+            .map_err(|e| e.at(url.clone()))?;
+        let inner = Inner {
+            connection,
+            prefix: self.prefix,
+            time: self.time,
+            timeout: self.timeout,
+            sha: redis::Script::new(SOURCE).get_hash().to_owned(),
+            lanes: Lanes::default(),
+        };
+        inner
+            .probe(self.connect_timeout)
+            .await
+            .map_err(|e| e.at(url))?;
         Ok(RedisStore {
-            inner: Arc::new(Inner {
-                connection,
-                prefix: self.prefix,
-                time: self.time,
-                timeout: self.timeout,
-                sha: redis::Script::new(SOURCE).get_hash().to_owned(),
-                lanes: Lanes::default(),
-            }),
+            inner: Arc::new(inner),
         })
     }
 }

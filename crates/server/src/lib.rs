@@ -108,7 +108,7 @@ pub async fn start_with_clock(
 ) -> Result<Running, StartError> {
     // Policies first: a typo in a file should not wait for a store connection to show.
     let policies = spillway_policy::load_with(&settings.config, settings.load_options())?;
-    let store = AnyStore::open(&settings.store, settings.store_timeout).await?;
+    let store = AnyStore::open(&settings.store, settings.store_timeout, &settings.redis).await?;
     start_with_policies(settings, policies, store, clock).await
 }
 

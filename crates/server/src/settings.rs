@@ -15,8 +15,8 @@ mod reference;
 mod value;
 
 pub use reference::{NOT_HONOURED, not_honoured};
-pub use value::{addr, duration, log_format};
-use value::{boolean, default_reference_headers, ratio, redis_url};
+pub use value::{addr, duration, log_format, verify};
+use value::{boolean, default_reference_headers, ratio, redis_access, redis_url};
 
 /// Everything `serve` needs to know.
 #[derive(Clone, Debug)]
@@ -28,6 +28,8 @@ pub struct Settings {
     pub candidate_config: Option<PathBuf>,
     /// `memory`, or a Redis URL.
     pub store: String,
+    /// TLS and credentials for a Redis store (passwords print as `***`).
+    pub redis: spillway_redis::Access,
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
     /// Per store call; well under Envoy's 20 ms deadline.
@@ -82,6 +84,7 @@ impl Default for Settings {
             config: PathBuf::from("policies"),
             candidate_config: None,
             store: "memory".into(),
+            redis: spillway_redis::Access::default(),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
             store_timeout: spillway_redis::DEFAULT_TIMEOUT,
@@ -116,6 +119,14 @@ struct File {
     config: Option<PathBuf>,
     candidate_config: Option<PathBuf>,
     store: Option<String>,
+    redis_tls_ca: Option<PathBuf>,
+    redis_tls_cert: Option<PathBuf>,
+    redis_tls_key: Option<PathBuf>,
+    redis_tls_verify: Option<String>,
+    redis_username: Option<String>,
+    redis_password_file: Option<PathBuf>,
+    redis_sentinel_username: Option<String>,
+    redis_sentinel_password_file: Option<PathBuf>,
     http_addr: Option<String>,
     grpc_addr: Option<String>,
     store_timeout: Option<String>,
@@ -139,6 +150,11 @@ struct File {
     stop_increment_when_over_limit: Option<bool>,
     dynamic_metadata: Option<bool>,
     reference_local_cache: Option<bool>,
+}
+
+/// A password file's first line; the error names the file, never the content.
+pub fn password_file(path: &Path) -> Result<spillway_redis::Password, String> {
+    spillway_redis::Password::from_file(path).map_err(|e| e.to_string())
 }
 
 /// A setting that could not be used; says which and why.
@@ -175,6 +191,35 @@ impl Settings {
         }
         if let Some(v) = f.store {
             self.store = v;
+        }
+        // Files named in the settings file are relative to it, as `config` is.
+        let near = |v: PathBuf| path.parent().map_or(v.clone(), |dir| dir.join(&v));
+        let redis = &mut self.redis;
+        if let Some(v) = f.redis_tls_ca {
+            redis.tls.ca_file = Some(near(v));
+        }
+        if let Some(v) = f.redis_tls_cert {
+            redis.tls.client_cert = Some(near(v));
+        }
+        if let Some(v) = f.redis_tls_key {
+            redis.tls.client_key = Some(near(v));
+        }
+        if let Some(v) = f.redis_tls_verify {
+            redis.tls.verify = verify(&v).map_err(|e| at("redis_tls_verify", e))?;
+        }
+        if let Some(v) = f.redis_username {
+            redis.username = Some(v);
+        }
+        if let Some(v) = f.redis_password_file {
+            redis.password =
+                Some(password_file(&near(v)).map_err(|e| at("redis_password_file", e))?);
+        }
+        if let Some(v) = f.redis_sentinel_username {
+            redis.sentinel_username = Some(v);
+        }
+        if let Some(v) = f.redis_sentinel_password_file {
+            redis.sentinel_password =
+                Some(password_file(&near(v)).map_err(|e| at("redis_sentinel_password_file", e))?);
         }
         if let Some(v) = f.http_addr {
             self.http_addr = addr(&v).map_err(|e| at("http_addr", e))?;
@@ -241,6 +286,7 @@ impl Settings {
         if let Some(url) = var("REDIS_URL").filter(|u| !u.is_empty()) {
             self.store = redis_url(&url, &var).map_err(|e| env_err("REDIS_URL", e))?;
         }
+        redis_access(&mut self.redis, &var).map_err(SettingsError)?;
         if var("RUNTIME_ROOT").is_some() || var("RUNTIME_SUBDIRECTORY").is_some() {
             let root = var("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into());
             let sub = var("RUNTIME_SUBDIRECTORY").unwrap_or_default();
@@ -349,7 +395,9 @@ mod tests {
             ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
         ]))
         .unwrap();
-        assert_eq!(s.store, "redis://:secret@redis.internal:6379");
+        assert_eq!(s.store, "redis://redis.internal:6379");
+        assert_eq!(s.redis.password.as_ref().unwrap().expose(), "secret");
+        assert!(!format!("{s:?}").contains("secret"), "no password in Debug");
         assert_eq!(s.config, Path::new("/data/ratelimit/config"));
         assert_eq!(s.http_addr, "0.0.0.0:9080".parse().unwrap());
         assert_eq!(s.grpc_addr, "0.0.0.0:9081".parse().unwrap());

@@ -9,7 +9,7 @@ use spillway_core::{
     BatchDecision, Error, GuardedStore, Key, Limit, MemoryStore, Request, Store, StoreFailure,
     Timestamp,
 };
-use spillway_redis::RedisStore;
+use spillway_redis::{Access, RedisStore};
 
 use crate::metrics;
 
@@ -23,12 +23,21 @@ pub enum AnyStore {
 }
 
 impl AnyStore {
-    /// Connects to the store a URL names: `memory`, or a Redis URL.
-    pub async fn open(url: &str, timeout: Duration) -> Result<AnyStore, spillway_redis::Error> {
+    /// Connects to the store a URL names: `memory`, or a Redis URL reached with
+    /// `access` (TLS, credentials; unused by `memory`).
+    pub async fn open(
+        url: &str,
+        timeout: Duration,
+        access: &Access,
+    ) -> Result<AnyStore, spillway_redis::Error> {
         if url == "memory" {
             return Ok(AnyStore::Memory(MemoryStore::new()));
         }
-        let store = RedisStore::builder(url).timeout(timeout).build().await?;
+        let store = RedisStore::builder(url)
+            .timeout(timeout)
+            .access(access.clone())
+            .build()
+            .await?;
         Ok(AnyStore::Redis(store))
     }
 

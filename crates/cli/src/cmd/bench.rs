@@ -137,6 +137,9 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    #[command(flatten)]
+    pub redis: args::RedisAccess,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -295,7 +298,11 @@ async fn target(
         .store
         .as_deref()
         .context("--store or --server is required")?;
-    let store = AnyStore::open(url, args.timeout).await.context("store")?;
+    let access = args.redis.access()?;
+    args::warn_if_insecure(&access);
+    let store = AnyStore::open(url, args.timeout, &access)
+        .await
+        .context("store")?;
     let sharing = match (args.lease, args.sync) {
         (Some(units), _) => Sharing::Lease { units },
         (None, Some(every)) => Sharing::Sync { every },

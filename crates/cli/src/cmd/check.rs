@@ -121,6 +121,9 @@ pub struct CheckArgs {
     /// Print JSON instead of a sentence.
     #[arg(long)]
     pub json: bool,
+
+    #[command(flatten)]
+    pub redis: args::RedisAccess,
 }
 
 mod server;
@@ -146,7 +149,10 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         } else {
             TimeSource::Server
         };
+        let access = args.redis.access()?;
+        args::warn_if_insecure(&access);
         let store = RedisStore::builder(&args.store)
+            .access(access)
             .prefix(&args.prefix)
             .time_source(time)
             .timeout(args.timeout)

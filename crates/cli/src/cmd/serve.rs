@@ -97,6 +97,9 @@ pub struct ServeArgs {
     /// Do not serve the console page (/ui).
     #[arg(long, env = "SPILLWAY_NO_UI")]
     pub no_ui: bool,
+
+    #[command(flatten)]
+    pub redis: args::RedisAccess,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -104,6 +107,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logging(&settings)?;
     for (variable, why) in settings::not_honoured(std::env::vars()) {
         tracing::warn!(%variable, why, "a setting of the reference service is set and not honoured");
+    }
+    if settings.store != "memory" && settings.redis.tls.verify == spillway_redis::Verify::Insecure {
+        tracing::warn!(
+            "Redis TLS verifies nothing (redis_tls_verify: none): anyone on the path can pose \
+             as Redis; use it for tests only"
+        );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -145,7 +154,7 @@ async fn open_store(
 ) -> anyhow::Result<Option<AnyStore>> {
     let mut backoff = Duration::from_secs(1);
     loop {
-        match AnyStore::open(&settings.store, settings.store_timeout).await {
+        match AnyStore::open(&settings.store, settings.store_timeout, &settings.redis).await {
             Ok(store) => return Ok(Some(store)),
             Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e, retry_in = ?backoff, "store unreachable; waiting for it");
@@ -176,6 +185,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
     if let Some(v) = args.store {
         s.store = v;
     }
+    args.redis.apply(&mut s.redis)?;
     if let Some(v) = args.http_addr {
         s.http_addr = settings::addr(&v)
             .map_err(anyhow::Error::msg)

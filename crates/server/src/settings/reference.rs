@@ -43,14 +43,6 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
         "the store is waited for with its own backoff (1 s doubling to 30 s, forever)",
     ),
     (
-        "REDIS_SENTINEL_AUTH",
-        "give the Sentinel password in the store URL",
-    ),
-    (
-        "REDIS_TLS_",
-        "use a rediss:// store URL; client certificates are not supported",
-    ),
-    (
         "EXPIRATION_JITTER_MAX_SECONDS",
         "keys expire when their window ends; there is no jitter",
     ),

@@ -3,6 +3,9 @@
 //! variables as one URL.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use spillway_redis::{Access, Password, Verify};
 
 pub(super) fn default_reference_headers() -> [String; 3] {
     [
@@ -14,8 +17,8 @@ pub(super) fn default_reference_headers() -> [String; 3] {
 
 /// The reference's Redis settings as one Redis URL: `REDIS_TYPE` single (`host:port` or
 /// a socket path with `REDIS_SOCKET_TYPE=unix`), sentinel (`master,host:port,...`) or
-/// cluster (`host:port,...`), `REDIS_AUTH` (`password` or `user:password`), `REDIS_TLS`.
-/// A value that already is a URL is used as it is.
+/// cluster (`host:port,...`), `REDIS_TLS`. A value that already is a URL is used as it
+/// is. (Credentials stay out of the URL: see [`redis_access`].)
 pub(super) fn redis_url(
     url: &str,
     var: &impl Fn(&str) -> Option<String>,
@@ -26,42 +29,22 @@ pub(super) fn redis_url(
     let kind = var("REDIS_TYPE")
         .unwrap_or_else(|| "single".into())
         .to_ascii_lowercase();
-    let tls = var("REDIS_TLS").is_some_and(|v| boolean(&v).unwrap_or(false));
-    let auth = var("REDIS_AUTH")
-        .filter(|a| !a.is_empty())
-        .map(|a| {
-            if a.contains(':') {
-                format!("{a}@")
-            } else {
-                format!(":{a}@")
-            }
-        })
-        .unwrap_or_default();
+    let tls = match var("REDIS_TLS") {
+        Some(v) => boolean(&v).map_err(|e| format!("REDIS_TLS: {e}"))?,
+        None => false,
+    };
+    let s = if tls { "s" } else { "" };
     let unix = var("REDIS_SOCKET_TYPE").is_none_or(|t| t.eq_ignore_ascii_case("unix"))
         && url.starts_with('/');
     Ok(match kind.as_str() {
         "single" if unix => format!("unix://{url}"),
-        "single" => format!("{}://{auth}{url}", if tls { "rediss" } else { "redis" }),
-        "cluster" => format!(
-            "{}://{auth}{url}",
-            if tls {
-                "rediss+cluster"
-            } else {
-                "redis+cluster"
-            }
-        ),
+        "single" => format!("redis{s}://{url}"),
+        "cluster" => format!("redis{s}+cluster://{url}"),
         "sentinel" => {
             let (master, nodes) = url
                 .split_once(',')
                 .ok_or_else(|| format!("`{url}` is not `mastername,host:port,...`"))?;
-            format!(
-                "{}://{auth}{nodes}/{master}",
-                if tls {
-                    "rediss+sentinel"
-                } else {
-                    "redis+sentinel"
-                }
-            )
+            format!("redis{s}+sentinel://{nodes}/{master}")
         }
         other => {
             return Err(format!(
@@ -69,6 +52,56 @@ pub(super) fn redis_url(
             ));
         }
     })
+}
+
+/// The reference's Redis credentials and TLS files applied to `access`: `REDIS_AUTH`
+/// and `REDIS_SENTINEL_AUTH` (`password` or `user:password`), `REDIS_TLS_CACERT`,
+/// `REDIS_TLS_CLIENT_CERT`, `REDIS_TLS_CLIENT_KEY`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`.
+/// Names the variable that is wrong.
+pub(super) fn redis_access(
+    access: &mut Access,
+    var: &impl Fn(&str) -> Option<String>,
+) -> Result<(), String> {
+    let login = |v: String| match v.split_once(':') {
+        Some((user, password)) => (Some(user.to_owned()), Password::new(password)),
+        None => (None, Password::new(v)),
+    };
+    if let Some(auth) = var("REDIS_AUTH").filter(|a| !a.is_empty()) {
+        let (user, password) = login(auth);
+        access.username = user.or(access.username.take());
+        access.password = Some(password);
+    }
+    if let Some(auth) = var("REDIS_SENTINEL_AUTH").filter(|a| !a.is_empty()) {
+        let (user, password) = login(auth);
+        access.sentinel_username = user.or(access.sentinel_username.take());
+        access.sentinel_password = Some(password);
+    }
+    let file = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(ca) = file("REDIS_TLS_CACERT") {
+        access.tls.ca_file = Some(ca);
+    }
+    if let Some(cert) = file("REDIS_TLS_CLIENT_CERT") {
+        access.tls.client_cert = Some(cert);
+    }
+    if let Some(key) = file("REDIS_TLS_CLIENT_KEY") {
+        access.tls.client_key = Some(key);
+    }
+    if let Some(v) = var("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
+        if boolean(&v).map_err(|e| format!("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: {e}"))? {
+            access.tls.verify = Verify::ChainOnly;
+        }
+    }
+    Ok(())
+}
+
+/// `full`, `chain` or `none`: how much of Redis's certificate to verify.
+pub fn verify(s: &str) -> Result<Verify, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "full" => Ok(Verify::Full),
+        "chain" => Ok(Verify::ChainOnly),
+        "none" => Ok(Verify::Insecure),
+        other => Err(format!("`{other}` is not full, chain or none")),
+    }
 }
 
 /// `host:port` (or `:port`, for every interface).
