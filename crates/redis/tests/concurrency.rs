@@ -1,6 +1,7 @@
 //! Many callers, one key, real Redis: the exact algorithms admit exactly the limit,
-//! from 64 tasks on one connection and from several OS processes at once, on
-//! standalone Redis and on Cluster. Redis TIME decides; the window is long enough that
+//! from 64 tasks on one connection (on every topology: standalone, Cluster, over TLS,
+//! through a TLS sentinel, Valkey) and from several OS processes at once (standalone
+//! and Cluster). Redis TIME decides; the window is long enough that
 //! nothing refills while the test runs.
 
 mod support;
@@ -76,7 +77,8 @@ async fn hammer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tasks_on_one_key_admit_exactly_the_limit() {
-    for (name, url) in support::targets() {
+    // Every topology: plaintext, TLS (standalone, Cluster, Sentinel), Valkey.
+    for (name, url) in support::topologies() {
         for limit in limits() {
             let store = support::server_clock_store(&url, &unique_prefix("tasks")).await;
             let admitted = hammer(&store, &limit, TASKS, |_, _| 1).await;

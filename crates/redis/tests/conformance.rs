@@ -1,5 +1,6 @@
-//! The testkit's conformance tables, unchanged, against a real standalone Redis and a
-//! real Redis Cluster, with the manual clock passed to the script; and through core's
+//! The testkit's conformance tables, unchanged, against a real standalone Redis, a real
+//! Redis Cluster and a Sentinel, each over TLS too, and Valkey 8 standalone and
+//! Cluster, with the manual clock passed to the script; and through core's
 //! `GuardedStore` with its deny cache on, which must change no answer.
 
 mod support;
@@ -37,4 +38,15 @@ async fn standalone_through_the_deny_cache_passes_the_conformance_tables() {
         "on by default for Redis"
     );
     spillway_testkit::conformance::run_all(&guarded).await;
+}
+
+/// The same tables over TLS (client certificates required) and on Valkey 8.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_valkey_pass_the_conformance_tables() {
+    for (name, url) in &support::topologies()[2..] {
+        let store = support::caller_clock_store(url, "conf").await;
+        assert_eq!(store.is_cluster(), name.ends_with("cluster"), "{name}");
+        println!("{name}: {url}");
+        spillway_testkit::conformance::run_all(&store).await;
+    }
 }

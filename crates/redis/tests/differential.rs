@@ -178,6 +178,20 @@ fn redis_cluster_decides_as_the_memory_store() {
     differential(&spillway_testkit::redis::cluster_url(), cases() / 4, false);
 }
 
+#[test]
+fn valkey_decides_as_the_memory_store() {
+    differential(&spillway_testkit::redis::valkey_url(), cases() / 2, false);
+}
+
+#[test]
+fn valkey_cluster_decides_as_the_memory_store() {
+    differential(
+        &spillway_testkit::redis::valkey_cluster_url(),
+        cases() / 4,
+        false,
+    );
+}
+
 /// A sketched `distinct` limit (above `distinct::EXACT_MAX`), Redis's own HyperLogLogs
 /// in a ring of keys against the memory store's copy of them: the same decisions, the
 /// same retry_after, through the limit and past it, with batches that touch one key

@@ -5,19 +5,57 @@
 use std::time::Duration;
 
 use redis::Value;
-use spillway_redis::{RedisStore, TimeSource};
-use spillway_testkit::redis::{cluster_url, standalone_url, unique_prefix};
+use spillway_redis::{RedisStore, RedisStoreBuilder, TimeSource, TlsOptions};
+use spillway_testkit::redis::{
+    cluster_url, standalone_url, tls_cluster_url, tls_sentinel_url, tls_standalone_url,
+    unique_prefix, valkey_cluster_url, valkey_url,
+};
 
 /// The deployments every behaviour is checked on.
 pub fn targets() -> [(&'static str, String); 2] {
     [("standalone", standalone_url()), ("cluster", cluster_url())]
 }
 
+/// Every deployment the suite starts: [`targets`], the same over TLS (client
+/// certificates required) and through a TLS sentinel, and Valkey 8. The conformance
+/// tables and the exactness test run on each; the slower suites on [`targets`].
+pub fn topologies() -> [(&'static str, String); 7] {
+    [
+        ("standalone", standalone_url()),
+        ("cluster", cluster_url()),
+        ("tls standalone", tls_standalone_url()),
+        ("tls cluster", tls_cluster_url()),
+        ("tls sentinel", tls_sentinel_url()),
+        ("valkey", valkey_url()),
+        ("valkey cluster", valkey_cluster_url()),
+    ]
+}
+
+/// The shared TLS servers' CA and client certificate.
+pub fn shared_tls() -> TlsOptions {
+    let files = spillway_testkit::tls::shared_files();
+    let mut tls = TlsOptions::default();
+    tls.ca_file = Some(files.ca);
+    tls.client_cert = Some(files.client.cert);
+    tls.client_key = Some(files.client.key);
+    tls
+}
+
+/// A builder for `url`, with the shared TLS files when it is a TLS URL.
+pub fn builder(url: &str) -> RedisStoreBuilder {
+    let builder = RedisStore::builder(url);
+    if url.starts_with("rediss") {
+        builder.tls(shared_tls())
+    } else {
+        builder
+    }
+}
+
 /// A store on `url` reading the caller's (manual) clock, with keys under a fresh
 /// prefix. The timeout is generous: these tests check decisions, not latency, on a
 /// CI machine that may be busy.
 pub async fn caller_clock_store(url: &str, name: &str) -> RedisStore {
-    RedisStore::builder(url)
+    builder(url)
         .prefix(unique_prefix(name))
         .time_source(TimeSource::Caller)
         .timeout(Duration::from_secs(5))
@@ -28,7 +66,7 @@ pub async fn caller_clock_store(url: &str, name: &str) -> RedisStore {
 
 /// The same with Redis TIME.
 pub async fn server_clock_store(url: &str, prefix: &str) -> RedisStore {
-    RedisStore::builder(url)
+    builder(url)
         .prefix(prefix)
         .timeout(Duration::from_secs(5))
         .build()

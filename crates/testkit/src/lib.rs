@@ -24,5 +24,6 @@ pub mod conformance;
 pub mod proxy;
 pub mod redis;
 mod scenarios;
+pub mod tls;
 
 pub use scenarios::{T0, all as scenarios};

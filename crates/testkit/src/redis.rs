@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn shared(var: &str) -> String {
+pub(crate) fn shared(var: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| {
         panic!(
             "{var} is not set: run the suite with scripts/test, which starts the Redis \
@@ -35,6 +35,32 @@ pub fn sentinel_url() -> String {
     shared("SPILLWAY_TEST_SENTINEL")
 }
 
+/// The shared TLS server (client certificates required; files in
+/// [`tls::shared_files`](crate::tls::shared_files)): `rediss://127.0.0.1:PORT`.
+pub fn tls_standalone_url() -> String {
+    shared("SPILLWAY_TEST_TLS_REDIS")
+}
+
+/// The shared TLS Cluster (TLS on its bus and replication too): `rediss+cluster://…`.
+pub fn tls_cluster_url() -> String {
+    shared("SPILLWAY_TEST_TLS_CLUSTER")
+}
+
+/// A TLS sentinel watching the TLS server as master `spillway-tls`.
+pub fn tls_sentinel_url() -> String {
+    shared("SPILLWAY_TEST_TLS_SENTINEL")
+}
+
+/// The shared Valkey 8 server: `redis://127.0.0.1:PORT`.
+pub fn valkey_url() -> String {
+    shared("SPILLWAY_TEST_VALKEY")
+}
+
+/// The shared Valkey 8 Cluster (3 masters, 3 replicas).
+pub fn valkey_cluster_url() -> String {
+    shared("SPILLWAY_TEST_VALKEY_CLUSTER")
+}
+
 /// A key prefix no other test or run shares, so tests on one server never see each
 /// other's keys: `test:<name>:<random>:`.
 pub fn unique_prefix(name: &str) -> String {
@@ -48,10 +74,26 @@ pub fn unique_prefix(name: &str) -> String {
 /// A redis-server of the test's own, on a free loopback port, killed on drop.
 #[derive(Debug)]
 pub struct RedisServer {
+    binary: String,
     child: Child,
     port: u16,
     dir: PathBuf,
     args: Vec<String>,
+    /// `redis-cli`'s TLS arguments, for a TLS-only server.
+    tls_cli: Option<Vec<String>>,
+}
+
+/// A TLS server's files and whether it asks for client certificates.
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    /// The CA whose client certificates it accepts (and that the client trusts).
+    pub ca: PathBuf,
+    /// Its certificate and key.
+    pub server: crate::tls::Pair,
+    /// A good client certificate from `ca`, which `redis-cli` presents.
+    pub client: crate::tls::Pair,
+    /// `yes`, `no` or `optional` (redis-server's `--tls-auth-clients`).
+    pub auth_clients: &'static str,
 }
 
 /// The Redis a benchmark runs against: `SPILLWAY_BENCH_REDIS` if set, else a server of
@@ -78,6 +120,26 @@ impl RedisServer {
     /// answers PING. [`restart`](Self::restart) starts it with the same arguments, in
     /// the same directory (a cluster node finds its `nodes.conf` there and rejoins).
     pub fn start_with(args: &[&str]) -> RedisServer {
+        RedisServer::launch(args, None)
+    }
+
+    /// Starts a TLS-only server (`--port 0 --tls-port PORT`) with `tls`'s files, and
+    /// waits until it answers PING over TLS.
+    pub fn start_tls(tls: &ServerTls, args: &[&str]) -> RedisServer {
+        RedisServer::launch(args, Some(tls))
+    }
+
+    /// Starts a `valkey-server` of the test's own (the one `scripts/test` installs,
+    /// `SPILLWAY_TEST_VALKEY_SERVER`).
+    pub fn start_valkey() -> RedisServer {
+        RedisServer::launch_with(&shared("SPILLWAY_TEST_VALKEY_SERVER"), &[], None)
+    }
+
+    fn launch(args: &[&str], tls: Option<&ServerTls>) -> RedisServer {
+        RedisServer::launch_with("redis-server", args, tls)
+    }
+
+    fn launch_with(binary: &str, args: &[&str], tls: Option<&ServerTls>) -> RedisServer {
         let port = loop {
             let port = TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
@@ -89,13 +151,47 @@ impl RedisServer {
         };
         let dir = std::env::temp_dir().join(format!("spillway-redis-{port}"));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let child = spawn(port, &dir, &args);
+        let mut all: Vec<String> = Vec::new();
+        let mut tls_cli = None;
+        if let Some(t) = tls {
+            let path = |p: &std::path::Path| p.display().to_string();
+            all.extend(
+                [
+                    "--port".into(),
+                    "0".into(),
+                    "--tls-port".into(),
+                    port.to_string(),
+                    "--tls-cert-file".into(),
+                    path(&t.server.cert),
+                    "--tls-key-file".into(),
+                    path(&t.server.key),
+                    "--tls-ca-cert-file".into(),
+                    path(&t.ca),
+                    "--tls-auth-clients".into(),
+                    t.auth_clients.into(),
+                ]
+                .into_iter(),
+            );
+            // redis-cli checks nothing: the server's certificate may be one a test
+            // wants refused.
+            tls_cli = Some(vec![
+                "--tls".into(),
+                "--insecure".into(),
+                "--cert".into(),
+                path(&t.client.cert),
+                "--key".into(),
+                path(&t.client.key),
+            ]);
+        }
+        all.extend(args.iter().map(|a| a.to_string()));
+        let child = spawn(binary, port, &dir, &all);
         let server = RedisServer {
+            binary: binary.to_owned(),
             child,
             port,
             dir,
-            args,
+            args: all,
+            tls_cli,
         };
         server.wait_for_ping();
         server
@@ -111,7 +207,7 @@ impl RedisServer {
     /// until it answers PING.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = spawn(self.port, &self.dir, &self.args);
+        self.child = spawn(&self.binary, self.port, &self.dir, &self.args);
         self.wait_for_ping();
     }
 
@@ -132,15 +228,32 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
         panic!(
-            "redis-server on port {} did not answer PING within 3 s",
-            self.port
+            "{} on port {} did not answer PING within 3 s; its log ends:\n{}",
+            self.binary,
+            self.port,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         );
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT` (`rediss://` for a TLS server).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let s = if self.tls_cli.is_some() { "s" } else { "" };
+        format!("redis{s}://127.0.0.1:{}", self.port)
+    }
+
+    /// Runs `redis-cli` with `args` against this server (over TLS for a TLS one) and
+    /// returns what it printed.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(self.tls_cli.iter().flatten())
+            .args(args)
+            .output()
+            .expect("redis-cli runs (it comes with redis-server)");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// The server's process id.
@@ -151,11 +264,7 @@ impl RedisServer {
     /// Script calls (`EVALSHA` and `EVAL`) the server has answered, from `INFO
     /// commandstats` (through `redis-cli`, which comes with `redis-server`).
     pub fn script_calls(&self) -> u64 {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string(), "INFO", "commandstats"])
-            .output()
-            .expect("redis-cli runs (it comes with redis-server)");
-        script_calls_in(&String::from_utf8_lossy(&out.stdout))
+        script_calls_in(&self.cli(&["INFO", "commandstats"]))
     }
 
     /// Sends a signal (`STOP`, `CONT`, `KILL`, …) to the server.
@@ -168,6 +277,9 @@ impl RedisServer {
     }
 
     fn ping(&self) -> bool {
+        if self.tls_cli.is_some() {
+            return self.cli(&["PING"]).trim() == "PONG";
+        }
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
@@ -190,14 +302,16 @@ impl Drop for RedisServer {
     }
 }
 
-fn spawn(port: u16, dir: &std::path::Path, args: &[String]) -> Child {
-    Command::new("redis-server")
+fn spawn(binary: &str, port: u16, dir: &std::path::Path, args: &[String]) -> Child {
+    Command::new(binary)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
         // Fault tests freeze it with DEBUG SLEEP.
         .args(["--enable-debug-command", "local"])
         .arg("--dir")
         .arg(dir)
+        .arg("--logfile")
+        .arg(dir.join("log"))
         .args(args)
         .stdout(Stdio::null())
         .spawn()

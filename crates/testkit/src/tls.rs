@@ -1,0 +1,150 @@
+//! Test certificates, made by the test that needs them (rcgen): a CA of the test's own,
+//! and leaf certificates from it that are good, expired, not yet valid, or for another
+//! name, as PEM files in a scratch directory. The shared TLS servers' files, made by
+//! `scripts/test` with openssl, are found with [`shared_files`].
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, date_time_ymd,
+};
+
+/// A certificate and its key, as files.
+#[derive(Clone, Debug)]
+pub struct Pair {
+    /// PEM certificate.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+}
+
+/// What a client needs: the CA to trust and the certificate to present.
+#[derive(Clone, Debug)]
+pub struct Files {
+    /// The CA's certificate.
+    pub ca: PathBuf,
+    /// The client certificate and key.
+    pub client: Pair,
+}
+
+/// How a leaf certificate is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leaf {
+    /// Names 127.0.0.1 and localhost, valid now.
+    Good,
+    /// Ended in 2021.
+    Expired,
+    /// Starts in 2099.
+    NotYetValid,
+    /// Names `other.example` only.
+    OtherName,
+}
+
+/// A CA of the test's own, writing its certificates into a scratch directory.
+pub struct Pki {
+    dir: PathBuf,
+    ca: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl std::fmt::Debug for Pki {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pki").field("dir", &self.dir).finish()
+    }
+}
+
+impl Pki {
+    /// A new CA (`ca.crt`) in a fresh directory named after `name`.
+    pub fn new(name: &str) -> Pki {
+        use std::hash::{BuildHasher, Hasher};
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let dir = std::env::temp_dir().join(format!("spillway-pki-{name}-{random:016x}"));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("Spillway test CA {name}"));
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("a key"))
+            .expect("a CA certificate");
+        std::fs::write(dir.join("ca.crt"), ca.pem()).expect("write ca.crt");
+        Pki { dir, ca }
+    }
+
+    /// The CA's certificate file.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// The scratch directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A leaf certificate from this CA, for servers and clients alike, written as
+    /// `<stem>.crt` and `<stem>.key` (an EC P-256 key in PKCS#8).
+    pub fn issue(&self, stem: &str, leaf: Leaf) -> Pair {
+        let names = match leaf {
+            Leaf::OtherName => vec!["other.example".to_owned()],
+            _ => vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
+        };
+        let mut params = CertificateParams::new(names).expect("leaf parameters");
+        params.distinguished_name.push(DnType::CommonName, stem);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        match leaf {
+            Leaf::Expired => {
+                params.not_before = date_time_ymd(2020, 1, 1);
+                params.not_after = date_time_ymd(2021, 1, 1);
+            }
+            Leaf::NotYetValid => {
+                params.not_before = date_time_ymd(2099, 1, 1);
+                params.not_after = date_time_ymd(2100, 1, 1);
+            }
+            Leaf::Good | Leaf::OtherName => {}
+        }
+        let key = KeyPair::generate().expect("a key");
+        let cert = params
+            .signed_by(&key, &self.ca)
+            .expect("a leaf certificate");
+        let pair = Pair {
+            cert: self.dir.join(format!("{stem}.crt")),
+            key: self.dir.join(format!("{stem}.key")),
+        };
+        std::fs::write(&pair.cert, cert.pem()).expect("write the certificate");
+        std::fs::write(&pair.key, key.serialize_pem()).expect("write the key");
+        pair
+    }
+
+    /// A good client certificate and this CA: what a client of a server from
+    /// [`issue`](Self::issue) needs.
+    pub fn client(&self) -> Files {
+        Files {
+            ca: self.ca(),
+            client: self.issue("client", Leaf::Good),
+        }
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The files of the shared TLS servers `scripts/test` starts (`SPILLWAY_TEST_TLS_DIR`).
+pub fn shared_files() -> Files {
+    let dir = PathBuf::from(crate::redis::shared("SPILLWAY_TEST_TLS_DIR"));
+    Files {
+        ca: dir.join("ca.crt"),
+        client: Pair {
+            cert: dir.join("client.crt"),
+            key: dir.join("client.key"),
+        },
+    }
+}
