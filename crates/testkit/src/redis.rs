@@ -285,7 +285,10 @@ impl RedisServer {
         };
         let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
         let mut buf = [0u8; 7];
-        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+        // A server with a password answers -NOAUTH: up all the same.
+        s.write_all(b"PING\r\n").is_ok()
+            && s.read_exact(&mut buf).is_ok()
+            && (&buf == b"+PONG\r\n" || &buf == b"-NOAUTH")
     }
 }
 
