@@ -112,9 +112,11 @@ mod tests {
 
     #[test]
     fn a_password_never_prints() {
-        let mut access = Access::default();
-        access.password = Some(Password::new("hunter2"));
-        access.sentinel_password = Some(Password::new("hunter3"));
+        let access = Access {
+            password: Some(Password::new("hunter2")),
+            sentinel_password: Some(Password::new("hunter3")),
+            ..Access::default()
+        };
         let shown = format!("{access:?} {}", access.password.as_ref().unwrap());
         assert!(!shown.contains("hunter"), "{shown}");
         let info = access.apply(RedisConnectionInfo::default());

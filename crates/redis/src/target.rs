@@ -313,8 +313,13 @@ mod tests {
 
     #[test]
     fn tls_settings_on_a_plaintext_url_are_refused() {
-        let mut access = Access::default();
-        access.tls.verify = Verify::ChainOnly;
+        let access = Access {
+            tls: crate::tls::TlsOptions {
+                verify: Verify::ChainOnly,
+                ..Default::default()
+            },
+            ..Access::default()
+        };
         let e = Target::parse("redis://a:1")
             .unwrap()
             .with_access(&access)

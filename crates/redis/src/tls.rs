@@ -199,27 +199,32 @@ mod tests {
         std::fs::write(&junk, "not a certificate\n").unwrap();
         let err = |tls: TlsOptions| tls.load().unwrap_err().to_string();
 
-        let mut t = TlsOptions::default();
-        t.ca_file = Some(dir.join("missing.crt"));
-        let e = err(t);
+        let e = err(TlsOptions {
+            ca_file: Some(dir.join("missing.crt")),
+            ..TlsOptions::default()
+        });
         assert!(
             e.contains("cannot read CA file") && e.contains("missing.crt"),
             "{e}"
         );
 
-        let mut t = TlsOptions::default();
-        t.ca_file = Some(junk.clone());
-        let e = err(t);
+        let e = err(TlsOptions {
+            ca_file: Some(junk.clone()),
+            ..TlsOptions::default()
+        });
         assert!(e.contains("holds no PEM certificate"), "{e}");
 
-        let mut t = TlsOptions::default();
-        t.client_cert = Some(junk.clone());
-        assert!(err(t).contains("needs its key"));
+        let e = err(TlsOptions {
+            client_cert: Some(junk.clone()),
+            ..TlsOptions::default()
+        });
+        assert!(e.contains("needs its key"), "{e}");
 
-        let mut t = TlsOptions::default();
-        t.client_cert = Some(junk.clone());
-        t.client_key = Some(junk.clone());
-        let e = err(t);
+        let e = err(TlsOptions {
+            client_cert: Some(junk.clone()),
+            client_key: Some(junk.clone()),
+            ..TlsOptions::default()
+        });
         assert!(
             e.contains("client certificate") && e.contains("no PEM certificate"),
             "{e}"

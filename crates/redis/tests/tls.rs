@@ -197,7 +197,8 @@ async fn bad_files_fail_before_any_connection() {
     std::fs::write(&junk, "-----BEGIN CERTIFICATE-----\nnot base64\n").unwrap();
     let other = pki.issue("other", Leaf::Good);
 
-    let cases: Vec<(&str, Box<dyn Fn(&mut TlsOptions)>)> = vec![
+    type Change<'a> = Box<dyn Fn(&mut TlsOptions) + 'a>;
+    let cases: Vec<(&str, Change<'_>)> = vec![
         (
             "cannot read CA file",
             Box::new(|t| t.ca_file = Some("/nonexistent/ca.crt".into())),

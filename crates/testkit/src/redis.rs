@@ -155,23 +155,20 @@ impl RedisServer {
         let mut tls_cli = None;
         if let Some(t) = tls {
             let path = |p: &std::path::Path| p.display().to_string();
-            all.extend(
-                [
-                    "--port".into(),
-                    "0".into(),
-                    "--tls-port".into(),
-                    port.to_string(),
-                    "--tls-cert-file".into(),
-                    path(&t.server.cert),
-                    "--tls-key-file".into(),
-                    path(&t.server.key),
-                    "--tls-ca-cert-file".into(),
-                    path(&t.ca),
-                    "--tls-auth-clients".into(),
-                    t.auth_clients.into(),
-                ]
-                .into_iter(),
-            );
+            all.extend([
+                "--port".into(),
+                "0".into(),
+                "--tls-port".into(),
+                port.to_string(),
+                "--tls-cert-file".into(),
+                path(&t.server.cert),
+                "--tls-key-file".into(),
+                path(&t.server.key),
+                "--tls-ca-cert-file".into(),
+                path(&t.ca),
+                "--tls-auth-clients".into(),
+                t.auth_clients.into(),
+            ]);
             // redis-cli checks nothing: the server's certificate may be one a test
             // wants refused.
             tls_cli = Some(vec![

@@ -86,10 +86,10 @@ pub(super) fn redis_access(
     if let Some(key) = file("REDIS_TLS_CLIENT_KEY") {
         access.tls.client_key = Some(key);
     }
-    if let Some(v) = var("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
-        if boolean(&v).map_err(|e| format!("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: {e}"))? {
-            access.tls.verify = Verify::ChainOnly;
-        }
+    if let Some(v) = var("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+        && boolean(&v).map_err(|e| format!("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: {e}"))?
+    {
+        access.tls.verify = Verify::ChainOnly;
     }
     Ok(())
 }
