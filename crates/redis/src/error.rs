@@ -121,7 +121,7 @@ fn diagnose(e: &RedisError, tls: bool) -> (&'static str, bool) {
         " (Redis's certificate is not valid yet: check its dates and this machine's clock)"
     } else if has("authentication failed") || has("wrongpass") {
         " (the user or password is wrong)"
-    } else if !tls && (e.is_connection_dropped() || has("reset by peer") || has("broken pipe")) {
+    } else if !tls && (has("reset by peer") || has("broken pipe")) {
         " (a TLS port drops plaintext clients: use rediss:// if the port is TLS)"
     } else if tls && (has("invalidcontenttype") || has("corrupt message")) {
         " (the port does not speak TLS: use redis:// if it is plaintext)"
