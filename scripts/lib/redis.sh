@@ -72,14 +72,18 @@ wait_for() { # wait_for DESCRIPTION COMMAND...: up to 30 s
     return 1
 }
 
-redis_node() { # redis_node PORT [extra args]: starts one $REDIS_SERVER in the background
-    local port=$1; shift
+node() { # node PORT CLI SERVER [args]: starts SERVER [args] in the background; CLI reaches it
+    local port=$1 cli=$2; shift 2
     mkdir -p "$REDIS_DIR/$port"
     REDIS_PORTS+=("$port")
-    REDIS_CLI[$port]="${REDIS_SERVER%-server}-cli -p $port"
-    $REDIS_SERVER --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-        --dir "$REDIS_DIR/$port" --logfile "$REDIS_DIR/$port/log" "$@" &
+    REDIS_CLI[$port]=$cli
+    "$@" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$REDIS_DIR/$port" --logfile "$REDIS_DIR/$port/log" &
     REDIS_PIDS+=($!)
+}
+
+redis_node() { # redis_node PORT [extra args]: one plaintext $REDIS_SERVER
+    node "$1" "${REDIS_SERVER%-server}-cli -p $1" "$REDIS_SERVER" --port "$1" "${@:2}"
 }
 
 # The server arguments of a TLS node on PORT: TLS only, client certificates required.
@@ -96,14 +100,8 @@ tls_cli() {
 }
 
 tls_node() { # tls_node PORT [extra args]: a TLS-only server (its `--port` is 0)
-    local port=$1; shift
-    mkdir -p "$REDIS_DIR/$port"
-    REDIS_PORTS+=("$port")
-    REDIS_CLI[$port]="redis-cli -p $port $(tls_cli)"
     # shellcheck disable=SC2046
-    redis-server $(tls_args "$port") --bind 127.0.0.1 --save '' --appendonly no \
-        --dir "$REDIS_DIR/$port" --logfile "$REDIS_DIR/$port/log" "$@" &
-    REDIS_PIDS+=($!)
+    node "$1" "redis-cli -p $1 $(tls_cli)" redis-server $(tls_args "$1") "${@:2}"
 }
 
 # Makes a cluster of the six nodes on BASE..BASE+5 (already started) and waits for it.

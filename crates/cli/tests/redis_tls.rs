@@ -5,14 +5,14 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use spillway_testkit::redis::{
     RedisServer, tls_cluster_url, tls_sentinel_url, tls_standalone_url, unique_prefix,
 };
-use support::{Procs, free_port, tempdir};
+use support::{Procs, curl, free_port, tempdir};
 
 const POLICY: &str = "\
 domain: tls
@@ -33,22 +33,6 @@ fn tls_flags() -> Vec<String> {
         "--redis-tls-key".into(),
         p(&f.client.key),
     ]
-}
-
-/// `STATUS BODY` of one HTTP/1.1 request.
-fn http(port: u16, method: &str, path: &str, body: &str) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    s.read_to_string(&mut response).unwrap();
-    let status = response.split(' ').nth(1).unwrap_or("").to_owned();
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    format!("{status} {body}")
 }
 
 /// `spillway serve` on POLICY and `store` with `extra` flags and `env`: the child, its
@@ -145,7 +129,7 @@ fn serve_answers_grpc_and_http_over_tls_and_admits_exactly_the_limit() {
         let body = r#"{"domain":"tls","descriptors":[{"entries":[{"key":"user","value":"hot"}]}]}"#;
         let answers: Vec<String> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..150)
-                .map(|_| s.spawn(|| http(http_port, "POST", "/v1/check", body)))
+                .map(|_| s.spawn(|| curl(http_port, "/v1/check", Some(body))))
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
@@ -272,10 +256,10 @@ fn no_output_shows_a_redis_password() {
     for path in ["/v1/config", "/metrics", "/healthz", "/readyz"] {
         outputs
             .borrow_mut()
-            .push((path.into(), http(http_port, "GET", path, "")));
+            .push((path.into(), curl(http_port, path, None)));
     }
     let body = r#"{"domain":"tls","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}"#;
-    let answer = http(http_port, "POST", "/v1/check", body);
+    let answer = curl(http_port, "/v1/check", Some(body));
     outputs.borrow_mut().push(("/v1/check".into(), answer));
     let _ = Command::new("kill")
         .args(["-TERM", &procs.0[0].id().to_string()])

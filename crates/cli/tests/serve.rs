@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use spillway_testkit::redis::RedisServer;
-use support::{free_port, spawn_serve};
+use support::{curl, free_port, spawn_serve};
 
 #[test]
 fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
@@ -107,27 +107,6 @@ fn terminate(child: &std::process::Child) {
     let pid = child.id().to_string();
     let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(sent.success(), "kill -TERM {pid}");
-}
-
-/// `STATUS BODY` of one request, over a plain socket (HTTP/1.1, Connection: close).
-fn curl(port: u16, path: &str, body: Option<&str>) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let (method, body) = match body {
-        Some(b) => ("POST", b),
-        None => ("GET", ""),
-    };
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    s.read_to_string(&mut response).unwrap();
-    let status = response.split(' ').nth(1).unwrap_or("").to_owned();
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    format!("{status} {body}")
 }
 
 #[test]

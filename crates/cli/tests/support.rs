@@ -44,6 +44,28 @@ impl Drop for Procs {
     }
 }
 
+/// `STATUS BODY` of one request (a POST of `body`, or a GET), over a plain socket
+/// (HTTP/1.1, Connection: close).
+pub fn curl(port: u16, path: &str, body: Option<&str>) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (method, body) = match body {
+        Some(b) => ("POST", b),
+        None => ("GET", ""),
+    };
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    let status = response.split(' ').nth(1).unwrap_or("").to_owned();
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    format!("{status} {body}")
+}
+
 /// A loopback port free a moment ago.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
