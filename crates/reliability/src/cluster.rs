@@ -1,11 +1,11 @@
 //! A Redis Cluster of the suite's own (3 masters, 3 replicas, on free loopback ports),
 //! so the cluster faults can fail over, kill and reshard it without touching the
 //! shared one the test suite uses. Driven with `redis-cli`, as an operator would.
+//! Over TLS too: every node, its bus and its replication, client certificates required.
 
-use std::process::Command;
 use std::time::Duration;
 
-use spillway_testkit::redis::RedisServer;
+use spillway_testkit::redis::{RedisServer, ServerTls};
 
 /// How long a node may be silent before the others call it failed (the shared test
 /// cluster uses 5 s; a kill trial waits for it).
@@ -29,13 +29,13 @@ pub struct Node {
 }
 
 impl Cluster {
-    /// Starts six nodes, joins them as three masters with one replica each, and waits
-    /// until every node reports `cluster_state:ok`.
-    pub fn start() -> anyhow::Result<Cluster> {
+    /// Starts six nodes (over TLS with `tls`), joins them as three masters with one
+    /// replica each, and waits until every node reports `cluster_state:ok`.
+    pub fn start(tls: Option<&ServerTls>) -> anyhow::Result<Cluster> {
         let timeout = NODE_TIMEOUT_MS.to_string();
         let nodes: Vec<RedisServer> = (0..6)
             .map(|_| {
-                RedisServer::start_with(&[
+                let args = [
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
@@ -50,14 +50,26 @@ impl Cluster {
                     // A replica's first sync starts at once, not 5 s later.
                     "--repl-diskless-sync-delay",
                     "0",
-                ])
+                ];
+                match tls {
+                    None => RedisServer::start_with(&args),
+                    Some(tls) => RedisServer::start_tls(
+                        tls,
+                        &[
+                            &args[..],
+                            &["--tls-cluster", "yes", "--tls-replication", "yes"],
+                        ]
+                        .concat(),
+                    ),
+                }
             })
             .collect();
-        let mut create = vec!["--cluster".to_string(), "create".into()];
-        create.extend(nodes.iter().map(|n| n.addr().to_string()));
-        create.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
+        let mut create = nodes[0].cli_command();
+        create.args(["--cluster", "create"]);
+        create.args(nodes.iter().map(|n| n.addr().to_string()));
+        create.args(["--cluster-replicas", "1", "--cluster-yes"]);
         let cluster = Cluster { nodes };
-        let out = Command::new("redis-cli").args(&create).output()?;
+        let out = create.output()?;
         anyhow::ensure!(
             out.status.success(),
             "redis-cli --cluster create failed: {}",
@@ -66,23 +78,25 @@ impl Cluster {
         cluster.wait_until("every node reports cluster_state:ok", |c| {
             c.nodes
                 .iter()
-                .all(|n| cli(n.port(), &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+                .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
         })?;
         // A replica still in its first sync can't take over (a manual failover waits
         // for it): every replica linked to its master first.
         cluster.wait_until("every replica is in sync with its master", |c| {
-            c.topology()
-                .iter()
-                .filter(|n| !n.master)
-                .all(|n| cli(n.port, &["INFO", "replication"]).contains("master_link_status:up"))
+            c.topology().iter().filter(|n| !n.master).all(|n| {
+                c.cli(n.port, &["INFO", "replication"])
+                    .contains("master_link_status:up")
+            })
         })?;
         Ok(cluster)
     }
 
-    /// `redis+cluster://` with every node as a seed.
+    /// `redis+cluster://` (`rediss+cluster://` over TLS) with every node as a seed.
     pub fn url(&self) -> String {
         let seeds: Vec<String> = self.nodes.iter().map(|n| n.addr().to_string()).collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        let scheme = self.nodes[0].url();
+        let scheme = scheme.split("://").next().unwrap_or("redis");
+        format!("{scheme}+cluster://{}", seeds.join(","))
     }
 
     /// The cluster as the first live node sees it.
@@ -90,7 +104,7 @@ impl Cluster {
         let live = self
             .nodes
             .iter()
-            .map(|n| cli(n.port(), &["CLUSTER", "NODES"]))
+            .map(|n| n.cli(&["CLUSTER", "NODES"]))
             .find(|out| !out.is_empty())
             .unwrap_or_default();
         live.lines().filter_map(parse_node).collect()
@@ -110,8 +124,8 @@ impl Cluster {
             .into_iter()
             .filter(|n| n.master && !n.failed)
             .find_map(|n| {
-                let key = cli(n.port, &["RANDOMKEY"]);
-                let slot = cli(n.port, &["CLUSTER", "KEYSLOT", key.trim()]);
+                let key = self.cli(n.port, &["RANDOMKEY"]);
+                let slot = self.cli(n.port, &["CLUSTER", "KEYSLOT", key.trim()]);
                 (!key.trim().is_empty())
                     .then(|| slot.trim().parse().ok())
                     .flatten()
@@ -146,7 +160,7 @@ impl Cluster {
         let set = |port, args: &[&str]| -> anyhow::Result<()> {
             let mut all = vec!["CLUSTER", "SETSLOT", &s];
             all.extend_from_slice(args);
-            let out = cli(port, &all);
+            let out = self.cli(port, &all);
             anyhow::ensure!(
                 out.trim() == "OK",
                 "CLUSTER SETSLOT {args:?} on {port}: {out}"
@@ -156,7 +170,7 @@ impl Cluster {
         set(to.port, &["IMPORTING", &from.id])?;
         set(from.port, &["MIGRATING", &to.id])?;
         loop {
-            let keys = cli(from.port, &["CLUSTER", "GETKEYSINSLOT", &s, "100"]);
+            let keys = self.cli(from.port, &["CLUSTER", "GETKEYSINSLOT", &s, "100"]);
             let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
             if keys.is_empty() {
                 break;
@@ -164,7 +178,7 @@ impl Cluster {
             let port = to.port.to_string();
             let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
             migrate.extend(keys);
-            let out = cli(from.port, &migrate);
+            let out = self.cli(from.port, &migrate);
             anyhow::ensure!(out.trim() == "OK", "MIGRATE from {}: {out}", from.port);
         }
         // The target first, then the source, as the Redis manual orders it: were the
@@ -179,17 +193,16 @@ impl Cluster {
         }
         Ok(())
     }
-}
 
-/// One `redis-cli` command against the node on `port`; its output ("" when the node
-/// does not answer).
-pub fn cli(port: u16, args: &[&str]) -> String {
-    Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
+    /// One `redis-cli` command against the node on `port`; its output ("" when the
+    /// node does not answer).
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        self.nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .map(|n| n.cli(args))
+            .unwrap_or_default()
+    }
 }
 
 /// `<id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <link> <slot>…`

@@ -1,13 +1,16 @@
 //! The faults, each injected into a real `redis-server` (or the TCP proxy between it
-//! and Spillway, or a Redis Cluster of the trial's own) and healed again.
+//! and Spillway, or a Redis Cluster of the trial's own) and healed again, on plaintext
+//! or over TLS.
 
 use std::fmt;
 use std::time::Duration;
 
+use spillway_redis::Access;
 use spillway_testkit::proxy::{Proxy, ProxyMode};
-use spillway_testkit::redis::RedisServer;
+use spillway_testkit::redis::{RedisServer, ServerTls};
+use spillway_testkit::tls::{Leaf, Pki};
 
-use crate::cluster::{Cluster, cli};
+use crate::cluster::Cluster;
 
 /// One way Redis fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,9 +97,9 @@ impl Fault {
     /// Keeps the fault going for `length` (a cluster fault: until the cluster has done
     /// what it was asked, and at least `length` for a reshard), then heals it.
     pub async fn run(self, rig: &mut Rig, length: Duration) -> anyhow::Result<()> {
-        let (redis, proxy) = match rig {
-            Rig::Single { redis, proxy } => (redis, proxy),
-            Rig::Cluster(cluster) => {
+        let (redis, proxy) = match &mut rig.servers {
+            Servers::Single { redis, proxy } => (redis, proxy),
+            Servers::Cluster(cluster) => {
                 return tokio::task::block_in_place(|| self.run_on_cluster(cluster, length));
             }
         };
@@ -113,21 +116,22 @@ impl Fault {
             }
             Fault::ClientPause => {
                 let ms = length.as_millis().to_string();
-                command(&redis.url(), &["CLIENT", "PAUSE", &ms, "ALL"]).await;
+                command(redis, &["CLIENT", "PAUSE", &ms, "ALL"]).await;
                 tokio::time::sleep(length).await;
-                command(&redis.url(), &["CLIENT", "UNPAUSE"]).await;
+                command(redis, &["CLIENT", "UNPAUSE"]).await;
             }
             Fault::DebugSleep => {
                 // The server blocks as soon as it reads the command; the client call
                 // itself may give up sooner, so time the fault here.
-                let (url, secs) = (redis.url(), format!("{:.3}", length.as_secs_f64()));
-                tokio::spawn(async move { command(&url, &["DEBUG", "SLEEP", &secs]).await });
+                let mut sleep = redis.cli_command();
+                sleep.args(["DEBUG", "SLEEP", &format!("{:.3}", length.as_secs_f64())]);
+                tokio::task::spawn_blocking(move || sleep.output());
                 tokio::time::sleep(length).await;
             }
             Fault::ScriptFlush => {
                 let end = tokio::time::Instant::now() + length;
                 while tokio::time::Instant::now() < end {
-                    command(&redis.url(), &["SCRIPT", "FLUSH"]).await;
+                    command(redis, &["SCRIPT", "FLUSH"]).await;
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             }
@@ -166,7 +170,7 @@ impl Fault {
                     .filter(|n| !n.master && !n.failed)
                     .collect();
                 for r in replicas {
-                    let out = cli(r.port, &["CLUSTER", "FAILOVER"]);
+                    let out = cluster.cli(r.port, &["CLUSTER", "FAILOVER"]);
                     anyhow::ensure!(out.trim() == "OK", "CLUSTER FAILOVER on {}: {out}", r.port);
                     cluster.wait_until("the replica takes over", |c| {
                         c.topology().iter().any(|n| n.id == r.id && n.master)
@@ -206,33 +210,80 @@ impl Fault {
     }
 }
 
-/// What a trial runs on: one server behind the fault proxy, or a cluster of its own.
+/// How Spillway reaches Redis in a trial.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    #[default]
+    Plain,
+    /// TLS with client certificates required, from a CA of the trial's own (a
+    /// Cluster's bus and replication too; the proxy forwards the TLS bytes).
+    Tls,
+}
+
+/// What a trial runs on: one server behind the fault proxy, or a cluster of its own;
+/// over TLS, the CA that signed their certificates.
 #[derive(Debug)]
-pub enum Rig {
+pub struct Rig {
+    pub servers: Servers,
+    /// Kept for its files (removed on drop).
+    pki: Option<Pki>,
+}
+
+/// The servers of a [`Rig`].
+#[derive(Debug)]
+pub enum Servers {
     Single { redis: RedisServer, proxy: Proxy },
     Cluster(Cluster),
 }
 
 impl Rig {
-    /// What `fault` needs.
-    pub async fn start(fault: Fault) -> anyhow::Result<Rig> {
-        if fault.on_cluster() {
-            Ok(Rig::Cluster(
-                tokio::task::spawn_blocking(Cluster::start).await??,
-            ))
+    /// What `fault` needs, on `transport`.
+    pub async fn start(fault: Fault, transport: Transport) -> anyhow::Result<Rig> {
+        let pki = (transport == Transport::Tls).then(|| Pki::new("reliability"));
+        let tls = pki.as_ref().map(|pki| ServerTls {
+            ca: pki.ca(),
+            server: pki.issue("server", Leaf::Good),
+            client: pki.issue("cli", Leaf::Good),
+            auth_clients: "yes",
+        });
+        let servers = if fault.on_cluster() {
+            Servers::Cluster(
+                tokio::task::spawn_blocking(move || Cluster::start(tls.as_ref())).await??,
+            )
         } else {
-            let redis = tokio::task::spawn_blocking(RedisServer::start).await?;
+            let redis = tokio::task::spawn_blocking(move || match &tls {
+                Some(tls) => RedisServer::start_tls(tls, &[]),
+                None => RedisServer::start(),
+            })
+            .await?;
             let proxy = Proxy::start(redis.addr()).await;
-            Ok(Rig::Single { redis, proxy })
-        }
+            Servers::Single { redis, proxy }
+        };
+        Ok(Rig { servers, pki })
     }
 
     /// The store URL the service is given.
     pub fn store_url(&self) -> String {
-        match self {
-            Rig::Single { proxy, .. } => format!("redis://{}", proxy.addr()),
-            Rig::Cluster(cluster) => cluster.url(),
+        match &self.servers {
+            Servers::Single { proxy, .. } => {
+                let s = if self.pki.is_some() { "s" } else { "" };
+                format!("redis{s}://{}", proxy.addr())
+            }
+            Servers::Cluster(cluster) => cluster.url(),
         }
+    }
+
+    /// What the service needs to reach the servers: over TLS, the CA to trust and a
+    /// client certificate.
+    pub fn access(&self) -> Access {
+        let mut access = Access::default();
+        if let Some(pki) = &self.pki {
+            let files = pki.client();
+            access.tls.ca_file = Some(files.ca);
+            access.tls.client_cert = Some(files.client.cert);
+            access.tls.client_key = Some(files.client.key);
+        }
+        access
     }
 }
 
@@ -290,17 +341,10 @@ pub fn root_faults_unavailable() -> Option<String> {
     }
 }
 
-/// One command on a connection of its own, straight to the server (not through the
-/// proxy); answers are not needed.
-async fn command(url: &str, args: &[&str]) {
-    let client = redis::Client::open(url).expect("a Redis URL");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("the fault's own connection");
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    let _: redis::RedisResult<redis::Value> = cmd.query_async(&mut conn).await;
+/// One command through `redis-cli`, straight to the server (not through the proxy);
+/// answers are not needed.
+async fn command(redis: &RedisServer, args: &[&str]) {
+    let mut cmd = redis.cli_command();
+    cmd.args(args);
+    let _ = tokio::task::spawn_blocking(move || cmd.output()).await;
 }

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use spillway_redis::RedisStore;
-use spillway_reliability::fault::root_faults_unavailable;
+use spillway_reliability::fault::{Transport, root_faults_unavailable};
 use spillway_reliability::hostile::{self, CONFIG_HEADER, HOSTILE_HEADER, SLOW_HEADER};
 use spillway_reliability::overload::{self, OVERLOAD_HEADER, Overload};
 use spillway_reliability::{Fault, Policy, TABLE_HEADER, Timing, skew, trial};
@@ -26,25 +26,8 @@ struct Cli {
 enum Command {
     /// Each fault under steady load, for each failure policy and shadow mode.
     ///
-    /// Example: spillway-reliability faults --fault stop --fault proxy-drop --policy closed
-    Faults {
-        /// Only these faults (default: all): kill, stop, client-pause, debug-sleep,
-        /// script-flush, proxy-drop, proxy-delay, proxy-reset on one server;
-        /// iptables-drop (root only, in a network namespace of its own; skipped
-        /// elsewhere); failover, master-kill, reshard on a 6-node Redis Cluster of the
-        /// run's own.
-        #[arg(long = "fault")]
-        faults: Vec<Fault>,
-        /// Only these policies (default: all): open, closed, local, shadow.
-        #[arg(long = "policy")]
-        policies: Vec<Policy>,
-        /// How long each fault lasts.
-        #[arg(long, default_value = "2s", value_parser = humantime_duration)]
-        length: Duration,
-        /// Requests per second (the limit is 100 per second).
-        #[arg(long, default_value_t = 200)]
-        rate: u32,
-    },
+    /// Example: spillway-reliability faults --fault stop --fault proxy-drop --policy closed --tls
+    Faults(Matrix),
     /// Open-loop overload on one key for each algorithm, every admission checked
     /// against what the algorithm promises in any window.
     ///
@@ -105,14 +88,34 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// Which trials `faults` runs.
+#[derive(Args, Debug)]
+struct Matrix {
+    /// Only these faults (default: all): kill, stop, client-pause, debug-sleep,
+    /// script-flush, proxy-drop, proxy-delay, proxy-reset on one server;
+    /// iptables-drop (root only, in a network namespace of its own; skipped
+    /// elsewhere); failover, master-kill, reshard on a 6-node Redis Cluster of the
+    /// run's own.
+    #[arg(long = "fault")]
+    faults: Vec<Fault>,
+    /// Only these policies (default: all): open, closed, local, shadow.
+    #[arg(long = "policy")]
+    policies: Vec<Policy>,
+    /// How long each fault lasts.
+    #[arg(long, default_value = "2s", value_parser = humantime_duration)]
+    length: Duration,
+    /// Requests per second (the limit is 100 per second).
+    #[arg(long, default_value_t = 200)]
+    rate: u32,
+    /// Over TLS: servers requiring client certificates from a CA of the run's own (a
+    /// Cluster's bus and replication too).
+    #[arg(long)]
+    tls: bool,
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Faults {
-            faults,
-            policies,
-            length,
-            rate,
-        } => faults_matrix(faults, policies, length, rate).await,
+        Command::Faults(matrix) => faults_matrix(matrix).await,
         Command::Overload {
             store,
             limit,
@@ -199,26 +202,26 @@ async fn hostile_table() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn faults_matrix(
-    faults: Vec<Fault>,
-    policies: Vec<Policy>,
-    length: Duration,
-    rate: u32,
-) -> anyhow::Result<()> {
-    let faults = if faults.is_empty() {
+async fn faults_matrix(matrix: Matrix) -> anyhow::Result<()> {
+    let faults = if matrix.faults.is_empty() {
         Fault::ALL.to_vec()
     } else {
-        faults
+        matrix.faults.clone()
     };
-    let policies = if policies.is_empty() {
+    let policies = if matrix.policies.is_empty() {
         Policy::ALL.to_vec()
     } else {
-        policies
+        matrix.policies.clone()
     };
     let timing = Timing {
-        fault: length,
-        rate,
+        fault: matrix.length,
+        rate: matrix.rate,
         ..Timing::default()
+    };
+    let transport = if matrix.tls {
+        Transport::Tls
+    } else {
+        Transport::Plain
     };
     let inside = std::env::var_os(IN_NETNS).is_some();
     if !inside {
@@ -232,12 +235,12 @@ async fn faults_matrix(
                     "skipped {fault}: it needs root, iptables and `unshare -n` (it runs in a \
                      network namespace of its own): {why}"
                 ),
-                None => in_private_netns(fault, &policies, length, rate)?,
+                None => in_private_netns(fault, &policies, &matrix)?,
             }
             continue;
         }
         for &policy in &policies {
-            let report = trial::run(fault, policy, timing).await?;
+            let report = trial::run(fault, policy, transport, timing).await?;
             println!("{report}");
             for e in &report.examples {
                 eprintln!("  {fault}/{}: {e}", policy.name());
@@ -254,22 +257,20 @@ const IN_NETNS: &str = "SPILLWAY_RELIABILITY_IN_NETNS";
 
 /// Runs `fault` in a copy of this program inside `unshare -n` (loopback up, nothing
 /// else), so its iptables rule touches nothing outside; its rows are printed here.
-fn in_private_netns(
-    fault: Fault,
-    policies: &[Policy],
-    length: Duration,
-    rate: u32,
-) -> anyhow::Result<()> {
+fn in_private_netns(fault: Fault, policies: &[Policy], matrix: &Matrix) -> anyhow::Result<()> {
     let mut cmd = std::process::Command::new("unshare");
     cmd.args(["-n", "sh", "-c", "ip link set lo up && exec \"$@\"", "sh"])
         .arg(std::env::current_exe()?)
         .args(["faults", "--fault", fault.name()])
-        .args(["--length", &format!("{}ms", length.as_millis())])
-        .args(["--rate", &rate.to_string()])
+        .args(["--length", &format!("{}ms", matrix.length.as_millis())])
+        .args(["--rate", &matrix.rate.to_string()])
         .env(IN_NETNS, "1")
         .stderr(std::process::Stdio::inherit());
     for p in policies {
         cmd.args(["--policy", p.name()]);
+    }
+    if matrix.tls {
+        cmd.arg("--tls");
     }
     let status = cmd.status()?;
     anyhow::ensure!(

@@ -1,6 +1,6 @@
-//! One trial: a real `redis-server` behind the TCP proxy, a Spillway service on it
-//! with one failure policy, steady load, one fault in the middle; then the samples
-//! judged against what that policy promises.
+//! One trial: a real `redis-server` behind the TCP proxy (or a Cluster of its own),
+//! plaintext or TLS, a Spillway service on it with one failure policy, steady load,
+//! one fault in the middle; then the samples judged against what that policy promises.
 
 use std::fmt;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use spillway_server::Settings;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::fault::{Fault, Rig};
+use crate::fault::{Fault, Rig, Transport};
 use crate::load::{self, Answer, Sample, certain_most};
 
 /// The limit under test: exact, so any over-admission is a bug.
@@ -97,6 +97,7 @@ impl Default for Timing {
 pub struct Report {
     pub fault: Fault,
     pub policy: Policy,
+    pub transport: Transport,
     pub requests: usize,
     /// Answers that broke the policy's promise, and admissions past the limit.
     pub violations: usize,
@@ -114,13 +115,21 @@ pub struct Report {
 }
 
 /// Runs one trial.
-pub async fn run(fault: Fault, policy: Policy, timing: Timing) -> anyhow::Result<Report> {
-    let mut rig = Rig::start(fault).await?;
-    let settings = service_settings(
-        &format!("{fault}-{}", policy.name()),
-        policy,
-        rig.store_url(),
-    )?;
+pub async fn run(
+    fault: Fault,
+    policy: Policy,
+    transport: Transport,
+    timing: Timing,
+) -> anyhow::Result<Report> {
+    let mut rig = Rig::start(fault, transport).await?;
+    let settings = Settings {
+        redis: rig.access(),
+        ..service_settings(
+            &format!("{fault}-{}", policy.name()),
+            policy,
+            rig.store_url(),
+        )?
+    };
     let running = spillway_server::start(&settings).await?;
     let check = load::HttpCheck::new(running.http_addr, "u1")?;
     let call = move || check.call();
@@ -141,13 +150,16 @@ pub async fn run(fault: Fault, policy: Policy, timing: Timing) -> anyhow::Result
 
     running.stop().await;
     let _ = std::fs::remove_dir_all(&settings.config);
-    Ok(judge(
-        fault,
-        policy,
-        &samples,
-        (fault_start, healed),
-        (rss_before, rss_after),
-    ))
+    Ok(Report {
+        transport,
+        ..judge(
+            fault,
+            policy,
+            &samples,
+            (fault_start, healed),
+            (rss_before, rss_after),
+        )
+    })
 }
 
 /// Checks every sample against the policy's promise and measures the fault window.
@@ -237,6 +249,7 @@ pub fn judge(
     Report {
         fault,
         policy,
+        transport: Transport::Plain,
         requests: samples.len(),
         violations,
         examples,
@@ -289,8 +302,12 @@ impl fmt::Display for Report {
         let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
         write!(
             f,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:+} |",
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {:+} |",
             self.fault,
+            match self.transport {
+                Transport::Plain => "",
+                Transport::Tls => " (TLS)",
+            },
             self.policy.name(),
             self.requests,
             self.violations,

@@ -2,30 +2,44 @@
 //! policy and shadow mode, about a second each, under steady load through a real
 //! service on a real Redis (or a Redis Cluster of the test's own). No answer may break
 //! its policy's rule, and store-backed decisions must come back after each fault.
+//! Once more over TLS (client certificates required), on one server and on a Cluster.
 //! (The whole matrix, with the published figures:
-//! `cargo run --release -p spillway-reliability -- faults`.)
+//! `cargo run --release -p spillway-reliability -- faults [--tls]`.)
 
 use std::time::Duration;
 
+use spillway_reliability::fault::Transport;
 use spillway_reliability::{Fault, Policy, TABLE_HEADER, Timing, trial};
+
+const SINGLE: [Fault; 4] = [
+    Fault::Stop,
+    Fault::ScriptFlush,
+    Fault::ProxyDrop,
+    Fault::ProxyReset,
+];
+const CLUSTER: [Fault; 3] = [Fault::Failover, Fault::MasterKill, Fault::Reshard];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_break_no_policy_and_the_store_comes_back() {
-    matrix(&[
-        Fault::Stop,
-        Fault::ScriptFlush,
-        Fault::ProxyDrop,
-        Fault::ProxyReset,
-    ])
-    .await;
+    matrix(&SINGLE, Transport::Plain).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_failover_promotion_and_reshard_break_no_policy() {
-    matrix(&[Fault::Failover, Fault::MasterKill, Fault::Reshard]).await;
+    matrix(&CLUSTER, Transport::Plain).await;
 }
 
-async fn matrix(faults: &[Fault]) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_faults_break_no_policy_and_the_store_comes_back() {
+    matrix(&SINGLE, Transport::Tls).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_cluster_failover_promotion_and_reshard_break_no_policy() {
+    matrix(&CLUSTER, Transport::Tls).await;
+}
+
+async fn matrix(faults: &[Fault], transport: Transport) {
     let timing = Timing {
         before: Duration::from_millis(500),
         fault: Duration::from_secs(1),
@@ -36,15 +50,15 @@ async fn matrix(faults: &[Fault]) {
     let mut failures = Vec::new();
     for &fault in faults {
         for policy in Policy::ALL {
-            let report = trial::run(fault, policy, timing).await.unwrap();
+            let report = trial::run(fault, policy, transport, timing).await.unwrap();
             table.push(report.to_string());
             if report.violations > 0 {
-                failures.push(format!("{fault}/{}: {:?}", policy.name(), report.examples));
+                failures.push(format!("{report}: {:?}", report.examples));
             }
             // The breaker's cool-down is 500 ms; the bound leaves room for a busy machine.
             match report.recovery {
                 Some(r) if r < Duration::from_secs(2) => {}
-                other => failures.push(format!("{fault}/{}: recovery {other:?}", policy.name())),
+                other => failures.push(format!("{report}: recovery {other:?}")),
             }
         }
     }

@@ -244,13 +244,21 @@ impl RedisServer {
     /// Runs `redis-cli` with `args` against this server (over TLS for a TLS one) and
     /// returns what it printed.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(self.tls_cli.iter().flatten())
+        let out = self
+            .cli_command()
             .args(args)
             .output()
             .expect("redis-cli runs (it comes with redis-server)");
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `redis-cli` aimed at this server (with its TLS flags for a TLS one), for a
+    /// caller to add arguments to and run where it likes (a thread of its own, say).
+    pub fn cli_command(&self) -> Command {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-p", &self.port.to_string()])
+            .args(self.tls_cli.iter().flatten());
+        cmd
     }
 
     /// The server's process id.
