@@ -121,3 +121,67 @@ pub fn warn_if_insecure(access: &spillway_redis::Access) {
         );
     }
 }
+
+/// `serve`'s TLS: the certificate it serves, mutual TLS, and on which listeners.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Serving TLS")]
+pub struct ServeTls {
+    /// PEM certificate chain to serve (leaf first); reloaded when the file changes and
+    /// on SIGHUP. With it, gRPC and HTTP speak TLS unless --tls-listeners says otherwise.
+    #[arg(long, env = "SPILLWAY_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "SPILLWAY_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CAs whose client certificates are required (mutual TLS; reloaded too).
+    /// Health probes on the HTTP listeners need none.
+    #[arg(long, env = "SPILLWAY_TLS_CLIENT_CA", value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// A client certificate must name one of these among its SANs (DNS name, IP,
+    /// URI such as a SPIFFE ID, or email); repeat for more.
+    #[arg(
+        long = "tls-client-san",
+        env = "SPILLWAY_TLS_CLIENT_SAN",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    pub tls_client_sans: Vec<String>,
+
+    /// Which listeners speak TLS: grpc, http, admin (comma-separated), or none.
+    #[arg(long, env = "SPILLWAY_TLS_LISTENERS", value_name = "LIST",
+          value_parser = spillway_server::tls::TlsListeners::parse)]
+    pub tls_listeners: Option<spillway_server::tls::TlsListeners>,
+}
+
+impl ServeTls {
+    /// These flags over the settings.
+    pub fn apply(&self, s: &mut spillway_server::Settings) {
+        s.tls_cert = self.tls_cert.clone().or(s.tls_cert.take());
+        s.tls_key = self.tls_key.clone().or(s.tls_key.take());
+        s.tls_client_ca = self.tls_client_ca.clone().or(s.tls_client_ca.take());
+        if !self.tls_client_sans.is_empty() {
+            s.tls_client_sans = self.tls_client_sans.clone();
+        }
+        s.tls_listeners = self.tls_listeners.or(s.tls_listeners);
+    }
+}
+
+/// How `check` and `bench` reach a server over TLS (`grpcs://`, `https://`).
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "TLS to the server")]
+pub struct ClientTls {
+    /// PEM CAs to trust for a grpcs:// or https:// server (default: the system's roots).
+    #[arg(long, env = "SPILLWAY_CA_FILE", value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+
+    /// PEM client certificate to present (mutual TLS; with --client-key).
+    #[arg(long, env = "SPILLWAY_CLIENT_CERT", value_name = "FILE")]
+    pub client_cert: Option<PathBuf>,
+
+    /// PEM private key of --client-cert.
+    #[arg(long, env = "SPILLWAY_CLIENT_KEY", value_name = "FILE")]
+    pub client_key: Option<PathBuf>,
+}

@@ -68,32 +68,29 @@ fn entries(args: &[String]) -> Vec<(String, String)> {
 /// naming the service's message.
 async fn post_descriptor(
     server: &str,
+    tls: &crate::args::ClientTls,
     path: &str,
     domain: &str,
     entries: &[(String, String)],
     cost: u64,
     timeout: std::time::Duration,
 ) -> anyhow::Result<serde_json::Value> {
-    use anyhow::Context;
+    let crate::client::Server::Http {
+        base,
+        tls: over_tls,
+    } = crate::client::Server::parse(server)?
+    else {
+        anyhow::bail!("--server `{server}` is not http://host:port or https://host:port");
+    };
     let body = serde_json::json!({
         "domain": domain,
         "descriptors": [{ "entries": entries.iter().map(|(k, v)| serde_json::json!({ "key": k, "value": v })).collect::<Vec<_>>() }],
         "cost": cost,
     });
-    let client = reqwest::Client::builder().timeout(timeout).build()?;
-    let endpoint = format!("{}{path}", server.trim_end_matches('/'));
-    let response = client
-        .post(&endpoint)
-        .json(&body)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach {endpoint}"))?;
-    let status = response.status();
-    let v: serde_json::Value = response
-        .json()
-        .await
-        .with_context(|| format!("{endpoint} answered {status} without JSON"))?;
-    if !(status.is_success() || status.as_u16() == 429) {
+    let client = tls.http_client(&base, over_tls)?;
+    let endpoint = format!("{base}{path}");
+    let (status, v) = crate::client::post_json(&client, &endpoint, &body, timeout).await?;
+    if !(status.is_success() || status == hyper::StatusCode::TOO_MANY_REQUESTS) {
         let message = v["error"]["message"].as_str().unwrap_or("no message");
         anyhow::bail!("{endpoint} answered {status}: {message}");
     }

@@ -7,6 +7,7 @@
 #![recursion_limit = "256"]
 
 mod args;
+mod client;
 mod cmd;
 mod limit;
 

@@ -151,12 +151,15 @@ fn the_hot_key_of_a_bench_run_tops_the_denied_keys() {
     ));
     assert_eq!(code, Some(0), "{out:?}");
     let top: Value = runtime.block_on(async {
-        reqwest::get(format!("{http}/v1/top?domain=b"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        reqwest::get(format!(
+            "http://{}/v1/top?domain=b",
+            running.admin_addr.unwrap()
+        ))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
     });
     let first = &top["rules"][0]["keys"][0];
     assert!(

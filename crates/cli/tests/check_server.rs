@@ -61,7 +61,7 @@ fn check_asks_a_running_server_over_grpc_and_http() {
         ),
         (
             vec!["--server", "ftp://x", "--domain", "c", "a"],
-            "is not http://host:port or grpc://host:port",
+            "is not grpc://, grpcs://, http:// or https:// followed by host:port",
         ),
         (vec!["--server", &grpc, "a=b"], "--domain"),
     ] {

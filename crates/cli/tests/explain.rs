@@ -19,8 +19,9 @@ fn explain_prints_the_path_the_limits_and_the_verdict() {
         "domain: e\ndescriptors:\n  - key: user\n    limits:\n      - { name: hourly, algorithm: sliding_log, limit: 2, window: 1h }\n",
     );
     let http = format!("http://{}", running.http_addr);
+    let admin = format!("http://{}", running.admin_addr.unwrap());
     let explain = |args: &[&str]| {
-        spillway(&[&["explain", "--server", &http, "--domain", "e"], args].concat())
+        spillway(&[&["explain", "--server", &admin, "--domain", "e"], args].concat())
     };
     let check = |user: &str| spillway(&["check", "--server", &http, "--domain", "e", user]);
 

@@ -66,6 +66,7 @@ fn serve(
         .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
         .args(extra)
         .env_clear()
+        .env("SPILLWAY_ADMIN_ADDR", "127.0.0.1:0")
         .envs(env.iter().copied())
         .stderr(Stdio::piped())
         .spawn()
@@ -250,13 +251,21 @@ fn no_output_shows_a_redis_password() {
 
     // serve, as the reference is deployed: REDIS_AUTH in the environment.
     let reference = [("REDIS_AUTH", SECRET), ("REDIS_SENTINEL_AUTH", SECRET)];
-    let (child, http_port, _, logs) = serve(&url, &[], &reference);
+    let admin_port = free_port();
+    let admin = vec!["--admin-addr".to_owned(), format!("127.0.0.1:{admin_port}")];
+    let (child, http_port, _, logs) = serve(&url, &admin, &reference);
     let mut procs = Procs(vec![child]);
     let mut seen = until(&logs, "listening");
-    for path in ["/v1/config", "/metrics", "/healthz", "/readyz"] {
-        outputs
-            .borrow_mut()
-            .push((path.into(), curl(http_port, path, None)));
+    for (port, path) in [
+        (admin_port, "/v1/config"),
+        (admin_port, "/rlconfig"),
+        (http_port, "/metrics"),
+        (http_port, "/healthz"),
+        (http_port, "/readyz"),
+    ] {
+        let answer = curl(port, path, None);
+        assert!(answer.starts_with("200"), "{path}: {answer}");
+        outputs.borrow_mut().push((path.into(), answer));
     }
     let body = r#"{"domain":"tls","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}"#;
     let answer = curl(http_port, "/v1/check", Some(body));
@@ -289,6 +298,8 @@ fn no_output_shows_a_redis_password() {
             "127.0.0.1:0",
             "--grpc-addr",
             "127.0.0.1:0",
+            "--admin-addr",
+            "off",
         ],
         &wrong_env,
     );

@@ -20,11 +20,13 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
     std::fs::create_dir_all(&config).unwrap();
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/envoy/rl.yaml");
     std::fs::copy(example, config.join("rl.yaml")).unwrap();
-    let (http, grpc) = (free_port(), free_port());
+    let (http, grpc, admin) = (free_port(), free_port(), free_port());
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
         .arg("serve")
         .env_clear()
+        .env("DEBUG_HOST", "127.0.0.1")
+        .env("DEBUG_PORT", admin.to_string())
         .env("RUNTIME_ROOT", &root)
         .env("RUNTIME_SUBDIRECTORY", "ratelimit")
         .env("HOST", "127.0.0.1")
@@ -123,6 +125,8 @@ fn a_bad_store_url_fails_at_once_and_an_unreachable_store_is_waited_for() {
                 "127.0.0.1:0",
                 "--grpc-addr",
                 "127.0.0.1:0",
+                "--admin-addr",
+                "off",
             ])
             .env_clear()
             .stderr(Stdio::piped());
@@ -365,10 +369,17 @@ fn serve_decides_a_candidate_in_shadow() {
         )
         .unwrap();
     }
+    let admin = free_port();
+    let admin_addr = format!("127.0.0.1:{admin}");
     let (mut child, http) = serve_with(
         &live,
         "memory",
-        &["--candidate-config", candidate.to_str().unwrap()],
+        &[
+            "--candidate-config",
+            candidate.to_str().unwrap(),
+            "--admin-addr",
+            &admin_addr,
+        ],
     );
     let body = r#"{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}"#;
     for _ in 0..3 {
@@ -389,8 +400,46 @@ fn serve_decides_a_candidate_in_shadow() {
         "{metrics}"
     );
     assert!(metrics.contains("kind=\"would_deny\""), "{metrics}");
-    let config = curl(http, "/v1/config", None);
+    let config = curl(admin, "/v1/config", None);
     assert!(config.contains("\"candidate\":{"), "{config}");
     terminate(&child);
     assert!(child.wait().unwrap().success());
+}
+
+/// With whatever read its log gone (a closed stderr), `serve` still stops on SIGTERM.
+/// Reproduces a bug: tracing-subscriber reports a failed write with `eprintln!`, which
+/// panicked in the shutdown task, so the signal was lost and the service ran on.
+#[test]
+fn sigterm_stops_serve_after_its_log_reader_is_gone() {
+    use std::io::BufRead;
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["serve", "--config"])
+        .arg(&example)
+        .args(["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
+        .args(["--admin-addr", "off", "--no-watch"])
+        .env_clear()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening") {
+        line.clear();
+        assert!(log.read_line(&mut line).unwrap() > 0, "serve exited early");
+    }
+    drop(log);
+    terminate(&child);
+    let stopped = (0..1500).any(|_| {
+        let done = child.try_wait().unwrap().is_some();
+        if !done {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        done
+    });
+    if !stopped {
+        let _ = child.kill();
+    }
+    assert!(stopped, "serve ignored SIGTERM for 15 s");
 }

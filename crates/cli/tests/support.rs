@@ -8,7 +8,8 @@ use std::sync::Arc;
 use spillway_server::{AnyStore, Running, Settings};
 use spillway_testkit::redis::{standalone_url, unique_prefix};
 
-/// `spillway serve ARGS` (no environment), once it logs that it is listening. Its log
+/// `spillway serve ARGS` (no environment but an admin listener on a port of its own,
+/// unless ARGS name one: tests run side by side), once it logs that it is listening. Its log
 /// is read until it exits: with the pipe closed, its shutdown lines would have nowhere
 /// to go and it would not stop on SIGTERM.
 pub fn spawn_serve<S: AsRef<std::ffi::OsStr>>(
@@ -19,6 +20,7 @@ pub fn spawn_serve<S: AsRef<std::ffi::OsStr>>(
         .arg("serve")
         .args(args)
         .env_clear()
+        .env("SPILLWAY_ADMIN_ADDR", "127.0.0.1:0")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spillway starts");
@@ -93,6 +95,7 @@ pub fn server(name: &str, policy: &str) -> (tokio::runtime::Runtime, Running) {
         config: dir,
         http_addr: "127.0.0.1:0".parse().unwrap(),
         grpc_addr: "127.0.0.1:0".parse().unwrap(),
+        admin_addr: Some("127.0.0.1:0".parse().unwrap()),
         ..Settings::default()
     };
     let running = runtime.block_on(async {

@@ -178,7 +178,7 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
          algorithm: gcra, limit: 2, window: 1s, burst: 2 }\n",
     )
     .unwrap();
-    let (http, grpc, driver_port) = (free_port(), free_port(), free_port());
+    let (http, grpc, admin, driver_port) = (free_port(), free_port(), free_port(), free_port());
     let serve = spawn_serve([
         "--config".into(),
         examples.clone().into_os_string(),
@@ -188,19 +188,25 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
         format!("127.0.0.1:{http}").into(),
         "--grpc-addr".into(),
         format!("127.0.0.1:{grpc}").into(),
+        "--admin-addr".into(),
+        format!("127.0.0.1:{admin}").into(),
         "--no-watch".into(),
     ]);
+    // Held at once: a missing chromedriver must not leave the service running.
+    let mut procs = Procs(vec![serve]);
     let driver = Command::new(chromedriver())
         .arg(format!("--port={driver_port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("chromedriver starts");
-    let _procs = Procs(vec![serve, driver]);
+    procs.0.push(driver);
     let profile = dir.join("profile");
     let _ = std::fs::remove_dir_all(&profile);
     let client = browser(driver_port, &profile).await;
-    let base = format!("http://127.0.0.1:{http}");
+    // The console is on the admin listener; traffic goes to the check port.
+    let base = format!("http://127.0.0.1:{admin}");
+    let check_base = format!("http://127.0.0.1:{http}");
 
     // Every example rule has its row.
     client.goto(&format!("{base}/ui")).await.unwrap();
@@ -226,7 +232,7 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
     let mut denied = 0;
     for _ in 0..sent {
         let status = http_client
-            .post(format!("{base}/v1/check"))
+            .post(format!("{check_base}/v1/check"))
             .json(&json!({ "domain": "api", "descriptors": [
                 { "entries": [{ "key": "api_key", "value": "k1" }] }] }))
             .send()
@@ -303,7 +309,7 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
 
     // A picture of the page under traffic (for the README: SPILLWAY_UI_SCREENSHOT=path):
     // traffic keeps coming, several keys and rules, until the rates show it.
-    let traffic = tokio::spawn(traffic(http_client.clone(), base.clone()));
+    let traffic = tokio::spawn(traffic(http_client.clone(), check_base.clone()));
     let mut moving = false;
     for _ in 0..100 {
         let rate = client

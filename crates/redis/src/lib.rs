@@ -33,6 +33,7 @@ mod coalesce;
 mod connection;
 mod error;
 mod key;
+pub mod pem;
 mod script;
 mod store;
 mod target;

@@ -10,15 +10,12 @@
 //! building the store), that one is used; otherwise this crate installs *ring*'s, once.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use redis::{ClientTlsConfig, TlsCertificates};
 use rustls::RootCertStore;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::Error;
+use crate::pem::{self, tls};
 
 /// How a TLS store (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`) checks
 /// the server and proves who it is. The default trusts the system's roots (and
@@ -93,71 +90,25 @@ impl TlsOptions {
     }
 }
 
-/// Installs *ring* as the process's crypto provider unless one is installed already
-/// (by the application, or by an earlier store). Racing installs are fine: one wins,
-/// and both are *ring*'s or the application's.
+/// Installs *ring* as the process's crypto provider unless one is installed already.
 pub(crate) fn ensure_provider() {
-    if CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
-fn tls(why: impl std::fmt::Display) -> Error {
-    Error::Tls(why.to_string())
-}
-
-fn read(path: &Path, what: &str) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|e| tls(format!("cannot read {what} `{}`: {e}", path.display())))
-}
-
-fn certificates(
-    pem: &[u8],
-    path: &Path,
-    what: &str,
-) -> Result<Vec<CertificateDer<'static>>, Error> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| tls(format!("{what} `{}` is not valid PEM: {e}", path.display())))?;
-    if certs.is_empty() {
-        return Err(tls(format!(
-            "{what} `{}` holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-            path.display()
-        )));
-    }
-    Ok(certs)
+    crate::pem::provider();
 }
 
 /// The CA file, checked: at least one certificate, each one a usable trust anchor.
 fn read_ca(path: &Path) -> Result<Vec<u8>, Error> {
-    let pem = read(path, "CA file")?;
-    let mut roots = RootCertStore::empty();
-    for (i, cert) in certificates(&pem, path, "CA file")?.into_iter().enumerate() {
-        roots.add(cert).map_err(|e| {
-            tls(format!(
-                "CA file `{}`: certificate {} is not a usable CA: {e}",
-                path.display(),
-                i + 1
-            ))
-        })?;
-    }
+    let pem = pem::read(path, "CA file")?;
+    pem::roots_in(&pem, path, "CA file")?;
     Ok(pem)
 }
 
 /// The client certificate and key, checked to be a pair.
 fn read_client(cert_path: &Path, key_path: &Path) -> Result<ClientTlsConfig, Error> {
-    let client_cert = read(cert_path, "client certificate")?;
-    let client_key = read(key_path, "client key")?;
-    let chain = certificates(&client_cert, cert_path, "client certificate")?;
-    let key = PrivateKeyDer::from_pem_slice(&client_key).map_err(|e| {
-        tls(format!(
-            "client key `{}` holds no usable private key (PKCS#8, PKCS#1 or SEC1 PEM): {e}",
-            key_path.display()
-        ))
-    })?;
-    let provider = CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-    rustls::ClientConfig::builder_with_provider(provider)
+    let client_cert = pem::read(cert_path, "client certificate")?;
+    let client_key = pem::read(key_path, "client key")?;
+    let chain = pem::certificates_in(&client_cert, cert_path, "client certificate")?;
+    let key = pem::private_key_in(&client_key, key_path, "client key")?;
+    rustls::ClientConfig::builder_with_provider(pem::provider())
         .with_safe_default_protocol_versions()
         .and_then(|b| {
             b.with_root_certificates(RootCertStore::empty())

@@ -284,6 +284,7 @@ pub(crate) fn service_settings(
         store,
         http_addr: "127.0.0.1:0".parse()?,
         grpc_addr: "127.0.0.1:0".parse()?,
+        admin_addr: Some("127.0.0.1:0".parse()?),
         watch: false,
         ..Settings::default()
     })

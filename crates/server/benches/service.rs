@@ -194,7 +194,7 @@ async fn trivial(shutdown: CancellationToken) -> SocketAddr {
         header_read: Duration::from_secs(5),
         drain: Duration::from_secs(1),
     };
-    tokio::spawn(serve(listener, app, shutdown, timeouts));
+    tokio::spawn(serve(listener, app, shutdown, timeouts, None));
     addr
 }
 
@@ -223,7 +223,7 @@ async fn trivial_grpc(shutdown: CancellationToken) -> SocketAddr {
         header_read: Duration::from_secs(5),
         drain: Duration::from_secs(1),
     };
-    tokio::spawn(serve(listener, app, shutdown, timeouts));
+    tokio::spawn(serve(listener, app, shutdown, timeouts, None));
     addr
 }
 
@@ -236,6 +236,7 @@ async fn spillway(store: AnyStore) -> (SocketAddr, SocketAddr) {
         config: dir,
         http_addr: "127.0.0.1:0".parse().unwrap(),
         grpc_addr: "127.0.0.1:0".parse().unwrap(),
+        admin_addr: Some("127.0.0.1:0".parse().unwrap()),
         watch: false,
         ..Settings::default()
     };

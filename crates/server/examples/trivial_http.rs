@@ -23,6 +23,6 @@ async fn main() -> std::io::Result<()> {
         drain: Duration::from_secs(1),
     };
     println!("trivial endpoint on http://{}", listener.local_addr()?);
-    serve(listener, app, CancellationToken::new(), timeouts).await;
+    serve(listener, app, CancellationToken::new(), timeouts, None).await;
     Ok(())
 }

@@ -9,8 +9,11 @@
 //!                                        aggregate
 //! ```
 //!
-//! [`start`] binds the two listeners and returns at once (tests bind port 0);
-//! [`Running::wait`] serves until the shutdown token is cancelled, then drains.
+//! [`start`] binds the listeners and returns at once (tests bind port 0): gRPC, HTTP
+//! (the check APIs, health, metrics) and the admin listener (the console, top keys,
+//! config, explain, `/rlconfig`; loopback by default), each over TLS when asked
+//! (`tls.rs`, certificates reloaded without a restart). [`Running::wait`] serves until
+//! the shutdown token is cancelled, then drains.
 
 #![forbid(unsafe_code)]
 // The decision future nests the Redis client's futures inside tokio::join!; its layout
@@ -25,6 +28,7 @@ mod service;
 pub mod settings;
 mod state;
 mod store;
+pub mod tls;
 mod top;
 
 use std::net::SocketAddr;
@@ -69,6 +73,8 @@ pub enum StartError {
     },
     #[error("cannot watch {path}: {source}")]
     Watch { path: String, source: notify::Error },
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// A started service.
@@ -76,6 +82,10 @@ pub enum StartError {
 pub struct Running {
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
+    /// `None` when the admin listener is off.
+    pub admin_addr: Option<SocketAddr>,
+    /// The served certificates, when a listener speaks TLS.
+    pub tls: Option<Arc<tls::Certs>>,
     pub state: Arc<AppState>,
     pub shutdown: CancellationToken,
     task: JoinHandle<()>,
@@ -130,6 +140,14 @@ pub async fn start_with_policies(
     store: AnyStore,
     clock: Arc<dyn Clock>,
 ) -> Result<Running, StartError> {
+    // TLS first: a setting that cannot be honoured stops the start, never plaintext.
+    let certs = match settings
+        .tls_files()
+        .map_err(|e| StartError::Tls(e.to_string()))?
+    {
+        Some(files) => Some(tls::Certs::load(files).map_err(StartError::Tls)?),
+        None => None,
+    };
     let state = app_state(settings, policies, store, clock);
     let bind = |addr: SocketAddr| async move {
         TcpListener::bind(addr)
@@ -140,7 +158,12 @@ pub async fn start_with_policies(
         bind(settings.http_addr).await?,
         bind(settings.grpc_addr).await?,
     );
+    let admin = match settings.admin_addr {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
     let (http_addr, grpc_addr) = (local(&http), local(&grpc));
+    let admin_addr = admin.as_ref().map(local);
 
     let shutdown = CancellationToken::new();
     if settings.watch {
@@ -159,6 +182,19 @@ pub async fn start_with_policies(
             )?;
         }
     }
+    if let Some(certs) = &certs {
+        reload::watch_tls(Arc::clone(certs), shutdown.clone()).map_err(|source| {
+            StartError::Watch {
+                path: certs
+                    .paths()
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                source,
+            }
+        })?;
+    }
 
     let (reporter, health) = tonic_health::server::health_reporter();
     // Registered before the port opens (not serving until the first readiness check), so
@@ -170,24 +206,58 @@ pub async fn start_with_policies(
     };
     let http_app = api::router::router(Arc::clone(&state));
     let grpc_app = api::grpc::router(Arc::clone(&state), health);
+    let admin_app = api::router::admin_router(
+        Arc::clone(&state),
+        settings.admin_token.as_ref().map(|t| Arc::from(t.expose())),
+    );
+    let on = settings.tls_on();
+    let listener_tls = |enabled: bool, strict: bool, name: &'static str| {
+        certs
+            .as_ref()
+            .filter(|_| enabled)
+            .map(|certs| listen::ListenerTls {
+                certs: Arc::clone(certs),
+                strict,
+                name,
+            })
+    };
+    let (http_tls, grpc_tls, admin_tls) = (
+        listener_tls(on.http, false, "http"),
+        listener_tls(on.grpc, true, "grpc"),
+        listener_tls(on.admin, false, "admin"),
+    );
     let task = tokio::spawn({
         let (state, shutdown) = (Arc::clone(&state), shutdown.clone());
         async move {
             let upkeep = tokio::spawn(upkeep(Arc::clone(&state), reporter, shutdown.clone()));
             let sync = tokio::spawn(sync(Arc::clone(&state)));
+            let admin = async {
+                if let Some(admin) = admin {
+                    listen::serve(admin, admin_app, shutdown.clone(), timeouts, admin_tls).await;
+                }
+            };
             tokio::join!(
-                listen::serve(http, http_app, shutdown.clone(), timeouts),
-                listen::serve(grpc, grpc_app, shutdown.clone(), timeouts),
+                listen::serve(http, http_app, shutdown.clone(), timeouts, http_tls),
+                listen::serve(grpc, grpc_app, shutdown.clone(), timeouts, grpc_tls),
+                admin,
             );
             upkeep.abort();
             sync.abort();
             tracing::info!("stopped");
         }
     });
-    tracing::info!(%http_addr, %grpc_addr, "listening");
+    tracing::info!(
+        %http_addr,
+        %grpc_addr,
+        admin_addr = admin_addr.map_or("off".to_owned(), |a| a.to_string()),
+        tls = ?on,
+        "listening"
+    );
     Ok(Running {
         http_addr,
         grpc_addr,
+        admin_addr,
+        tls: certs,
         state,
         shutdown,
         task,
@@ -266,9 +336,15 @@ fn stores(store: AnyStore, breaker: Breaker, settings: &Settings) -> Stores {
         .deny_cache_counting(settings.reference_local_cache)
 }
 
-/// The HTTP routes over `state` (`/v1/check`, `/json`, operations).
+/// The check port's HTTP routes over `state` (`/v1/check`, `/json`, health, metrics).
 pub fn http_app(state: Arc<AppState>) -> axum::Router {
     api::router::router(state)
+}
+
+/// The admin listener's routes over `state` (`/ui`, `/v1/top`, `/v1/config`,
+/// `/v1/explain`, `/rlconfig`, health, metrics), without a token.
+pub fn admin_app(state: Arc<AppState>) -> axum::Router {
+    api::router::admin_router(state, None)
 }
 
 fn local(l: &TcpListener) -> SocketAddr {

@@ -1,7 +1,9 @@
-//! Serving a router on a listener: HTTP/1 and HTTP/2 (gRPC) on one accept loop, a
-//! header read timeout so a slow client cannot hold a connection open for free, and a
+//! Serving a router on a listener: HTTP/1 and HTTP/2 (gRPC) on one accept loop, over
+//! TLS when asked (`tls.rs`), a timeout on each of the first byte, the TLS handshake
+//! and the headers so a slow client cannot hold a connection open for free, and a
 //! graceful shutdown that stops accepting and lets requests in flight finish.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -11,6 +13,21 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use crate::metrics;
+use crate::tls::{Certs, ClientCert};
+
+/// TLS on one listener.
+#[derive(Clone, Debug)]
+pub struct ListenerTls {
+    pub certs: Arc<Certs>,
+    /// Client certificates required at the handshake (with a client CA): gRPC. The
+    /// HTTP listeners verify one when presented and let health probes in without.
+    pub strict: bool,
+    /// The listener's name in metrics and logs.
+    pub name: &'static str,
+}
 
 /// Timeouts of one listener.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +44,7 @@ pub async fn serve(
     app: Router,
     shutdown: CancellationToken,
     timeouts: Timeouts,
+    tls: Option<ListenerTls>,
 ) {
     let mut builder = Builder::new(TokioExecutor::new());
     builder
@@ -55,6 +73,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let (builder, app, watcher) = (builder.clone(), app.clone(), graceful.watcher());
+        let tls = tls.clone();
         tokio::spawn(async move {
             // hyper's header timeout starts with the first bytes (after it has sniffed
             // HTTP/1 or 2): a client that connects and sends nothing gets the same time
@@ -67,8 +86,42 @@ pub async fn serve(
                 tracing::debug!("connection closed: nothing sent within the header timeout");
                 return;
             }
+            let Some(tls) = tls else {
+                let conn = builder
+                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
+                    .into_owned();
+                if let Err(e) = watcher.watch(conn).await {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            };
+            let handshake = tls.certs.acceptor(tls.strict).accept(stream);
+            let stream = match tokio::time::timeout(timeouts.header_read, handshake).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    let reason = crate::tls::failure_reason(&e);
+                    metrics::tls_handshake_failure(tls.name, reason);
+                    tracing::debug!(listener = tls.name, reason, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    metrics::tls_handshake_failure(tls.name, "timeout");
+                    tracing::debug!(listener = tls.name, "TLS handshake timed out");
+                    return;
+                }
+            };
+            // Over mutual TLS, each request says whether its client presented a
+            // certificate (the routers let one without reach the health probes only).
+            let presented = ClientCert(stream.get_ref().1.peer_certificates().is_some());
+            let mutual = tls.certs.mutual();
+            let service = tower::service_fn(move |mut request: axum::extract::Request<_>| {
+                if mutual {
+                    request.extensions_mut().insert(presented);
+                }
+                app.clone().oneshot(request)
+            });
             let conn = builder
-                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
                 .into_owned();
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(error = %e, "connection ended with an error");

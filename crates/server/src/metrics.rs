@@ -154,3 +154,25 @@ pub fn candidate_dropped() {
 pub fn candidate_error() {
     counter!("spillway_candidate_errors_total").increment(1);
 }
+
+/// A reload of the served TLS certificates: `success` or `error` (the old ones stay).
+pub fn tls_reload(ok: bool) {
+    let result = if ok { "success" } else { "error" };
+    counter!("spillway_tls_reloads_total", "result" => result).increment(1);
+}
+
+/// When the served certificate expires (Unix seconds): alert well before it.
+pub fn tls_not_after(unix_secs: i64) {
+    gauge!("spillway_tls_certificate_not_after_seconds").set(unix_secs as f64);
+}
+
+/// A TLS handshake on `listener` (`grpc`, `http`, `admin`) that failed or timed out;
+/// `reason` is one of a fixed set (`timeout`, `not_tls`, `no_client_certificate`, ...).
+pub fn tls_handshake_failure(listener: &'static str, reason: &'static str) {
+    counter!(
+        "spillway_tls_handshake_failures_total",
+        "listener" => listener,
+        "reason" => reason
+    )
+    .increment(1);
+}

@@ -1,7 +1,8 @@
 //! Hot reload: watch the policy file or directory, and on a change load everything
 //! again. A good load is swapped in whole; a bad one is logged and exported, and the
 //! last good configuration keeps serving. Counters live in the store, keyed by domain
-//! and descriptor, so a reload never resets them.
+//! and descriptor, so a reload never resets them. The served TLS certificates reload
+//! the same way, on a change to their files and on SIGHUP.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics;
 use crate::state::AppState;
+use crate::tls::Certs;
 
 /// Changes closer together than this are one reload (an editor's save is several events).
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -89,12 +91,6 @@ pub fn watch(
     set: Set,
     shutdown: CancellationToken,
 ) -> Result<(), notify::Error> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-    let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
-        if result.is_ok_and(|events| events.iter().any(|e| is_change(&e.kind))) {
-            let _ = tx.send(());
-        }
-    })?;
     // A directory is watched as a whole (new files, renames, Kubernetes' symlink swaps);
     // a single file through its directory, since editors replace files by renaming.
     let target = if path.is_dir() {
@@ -102,7 +98,7 @@ pub fn watch(
     } else {
         path.parent().map_or(path.clone(), Path::to_path_buf)
     };
-    debouncer.watch(&target, RecursiveMode::NonRecursive)?;
+    let (debouncer, mut rx) = changes(&[target])?;
     tokio::spawn(async move {
         let _debouncer = debouncer; // watching stops when it drops
         loop {
@@ -118,6 +114,65 @@ pub fn watch(
         }
     });
     Ok(())
+}
+
+/// Reloads the served certificates when their files change (through their
+/// directories: Kubernetes swaps a symlinked directory) and on SIGHUP, until
+/// `shutdown`.
+pub fn watch_tls(certs: Arc<Certs>, shutdown: CancellationToken) -> Result<(), notify::Error> {
+    let mut dirs: Vec<PathBuf> = certs
+        .paths()
+        .iter()
+        .map(|p| p.parent().map_or(p.clone(), Path::to_path_buf))
+        .map(|d| {
+            if d.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                d
+            }
+        })
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    let (debouncer, mut rx) = changes(&dirs)?;
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(notify::Error::io)?;
+    tokio::spawn(async move {
+        let _debouncer = debouncer;
+        loop {
+            tokio::select! {
+                event = rx.recv() => {
+                    if event.is_none() {
+                        break;
+                    }
+                }
+                _ = hangup.recv() => tracing::info!("SIGHUP: reloading the TLS certificates"),
+                () = shutdown.cancelled() => break,
+            }
+            let certs = Arc::clone(&certs);
+            let _ = tokio::task::spawn_blocking(move || certs.reload()).await;
+        }
+    });
+    Ok(())
+}
+
+type Debouncer = notify_debouncer_full::Debouncer<
+    notify::RecommendedWatcher,
+    notify_debouncer_full::RecommendedCache,
+>;
+
+/// A watch on `dirs` (not recursive): one message per debounced change.
+fn changes(dirs: &[PathBuf]) -> Result<(Debouncer, mpsc::UnboundedReceiver<()>), notify::Error> {
+    let (tx, rx) = mpsc::unbounded_channel::<()>();
+    let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
+        if result.is_ok_and(|events| events.iter().any(|e| is_change(&e.kind))) {
+            let _ = tx.send(());
+        }
+    })?;
+    for dir in dirs {
+        debouncer.watch(dir, RecursiveMode::NonRecursive)?;
+    }
+    Ok((debouncer, rx))
 }
 
 #[cfg(test)]

@@ -12,9 +12,11 @@ use spillway_policy::OnStoreError;
 use spillway_core::headers::HeaderStyle;
 
 mod reference;
+mod serving;
 mod value;
 
 pub use reference::{NOT_HONOURED, not_honoured};
+pub use serving::{DEFAULT_ADMIN_ADDR, admin_addr};
 pub use value::{addr, duration, log_format, verify};
 use value::{boolean, default_reference_headers, ratio, redis_access, redis_url};
 
@@ -32,6 +34,20 @@ pub struct Settings {
     pub redis: spillway_redis::Access,
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
+    /// The admin listener (`/ui`, `/v1/top`, `/v1/config`, `/v1/explain`, `/rlconfig`);
+    /// `None`: off.
+    pub admin_addr: Option<SocketAddr>,
+    /// With it, the admin listener answers 401 (health aside) to a request without it.
+    pub admin_token: Option<spillway_redis::Password>,
+    /// The served certificate chain and key (PEM).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Client certificates from these CAs are required: mutual TLS.
+    pub tls_client_ca: Option<PathBuf>,
+    /// A client certificate must name one of these among its SANs.
+    pub tls_client_sans: Vec<String>,
+    /// Which listeners serve TLS; `None`: gRPC and HTTP when a certificate is given.
+    pub tls_listeners: Option<crate::tls::TlsListeners>,
     /// Per store call; well under Envoy's 20 ms deadline.
     pub store_timeout: Duration,
     /// For rules without their own `on_store_error`.
@@ -87,6 +103,13 @@ impl Default for Settings {
             redis: spillway_redis::Access::default(),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            admin_addr: Some(SocketAddr::from(DEFAULT_ADMIN_ADDR)),
+            admin_token: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            tls_client_sans: Vec::new(),
+            tls_listeners: None,
             store_timeout: spillway_redis::DEFAULT_TIMEOUT,
             on_store_error: OnStoreError::Closed,
             shadow_mode: false,
@@ -129,6 +152,13 @@ struct File {
     redis_sentinel_password_file: Option<PathBuf>,
     http_addr: Option<String>,
     grpc_addr: Option<String>,
+    admin_addr: Option<String>,
+    admin_token_file: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    tls_client_san: Option<Vec<String>>,
+    tls_listeners: Option<Vec<String>>,
     store_timeout: Option<String>,
     on_store_error: Option<String>,
     shadow_mode: Option<bool>,
@@ -227,6 +257,19 @@ impl Settings {
         if let Some(v) = f.grpc_addr {
             self.grpc_addr = addr(&v).map_err(|e| at("grpc_addr", e))?;
         }
+        self.apply_serving_file(
+            serving::ServingFile {
+                admin_addr: f.admin_addr,
+                admin_token_file: f.admin_token_file,
+                tls_cert: f.tls_cert,
+                tls_key: f.tls_key,
+                tls_client_ca: f.tls_client_ca,
+                tls_client_san: f.tls_client_san,
+                tls_listeners: f.tls_listeners,
+            },
+            near,
+            at,
+        )?;
         if let Some(v) = f.store_timeout {
             self.store_timeout = duration(&v).map_err(|e| at("store_timeout", e))?;
         }
@@ -309,6 +352,7 @@ impl Settings {
             };
         self.http_addr = listen("HOST", "PORT", self.http_addr)?;
         self.grpc_addr = listen("GRPC_HOST", "GRPC_PORT", self.grpc_addr)?;
+        self.apply_serving_env(&var)?;
         if let Some(v) = var("LOG_LEVEL") {
             self.log_level = v.to_ascii_lowercase();
         }

@@ -55,6 +55,7 @@ impl Server {
             config: dir.clone(),
             http_addr: "127.0.0.1:0".parse().unwrap(),
             grpc_addr: "127.0.0.1:0".parse().unwrap(),
+            admin_addr: Some("127.0.0.1:0".parse().unwrap()),
             ..Settings::default()
         };
         tweak(&mut settings);
@@ -82,7 +83,20 @@ impl Server {
         }
     }
 
+    /// `path` on the listener that serves it: the admin listener's pages there, the
+    /// rest on the check port.
     pub fn url(&self, path: &str) -> String {
+        let admin = ["/ui", "/v1/top", "/v1/config", "/v1/explain", "/rlconfig"]
+            .iter()
+            .any(|p| path.starts_with(p));
+        match self.running.admin_addr {
+            Some(addr) if admin => format!("http://{addr}{path}"),
+            _ => self.check_url(path),
+        }
+    }
+
+    /// `path` on the check port, whatever it is.
+    pub fn check_url(&self, path: &str) -> String {
         format!("http://{}{path}", self.running.http_addr)
     }
 

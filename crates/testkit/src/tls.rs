@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose, date_time_ymd,
+    KeyPair, KeyUsagePurpose, SanType, date_time_ymd,
 };
 
 /// A certificate and its key, as files.
@@ -31,6 +31,8 @@ pub struct Files {
 /// How a leaf certificate is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Leaf {
+    /// Names exactly these (DNS names, IP addresses, or `spiffe://` URIs), valid now.
+    Names(&'static [&'static str]),
     /// Names 127.0.0.1 and localhost, valid now.
     Good,
     /// Ended in 2021.
@@ -88,10 +90,23 @@ impl Pki {
     /// `<stem>.crt` and `<stem>.key` (an EC P-256 key in PKCS#8).
     pub fn issue(&self, stem: &str, leaf: Leaf) -> Pair {
         let names = match leaf {
-            Leaf::OtherName => vec!["other.example".to_owned()],
-            _ => vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
+            Leaf::OtherName => vec!["other.example"],
+            Leaf::Names(names) => names.to_vec(),
+            _ => vec!["127.0.0.1", "localhost"],
         };
-        let mut params = CertificateParams::new(names).expect("leaf parameters");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("leaf parameters");
+        params.subject_alt_names = names
+            .iter()
+            .map(|n| {
+                if let Ok(ip) = n.parse::<std::net::IpAddr>() {
+                    SanType::IpAddress(ip)
+                } else if n.contains("://") {
+                    SanType::URI((*n).try_into().expect("a URI"))
+                } else {
+                    SanType::DnsName((*n).try_into().expect("a DNS name"))
+                }
+            })
+            .collect();
         params.distinguished_name.push(DnType::CommonName, stem);
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
@@ -106,7 +121,7 @@ impl Pki {
                 params.not_before = date_time_ymd(2099, 1, 1);
                 params.not_after = date_time_ymd(2100, 1, 1);
             }
-            Leaf::Good | Leaf::OtherName => {}
+            Leaf::Good | Leaf::OtherName | Leaf::Names(_) => {}
         }
         let key = KeyPair::generate().expect("a key");
         let cert = params
@@ -147,4 +162,79 @@ pub fn shared_files() -> Files {
             key: dir.join("client.key"),
         },
     }
+}
+
+/// A TLS client trusting `ca` (PEM file), presenting `client` when given; ALPN as
+/// given.
+pub fn client_config(ca: &Path, client: Option<&Pair>, alpn: &[&[u8]]) -> rustls::ClientConfig {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| std::sync::Arc::new(rustls::crypto::ring::default_provider()));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).expect("the CA file") {
+        roots
+            .add(cert.expect("a CA certificate"))
+            .expect("a usable CA");
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots);
+    let mut config = match client {
+        None => builder.with_no_client_auth(),
+        Some(pair) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_file_iter(&pair.cert)
+                    .expect("the client certificate")
+                    .map(|c| c.expect("a certificate"))
+                    .collect(),
+                PrivateKeyDer::from_pem_file(&pair.key).expect("the client key"),
+            )
+            .expect("a usable client certificate"),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config
+}
+
+/// A TLS connection to `addr` (its name checked as `127.0.0.1`), handshake done.
+pub async fn connect(
+    addr: std::net::SocketAddr,
+    config: rustls::ClientConfig,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+}
+
+/// One HTTP/1.1 request over a new TLS connection (`Connection: close`): the status and
+/// the body, or the error that ended it (a refused client certificate shows here, on
+/// TLS 1.3, after the handshake seemed done).
+pub async fn https(
+    addr: std::net::SocketAddr,
+    config: rustls::ClientConfig,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tls = connect(addr, config).await?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    tls.read_to_end(&mut response).await?;
+    let text = String::from_utf8_lossy(&response);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {text:?}")))?;
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    Ok((status, body))
 }

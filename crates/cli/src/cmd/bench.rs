@@ -45,7 +45,8 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with = "server", required_unless_present = "server")]
     pub store: Option<String>,
 
-    /// A running service: http://host:8080 (POST /v1/check) or grpc://host:8081 (ShouldRateLimit).
+    /// A running service: http://host:8080 (POST /v1/check) or grpc://host:8081
+    /// (ShouldRateLimit); over TLS, https:// or grpcs:// (see --ca-file).
     #[arg(long)]
     pub server: Option<String>,
 
@@ -140,6 +141,9 @@ pub struct BenchArgs {
 
     #[command(flatten)]
     pub redis: args::RedisAccess,
+
+    #[command(flatten)]
+    pub tls: args::ClientTls,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -285,12 +289,13 @@ async fn target(
     if let Some(url) = &args.server {
         let domain = args.domain.clone().context("--server needs --domain")?;
         let described = format!("{url} (domain {domain}, descriptor key {key_name})");
-        let target = if let Some(addr) = url.strip_prefix("grpc://") {
-            Target::grpc(addr, domain, key_name).await?
-        } else if url.starts_with("http://") {
-            Target::http(url, domain, key_name)?
-        } else {
-            bail!("--server `{url}` is not http://host:port or grpc://host:port");
+        let target = match crate::client::Server::parse(url)? {
+            crate::client::Server::Grpc { authority, tls } => {
+                Target::grpc(&args.tls, &authority, tls, domain, key_name).await?
+            }
+            crate::client::Server::Http { base, tls } => {
+                Target::http(&args.tls, &base, tls, domain, key_name)?
+            }
         };
         return Ok((target, described));
     }

@@ -34,6 +34,7 @@ Examples:
 
   # Ask a running service, as Envoy would (gRPC), or over its HTTP API
   spillway check --server grpc://127.0.0.1:8081 --domain api api_key=k1
+  spillway check --server grpcs://rls.internal:8081 --ca-file ca.crt --domain api api_key=k1
   spillway check --server http://127.0.0.1:8080 --domain api --peek --json api_key=k1 route=upload
   # At most 3 distinct IPs per API key per hour: exit 1 for a fourth
   spillway check --store redis://127.0.0.1:6379 --algorithm distinct --limit 3 --window 1h \\
@@ -47,7 +48,8 @@ pub struct CheckArgs {
     pub keys: Vec<String>,
 
     /// Ask a running Spillway (or any Envoy rate limit service) instead of a store:
-    /// http://host:8080 (POST /v1/check) or grpc://host:8081 (ShouldRateLimit).
+    /// http://host:8080 (POST /v1/check) or grpc://host:8081 (ShouldRateLimit); over
+    /// TLS, https:// or grpcs:// (see --ca-file, --client-cert, --client-key).
     #[arg(long, conflicts_with_all = ["store", "algorithm", "limit", "window", "precision", "edge",
         "burst", "count_rejected", "reset", "prefix", "local_time"], requires = "domain")]
     pub server: Option<String>,
@@ -124,6 +126,9 @@ pub struct CheckArgs {
 
     #[command(flatten)]
     pub redis: args::RedisAccess,
+
+    #[command(flatten)]
+    pub tls: args::ClientTls,
 }
 
 mod server;

@@ -4,17 +4,16 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
 use serde_json::Value;
 use spillway_policy::duration;
 
 pub const EXAMPLES: &str = "\
 Examples:
   # Which rules apply to api_key=k1, what their counters hold, and whether a check would pass
-  spillway explain --server http://127.0.0.1:8080 --domain api api_key=k1
+  spillway explain --server http://127.0.0.1:6070 --domain api api_key=k1
 
   # A descriptor of two entries, a request of cost 5, as JSON
-  spillway explain --server http://127.0.0.1:8080 --domain api --cost 5 --json api_key=k1 route=upload
+  spillway explain --server http://127.0.0.1:6070 --domain api --cost 5 --json api_key=k1 route=upload
 
 Exit status: 0 a check would be admitted, 1 it would be limited, 2 an error.";
 
@@ -24,8 +23,8 @@ pub struct ExplainArgs {
     #[arg(required = true)]
     pub entries: Vec<String>,
 
-    /// The service's HTTP address.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    /// The service's admin listener (http:// or https://).
+    #[arg(long, default_value = "http://127.0.0.1:6070")]
     pub server: String,
 
     /// The policy domain.
@@ -43,6 +42,9 @@ pub struct ExplainArgs {
     /// Give up after this long.
     #[arg(long, default_value = "5s", value_parser = duration::parse)]
     pub timeout: Duration,
+
+    #[command(flatten)]
+    pub tls: crate::args::ClientTls,
 }
 
 pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
@@ -63,13 +65,11 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn ask(args: &ExplainArgs) -> anyhow::Result<Value> {
-    if !(args.server.starts_with("http://") || args.server.starts_with("https://")) {
-        bail!("--server `{}` is not http://host:port", args.server);
-    }
     let entries = super::entries(&args.entries);
     // `/v1/explain` answers 200 whatever the verdict.
     super::post_descriptor(
         &args.server,
+        &args.tls,
         "/v1/explain",
         &args.domain,
         &entries,

@@ -22,8 +22,14 @@ service's variables (REDIS_URL, REDIS_TYPE, RUNTIME_ROOT, PORT, GRPC_PORT, LOG_L
 SHADOW_MODE, LIMIT_RESPONSE_HEADERS_ENABLED, ...), then flags and SPILLWAY_* variables.
 
 Examples:
-  # The example policies on the in-memory store (HTTP :8080, gRPC :8081)
+  # The example policies on the in-memory store (HTTP :8080, gRPC :8081; the console
+  # and other operator pages on 127.0.0.1:6070)
   spillway serve --config examples/policies
+
+  # TLS on both check ports; mutual TLS with a client CA (health probes need no
+  # client certificate)
+  spillway serve --config /etc/spillway --tls-cert tls.crt --tls-key tls.key \\
+      --tls-client-ca clients-ca.crt
 
   # Shared limits in Redis; fall back to a local limiter when Redis fails
   spillway serve --config /etc/spillway --store redis://10.0.0.5:6379 --on-store-error local
@@ -48,13 +54,26 @@ pub struct ServeArgs {
     #[arg(long, env = "SPILLWAY_STORE")]
     pub store: Option<String>,
 
-    /// HTTP listen address (/v1/check, /json, /metrics, /healthz, /readyz, /ui).
+    /// HTTP listen address (/v1/check, /json, /metrics, /healthz, /readyz, /healthcheck).
     #[arg(long, env = "SPILLWAY_HTTP_ADDR")]
     pub http_addr: Option<String>,
 
     /// gRPC listen address (ShouldRateLimit, health).
     #[arg(long, env = "SPILLWAY_GRPC_ADDR")]
     pub grpc_addr: Option<String>,
+
+    /// Admin listen address (/ui, /v1/top, /v1/config, /v1/explain, /rlconfig), or
+    /// `off`. Default 127.0.0.1:6070: loopback only.
+    #[arg(long, env = "SPILLWAY_ADMIN_ADDR")]
+    pub admin_addr: Option<String>,
+
+    /// A file whose first line is the admin listener's token: requests without it
+    /// (Authorization: Bearer, or Basic with it as password) get 401; health needs none.
+    #[arg(long, env = "SPILLWAY_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub tls: args::ServeTls,
 
     /// A settings file (YAML; the keys are these flags' names with underscores).
     #[arg(long, env = "SPILLWAY_SETTINGS")]
@@ -196,6 +215,19 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
             .map_err(anyhow::Error::msg)
             .context("--grpc-addr")?;
     }
+    if let Some(v) = args.admin_addr {
+        s.admin_addr = settings::admin_addr(&v)
+            .map_err(anyhow::Error::msg)
+            .context("--admin-addr")?;
+    }
+    if let Some(v) = args.admin_token_file {
+        s.admin_token = Some(
+            settings::password_file(&v)
+                .map_err(anyhow::Error::msg)
+                .context("--admin-token-file")?,
+        );
+    }
+    args.tls.apply(&mut s);
     if let Some(v) = args.store_timeout {
         s.store_timeout = v;
     }
@@ -227,13 +259,31 @@ fn init_logging(s: &Settings) -> anyhow::Result<()> {
         .with_context(|| format!("log level `{}`", s.log_level))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(|| LossyStderr);
     if s.log_json {
         builder.json().init();
     } else {
         builder.init();
     }
     Ok(())
+}
+
+/// stderr, its write errors dropped. When whatever reads the log goes away, a failed
+/// write must not stop the service: tracing-subscriber reports a failed write with
+/// `eprintln!`, which panics on a closed stderr, in whichever task logged (seen: the
+/// shutdown task, so SIGTERM no longer stopped `serve`).
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
 }
 
 async fn signal() {

@@ -1,5 +1,6 @@
-//! Operations on the HTTP port: `/metrics`, `/healthz`, `/readyz`, the reference's
-//! `/healthcheck`, `/v1/config` and `/v1/top`.
+//! Operations: `/metrics`, `/healthz`, `/readyz` and the reference's `/healthcheck` on
+//! both HTTP listeners; `/v1/config`, `/v1/top` and the reference's `/rlconfig` on the
+//! admin listener.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,6 +59,50 @@ pub(super) async fn top(
         "rules": state.service.top(domain),
     }))
     .into_response()
+}
+
+/// `GET /rlconfig`: the loaded rules in the reference's text format (what its debug
+/// port answers and `egctl x config envoy-ratelimit` reads), one line per limit, sorted:
+/// `domain.key_value.key: unit=MINUTE requests_per_unit=10, shadow_mode: false`. A
+/// window that is not one unit is written as a duration (`unit=10s`); an unlimited or
+/// block-all rule has `unit=UNKNOWN requests_per_unit=0`, as the reference's unlimited.
+pub(super) async fn rlconfig(State(state): State<Arc<AppState>>) -> Response {
+    let policies = state.service.policies();
+    let mut lines: Vec<(String, String)> = policies
+        .domains()
+        .iter()
+        .flat_map(|d| {
+            d.rules().into_iter().map(move |rule| {
+                let r = rule.summary();
+                let unit = match (r.window_ms, r.limit) {
+                    (Some(ms), Some(_)) => reference_unit(ms),
+                    _ => "UNKNOWN".to_owned(),
+                };
+                let key = format!("{}.{}{}", d.name(), r.path, r.slot);
+                let line = format!(
+                    ": unit={unit} requests_per_unit={}, shadow_mode: {}\n",
+                    r.limit.unwrap_or(0),
+                    r.mode == "shadow"
+                );
+                (key, line)
+            })
+        })
+        .collect();
+    lines.sort();
+    let text: String = lines.into_iter().map(|(k, l)| k + &l).collect();
+    ([("content-type", "text/plain; charset=utf-8")], text).into_response()
+}
+
+/// The reference's unit for a window of `ms`, or the window itself.
+fn reference_unit(ms: u64) -> String {
+    match ms {
+        1_000 => "SECOND".into(),
+        60_000 => "MINUTE".into(),
+        3_600_000 => "HOUR".into(),
+        86_400_000 => "DAY".into(),
+        604_800_000 => "WEEK".into(),
+        _ => spillway_policy::duration::format(std::time::Duration::from_millis(ms)),
+    }
 }
 
 /// Each domain of `set`: its name, file and rules.

@@ -27,6 +27,10 @@ pub enum Refused {
     NoSuchEndpoint,
     /// `/readyz` while not ready, and why: 503.
     NotReady(String),
+    /// Over mutual TLS, a client without a certificate asked for more than health: 403.
+    ClientCertRequired,
+    /// The admin listener's token is set and the request did not carry it: 401.
+    Unauthorized,
 }
 
 /// A check's answer on `/v1/check` and `/json`: 200, or 429 over the limit.
@@ -77,6 +81,31 @@ pub fn refused(r: Refused) -> Response {
             "no such endpoint".to_owned(),
         ),
         Refused::NotReady(why) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready", why),
+        Refused::ClientCertRequired => (
+            StatusCode::FORBIDDEN,
+            "client_certificate_required",
+            "this listener requires a client certificate for everything but health probes"
+                .to_owned(),
+        ),
+        Refused::Unauthorized => {
+            let mut response = error_body(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "the admin listener needs its token: Authorization: Bearer TOKEN (or HTTP \
+                 Basic with the token as password, as a browser asks for it)",
+            );
+            // Both schemes offered: a browser prompts for Basic, a script sends Bearer.
+            let headers = response.headers_mut();
+            headers.append(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"spillway admin\""),
+            );
+            headers.append(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Basic realm=\"spillway admin\""),
+            );
+            return response;
+        }
     };
     error_body(status, kind, &message)
 }

@@ -1,5 +1,11 @@
-//! The HTTP port's routes, and what every request passes first: its body read whole,
-//! bounded in size and in time.
+//! The HTTP listeners' routes, and what every request passes first: over mutual TLS,
+//! a client certificate for anything but health; on the admin listener, its token;
+//! then its body read whole, bounded in size and in time.
+//!
+//! The check port serves what a caller of the check APIs needs: `/v1/check`, `/json`,
+//! health and `/metrics` (rule names and counts, never keys). The admin listener
+//! serves what shows who is limited and how: `/ui`, `/v1/top`, `/v1/config`,
+//! `/v1/explain`, the reference's `/rlconfig`, and health and `/metrics` again.
 
 use std::sync::Arc;
 
@@ -9,39 +15,115 @@ use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
+use base64::Engine;
 use http_body_util::BodyExt;
+use subtle::ConstantTimeEq;
 
 use super::respond::{self, Refused};
 use super::{ops, reference, ui, v1};
 use crate::metrics;
 use crate::state::AppState;
+use crate::tls::{ClientCert, open_without_client_cert};
 
 /// The most bytes a request body may have.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// The HTTP routes.
+/// The check port's HTTP routes.
 pub fn router(state: Arc<AppState>) -> Router {
-    let routes = if state.ui {
-        ui::routes()
-    } else {
-        Router::new()
-    };
-    routes
+    with_health(Router::new())
         .route("/v1/check", post(v1::check))
-        .route("/v1/explain", post(v1::explain))
         .route("/json", post(reference::check))
-        .route("/metrics", get(ops::prometheus))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(ops::ready))
-        .route("/healthcheck", get(ops::healthcheck))
-        .route("/v1/config", get(ops::config))
-        .route("/v1/top", get(ops::top))
         .fallback(|| async { respond::refused(Refused::NoSuchEndpoint) })
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             read_body,
         ))
+        .layer(middleware::from_fn(client_cert))
         .with_state(state)
+}
+
+/// The admin listener's routes; with a `token`, every one but health needs it.
+pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>) -> Router {
+    let routes = if state.ui {
+        ui::routes()
+    } else {
+        Router::new()
+    };
+    with_health(routes)
+        .route("/v1/explain", post(v1::explain))
+        .route("/v1/config", get(ops::config))
+        .route("/v1/top", get(ops::top))
+        .route("/rlconfig", get(ops::rlconfig))
+        .fallback(|| async { respond::refused(Refused::NoSuchEndpoint) })
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            read_body,
+        ))
+        .layer(middleware::from_fn_with_state(token, admin_token))
+        .layer(middleware::from_fn(client_cert))
+        .with_state(state)
+}
+
+/// Health and metrics, on both listeners.
+fn with_health(routes: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
+    routes
+        .route("/metrics", get(ops::prometheus))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ops::ready))
+        .route("/healthcheck", get(ops::healthcheck))
+}
+
+/// Over mutual TLS, a client that presented no certificate reaches health only.
+async fn client_cert(request: Request, next: Next) -> Response {
+    let presented = request.extensions().get::<ClientCert>().is_none_or(|c| c.0);
+    if presented || open_without_client_cert(request.uri().path()) {
+        next.run(request).await
+    } else {
+        respond::refused(Refused::ClientCertRequired)
+    }
+}
+
+/// The admin token, as `Authorization: Bearer TOKEN` or as HTTP Basic's password (any
+/// user name), compared in constant time; health needs none.
+async fn admin_token(
+    State(token): State<Option<Arc<str>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(token) = token else {
+        return next.run(request).await;
+    };
+    if open_without_client_cert(request.uri().path()) {
+        return next.run(request).await;
+    }
+    let given = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(presented_token);
+    match given {
+        Some(given) if bool::from(given.as_bytes().ct_eq(token.as_bytes())) => {
+            next.run(request).await
+        }
+        _ => respond::refused(Refused::Unauthorized),
+    }
+}
+
+/// The token in an `Authorization` header: Bearer's, or Basic's password.
+fn presented_token(header: &str) -> Option<String> {
+    let (scheme, rest) = header.split_once(' ')?;
+    if scheme.eq_ignore_ascii_case("bearer") {
+        Some(rest.trim().to_owned())
+    } else if scheme.eq_ignore_ascii_case("basic") {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(rest.trim())
+            .ok()?;
+        let text = String::from_utf8(decoded).ok()?;
+        text.split_once(':')
+            .map(|(_, password)| password.to_owned())
+    } else {
+        None
+    }
 }
 
 /// How much of an over-long body is read and thrown away before the 413 is sent: a
@@ -99,4 +181,26 @@ async fn read_at_most(body: &mut Body, limit: usize) -> Result<Option<Bytes>, ax
         }
     }
     Ok(Some(Bytes::from(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_comes_as_bearer_or_as_basic_password() {
+        assert_eq!(presented_token("Bearer s3cret").as_deref(), Some("s3cret"));
+        assert_eq!(
+            presented_token("bearer  s3cret ").as_deref(),
+            Some("s3cret")
+        );
+        // "ops:s3cret"
+        assert_eq!(
+            presented_token("Basic b3BzOnMzY3JldA==").as_deref(),
+            Some("s3cret")
+        );
+        assert_eq!(presented_token("Basic !!!"), None);
+        assert_eq!(presented_token("Digest x"), None);
+        assert_eq!(presented_token("s3cret"), None);
+    }
 }

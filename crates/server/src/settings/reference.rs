@@ -73,30 +73,10 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
     ),
     ("DISABLE_STATS", "metrics are always on"),
     ("TRACING_", "there is no tracing export"),
-    (
-        "DEBUG_HOST",
-        "there is no debug port: /v1/config and /metrics are on the HTTP port",
-    ),
-    (
-        "DEBUG_PORT",
-        "there is no debug port: /v1/config and /metrics are on the HTTP port",
-    ),
     ("GRPC_UDS", "gRPC listens on TCP only"),
     (
         "GRPC_MAX_CONNECTION_AGE",
         "connections are kept until the client closes them",
-    ),
-    (
-        "GRPC_SERVER_USE_TLS",
-        "gRPC is served without TLS: terminate TLS in front of it",
-    ),
-    (
-        "GRPC_SERVER_TLS_",
-        "gRPC is served without TLS: terminate TLS in front of it",
-    ),
-    (
-        "GRPC_CLIENT_TLS_",
-        "gRPC is served without TLS: terminate TLS in front of it",
     ),
     (
         "CONFIG_TYPE",

@@ -9,9 +9,6 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -19,7 +16,7 @@ use spillway_core::{Clock, Guard, Key, Limit, Request, Store, SystemClock, Unans
 use spillway_server::{AnyStore, CheckRequest, Code, Descriptor, Service, Stores};
 use tonic::transport::Channel;
 
-type Body = Full<hyper::body::Bytes>;
+use crate::args::ClientTls;
 
 /// One request's result.
 pub enum Outcome {
@@ -71,7 +68,7 @@ pub enum Target {
     },
     /// `POST /v1/check` of a running service.
     Http {
-        client: Box<Client<HttpConnector, Body>>,
+        client: Box<crate::client::HttpClient>,
         uri: hyper::Uri,
         domain: String,
         key_name: String,
@@ -98,13 +95,16 @@ pub async fn sync(stores: Weak<Stores>) {
 }
 
 impl Target {
-    pub async fn grpc(addr: &str, domain: String, key_name: String) -> anyhow::Result<Target> {
+    pub async fn grpc(
+        tls: &ClientTls,
+        authority: &str,
+        over_tls: bool,
+        domain: String,
+        key_name: String,
+    ) -> anyhow::Result<Target> {
         let mut clients = Vec::new();
         for _ in 0..4 {
-            let channel = Channel::from_shared(format!("http://{addr}"))?
-                .connect()
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot reach grpc://{addr}: {e}"))?;
+            let channel = tls.grpc_channel(authority, over_tls).await?;
             clients.push(RateLimitServiceClient::new(channel));
         }
         Ok(Target::Grpc {
@@ -114,13 +114,15 @@ impl Target {
         })
     }
 
-    pub fn http(url: &str, domain: String, key_name: String) -> anyhow::Result<Target> {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(usize::MAX)
-            .build(connector);
-        let uri = format!("{}/v1/check", url.trim_end_matches('/')).parse()?;
+    pub fn http(
+        tls: &ClientTls,
+        base: &str,
+        over_tls: bool,
+        domain: String,
+        key_name: String,
+    ) -> anyhow::Result<Target> {
+        let client = tls.http_client(base, over_tls)?;
+        let uri = format!("{base}/v1/check").parse()?;
         Ok(Target::Http {
             client: Box::new(client),
             uri,

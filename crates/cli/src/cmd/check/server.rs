@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -14,6 +14,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use serde_json::{Value, json};
 
 use super::CheckArgs;
+use crate::client::Server;
 
 /// One descriptor's answer, whichever API gave it.
 struct Answer {
@@ -34,12 +35,12 @@ pub async fn run(args: &CheckArgs, url: &str) -> anyhow::Result<ExitCode> {
     let entries = crate::cmd::entries(&args.keys);
     let cost = if args.peek { 0 } else { args.cost };
     let ask = async {
-        if let Some(addr) = url.strip_prefix("grpc://") {
-            grpc(addr, domain, &entries, cost).await
-        } else if url.starts_with("http://") || url.starts_with("https://") {
-            http(url, domain, &entries, cost, args.timeout).await
-        } else {
-            bail!("--server `{url}` is not http://host:port or grpc://host:port")
+        match Server::parse(url)? {
+            Server::Grpc { authority, tls } => {
+                let channel = args.tls.grpc_channel(&authority, tls).await?;
+                grpc(channel, domain, &entries, cost).await
+            }
+            Server::Http { .. } => http(args, url, domain, &entries, cost).await,
         }
     };
     let (overall, answer) = tokio::time::timeout(args.timeout, ask)
@@ -63,14 +64,12 @@ pub async fn run(args: &CheckArgs, url: &str) -> anyhow::Result<ExitCode> {
 }
 
 async fn grpc(
-    addr: &str,
+    channel: tonic::transport::Channel,
     domain: &str,
     entries: &[(String, String)],
     cost: u64,
 ) -> anyhow::Result<(String, Answer)> {
-    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
-        .await
-        .with_context(|| format!("cannot reach grpc://{addr}"))?;
+    let mut client = RateLimitServiceClient::new(channel);
     let request = RateLimitRequest {
         domain: domain.into(),
         descriptors: vec![RateLimitDescriptor {
@@ -124,13 +123,22 @@ async fn grpc(
 }
 
 async fn http(
+    args: &CheckArgs,
     url: &str,
     domain: &str,
     entries: &[(String, String)],
     cost: u64,
-    timeout: Duration,
 ) -> anyhow::Result<(String, Answer)> {
-    let v = crate::cmd::post_descriptor(url, "/v1/check", domain, entries, cost, timeout).await?;
+    let v = crate::cmd::post_descriptor(
+        url,
+        &args.tls,
+        "/v1/check",
+        domain,
+        entries,
+        cost,
+        args.timeout,
+    )
+    .await?;
     let d = &v["descriptors"][0];
     let rule = d.get("rule").filter(|r| !r.is_null());
     Ok((

@@ -1,0 +1,177 @@
+//! How `check`, `bench` and `explain` reach a running service: `grpc://` and `grpcs://`
+//! (Envoy's `ShouldRateLimit`), `http://` and `https://` (`/v1/check`, `/v1/explain`),
+//! over TLS with the CAs and client certificate of [`ClientTls`].
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tonic::transport::Channel;
+
+use crate::args::ClientTls;
+
+/// The HTTP client the CLI uses: plaintext or TLS by the URL's scheme.
+pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<hyper::body::Bytes>>;
+
+/// A `--server` URL.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Server {
+    /// `grpc://host:port` or `grpcs://host:port`.
+    Grpc { authority: String, tls: bool },
+    /// `http://host:port` or `https://host:port` (a path prefix is kept).
+    Http { base: String, tls: bool },
+}
+
+impl Server {
+    pub fn parse(url: &str) -> anyhow::Result<Server> {
+        let url = url.trim_end_matches('/');
+        if let Some(a) = url.strip_prefix("grpc://") {
+            Ok(Server::Grpc {
+                authority: a.to_owned(),
+                tls: false,
+            })
+        } else if let Some(a) = url.strip_prefix("grpcs://") {
+            Ok(Server::Grpc {
+                authority: a.to_owned(),
+                tls: true,
+            })
+        } else if url.starts_with("http://") || url.starts_with("https://") {
+            Ok(Server::Http {
+                base: url.to_owned(),
+                tls: url.starts_with("https://"),
+            })
+        } else {
+            bail!(
+                "--server `{url}` is not grpc://, grpcs://, http:// or https:// followed by \
+                 host:port"
+            )
+        }
+    }
+}
+
+impl ClientTls {
+    /// The TLS configuration: these CAs (or the system's roots) and this certificate.
+    fn config(&self) -> anyhow::Result<rustls::ClientConfig> {
+        let identity = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+            (None, None) => None,
+            _ => bail!("--client-cert and --client-key go together"),
+        };
+        Ok(spillway_redis::pem::client_config(
+            self.ca_file.as_deref(),
+            identity,
+        )?)
+    }
+
+    /// Whether a TLS flag was given (for a plaintext URL, that is a mistake).
+    fn any(&self) -> bool {
+        self.ca_file.is_some() || self.client_cert.is_some() || self.client_key.is_some()
+    }
+
+    fn refuse_on_plaintext(&self, tls: bool, url: &str) -> anyhow::Result<()> {
+        if !tls && self.any() {
+            bail!(
+                "--ca-file, --client-cert and --client-key need grpcs:// or https://, not `{url}`"
+            );
+        }
+        Ok(())
+    }
+
+    /// One gRPC channel to `authority`.
+    pub async fn grpc_channel(&self, authority: &str, tls: bool) -> anyhow::Result<Channel> {
+        let scheme = if tls { "grpcs" } else { "grpc" };
+        self.refuse_on_plaintext(tls, &format!("{scheme}://{authority}"))?;
+        let channel = if tls {
+            spillway_server::tls::grpc_channel(authority, self.config()?).await
+        } else {
+            Channel::from_shared(format!("http://{authority}"))?
+                .connect()
+                .await
+        };
+        channel.map_err(|e| anyhow::anyhow!("cannot reach {scheme}://{authority}: {e}"))
+    }
+
+    /// An HTTP client for `base` (keeps connections; HTTP/1.1).
+    pub fn http_client(&self, base: &str, tls: bool) -> anyhow::Result<HttpClient> {
+        self.refuse_on_plaintext(tls, base)?;
+        let config = if tls {
+            self.config()?
+        } else {
+            // Never used: a plaintext URL makes no handshake.
+            rustls::ClientConfig::builder_with_provider(spillway_redis::pem::provider())
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        };
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        Ok(Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(usize::MAX)
+            .build(connector))
+    }
+}
+
+/// `POST url` with a JSON body, within `timeout`: the status and the JSON answer.
+pub async fn post_json(
+    client: &HttpClient,
+    url: &str,
+    body: &serde_json::Value,
+    timeout: Duration,
+) -> anyhow::Result<(hyper::StatusCode, serde_json::Value)> {
+    let request = hyper::Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::from(serde_json::to_vec(body)?))?;
+    let exchange = async {
+        let response = client
+            .request(request)
+            .await
+            .with_context(|| format!("cannot reach {url}"))?;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .with_context(|| format!("{url}: the answer broke off"))?
+            .to_bytes();
+        let value = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{url} answered {status} without JSON"))?;
+        Ok::<_, anyhow::Error>((status, value))
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| anyhow::anyhow!("{url} did not answer within {timeout:?}"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_urls_say_api_and_tls() {
+        assert_eq!(
+            Server::parse("grpcs://h:1").unwrap(),
+            Server::Grpc {
+                authority: "h:1".into(),
+                tls: true
+            }
+        );
+        assert_eq!(
+            Server::parse("http://h:1/").unwrap(),
+            Server::Http {
+                base: "http://h:1".into(),
+                tls: false
+            }
+        );
+        assert!(Server::parse("h:1").is_err());
+    }
+}

@@ -1,0 +1,183 @@
+//! The admin listener: the pages that show who is limited and how (`/ui`, `/v1/top`,
+//! `/v1/config`, `/v1/explain`, the reference's `/rlconfig`) are served there and
+//! answer 404 on the check port; with a token, 401 without it (health needs none);
+//! off, nothing listens.
+
+mod support;
+
+use support::{Backing, Server};
+
+const POLICY: &str = "
+domain: shop
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+    descriptors:
+      - key: plan
+        value: free
+        shadow_mode: true
+        rate_limit: { unit: hour, requests_per_unit: 100 }
+  - key: ip
+    limits:
+      - { name: burst, algorithm: gcra, limit: 5, window: 10s, burst: 10 }
+      - { limit: 1000, window: 1d }
+  - key: internal
+    rate_limit: { unlimited: true }
+";
+
+const ADMIN_PAGES: [&str; 5] = [
+    "/ui",
+    "/v1/top?domain=shop",
+    "/v1/config",
+    "/v1/explain",
+    "/rlconfig",
+];
+
+async fn get_or_post(http: &reqwest::Client, url: String) -> reqwest::Response {
+    let request = if url.ends_with("/v1/explain") {
+        http.post(url).json(&serde_json::json!({
+            "domain": "shop",
+            "descriptors": [{ "entries": [{ "key": "user", "value": "u1" }] }]
+        }))
+    } else {
+        http.get(url)
+    };
+    request.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn operator_pages_are_on_the_admin_listener_only() {
+    let s = Server::start("admin", &[("shop.yaml", POLICY)], Backing::Memory).await;
+    let admin = s.running.admin_addr.expect("on by default");
+    for page in ADMIN_PAGES {
+        let r = get_or_post(&s.http, s.check_url(page)).await;
+        assert_eq!(r.status(), 404, "{page} on the check port");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["kind"], "not_found");
+        let r = get_or_post(&s.http, format!("http://{admin}{page}")).await;
+        assert_eq!(r.status(), 200, "{page} on the admin listener");
+    }
+    // Both serve health and metrics; the check APIs stay on the check port.
+    for path in ["/healthz", "/readyz", "/healthcheck", "/metrics"] {
+        let on_check = s.http.get(s.check_url(path)).send().await.unwrap();
+        let on_admin = s
+            .http
+            .get(format!("http://{admin}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            (on_check.status().as_u16(), on_admin.status().as_u16()),
+            (200, 200),
+            "{path}"
+        );
+    }
+    let r = s
+        .http
+        .post(format!("http://{admin}/v1/check"))
+        .json(&serde_json::json!({ "domain": "shop", "descriptors": [] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "no decisions on the admin listener");
+}
+
+#[tokio::test]
+async fn rlconfig_lists_every_limit_in_the_reference_format() {
+    let s = Server::start("admin-rlconfig", &[("shop.yaml", POLICY)], Backing::Memory).await;
+    let r = s.http.get(s.url("/rlconfig")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = r.text().await.unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "shop.internal: unit=UNKNOWN requests_per_unit=0, shadow_mode: false",
+            "shop.ip#1: unit=DAY requests_per_unit=1000, shadow_mode: false",
+            "shop.ip#burst: unit=10s requests_per_unit=5, shadow_mode: false",
+            "shop.user: unit=MINUTE requests_per_unit=10, shadow_mode: false",
+            "shop.user.plan_free: unit=HOUR requests_per_unit=100, shadow_mode: true",
+        ],
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_token_guards_the_admin_listener_but_not_its_health() {
+    let s = Server::start_with(
+        "admin-token",
+        &[("shop.yaml", POLICY)],
+        Backing::Memory,
+        |settings| settings.admin_token = Some(spillway_redis::Password::new("s3cret")),
+    )
+    .await;
+    for page in ADMIN_PAGES {
+        let r = get_or_post(&s.http, s.url(page)).await;
+        assert_eq!(r.status(), 401, "{page} without the token");
+        let challenges: Vec<_> = r
+            .headers()
+            .get_all("www-authenticate")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            challenges,
+            [
+                "Bearer realm=\"spillway admin\"",
+                "Basic realm=\"spillway admin\""
+            ]
+        );
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["kind"], "unauthorized");
+    }
+    let with = |auth: &'static str| {
+        let (http, url) = (s.http.clone(), s.url("/v1/config"));
+        async move {
+            http.get(url)
+                .header("authorization", auth)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(with("Bearer s3cret").await, 200);
+    // A browser's prompt: any user, the token as password ("ops:s3cret").
+    assert_eq!(with("Basic b3BzOnMzY3JldA==").await, 200);
+    assert_eq!(with("Bearer s3cre").await, 401);
+    assert_eq!(with("Bearer s3cret2").await, 401);
+    let admin = s.running.admin_addr.unwrap();
+    for path in ["/healthz", "/readyz", "/healthcheck"] {
+        let r = s
+            .http
+            .get(format!("http://{admin}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path} needs no token");
+    }
+}
+
+#[tokio::test]
+async fn off_means_nothing_listens() {
+    let s = Server::start_with(
+        "admin-off",
+        &[("shop.yaml", POLICY)],
+        Backing::Memory,
+        |settings| settings.admin_addr = None,
+    )
+    .await;
+    assert_eq!(s.running.admin_addr, None);
+    let r = s.http.get(s.url("/v1/config")).send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        404,
+        "and the check port does not take its pages over"
+    );
+}
