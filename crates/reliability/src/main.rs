@@ -161,7 +161,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn hostile_table() -> anyhow::Result<()> {
-    let (outcomes, panics) = hostile::run().await?;
+    let (outcomes, _) = hostile::run().await?;
     println!("{HOSTILE_HEADER}");
     for o in &outcomes {
         println!("{o}");
@@ -176,6 +176,12 @@ async fn hostile_table() -> anyhow::Result<()> {
         slow.iter().map(|r| r.held).sum::<usize>(),
         latency.as_secs_f64() * 1e3
     );
+    let tls_timeout = Duration::from_secs(5);
+    let tls = hostile::tls_clients(tls_timeout).await?;
+    println!("\n{}", hostile::TLS_HEADER);
+    for r in &tls {
+        println!("{r}");
+    }
     let config = hostile::run_config()?;
     println!("\n{CONFIG_HEADER}");
     for c in &config {
@@ -183,8 +189,10 @@ async fn hostile_table() -> anyhow::Result<()> {
     }
     let wrong = outcomes.iter().filter(|o| !o.ok()).count()
         + config.iter().filter(|c| !c.ok()).count()
-        + slow.iter().filter(|r| r.closed < r.held).count();
+        + slow.iter().filter(|r| r.closed < r.held).count()
+        + tls.iter().filter(|r| !r.ok(tls_timeout)).count();
     let faults = outcomes.iter().filter(|o| o.server_fault).count();
+    let panics = hostile::panics_so_far();
     let calls: u64 = outcomes
         .iter()
         .filter(|o| !o.valid)

@@ -1,7 +1,9 @@
 //! Every malformed request class on `/v1/check`, `/json` and gRPC, against a real
 //! service on a real Redis: refused with a 4xx (INVALID_ARGUMENT) that says what is
 //! wrong, no panic, no 5xx, no store call; the valid controls reach the store. And slow
-//! clients of every kind are closed after the read timeout while others are served.
+//! clients of every kind are closed after the read timeout while others are served, and
+//! so are hostile TLS clients (plaintext, foreign or expired certificates, a stalled or
+//! oversized handshake), each counted.
 //! (The published table: `cargo run --release -p spillway-reliability -- hostile`.)
 
 use std::time::Duration;
@@ -47,4 +49,18 @@ fn every_broken_policy_file_is_refused_quickly_without_a_panic() {
         let e = o.error.as_deref().unwrap_or("");
         assert!(e.starts_with("p.yaml"), "{e}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_tls_clients_are_closed_counted_and_do_not_block_others() {
+    hostile::count_panics();
+    let panics = hostile::panics_so_far();
+    let timeout = Duration::from_millis(300);
+    let reports = hostile::tls_clients(timeout).await.unwrap();
+    let table: Vec<String> = reports.iter().map(ToString::to_string).collect();
+    let table = format!("{}\n{}", hostile::TLS_HEADER, table.join("\n"));
+    assert_eq!(reports.len(), hostile::TlsCase::ALL.len());
+    assert!(reports.iter().all(|r| r.ok(timeout)), "{table}");
+    assert_eq!(hostile::panics_so_far(), panics, "{table}");
+    println!("{table}");
 }

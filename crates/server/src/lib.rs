@@ -250,7 +250,7 @@ pub async fn start_with_policies(
         %http_addr,
         %grpc_addr,
         admin_addr = admin_addr.map_or("off".to_owned(), |a| a.to_string()),
-        tls = ?on,
+        tls = %on,
         "listening"
     );
     Ok(Running {

@@ -73,6 +73,22 @@ impl TlsListeners {
     }
 }
 
+/// `grpc,http`, or `none`: as [`TlsListeners::parse`] reads it.
+impl std::fmt::Display for TlsListeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let on: Vec<&str> = [
+            (self.grpc, "grpc"),
+            (self.http, "http"),
+            (self.admin, "admin"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        f.write_str(if on.is_empty() { "none" } else { "" })?;
+        f.write_str(&on.join(","))
+    }
+}
+
 /// The configurations in use, swapped whole on a reload.
 #[derive(Debug)]
 struct Loaded {

@@ -516,3 +516,35 @@ async fn a_stalled_handshake_is_closed_and_counted_and_others_are_served() {
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     assert!(eventually(|| async { timeouts(&scrape().await) > before }).await);
 }
+
+#[tokio::test]
+async fn the_admin_listener_speaks_tls_when_asked_and_the_check_ports_need_not() {
+    let pki = Pki::new("serve-admin-tls");
+    let server_pair = pki.issue("server", Leaf::Good);
+    let s = Server::start_with("tls-admin", &[("tls.yaml", POLICY)], Backing::Memory, {
+        let base = serving(&server_pair);
+        move |settings| {
+            base(settings);
+            settings.tls_listeners =
+                Some(spillway_server::tls::TlsListeners::parse("admin").unwrap());
+        }
+    })
+    .await;
+    let admin = s.running.admin_addr.unwrap();
+    let (status, body) = https(
+        admin,
+        client_config(&pki.ca(), None, &[]),
+        "GET",
+        "/rlconfig",
+        "",
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        body.starts_with("tls.user: unit=MINUTE requests_per_unit=2"),
+        "{body}"
+    );
+    let (status, _, _) = s.check(serde_json::from_str(CHECK).unwrap()).await;
+    assert_eq!(status, 200, "the check port stays plaintext");
+}

@@ -7,6 +7,7 @@
 mod cases;
 mod config;
 mod slow;
+mod tls;
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,6 +23,7 @@ use spillway_testkit::redis::RedisServer;
 pub use cases::cases;
 pub use config::{CONFIG_HEADER, ConfigOutcome, config_cases, run_config};
 pub use slow::{SLOW_HEADER, Slow, SlowReport, slow_clients};
+pub use tls::{TLS_HEADER, TlsCase, TlsReport, tls_clients};
 
 use crate::Policy;
 use crate::trial::service_settings;
@@ -85,6 +87,11 @@ pub fn count_panics() {
         PANICS.fetch_add(1, Ordering::SeqCst);
         report(info);
     }));
+}
+
+/// Panics counted since [`count_panics`] was first called.
+pub fn panics_so_far() -> usize {
+    PANICS.load(Ordering::SeqCst)
 }
 
 /// Every case against a fresh service on a Redis of its own.
