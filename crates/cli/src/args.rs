@@ -185,3 +185,62 @@ pub struct ClientTls {
     #[arg(long, env = "SPILLWAY_CLIENT_KEY", value_name = "FILE")]
     pub client_key: Option<PathBuf>,
 }
+
+/// `serve`'s rules over xDS (instead of `--config`'s files).
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Rules over xDS")]
+pub struct Xds {
+    /// Take the live rules from this ADS server (host:port) instead of policy files:
+    /// RateLimitConfig resources, as the reference's CONFIG_TYPE=GRPC_XDS_SOTW.
+    #[arg(long, env = "SPILLWAY_XDS_SERVER", value_name = "HOST:PORT")]
+    pub xds_server: Option<String>,
+
+    /// The node id the server knows this service by (default `default`).
+    #[arg(long, env = "SPILLWAY_XDS_NODE_ID", value_name = "ID")]
+    pub xds_node_id: Option<String>,
+
+    /// PEM CAs to trust for the ADS server: TLS to it (default: plaintext).
+    #[arg(long, env = "SPILLWAY_XDS_TLS_CA", value_name = "FILE")]
+    pub xds_tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate to present to the ADS server (with --xds-tls-key).
+    #[arg(long, env = "SPILLWAY_XDS_TLS_CERT", value_name = "FILE")]
+    pub xds_tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --xds-tls-cert.
+    #[arg(long, env = "SPILLWAY_XDS_TLS_KEY", value_name = "FILE")]
+    pub xds_tls_key: Option<PathBuf>,
+
+    /// The name the ADS server's certificate must carry (default: the server's host).
+    #[arg(long, env = "SPILLWAY_XDS_TLS_SAN", value_name = "NAME")]
+    pub xds_tls_san: Option<String>,
+
+    /// Ready before the first rules arrive, deciding with none until they do (the
+    /// reference's FORCE_START_WITHOUT_INITIAL_CONFIG).
+    #[arg(long, env = "SPILLWAY_XDS_READY_WITHOUT_RULES")]
+    pub xds_ready_without_rules: bool,
+}
+
+impl Xds {
+    /// These flags over the settings.
+    pub fn apply(&self, s: &mut spillway_server::Settings) {
+        if let Some(v) = &self.xds_server {
+            s.xds_mut().server = v.clone();
+        }
+        if let Some(v) = &self.xds_node_id {
+            s.xds_mut().node_id = v.clone();
+        }
+        let any_tls = self.xds_tls_ca.is_some()
+            || self.xds_tls_cert.is_some()
+            || self.xds_tls_key.is_some()
+            || self.xds_tls_san.is_some();
+        if any_tls {
+            let tls = s.xds_mut().tls.get_or_insert_with(Default::default);
+            tls.server_ca = self.xds_tls_ca.clone().or(tls.server_ca.take());
+            tls.client_cert = self.xds_tls_cert.clone().or(tls.client_cert.take());
+            tls.client_key = self.xds_tls_key.clone().or(tls.client_key.take());
+            tls.server_san = self.xds_tls_san.clone().or(tls.server_san.take());
+        }
+        s.force_start_without_rules |= self.xds_ready_without_rules;
+    }
+}

@@ -40,10 +40,13 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
         .env("RESPONSE_DYNAMIC_METADATA", "true")
         // Read by the reference, not by Spillway: each is named in one warning.
         .env("REDIS_POOL_SIZE", "20")
+        .env("STATSD_HOST", "statsd")
+        // Honoured at this value (Spillway never sends statsd): not named.
         .env("USE_STATSD", "false")
         .stderr(Stdio::piped())
         .spawn()
         .expect("spillway starts");
+    let _kill = support::KillOnDrop(child.id());
     let mut logs = BufReader::new(child.stderr.take().unwrap()).lines();
     // Wait for the line that says it listens, rather than guessing how long that takes.
     let mut before = Vec::new();
@@ -54,7 +57,7 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
         }
         before.push(line);
     };
-    for variable in ["REDIS_POOL_SIZE", "USE_STATSD"] {
+    for variable in ["REDIS_POOL_SIZE", "STATSD_HOST"] {
         let warnings: Vec<&String> = before
             .iter()
             .filter(|l| l.contains("WARN") && l.contains(&format!("\"variable\":\"{variable}\"")))
@@ -66,6 +69,7 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
         );
     }
     for honoured in [
+        "USE_STATSD",
         "RUNTIME_ROOT",
         "STOP_CACHE_KEY",
         "RESPONSE_DYNAMIC_METADATA",

@@ -46,6 +46,21 @@ impl Drop for Procs {
     }
 }
 
+/// Kills a process by id when dropped, unless it has exited: for a child a test waits
+/// on itself, so that a failed assertion does not leave it running (and holding the
+/// test harness's output open).
+#[derive(Debug)]
+pub struct KillOnDrop(pub u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// `STATUS BODY` of one request (a POST of `body`, or a GET), over a plain socket
 /// (HTTP/1.1, Connection: close).
 pub fn curl(port: u16, path: &str, body: Option<&str>) -> String {

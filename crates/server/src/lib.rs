@@ -30,6 +30,7 @@ mod state;
 mod store;
 pub mod tls;
 mod top;
+pub mod xds;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -84,6 +85,8 @@ pub struct Running {
     pub grpc_addr: SocketAddr,
     /// `None` when the admin listener is off.
     pub admin_addr: Option<SocketAddr>,
+    /// The Prometheus listener (`USE_PROMETHEUS`), when asked for.
+    pub metrics_addr: Option<SocketAddr>,
     /// The served certificates, when a listener speaks TLS.
     pub tls: Option<Arc<tls::Certs>>,
     pub state: Arc<AppState>,
@@ -117,7 +120,7 @@ pub async fn start_with_clock(
     clock: Arc<dyn Clock>,
 ) -> Result<Running, StartError> {
     // Policies first: a typo in a file should not wait for a store connection to show.
-    let policies = spillway_policy::load_with(&settings.config, settings.load_options())?;
+    let policies = initial_policies(settings)?;
     let store = AnyStore::open(&settings.store, settings.store_timeout, &settings.redis).await?;
     start_with_policies(settings, policies, store, clock).await
 }
@@ -128,8 +131,19 @@ pub async fn start_with_store(
     store: AnyStore,
     clock: Arc<dyn Clock>,
 ) -> Result<Running, StartError> {
-    let policies = spillway_policy::load_with(&settings.config, settings.load_options())?;
+    let policies = initial_policies(settings)?;
     start_with_policies(settings, policies, store, clock).await
+}
+
+/// The policies to start with: the files', or with rules over xDS none (until the
+/// first set arrives).
+pub fn initial_policies(settings: &Settings) -> Result<PolicySet, spillway_policy::Errors> {
+    match settings.rules {
+        settings::Rules::Files => {
+            spillway_policy::load_with(&settings.config, settings.load_options())
+        }
+        settings::Rules::Xds(_) => Ok(PolicySet::default()),
+    }
 }
 
 /// [`start`] with the policies loaded and the store open (`serve` loads the policies
@@ -162,12 +176,22 @@ pub async fn start_with_policies(
         Some(addr) => Some(bind(addr).await?),
         None => None,
     };
+    let prometheus = match settings.metrics_addr {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    let metrics_addr = prometheus.as_ref().map(local);
     let (http_addr, grpc_addr) = (local(&http), local(&grpc));
     let admin_addr = admin.as_ref().map(local);
 
     let shutdown = CancellationToken::new();
+    let live_files = matches!(settings.rules, settings::Rules::Files);
+    if let settings::Rules::Xds(xds) = &settings.rules {
+        xds::spawn(Arc::clone(&state), (**xds).clone(), shutdown.clone());
+    }
     if settings.watch {
-        let watched = std::iter::once((settings.config.clone(), reload::Set::Live)).chain(
+        let live = live_files.then(|| (settings.config.clone(), reload::Set::Live));
+        let watched = live.into_iter().chain(
             settings
                 .candidate_config
                 .clone()
@@ -210,6 +234,7 @@ pub async fn start_with_policies(
         Arc::clone(&state),
         settings.admin_token.as_ref().map(|t| Arc::from(t.expose())),
     );
+    let metrics_app = api::router::metrics_router(&settings.metrics_path);
     let on = settings.tls_on();
     let listener_tls = |enabled: bool, strict: bool, name: &'static str| {
         certs
@@ -236,10 +261,16 @@ pub async fn start_with_policies(
                     listen::serve(admin, admin_app, shutdown.clone(), timeouts, admin_tls).await;
                 }
             };
+            let prometheus = async {
+                if let Some(listener) = prometheus {
+                    listen::serve(listener, metrics_app, shutdown.clone(), timeouts, None).await;
+                }
+            };
             tokio::join!(
                 listen::serve(http, http_app, shutdown.clone(), timeouts, http_tls),
                 listen::serve(grpc, grpc_app, shutdown.clone(), timeouts, grpc_tls),
                 admin,
+                prometheus,
             );
             upkeep.abort();
             sync.abort();
@@ -253,10 +284,14 @@ pub async fn start_with_policies(
         tls = %on,
         "listening"
     );
+    if let Some(addr) = metrics_addr {
+        tracing::info!(%addr, path = %settings.metrics_path, "Prometheus listening");
+    }
     Ok(Running {
         http_addr,
         grpc_addr,
         admin_addr,
+        metrics_addr,
         tls: certs,
         state,
         shutdown,
@@ -320,6 +355,11 @@ pub fn app_state(
             generation: u64::from(settings.candidate_config.is_some()),
             error: candidate_error,
         }),
+        waiting_for_rules: AtomicBool::new(
+            matches!(settings.rules, settings::Rules::Xds(_))
+                && !settings.force_start_without_rules,
+        ),
+        ready_needs_a_domain: settings.ready_needs_a_domain,
     })
 }
 

@@ -40,6 +40,18 @@ pub async fn reload(state: &AppState, path: &Path, set: Set) {
         Ok(result) => result.map_err(|e| e.to_string()),
         Err(e) => Err(format!("the load task failed: {e}")),
     };
+    apply(state, set, result, &path.display().to_string());
+}
+
+/// Swaps `result` in as `set` if it is a good set, or keeps the last good one; logs,
+/// counts and records either way (`from` names the source: a path, or the xDS server
+/// and version). Whether it was swapped in.
+pub(crate) fn apply(
+    state: &AppState,
+    set: Set,
+    result: Result<spillway_policy::PolicySet, String>,
+    from: &str,
+) -> bool {
     let error = match result {
         Ok(policies) => {
             let domains = policies.domains().len();
@@ -50,17 +62,18 @@ pub async fn reload(state: &AppState, path: &Path, set: Set) {
                 }
                 Set::Candidate => state.service.replace_candidate(policies),
             }
-            tracing::info!(path = %path.display(), domains, ?set, "policies reloaded");
+            tracing::info!(from, domains, ?set, "policies loaded");
             None
         }
         Err(e) => {
             if set == Set::Live {
                 metrics::config_load(false, 0);
             }
-            tracing::error!(path = %path.display(), error = %e, ?set, "policies not reloaded; the last good ones stay");
+            tracing::error!(from, error = %e, ?set, "policies not loaded; the last good ones stay");
             Some(e)
         }
     };
+    let ok = error.is_none();
     let status = match set {
         Set::Live => &state.load_status,
         Set::Candidate => &state.candidate_status,
@@ -69,6 +82,7 @@ pub async fn reload(state: &AppState, path: &Path, set: Set) {
         status.generation += 1;
         status.error = error;
     });
+    ok
 }
 
 /// Whether an event can change what the files say. A read is not: loading the policies

@@ -14,17 +14,26 @@ use spillway_core::headers::HeaderStyle;
 mod reference;
 mod serving;
 mod value;
+mod xds;
 
 pub use reference::{NOT_HONOURED, not_honoured};
 pub use serving::{DEFAULT_ADMIN_ADDR, admin_addr};
 pub use value::{addr, duration, log_format, verify};
 use value::{boolean, default_reference_headers, ratio, redis_access, redis_url};
+pub use xds::Rules;
 
 /// Everything `serve` needs to know.
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// A policy file or directory.
     pub config: PathBuf,
+    /// Where the live rules come from: `config`, or an xDS server.
+    pub rules: Rules,
+    /// With rules over xDS, ready before the first set arrives (serving none until it
+    /// does); the reference's `FORCE_START_WITHOUT_INITIAL_CONFIG`.
+    pub force_start_without_rules: bool,
+    /// Not ready while no domain is loaded (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+    pub ready_needs_a_domain: bool,
     /// Candidate policies decided in shadow beside the live ones, on counters of their
     /// own, answering nobody (`--candidate-config`).
     pub candidate_config: Option<PathBuf>,
@@ -37,6 +46,11 @@ pub struct Settings {
     /// The admin listener (`/ui`, `/v1/top`, `/v1/config`, `/v1/explain`, `/rlconfig`);
     /// `None`: off.
     pub admin_addr: Option<SocketAddr>,
+    /// A listener of its own for Prometheus (the reference's `USE_PROMETHEUS` with
+    /// `PROMETHEUS_ADDR`), and the path it serves (`PROMETHEUS_PATH`); `/metrics` stays
+    /// on the HTTP and admin listeners too.
+    pub metrics_addr: Option<SocketAddr>,
+    pub metrics_path: String,
     /// With it, the admin listener answers 401 (health aside) to a request without it.
     pub admin_token: Option<spillway_redis::Password>,
     /// The served certificate chain and key (PEM).
@@ -98,12 +112,17 @@ impl Default for Settings {
     fn default() -> Settings {
         Settings {
             config: PathBuf::from("policies"),
+            rules: Rules::Files,
+            force_start_without_rules: false,
+            ready_needs_a_domain: false,
             candidate_config: None,
             store: "memory".into(),
             redis: spillway_redis::Access::default(),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 8081)),
             admin_addr: Some(SocketAddr::from(DEFAULT_ADMIN_ADDR)),
+            metrics_addr: None,
+            metrics_path: "/metrics".into(),
             admin_token: None,
             tls_cert: None,
             tls_key: None,
@@ -159,6 +178,12 @@ struct File {
     tls_client_ca: Option<PathBuf>,
     tls_client_san: Option<Vec<String>>,
     tls_listeners: Option<Vec<String>>,
+    xds_server: Option<String>,
+    xds_node_id: Option<String>,
+    xds_tls_ca: Option<PathBuf>,
+    xds_tls_cert: Option<PathBuf>,
+    xds_tls_key: Option<PathBuf>,
+    xds_tls_san: Option<String>,
     store_timeout: Option<String>,
     on_store_error: Option<String>,
     shadow_mode: Option<bool>,
@@ -270,6 +295,17 @@ impl Settings {
             near,
             at,
         )?;
+        self.apply_xds_file(
+            xds::XdsFile {
+                xds_server: f.xds_server,
+                xds_node_id: f.xds_node_id,
+                xds_tls_ca: f.xds_tls_ca,
+                xds_tls_cert: f.xds_tls_cert,
+                xds_tls_key: f.xds_tls_key,
+                xds_tls_san: f.xds_tls_san,
+            },
+            near,
+        )?;
         if let Some(v) = f.store_timeout {
             self.store_timeout = duration(&v).map_err(|e| at("store_timeout", e))?;
         }
@@ -353,6 +389,17 @@ impl Settings {
         self.http_addr = listen("HOST", "PORT", self.http_addr)?;
         self.grpc_addr = listen("GRPC_HOST", "GRPC_PORT", self.grpc_addr)?;
         self.apply_serving_env(&var)?;
+        let prometheus = var("USE_PROMETHEUS")
+            .map(|v| boolean(&v).map_err(|e| env_err("USE_PROMETHEUS", e)))
+            .transpose()?;
+        if prometheus == Some(true) {
+            let at = var("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
+            self.metrics_addr = Some(addr(&at).map_err(|e| env_err("PROMETHEUS_ADDR", e))?);
+            if let Some(path) = var("PROMETHEUS_PATH").filter(|p| p.starts_with('/')) {
+                self.metrics_path = path;
+            }
+        }
+        self.apply_xds_env(&var)?;
         if let Some(v) = var("LOG_LEVEL") {
             self.log_level = v.to_ascii_lowercase();
         }

@@ -36,9 +36,19 @@ pub struct AppState {
     /// Requests waiting for the candidate set: made, with the thread that takes them, at
     /// the first request that needs it.
     pub(crate) candidate_queue: OnceLock<mpsc::Sender<ForCandidate>>,
+    /// Rules come over xDS and none have arrived yet, and the service was not told to
+    /// be ready without them (`FORCE_START_WITHOUT_INITIAL_CONFIG`): not ready.
+    pub waiting_for_rules: AtomicBool,
+    /// Not ready while no domain is loaded (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+    pub ready_needs_a_domain: bool,
 }
 
 impl AppState {
+    /// A set of rules is in force (over xDS): no longer waiting for the first.
+    pub(crate) fn rules_arrived(&self) {
+        self.waiting_for_rules.store(false, Ordering::Relaxed);
+    }
+
     /// Decides `req` for an API; then, without holding up the answer, queues it for the
     /// candidate policies (if any) to decide in shadow.
     pub(crate) async fn check(
@@ -61,6 +71,12 @@ impl AppState {
     pub(crate) async fn readiness(&self) -> Result<(), String> {
         if self.shutting_down.load(Ordering::Relaxed) {
             return Err("shutting down".into());
+        }
+        if self.waiting_for_rules.load(Ordering::Relaxed) {
+            return Err("waiting for the first rules over xDS".into());
+        }
+        if self.ready_needs_a_domain && self.service.policies().domains().is_empty() {
+            return Err("no domain loaded".into());
         }
         self.service
             .stores()

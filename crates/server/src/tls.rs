@@ -372,13 +372,22 @@ pub(crate) fn failure_reason(e: &std::io::Error) -> &'static str {
 /// server's certificate is `host`.
 pub async fn grpc_channel(
     authority: &str,
+    config: rustls::ClientConfig,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    grpc_channel_named(authority, None, config).await
+}
+
+/// [`grpc_channel`], checking `server_name` in the server's certificate instead of the
+/// host when given (the reference's `CONFIG_GRPC_XDS_SERVER_TLS_SAN`).
+pub async fn grpc_channel_named(
+    authority: &str,
+    server_name: Option<&str>,
     mut config: rustls::ClientConfig,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     config.alpn_protocols = vec![b"h2".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let host = authority
-        .rsplit_once(':')
-        .map_or(authority, |(h, _)| h)
+    let host = server_name
+        .unwrap_or_else(|| authority.rsplit_once(':').map_or(authority, |(h, _)| h))
         .trim_matches(['[', ']'])
         .to_owned();
     let authority = authority.to_owned();

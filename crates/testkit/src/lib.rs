@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod ads;
 pub mod conformance;
 pub mod proxy;
 pub mod redis;

@@ -238,3 +238,92 @@ pub async fn https(
     let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
     Ok((status, body))
 }
+
+/// Certificates made as Envoy Gateway makes its own (`certgen`), with Debian's openssl:
+/// RSA-2048 keys in PKCS#1 (`RSA PRIVATE KEY`), leaf certificates without extended key
+/// usage, a server certificate naming `envoy-gateway` (and 127.0.0.1), and one client
+/// certificate, all from one CA, in `dir`.
+#[derive(Clone, Debug)]
+pub struct GatewayCerts {
+    pub ca: PathBuf,
+    pub server: Pair,
+    pub client: Pair,
+}
+
+/// Makes [`GatewayCerts`] in `dir` (which must exist).
+pub fn envoy_gateway_certs(dir: &Path) -> GatewayCerts {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs (scripts/test installs it)");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    openssl(&["genrsa", "-traditional", "-out", "eg-ca.key", "2048"]);
+    openssl(&[
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        "eg-ca.key",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=envoy-gateway",
+        "-out",
+        "eg-ca.crt",
+    ]);
+    for (stem, san) in [
+        (
+            "eg-server",
+            "subjectAltName=DNS:envoy-gateway,DNS:envoy-gateway.envoy-gateway-system,IP:127.0.0.1\n",
+        ),
+        ("eg-client", "subjectAltName=DNS:envoy-ratelimit\n"),
+    ] {
+        openssl(&[
+            "genrsa",
+            "-traditional",
+            "-out",
+            &format!("{stem}.key"),
+            "2048",
+        ]);
+        openssl(&[
+            "req",
+            "-new",
+            "-key",
+            &format!("{stem}.key"),
+            "-subj",
+            &format!("/CN={stem}"),
+            "-out",
+            &format!("{stem}.csr"),
+        ]);
+        std::fs::write(dir.join(format!("{stem}.ext")), san).expect("write the extensions");
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{stem}.csr"),
+            "-CA",
+            "eg-ca.crt",
+            "-CAkey",
+            "eg-ca.key",
+            "-CAcreateserial",
+            "-days",
+            "30",
+            "-extfile",
+            &format!("{stem}.ext"),
+            "-out",
+            &format!("{stem}.crt"),
+        ]);
+    }
+    let pair = |stem: &str| Pair {
+        cert: dir.join(format!("{stem}.crt")),
+        key: dir.join(format!("{stem}.key")),
+    };
+    GatewayCerts {
+        ca: dir.join("eg-ca.crt"),
+        server: pair("eg-server"),
+        client: pair("eg-client"),
+    }
+}

@@ -75,6 +75,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub tls: args::ServeTls,
 
+    #[command(flatten)]
+    pub xds: args::Xds,
+
     /// A settings file (YAML; the keys are these flags' names with underscores).
     #[arg(long, env = "SPILLWAY_SETTINGS")]
     pub settings: Option<PathBuf>,
@@ -147,7 +150,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         });
         // A typo in a policy file fails at once, before any wait for the store.
-        let policies = spillway_policy::load_with(&settings.config, settings.load_options())?;
+        let policies = spillway_server::initial_policies(&settings)?;
         let Some(store) = open_store(&settings, &stop).await? else {
             return Ok(ExitCode::SUCCESS); // stopped while waiting for the store
         };
@@ -228,6 +231,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
         );
     }
     args.tls.apply(&mut s);
+    args.xds.apply(&mut s);
     if let Some(v) = args.store_timeout {
         s.store_timeout = v;
     }

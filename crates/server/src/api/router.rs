@@ -64,6 +64,14 @@ pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>) -> Router {
         .with_state(state)
 }
 
+/// The Prometheus listener (`USE_PROMETHEUS`): its one path, and health.
+pub fn metrics_router(path: &str) -> Router {
+    Router::new()
+        .route(path, get(ops::prometheus))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .fallback(|| async { respond::refused(Refused::NoSuchEndpoint) })
+}
+
 /// Health and metrics, on both listeners.
 fn with_health(routes: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
     routes

@@ -58,14 +58,6 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
         "USE_DOG_STATSD",
         "metrics are Prometheus at /metrics on the HTTP port",
     ),
-    (
-        "USE_PROMETHEUS",
-        "metrics are always Prometheus, at /metrics on the HTTP port",
-    ),
-    (
-        "PROMETHEUS_",
-        "metrics are always Prometheus, at /metrics on the HTTP port",
-    ),
     ("EXTRA_TAGS", "metrics carry no extra labels"),
     (
         "STATS_FLUSH_INTERVAL",
@@ -75,28 +67,24 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
     ("TRACING_", "there is no tracing export"),
     ("GRPC_UDS", "gRPC listens on TCP only"),
     (
+        "PROMETHEUS_MAPPER_YAML",
+        "metrics have Spillway's own names (spillway_*); there is no statsd mapping",
+    ),
+    (
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        "durations are in seconds, as Prometheus names them",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+        "the xDS backoff doubles from its initial to its maximum interval, without jitter",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_JITTER",
+        "the xDS backoff doubles from its initial to its maximum interval, without jitter",
+    ),
+    (
         "GRPC_MAX_CONNECTION_AGE",
         "connections are kept until the client closes them",
-    ),
-    (
-        "CONFIG_TYPE",
-        "policies come from files (xDS is not supported)",
-    ),
-    (
-        "CONFIG_GRPC_XDS_",
-        "policies come from files (xDS is not supported)",
-    ),
-    (
-        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
-        "the service is ready once its policies load, even with no domain",
-    ),
-    (
-        "FORCE_START_WITHOUT_INITIAL_CONFIG",
-        "serve starts once its policy files load, and refuses to start when they do not",
-    ),
-    (
-        "XDS_CLIENT_",
-        "policies come from files (xDS is not supported)",
     ),
     (
         "USE_DOG_STATSD_MOGRIFIERS",
@@ -115,7 +103,11 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
 
 /// Variables honoured at one value only (the one Spillway always behaves as): set to
 /// it, they are not named.
-const HONOURED_AT: &[(&str, &str)] = &[("PROTO", "tcp"), ("RUNTIME_IGNOREDOTFILES", "true")];
+const HONOURED_AT: &[(&str, &str)] = &[
+    ("PROTO", "tcp"),
+    ("RUNTIME_IGNOREDOTFILES", "true"),
+    ("USE_STATSD", "false"),
+];
 
 /// The reference variables that are set (name, value) and that Spillway does not
 /// honour, with why.

@@ -1,0 +1,254 @@
+//! Rules over xDS, from an ADS server run here as Envoy Gateway runs its own: TLS,
+//! client certificates required, RSA PKCS#1 keys without extended key usage, node
+//! `envoy-ratelimit`, one `RateLimitConfig` per domain, versions "1", "2", ... Version 1
+//! is put in force and ACKed; version 2 changes a limit and the next decision follows;
+//! version 3 is invalid: NACKed with the reason, and version 2 still decides (a resend
+//! of it is NACKed again); the server restarts and the service reconnects and ACKs;
+//! with the server down at startup, the service is ready (FORCE_START) and the rules
+//! arrive when it comes up.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit;
+use spillway_server::Settings;
+use spillway_server::listen::{ListenerTls, Timeouts};
+use spillway_server::xds::{TYPE_URL, XdsSettings, XdsTls};
+use spillway_testkit::ads::{Ads, Snapshot, gateway_config};
+use spillway_testkit::tls::envoy_gateway_certs;
+use support::{Backing, Server};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+/// An ADS server on `addr` over mutual TLS, until `stop` is cancelled.
+async fn serve_ads(
+    listener: tokio::net::TcpListener,
+    ads: Ads,
+    certs: &spillway_testkit::tls::GatewayCerts,
+    stop: CancellationToken,
+) {
+    let tls = spillway_server::tls::Certs::load(spillway_server::tls::TlsFiles {
+        cert: certs.server.cert.clone(),
+        key: certs.server.key.clone(),
+        client_ca: Some(certs.ca.clone()),
+        client_sans: Vec::new(),
+    })
+    .unwrap();
+    let router = ads.router().into_axum_router();
+    let timeouts = Timeouts {
+        header_read: Duration::from_secs(5),
+        drain: Duration::from_millis(100),
+    };
+    let listener_tls = ListenerTls {
+        certs: tls,
+        strict: true,
+        name: "ads",
+    };
+    tokio::spawn(spillway_server::listen::serve(
+        listener,
+        router,
+        stop,
+        timeouts,
+        Some(listener_tls),
+    ));
+}
+
+/// The next request the server got, within 10 s.
+async fn next(requests: &mut mpsc::UnboundedReceiver<DiscoveryRequest>) -> DiscoveryRequest {
+    tokio::time::timeout(Duration::from_secs(10), requests.recv())
+        .await
+        .expect("a request within 10 s")
+        .expect("the channel is open")
+}
+
+async fn allowed(s: &Server, n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        let answer = s
+            .should(
+                "default/eg/http",
+                &[
+                    (
+                        "httproute/default/api/rule/0",
+                        "httproute/default/api/rule/0",
+                    ),
+                    ("rule-0-match-0", "x"),
+                ],
+            )
+            .await;
+        admitted += usize::from(answer.overall_code == 1);
+    }
+    admitted
+}
+
+fn xds_settings(addr: SocketAddr, certs: &spillway_testkit::tls::GatewayCerts) -> XdsSettings {
+    XdsSettings {
+        server: addr.to_string(),
+        node_id: "envoy-ratelimit".into(),
+        tls: Some(XdsTls {
+            server_ca: Some(certs.ca.clone()),
+            server_san: Some("envoy-gateway".into()),
+            client_cert: Some(certs.client.cert.clone()),
+            client_key: Some(certs.client.key.clone()),
+        }),
+        backoff_initial: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(200),
+        ..XdsSettings::default()
+    }
+}
+
+#[tokio::test]
+async fn rules_arrive_change_are_refused_and_survive_a_server_restart() {
+    let dir = support::tempdir("xds-certs");
+    let certs = envoy_gateway_certs(&dir);
+    let (snapshot_tx, snapshot) = watch::channel::<Snapshot>(None);
+    let (requests_tx, mut requests) = mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    let ads = Ads::new(snapshot, requests_tx).stopped_by(stop.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    serve_ads(listener, ads.clone(), &certs, stop.clone()).await;
+
+    let xds = xds_settings(addr, &certs);
+    let s = Server::start_with(
+        "xds",
+        &[],
+        Backing::Memory,
+        move |settings: &mut Settings| {
+            settings.rules = spillway_server::settings::Rules::Xds(Box::new(xds));
+        },
+    )
+    .await;
+    // Not ready before the first rules (FORCE_START_WITHOUT_INITIAL_CONFIG unset).
+    let first = next(&mut requests).await;
+    assert_eq!(first.node.as_ref().unwrap().id, "envoy-ratelimit");
+    assert_eq!(first.type_url, TYPE_URL);
+    assert_eq!(first.version_info, "");
+    let health = s.http.get(s.url("/healthcheck")).send().await.unwrap();
+    assert_eq!(health.status(), 500, "waiting for the first rules");
+
+    // Version 1: in force, then ACKed.
+    snapshot_tx.send_replace(Some(("1".into(), vec![gateway_config(3)])));
+    let ack = next(&mut requests).await;
+    assert_eq!(
+        (ack.version_info.as_str(), ack.response_nonce.as_str()),
+        ("1", "nonce-1")
+    );
+    assert!(ack.error_detail.is_none());
+    assert_eq!(allowed(&s, 4).await, 3, "3 a minute");
+    let health = s.http.get(s.url("/healthcheck")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+
+    // Version 2 raises the limit: the next decisions follow it.
+    snapshot_tx.send_replace(Some(("2".into(), vec![gateway_config(6)])));
+    let ack = next(&mut requests).await;
+    assert_eq!(ack.version_info, "2");
+    // The reference's counters count every hit, admitted or not: 4 so far.
+    assert_eq!(allowed(&s, 3).await, 2, "6 a minute now, 4 counted");
+
+    // Version 3 is invalid: NACKed with the reason, version 2 stays.
+    let mut bad = gateway_config(100);
+    bad.descriptors[0].descriptors[0]
+        .rate_limit
+        .as_mut()
+        .unwrap()
+        .unit = RateLimitUnit::Unknown as i32;
+    snapshot_tx.send_replace(Some(("3".into(), vec![bad])));
+    let nack = next(&mut requests).await;
+    assert_eq!(nack.version_info, "2", "the version in force");
+    assert_eq!(nack.response_nonce, "nonce-3");
+    let detail = nack.error_detail.expect("a NACK says why");
+    assert_eq!(detail.code, tonic::Code::InvalidArgument as i32);
+    assert!(
+        detail.message.contains("xds:default/eg/http"),
+        "{}",
+        detail.message
+    );
+    let config: serde_json::Value = serde_json::from_str(&s.get_text("/v1/config").await).unwrap();
+    assert!(
+        config["last_load_error"].as_str().unwrap().contains("unit"),
+        "{config}"
+    );
+    assert_eq!(
+        allowed(&s, 1).await,
+        0,
+        "version 2's limit, used up (8 counted)"
+    );
+    // The server sends the rejected version again (go-control-plane does): NACKed
+    // again, not loaded, logged or counted again.
+    let loads = |c: &serde_json::Value| c["loads"].as_u64().unwrap();
+    let before = loads(&config);
+    let resent = snapshot_tx.borrow().clone();
+    snapshot_tx.send_replace(resent);
+    let nack = next(&mut requests).await;
+    assert_eq!(
+        (nack.version_info.as_str(), nack.error_detail.is_some()),
+        ("2", true)
+    );
+    let config: serde_json::Value = serde_json::from_str(&s.get_text("/v1/config").await).unwrap();
+    assert_eq!(loads(&config), before, "the resend is not another load");
+
+    // The server restarts: the service reconnects, asking with the version in force.
+    stop.cancel();
+    let listener = loop {
+        // The port is free once the old listener is dropped.
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => break l,
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    snapshot_tx.send_replace(Some(("4".into(), vec![gateway_config(20)])));
+    let again = ads.stopped_by(CancellationToken::new());
+    serve_ads(listener, again, &certs, CancellationToken::new()).await;
+    let mut reconnect = next(&mut requests).await;
+    while !reconnect.response_nonce.is_empty() {
+        reconnect = next(&mut requests).await; // late NACKs of the old stream
+    }
+    assert_eq!(reconnect.version_info, "2");
+    let ack = next(&mut requests).await;
+    assert_eq!(ack.version_info, "4");
+    assert_eq!(allowed(&s, 2).await, 2, "20 a minute now, 8 counted");
+}
+
+#[tokio::test]
+async fn with_force_start_the_service_is_ready_before_the_server_is_up() {
+    let dir = support::tempdir("xds-late-certs");
+    let certs = envoy_gateway_certs(&dir);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener); // nothing listens yet
+    let xds = xds_settings(addr, &certs);
+    let s = Server::start_with(
+        "xds-late",
+        &[],
+        Backing::Memory,
+        move |settings: &mut Settings| {
+            settings.rules = spillway_server::settings::Rules::Xds(Box::new(xds));
+            settings.force_start_without_rules = true;
+        },
+    )
+    .await;
+    let health = s.http.get(s.url("/healthcheck")).send().await.unwrap();
+    assert_eq!(health.status(), 200, "FORCE_START_WITHOUT_INITIAL_CONFIG");
+    assert_eq!(allowed(&s, 3).await, 3, "no rules yet: nothing is limited");
+
+    let (snapshot_tx, snapshot) =
+        watch::channel::<Snapshot>(Some(("1".into(), vec![gateway_config(1)])));
+    let (requests_tx, mut requests) = mpsc::unbounded_channel();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    serve_ads(
+        listener,
+        Ads::new(snapshot, requests_tx),
+        &certs,
+        CancellationToken::new(),
+    )
+    .await;
+    let _first = next(&mut requests).await;
+    let ack = next(&mut requests).await;
+    assert_eq!(ack.version_info, "1");
+    assert_eq!(allowed(&s, 2).await, 1);
+    drop(snapshot_tx);
+}
