@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = match cmd::Cli::try_parse() {
+    let cli = match cmd::Cli::try_parse_from(arguments(std::env::args_os())) {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
             // --help, --version
@@ -42,5 +42,36 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// The command line, with `serve` put first when the binary is called `ratelimit`: an
+/// image that installs Spillway as `/bin/ratelimit` runs where the reference's image
+/// runs, started as Envoy Gateway starts it (the command alone, settings in the
+/// environment).
+fn arguments(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<_> = args.into_iter().collect();
+    let called = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .is_some_and(|name| name == "ratelimit");
+    if called {
+        args.insert(1, "serve".into());
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn called_ratelimit_it_serves() {
+        let args = |v: &[&str]| arguments(v.iter().map(std::ffi::OsString::from));
+        assert_eq!(args(&["/bin/ratelimit"]), ["/bin/ratelimit", "serve"]);
+        assert_eq!(
+            args(&["/usr/bin/spillway", "check"]),
+            ["/usr/bin/spillway", "check"]
+        );
     }
 }

@@ -613,7 +613,7 @@ fn gateway_rules() -> envoy_types::pb::ratelimit::config::ratelimit::v3::RateLim
     }
 }
 
-/// `spillway serve` started with exactly the environment Envoy Gateway gives its rate
+/// Spillway, called `ratelimit` and given exactly the environment Envoy Gateway gives its rate
 /// limit container (ports moved to free ones, paths to this test's files), its rules
 /// from an ADS server run here as Envoy Gateway's (mutual TLS, RSA PKCS#1 certificates
 /// without EKU): ready before the rules arrive, no variable named as not honoured,
@@ -686,8 +686,11 @@ fn envoy_gateways_environment_and_rules_over_xds() {
         ("DEBUG_HOST", "127.0.0.1".into()),
         ("DEBUG_PORT", debug.to_string()),
     ];
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .arg("serve")
+    // Started as Envoy Gateway starts it: the command `/bin/ratelimit`, no arguments.
+    let ratelimit = dir.join("ratelimit");
+    let _ = std::fs::remove_file(&ratelimit);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_spillway"), &ratelimit).unwrap();
+    let mut child = Command::new(&ratelimit)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stderr(Stdio::piped())

@@ -181,3 +181,45 @@ fn a_candidate_is_compared_rule_by_rule() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("broken.yaml"));
 }
+
+/// `validate` loads as `serve` would: MERGE_DOMAIN_CONFIG (or `merge_domains:` in a
+/// settings file) merges files of one domain here too, and it says so.
+#[test]
+fn validate_reads_the_settings_serve_reads() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("validate-merge-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (file, key) in [("a.yaml", "user"), ("b.yaml", "tenant")] {
+        std::fs::write(
+            dir.join(file),
+            format!("domain: shared\ndescriptors:\n  - key: {key}\n    rate_limit: {{ unit: minute, requests_per_unit: 5 }}\n"),
+        )
+        .unwrap();
+    }
+    let run = |env: &[(&str, &str)], args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .arg("validate")
+            .args(args)
+            .arg(&dir)
+            .env_clear()
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    assert_eq!(
+        run(&[], &[]).status.code(),
+        Some(1),
+        "one domain, two files"
+    );
+    let out = run(&[("MERGE_DOMAIN_CONFIG", "true")], &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("merge_domains on"),
+        "{out:?}"
+    );
+    let settings = dir.join("settings.yml.txt");
+    std::fs::write(&settings, "merge_domains: true\n").unwrap();
+    let out = run(&[], &["--settings", settings.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}

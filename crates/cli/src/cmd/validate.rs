@@ -1,6 +1,7 @@
-//! `spillway validate`: loads policy files through the same code as `serve` and says
-//! whether they would load — every error with its file, line and field, or what the
-//! files define. For CI before a deploy.
+//! `spillway validate`: loads policy files through the same code as `serve`, with the
+//! same settings (the settings file and the reference's variables, as `serve` reads
+//! them), and says whether they would load — every error with its file, line and field,
+//! or what the files define. For CI before a deploy.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,15 +37,37 @@ pub struct ValidateArgs {
     pub diff: Option<PathBuf>,
 
     /// Files that declare the same domain make one domain, as `serve` does with
-    /// MERGE_DOMAIN_CONFIG=true (a descriptor declared twice is still refused).
+    /// MERGE_DOMAIN_CONFIG=true (a descriptor declared twice is still refused). Also
+    /// read, as serve reads them, from --settings and MERGE_DOMAIN_CONFIG.
     #[arg(long)]
     pub merge_domains: bool,
+
+    /// A settings file, read as `serve` reads it (`merge_domains:`).
+    #[arg(long, env = "SPILLWAY_SETTINGS")]
+    pub settings: Option<PathBuf>,
+}
+
+/// How `serve` would load the files: the settings file, then the reference's
+/// variables, then `--merge-domains`. A setting taken from the first two is said on
+/// stderr, so that a file that loads here and not elsewhere is explained.
+fn load_options(args: &ValidateArgs) -> anyhow::Result<spillway_policy::LoadOptions> {
+    let mut settings = spillway_server::Settings::default();
+    if let Some(file) = &args.settings {
+        settings.apply_file(file)?;
+    }
+    settings.apply_reference_env(|k| std::env::var(k).ok())?;
+    let mut options = settings.load_options();
+    if options.merge_domains && !args.merge_domains {
+        eprintln!(
+            "settings: merge_domains on (from MERGE_DOMAIN_CONFIG or the settings file), as serve would load"
+        );
+    }
+    options.merge_domains |= args.merge_domains;
+    Ok(options)
 }
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
-    let options = spillway_policy::LoadOptions {
-        merge_domains: args.merge_domains,
-    };
+    let options = load_options(&args)?;
     let set = match load(&args.path, options, args.json) {
         Ok(set) => set,
         Err(code) => return Ok(code),
