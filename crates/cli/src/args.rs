@@ -215,6 +215,26 @@ pub struct Xds {
     #[arg(long, env = "SPILLWAY_XDS_TLS_SAN", value_name = "NAME")]
     pub xds_tls_san: Option<String>,
 
+    /// The node's metadata, `key=value,key=value`.
+    #[arg(long, env = "SPILLWAY_XDS_NODE_METADATA", value_name = "K=V,...")]
+    pub xds_node_metadata: Option<String>,
+
+    /// gRPC metadata sent with the stream, `key:value,key:value`.
+    #[arg(long, env = "SPILLWAY_XDS_HEADERS", value_name = "K:V,...")]
+    pub xds_headers: Option<String>,
+
+    /// The reconnect backoff's first wait (default 1s); it doubles up to --xds-backoff-max.
+    #[arg(long, env = "SPILLWAY_XDS_BACKOFF_INITIAL", value_parser = spillway_policy::duration::parse)]
+    pub xds_backoff_initial: Option<std::time::Duration>,
+
+    /// The reconnect backoff's longest wait (default 60s).
+    #[arg(long, env = "SPILLWAY_XDS_BACKOFF_MAX", value_parser = spillway_policy::duration::parse)]
+    pub xds_backoff_max: Option<std::time::Duration>,
+
+    /// The largest xDS response accepted, in bytes (default 4 MiB).
+    #[arg(long, env = "SPILLWAY_XDS_MAX_MESSAGE_BYTES")]
+    pub xds_max_message_bytes: Option<usize>,
+
     /// Ready before the first rules arrive, deciding with none until they do (the
     /// reference's FORCE_START_WITHOUT_INITIAL_CONFIG).
     #[arg(long, env = "SPILLWAY_XDS_READY_WITHOUT_RULES")]
@@ -223,7 +243,23 @@ pub struct Xds {
 
 impl Xds {
     /// These flags over the settings.
-    pub fn apply(&self, s: &mut spillway_server::Settings) {
+    pub fn apply(&self, s: &mut spillway_server::Settings) -> anyhow::Result<()> {
+        use spillway_server::settings::pairs;
+        if let Some(v) = &self.xds_node_metadata {
+            s.xds_mut().node_metadata = pairs(v, '=', "--xds-node-metadata")?;
+        }
+        if let Some(v) = &self.xds_headers {
+            s.xds_mut().headers = pairs(v, ':', "--xds-headers")?;
+        }
+        if let Some(v) = self.xds_backoff_initial {
+            s.xds_mut().backoff_initial = v;
+        }
+        if let Some(v) = self.xds_backoff_max {
+            s.xds_mut().backoff_max = v;
+        }
+        if let Some(v) = self.xds_max_message_bytes {
+            s.xds_mut().max_message_bytes = v;
+        }
         if let Some(v) = &self.xds_server {
             s.xds_mut().server = v.clone();
         }
@@ -242,5 +278,6 @@ impl Xds {
             tls.server_san = self.xds_tls_san.clone().or(tls.server_san.take());
         }
         s.force_start_without_rules |= self.xds_ready_without_rules;
+        Ok(())
     }
 }

@@ -20,7 +20,7 @@ pub use reference::{NOT_HONOURED, not_honoured};
 pub use serving::{DEFAULT_ADMIN_ADDR, admin_addr};
 pub use value::{addr, duration, log_format, verify};
 use value::{boolean, default_reference_headers, ratio, redis_access, redis_url};
-pub use xds::Rules;
+pub use xds::{Rules, pairs};
 
 /// Everything `serve` needs to know.
 #[derive(Clone, Debug)]

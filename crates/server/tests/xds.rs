@@ -193,6 +193,11 @@ async fn rules_arrive_change_are_refused_and_survive_a_server_restart() {
 
     // The server restarts: the service reconnects, asking with the version in force.
     stop.cancel();
+    assert_eq!(
+        allowed(&s, 1).await,
+        0,
+        "disconnected, version 2 still decides"
+    );
     let listener = loop {
         // The port is free once the old listener is dropped.
         match tokio::net::TcpListener::bind(addr).await {
@@ -210,7 +215,7 @@ async fn rules_arrive_change_are_refused_and_survive_a_server_restart() {
     assert_eq!(reconnect.version_info, "2");
     let ack = next(&mut requests).await;
     assert_eq!(ack.version_info, "4");
-    assert_eq!(allowed(&s, 2).await, 2, "20 a minute now, 8 counted");
+    assert_eq!(allowed(&s, 2).await, 2, "20 a minute now, 9 counted");
 }
 
 #[tokio::test]
@@ -251,4 +256,145 @@ async fn with_force_start_the_service_is_ready_before_the_server_is_up() {
     assert_eq!(ack.version_info, "1");
     assert_eq!(allowed(&s, 2).await, 1);
     drop(snapshot_tx);
+}
+
+/// Every descriptor shape Envoy Gateway generates, received over xDS (plaintext here):
+/// `rule-<i>-method` and `rule-<i>-path` chains, a rule without a match
+/// (`rule-<i>-match--1`), `shadow_mode` on every level, a per-descriptor `hits_addend`
+/// and a limit override in the request.
+#[tokio::test]
+async fn envoy_gateways_descriptor_shapes_decide_as_generated() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    use envoy_types::pb::google::protobuf::UInt64Value;
+    use envoy_types::pb::ratelimit::config::ratelimit::v3::{
+        RateLimitConfig, RateLimitDescriptor as D, RateLimitPolicy,
+    };
+    let per_hour = |n| {
+        Some(RateLimitPolicy {
+            unit: RateLimitUnit::Hour as i32,
+            requests_per_unit: n,
+            ..RateLimitPolicy::default()
+        })
+    };
+    let level = |key: &str, value: &str, shadow: bool, limit, nested: Vec<D>| D {
+        key: key.into(),
+        value: value.into(),
+        rate_limit: limit,
+        descriptors: nested,
+        shadow_mode: shadow,
+        ..D::default()
+    };
+    let route = "httproute/default/api/rule/0";
+    let config = RateLimitConfig {
+        name: "default/eg/http".into(),
+        domain: "default/eg/http".into(),
+        descriptors: vec![level(
+            route,
+            route,
+            false,
+            None,
+            vec![
+                // method then path, the limit on the last level
+                level(
+                    "rule-0-method",
+                    "GET",
+                    false,
+                    None,
+                    vec![level("rule-0-path", "/api", false, per_hour(5), vec![])],
+                ),
+                // a rule with no match: one counter for the route
+                level(
+                    "rule-1-match--1",
+                    "rule-1-match--1",
+                    false,
+                    per_hour(2),
+                    vec![],
+                ),
+                // shadow mode on every level of a rule
+                level(
+                    "rule-2-match-0",
+                    "rule-2-match-0",
+                    true,
+                    None,
+                    vec![level("rule-2-path", "/shadow", true, per_hour(1), vec![])],
+                ),
+            ],
+        )],
+    };
+    let (_snapshot_tx, snapshot) = watch::channel::<Snapshot>(Some(("1".into(), vec![config])));
+    let (requests_tx, mut requests) = mpsc::unbounded_channel();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(spillway_server::listen::serve(
+        listener,
+        Ads::new(snapshot, requests_tx).router().into_axum_router(),
+        CancellationToken::new(),
+        Timeouts {
+            header_read: Duration::from_secs(5),
+            drain: Duration::from_millis(100),
+        },
+        None,
+    ));
+    let xds = XdsSettings {
+        server: addr.to_string(),
+        node_id: "envoy-ratelimit".into(),
+        ..XdsSettings::default()
+    };
+    let s = Server::start_with("xds-shapes", &[], Backing::Memory, move |settings| {
+        settings.rules = spillway_server::settings::Rules::Xds(Box::new(xds));
+    })
+    .await;
+    let _first = next(&mut requests).await;
+    assert_eq!(next(&mut requests).await.version_info, "1");
+
+    let chain = |tail: &[(&'static str, &'static str)]| {
+        let mut entries = vec![(route, route)];
+        entries.extend_from_slice(tail);
+        support::descriptor(&entries)
+    };
+    let ask =
+        |d: envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor| {
+            let request = envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+                domain: "default/eg/http".into(),
+                descriptors: vec![d],
+                hits_addend: 0,
+            };
+            s.ask(request)
+        };
+    // Method and path: 5 an hour; a per-descriptor hits_addend of 3 twice is over.
+    let mut heavy = chain(&[("rule-0-method", "GET"), ("rule-0-path", "/api")]);
+    heavy.hits_addend = Some(UInt64Value { value: 3 });
+    assert_eq!(ask(heavy.clone()).await.overall_code, 1, "3 of 5");
+    assert_eq!(ask(heavy).await.overall_code, 2, "6 of 5");
+    // No match: 2 an hour for the route.
+    let any = chain(&[("rule-1-match--1", "rule-1-match--1")]);
+    let codes: Vec<i32> = [
+        ask(any.clone()).await,
+        ask(any.clone()).await,
+        ask(any.clone()).await,
+    ]
+    .iter()
+    .map(|r| r.overall_code)
+    .collect();
+    assert_eq!(codes, [1, 1, 2]);
+    // Shadow mode: over the limit, never denied; the status says so.
+    let shadow = chain(&[
+        ("rule-2-match-0", "rule-2-match-0"),
+        ("rule-2-path", "/shadow"),
+    ]);
+    for _ in 0..3 {
+        assert_eq!(
+            ask(shadow.clone()).await.overall_code,
+            1,
+            "shadow never denies"
+        );
+    }
+    // A limit override in the request replaces the rule's: 1 a minute.
+    let mut overridden = chain(&[("rule-1-match--1", "rule-1-match--1")]);
+    overridden.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 2, // MINUTE
+    });
+    assert_eq!(ask(overridden.clone()).await.overall_code, 1);
+    assert_eq!(ask(overridden).await.overall_code, 2);
 }

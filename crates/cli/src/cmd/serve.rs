@@ -231,7 +231,7 @@ fn resolve(args: ServeArgs) -> anyhow::Result<Settings> {
         );
     }
     args.tls.apply(&mut s);
-    args.xds.apply(&mut s);
+    args.xds.apply(&mut s)?;
     if let Some(v) = args.store_timeout {
         s.store_timeout = v;
     }

@@ -65,6 +65,10 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
     ),
     ("DISABLE_STATS", "metrics are always on"),
     ("TRACING_", "there is no tracing export"),
+    (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "there is no tracing export (Envoy Gateway sets it with TRACING_*)",
+    ),
     ("GRPC_UDS", "gRPC listens on TCP only"),
     (
         "PROMETHEUS_MAPPER_YAML",

@@ -29,8 +29,13 @@ pub(super) struct XdsFile {
     pub xds_tls_san: Option<String>,
 }
 
-/// `k=v,k=v` (node metadata) or `k:v,k:v` (headers) as pairs.
-fn pairs(list: &str, separator: char, name: &str) -> Result<Vec<(String, String)>, SettingsError> {
+/// `k=v,k=v` (node metadata) or `k:v,k:v` (headers) as pairs; `name` says where
+/// they came from in an error.
+pub fn pairs(
+    list: &str,
+    separator: char,
+    name: &str,
+) -> Result<Vec<(String, String)>, SettingsError> {
     list.split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
