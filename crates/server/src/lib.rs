@@ -12,8 +12,9 @@
 //! [`start`] binds the listeners and returns at once (tests bind port 0): gRPC, HTTP
 //! (the check APIs, health, metrics) and the admin listener (the console, top keys,
 //! config, explain, `/rlconfig`; loopback by default), each over TLS when asked
-//! (`tls.rs`, certificates reloaded without a restart). [`Running::wait`] serves until
-//! the shutdown token is cancelled, then drains.
+//! (`tls.rs`, certificates reloaded without a restart). The rules come from policy files
+//! (`reload.rs` watches them) or over xDS (`xds.rs`). [`Running::wait`] serves until the
+//! shutdown token is cancelled, then drains.
 
 #![forbid(unsafe_code)]
 // The decision future nests the Redis client's futures inside tokio::join!; its layout
