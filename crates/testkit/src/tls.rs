@@ -327,3 +327,26 @@ pub fn envoy_gateway_certs(dir: &Path) -> GatewayCerts {
         client: pair("eg-client"),
     }
 }
+
+/// Replaces `path` with `from`'s content as Kubernetes does: written beside it, then
+/// renamed over it (one change, never a half-written file).
+pub fn replace(path: &Path, from: &Path) {
+    let tmp = path.with_extension("tmp");
+    std::fs::copy(from, &tmp).expect("copy beside the file");
+    std::fs::rename(&tmp, path).expect("rename over the file");
+}
+
+/// The first certificate of a PEM file, as DER (to compare with what a server presents).
+pub fn certificate_der(pem: &Path) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_file(pem)
+        .expect("a PEM certificate")
+        .to_vec()
+}
+
+/// The leaf certificate a new handshake on `addr` presents (DER).
+pub async fn presented(addr: std::net::SocketAddr, config: rustls::ClientConfig) -> Vec<u8> {
+    let tls = connect(addr, config).await.expect("a handshake");
+    tls.get_ref().1.peer_certificates().expect("a certificate")[0].to_vec()
+}

@@ -120,11 +120,10 @@ pub async fn tls_clients(timeout: Duration) -> anyhow::Result<Vec<TlsReport>> {
         )
         .await
         .unwrap_or_default();
-        metrics
-            .lines()
-            .filter(|l| l.starts_with("spillway_tls_handshake_failures_total{listener=\"http\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
+        spillway_testkit::metric(
+            &metrics,
+            "spillway_tls_handshake_failures_total{listener=\"http\"",
+        )
     };
     let mut reports = Vec::new();
     for case in TlsCase::ALL {
