@@ -96,6 +96,8 @@ struct Loaded {
     strict: Arc<ServerConfig>,
     /// Client certificate verified when presented (when there is a client CA).
     lenient: Arc<ServerConfig>,
+    /// When the certificate expires (Unix seconds).
+    not_after: i64,
 }
 
 /// The service's certificates, reloadable.
@@ -109,6 +111,8 @@ impl Certs {
     /// Reads and checks the files; an error names the file and what is wrong.
     pub fn load(files: TlsFiles) -> Result<Arc<Certs>, String> {
         let loaded = build(&files)?;
+        // Exported for the pair in use only: a reload that fails must not show its.
+        metrics::tls_not_after(loaded.not_after);
         Ok(Arc::new(Certs {
             files,
             current: ArcSwap::from_pointee(loaded),
@@ -120,6 +124,7 @@ impl Certs {
     pub fn reload(&self) -> Result<(), String> {
         match build(&self.files) {
             Ok(loaded) => {
+                metrics::tls_not_after(loaded.not_after);
                 self.current.store(Arc::new(loaded));
                 metrics::tls_reload(true);
                 tracing::info!(cert = %self.files.cert.display(), "TLS certificates reloaded");
@@ -166,8 +171,9 @@ impl Certs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientCert(pub bool);
 
-/// The paths a client without a certificate may ask for: health probes.
-pub(crate) fn open_without_client_cert(path: &str) -> bool {
+/// Whether `path` is a health probe: answered to a client without a certificate, and
+/// on the admin listener without its token (a probe has neither).
+pub(crate) fn is_health(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/healthcheck")
 }
 
@@ -175,7 +181,7 @@ fn build(files: &TlsFiles) -> Result<Loaded, String> {
     let provider = pem::provider();
     let chain = pem::certificates(&files.cert, "certificate").map_err(|e| e.to_string())?;
     let key = pem::private_key(&files.key, "key").map_err(|e| e.to_string())?;
-    check_validity(&chain[0], &files.cert)?;
+    let not_after = check_validity(&chain[0], &files.cert)?;
     let config =
         |verifier: Option<Arc<dyn ClientCertVerifier>>| -> Result<Arc<ServerConfig>, String> {
             let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
@@ -202,6 +208,7 @@ fn build(files: &TlsFiles) -> Result<Loaded, String> {
         return Ok(Loaded {
             strict: Arc::clone(&plain),
             lenient: plain,
+            not_after,
         });
     };
     let roots = Arc::new(pem::roots(ca, "client CA file").map_err(|e| e.to_string())?);
@@ -228,12 +235,14 @@ fn build(files: &TlsFiles) -> Result<Loaded, String> {
     Ok(Loaded {
         strict: config(Some(verifier(false)?))?,
         lenient: config(Some(verifier(true)?))?,
+        not_after,
     })
 }
 
 /// A certificate outside its validity is refused: clients would refuse it anyway, and
-/// a reload must not swap in a pair that fails every handshake.
-fn check_validity(leaf: &CertificateDer<'_>, path: &Path) -> Result<(), String> {
+/// a reload must not swap in a pair that fails every handshake. When it expires (Unix
+/// seconds).
+fn check_validity(leaf: &CertificateDer<'_>, path: &Path) -> Result<i64, String> {
     let (_, cert) = x509_parser::parse_x509_certificate(leaf)
         .map_err(|e| format!("certificate `{}` cannot be read: {e}", path.display()))?;
     let validity = cert.validity();
@@ -252,8 +261,7 @@ fn check_validity(leaf: &CertificateDer<'_>, path: &Path) -> Result<(), String> 
             validity.not_before
         ));
     }
-    metrics::tls_not_after(validity.not_after.timestamp());
-    Ok(())
+    Ok(validity.not_after.timestamp())
 }
 
 /// The names a certificate's SAN extension lists, as text.

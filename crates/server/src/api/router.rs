@@ -23,7 +23,7 @@ use super::respond::{self, Refused};
 use super::{ops, reference, ui, v1};
 use crate::metrics;
 use crate::state::AppState;
-use crate::tls::{ClientCert, open_without_client_cert};
+use crate::tls::{ClientCert, is_health};
 
 /// The most bytes a request body may have.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -84,7 +84,7 @@ fn with_health(routes: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
 /// Over mutual TLS, a client that presented no certificate reaches health only.
 async fn client_cert(request: Request, next: Next) -> Response {
     let presented = request.extensions().get::<ClientCert>().is_none_or(|c| c.0);
-    if presented || open_without_client_cert(request.uri().path()) {
+    if presented || is_health(request.uri().path()) {
         next.run(request).await
     } else {
         respond::refused(Refused::ClientCertRequired)
@@ -101,7 +101,7 @@ async fn admin_token(
     let Some(token) = token else {
         return next.run(request).await;
     };
-    if open_without_client_cert(request.uri().path()) {
+    if is_health(request.uri().path()) {
         return next.run(request).await;
     }
     let given = request
