@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod envoy;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
