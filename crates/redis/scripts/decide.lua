@@ -13,13 +13,27 @@
 -- in a call of its own; a batch that fails (a key holding another program's value, a
 -- bad number) fails alone and writes nothing.
 --
+-- This file defines `decide(keys, argv)`; Rust sends it two ways (script.rs): as a
+-- function library (`FUNCTION LOAD` once, then `FCALL`), whose body runs once, so
+-- the algorithms are defined and the limits parsed once for many calls; or as a
+-- script (`EVALSHA`) ending in `return decide(KEYS, ARGV)`, whose body runs every
+-- call. Nothing here may assume either: per-call state is reset by `decide`.
+--
+-- Cost: a `redis.call` costs more than the arithmetic of any algorithm, and a Lua
+-- function call about as much as a table; the hot path (a batch of one request) makes
+-- one GET's worth of MGET and one SET, and writes the arithmetic of gcra out.
+--
 -- KEYS     every batch's keys, batch after batch, request after request. A request's
 --          first key holds its state: <prefix>{identity}:<algorithm>:<window>. The key
 --          names the limit's shape, so two requests with the same key share a state.
 --          A sketched distinct limit (7) has 2P more: per sub-window slot a HyperLogLog
 --          (<state key>:0 … :P−1), then a Bloom filter (:b0 … :bP−1), all in the
 --          state key's slot.
--- ARGV[1]  B, the number of batches; then per batch:
+-- ARGV[1]  B, the number of batches; then per batch either the short form, for the
+--          most common batch (one request on one key, Redis TIME, cost 1, no member):
+--            s      the letter s
+--            limit  its limit (below)
+--          or the full form:
 --            n      its number of requests
 --            k      its number of keys (the next k of KEYS)
 --            now    µs since the epoch, or "server" to read Redis TIME (one clock
@@ -46,12 +60,12 @@
 --            member what a distinct limit counts (empty for the others); for a
 --                   sketched one, after its 7 filter bit positions (u32 LE each)
 --
--- Returns one element per batch, in order: either { denied_by (0 = admitted, else the
--- 1-based request), then per request outcome (0 allowed, 1 denied, 2 cost exceeds
--- capacity), remaining, reset_after µs, retry_after µs }, or, for a batch that
--- failed, a string saying why (a string, not an error reply: clients turn an error
--- nested in an array into an error for the whole call). A malformed ARGV header is
--- an error reply for the whole call.
+-- Returns one flat array (no table per batch), per batch in order: either denied_by
+-- (0 = admitted, else the 1-based request), then per request outcome (0 allowed,
+-- 1 denied, 2 cost exceeds capacity), remaining, reset_after µs, retry_after µs; or,
+-- for a batch that failed, one string saying why (a string, not an error reply:
+-- clients turn an error nested in an array into an error for the whole call). A
+-- malformed ARGV header is an error reply for the whole call.
 --
 -- Numbers: Lua numbers are doubles, exact for integers up to 2^53. Rust guarantees
 -- every product the algorithms take (cost × unit, burst × unit) stays below 2^53;
@@ -60,26 +74,39 @@
 
 local FIELDS = 3 -- ARGV per request: limit, cost, member
 
+-- The call being decided: its KEYS and ARGV (set by `decide`, for every function
+-- below; a function library has no KEYS and ARGV globals).
+local Keys, Argv
+
+-- Values read ahead for batches of one request on one key, by KEYS index: one MGET
+-- for the call rather than a GET per batch (a `redis.call` costs more than the
+-- algorithm). MGET reads another type's key as nil, like a missing one: `false` here,
+-- which `save` writes with NX so that such a key is refused, never replaced.
+local ahead = {}
+
 -- Raises a plain error reply ("ERR spillway: ..."), without Lua's location prefix.
 local function fail(msg) error({ err = 'ERR spillway: ' .. msg }) end
 
 -- Reads digits as an integer in 0..=2^53. Compared as text: 2^53 + 1 would round to
--- 2^53 as a number.
-local function digits(s, what)
+-- 2^53 as a number. `i` names ARGV[i] in the error.
+local function digits(s, i)
   if #s > 16 or (#s == 16 and s > '9007199254740992') then
-    fail(what .. ' is larger than 2^53: ' .. s)
+    fail('ARGV[' .. i .. '] is larger than 2^53: ' .. s)
   end
   return tonumber(s)
 end
 
 -- Reads ARGV[i] as an integer in 0..=2^53. tonumber alone accepts "nan", "inf", "0x1f",
--- " 1e3": a NaN compares false and would be admitted, so only plain digits pass.
+-- " 1e3": a NaN compares false and would be admitted, so only plain digits pass. "1"
+-- (a unit cost, a batch of one request) is by far the most common: read without a
+-- pattern.
 local function arg(i)
-  local s = ARGV[i]
+  local s = Argv[i]
+  if s == '1' then return 1 end
   if s == nil or not string.find(s, '^%d+$') then
     fail('ARGV[' .. i .. '] is not an integer in 0..=2^53: ' .. tostring(s))
   end
-  return digits(s, 'ARGV[' .. i .. ']')
+  return digits(s, i)
 end
 
 -- Exact floor(a / b) and a mod b for non-negative integers: fmod is exact in IEEE
@@ -94,15 +121,16 @@ local function min(a, b) if a < b then return a end return b end
 local function max(a, b) if a > b then return a end return b end
 local function sub0(a, b) if a > b then return a - b end return 0 end -- saturating_sub
 
--- Decisions: outcome, remaining (never above the capacity), reset_after, retry_after.
+-- Decisions, as four values (no table per decision): outcome, remaining (never above
+-- the capacity), reset_after, retry_after.
 local function allow(r, remaining, reset)
-  return { 0, min(remaining, r.cap), reset, 0 }
+  return 0, min(remaining, r.cap), reset, 0
 end
 local function deny(r, cost, retry, remaining, reset)
   if cost > r.cap then
-    return { 2, min(remaining, r.cap), reset, 0 }
+    return 2, min(remaining, r.cap), reset, 0
   end
-  return { 1, min(remaining, r.cap), reset, retry }
+  return 1, min(remaining, r.cap), reset, retry
 end
 
 -- Each algorithm is defined by a function, run on the first request of a call that
@@ -455,10 +483,15 @@ end
 local function define_gcra()
   local gcra = {}
 
+  -- tonumber and a range check rather than a pattern: "1e3" or " 7" (only ever a hand
+  -- edit) read as numbers, while NaN, negatives and fractions are refused.
   function gcra.decode(_, v)
     if not v then return { tat = 0 } end
-    if not string.find(v, '^%d+$') then return nil end
-    return { tat = tonumber(v) }
+    local tat = tonumber(v)
+    if not tat or not (tat >= 0 and tat <= 9007199254740992) or tat ~= math.floor(tat) then
+      return nil
+    end
+    return { tat = tat }
   end
   function gcra.encode(s) return string.format('%d', s.tat) end
   function gcra.copy(s) return { tat = s.tat } end
@@ -473,12 +506,20 @@ local function define_gcra()
   -- Unit-cost requests still admitted at now if the TAT were t.
   local function slack(r, now, t) return idiv(sub0(now + r.tau, t), r.e1) end
 
+  -- The admitted branch is the hot path of every deployment: max, slack and allow
+  -- written out (a Lua call costs more than the arithmetic it wraps).
   function gcra.check(r, s, now, cost)
-    local base = max(s.tat, now)
+    local base = s.tat
+    if base < now then base = now end
     if cost <= r.cap then
-      local tat = base + gcra_emission(r, cost)
-      if tat - now <= r.tau then
-        return allow(r, slack(r, now, tat), tat - now)
+      local tat = base + ((cost == 1) and r.e1 or gcra_emission(r, cost))
+      local late = tat - now
+      if late <= r.tau then
+        -- slack(r, now, tat): late ≤ tau, so now + tau − tat ≥ 0.
+        local left = r.tau - late
+        left = (left - math.fmod(left, r.e1)) / r.e1
+        if left > r.cap then left = r.cap end
+        return 0, left, late, 0
       end
       return deny(r, cost, tat - now - r.tau, slack(r, now, base), base - now)
     end
@@ -486,7 +527,9 @@ local function define_gcra()
   end
 
   function gcra.commit(r, s, now, cost, admitted)
-    local tat = max(s.tat, now) + gcra_emission(r, cost)
+    local tat = s.tat
+    if tat < now then tat = now end
+    tat = tat + ((cost == 1) and r.e1 or gcra_emission(r, cost))
     if admitted then
       s.tat = tat
     else
@@ -554,7 +597,7 @@ local function define_distinct()
       if #s.members == 0 and cost == 0 then return 0 end
       return sub0(finish(r, newest), now)
     end
-    if cost > 1 then return { 2, sub0(r.cap, count), reset(s.newest), 0 } end
+    if cost > 1 then return 2, sub0(r.cap, count), reset(s.newest), 0 end
     local charged = (cost == 1) and j or s.newest
     if known then return allow(r, sub0(r.cap, count), reset(charged)) end
     if after <= r.cap then
@@ -745,13 +788,13 @@ local function define_distinct_sketch()
     end
     local after = known and before or before + 1
     local charged = (cost == 1) and j or s.newest
-    local d
+    local o, rem, rs, rt
     if cost > 1 then
-      d = { 2, sub0(r.cap, before), reset(s.newest), 0 }
+      o, rem, rs, rt = 2, sub0(r.cap, before), reset(s.newest), 0
     elseif known then
-      d = allow(r, sub0(r.cap, before), reset(charged))
+      o, rem, rs, rt = allow(r, sub0(r.cap, before), reset(charged))
     elseif after <= r.cap then
-      d = allow(r, sub0(r.cap, (cost == 1) and after or before), reset(charged))
+      o, rem, rs, rt = allow(r, sub0(r.cap, (cost == 1) and after or before), reset(charged))
     else
       -- The first sub-window edge at which the sub-windows still live count below the
       -- limit.
@@ -762,10 +805,10 @@ local function define_distinct_sketch()
           break
         end
       end
-      d = deny(r, cost, retry - now, sub0(r.cap, before), reset(s.newest))
+      o, rem, rs, rt = deny(r, cost, retry - now, sub0(r.cap, before), reset(s.newest))
     end
     if restore then restore() end
-    return d
+    return o, rem, rs, rt
   end
 
   function sketch.commit(r, s, now, cost, _, member_arg)
@@ -832,27 +875,33 @@ end
 -- Redis TIME, read at most once per call: every batch on the server's clock decides
 -- at the same instant.
 local server_now = nil
-local function read_now(at)
-  if ARGV[at] ~= 'server' then return arg(at) end
+local function server_time()
   if not server_now then
     local t = redis.call('TIME')
     server_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   return server_now
 end
+local function read_now(at)
+  if Argv[at] ~= 'server' then return arg(at) end
+  return server_time()
+end
 
--- The limits of this call, by their ARGV text: parsed and checked once each.
-local limits = {}
+-- The limits seen, by their ARGV text: parsed and checked once each. A library keeps
+-- them from call to call (a script, for one call); past LIMITS_KEPT different texts
+-- (policies reloaded many times) they are forgotten and parsed again.
+local LIMITS_KEPT = 4096
+local limits, limits_kept = {}, 0
 local LIMIT = '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$'
 
 -- The limit ARGV[i] names: the parameters every algorithm function takes as `r`.
 local function limit(i)
-  local text = ARGV[i]
+  local text = Argv[i]
   local r = limits[text]
   if r then return r end
   local f = { string.match(text, LIMIT) }
   if #f ~= 8 then fail('ARGV[' .. i .. '] is not a limit (eight integers): ' .. text) end
-  for k = 1, 8 do f[k] = digits(f[k], 'ARGV[' .. i .. ']') end
+  for k = 1, 8 do f[k] = digits(f[k], i) end
   local alg, cap, window, p1, p2, p3, p4 = f[1], f[3], f[4], f[5], f[6], f[7], f[8]
   -- Every field at once: one table of its final size.
   r = { alg = alg, algorithm = algorithm(alg), rejected = f[2], cap = cap,
@@ -879,15 +928,17 @@ local function limit(i)
     end
     r.full = cap * p2
   end
-  limits[text] = r
+  if limits_kept == LIMITS_KEPT then limits, limits_kept = {}, 0 end
+  limits[text], limits_kept = r, limits_kept + 1
   return r
 end
 
 -- The stored state of `key` under limit r (`ring`: a sketch's ring keys). A value this
 -- limit cannot read (another program's key, a hand edit) is an error, never silently
 -- reset.
-local function load(r, key, ring)
-  local s = r.algorithm.decode(r, redis.call('GET', key) or nil, ring)
+local function load(r, key, ring, value)
+  if value == nil then value = redis.call('GET', key) end
+  local s = r.algorithm.decode(r, value or nil, ring)
   if s == nil then fail('key ' .. key .. ' holds a value that is not state of its algorithm') end
   return s
 end
@@ -897,37 +948,56 @@ end
 -- less must never reach PEXPIRE. With the caller's clock, the TTL runs on Redis's
 -- clock while the state ages on the callers': `margin` (a second) keeps a key from
 -- expiring early when the two differ a little (a state kept past its idle time
--- decides the same as none).
-local function save(r, key, s, now, margin)
-  if r.algorithm.flush then r.algorithm.flush(r, s, now, margin) end
-  local ttl = cdiv(sub0(r.algorithm.idle_at(r, s), now), 1000)
+-- decides the same as none). `absent`: MGET found no string at `key` (see `decide`),
+-- so the write must not replace a value of another type (SET NX), and a state with
+-- nothing to keep has nothing to delete.
+local function save(r, key, s, now, margin, absent)
+  local a = r.algorithm
+  if a.flush then a.flush(r, s, now, margin) end
+  local ttl = a.idle_at(r, s) - now
   if ttl > 0 then
-    -- A Lua number reaches Redis as %.14g: exact for any TTL under 3000 years.
-    redis.call('SET', key, r.algorithm.encode(s), 'PX', ttl + margin)
-  else
+    local rest = math.fmod(ttl, 1000) -- cdiv(ttl, 1000), written out
+    ttl = (ttl - rest) / 1000 + ((rest > 0) and 1 or 0)
+  end
+  if ttl > 0 then
+    -- Formatted as an integer: a number passed as it is goes through '%.14g', a
+    -- floating-point conversion that cost a third of a SET.
+    local px = string.format('%d', ttl + margin)
+    if not absent then
+      redis.call('SET', key, a.encode(s), 'PX', px)
+    elseif not redis.call('SET', key, a.encode(s), 'PX', px, 'NX') then
+      fail('key ' .. key .. ' holds a value that is not state of its algorithm')
+    end
+  elseif not absent then
     redis.call('DEL', key)
   end
 end
 
 -- A batch of one request (the common case): the round below without its bookkeeping
--- for several.
-local function single(key, ring, now, r, cost, member, margin)
+-- for several. Appends its reply to `out`.
+-- `value`: the key's value read ahead by MGET (false: none), or nil to GET it.
+local function single(out, key, ring, now, r, cost, member, margin, value)
   local a = r.algorithm
-  local s = load(r, key, ring)
-  local d = a.check(r, s, now, cost, member)
-  if d[1] == 0 then
+  local s = load(r, key, ring, value)
+  local absent = value == false
+  local o, remaining, reset, retry = a.check(r, s, now, cost, member)
+  local denied = 0
+  if o == 0 then
     if cost > 0 then
       a.commit(r, s, now, cost, true, member)
-      save(r, key, s, now, margin)
+      save(r, key, s, now, margin, absent)
     end
-    return { 0, d[1], d[2], d[3], d[4] }
+  else
+    denied = 1
+    if r.rejected ~= 0 then
+      a.commit(r, s, now, cost, false, member)
+      save(r, key, s, now, margin, absent)
+      o, remaining, reset, retry = a.check(r, s, now, cost, member)
+    end
   end
-  if r.rejected ~= 0 then
-    a.commit(r, s, now, cost, false, member)
-    save(r, key, s, now, margin)
-    d = a.check(r, s, now, cost, member)
-  end
-  return { 1, d[1], d[2], d[3], d[4] }
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
+    denied, o, remaining, reset, retry
 end
 
 -- The ring keys of a request whose state key is KEYS[k]: nil but for sketches (no
@@ -935,7 +1005,7 @@ end
 local function ring_of(r, k)
   if r.ring == 0 then return nil end
   local ring = {}
-  for i = 1, r.ring do ring[i] = KEYS[k + i] end
+  for i = 1, r.ring do ring[i] = Keys[k + i] end
   return ring
 end
 
@@ -944,16 +1014,27 @@ local function keys_mismatch(k, need)
 end
 
 -- One batch: n requests whose k keys start after KEYS[k0], whose `now` is ARGV[at]
--- and whose limits and costs follow it. Returns the batch's reply; raises before
--- writing anything.
-local function round(k0, at, n, k)
-  local now = read_now(at)
-  local margin = (ARGV[at] == 'server') and 0 or 1000
+-- and whose limits and costs follow it (or, ARGV[at] 's', the short form: its limit
+-- follows). Appends the batch's reply to `out`; raises before writing anything (to
+-- Redis or to `out`).
+local function round(out, k0, at, n, k)
+  if Argv[at] == 's' then
+    local r = limits[Argv[at + 1]] or limit(at + 1)
+    if r.ring ~= 0 then keys_mismatch(1, r.ring + 1) end
+    return single(out, Keys[k0 + 1], nil, server_time(), r, 1, '', 0, ahead[k0 + 1])
+  end
+  local now, margin = server_now, 0
+  if not (now and Argv[at] == 'server') then
+    now = read_now(at)
+    if Argv[at] ~= 'server' then margin = 1000 end
+  end
 
   if n == 1 then
-    local r = limit(at + 1)
+    local r = limits[Argv[at + 1]] or limit(at + 1)
     if r.ring + 1 ~= k then keys_mismatch(k, r.ring + 1) end
-    return single(KEYS[k0 + 1], ring_of(r, k0 + 1), now, r, arg(at + 2), ARGV[at + 3], margin)
+    local ring = (r.ring ~= 0) and ring_of(r, k0 + 1) or nil
+    return single(out, Keys[k0 + 1], ring, now, r, arg(at + 2), Argv[at + 3], margin,
+                  ahead[k0 + 1])
   end
 
   -- Parse and validate every request before touching any key.
@@ -961,8 +1042,8 @@ local function round(k0, at, n, k)
   local next_key = k0 + 1
   for i = 1, n do
     local b = at + FIELDS * (i - 1)
-    rs[i], costs[i], members[i] = limit(b + 1), arg(b + 2), ARGV[b + 3]
-    keys[i], rings[i] = KEYS[next_key], ring_of(rs[i], next_key)
+    rs[i], costs[i], members[i] = limit(b + 1), arg(b + 2), Argv[b + 3]
+    keys[i], rings[i] = Keys[next_key], ring_of(rs[i], next_key)
     next_key = next_key + 1 + rs[i].ring
   end
   if next_key ~= k0 + k + 1 then keys_mismatch(k, next_key - k0 - 1) end
@@ -986,14 +1067,14 @@ local function round(k0, at, n, k)
     local r, key, cost, member = rs[i], keys[i], costs[i], members[i]
     local a, d = r.algorithm, nil
     if not shared then
-      d = a.check(r, stored[key], now, cost, member)
+      d = { a.check(r, stored[key], now, cost, member) }
     else
       local s = scratch[key]
       if not s then
         s = a.copy(stored[key])
         scratch[key] = s
       end
-      d = a.check(r, s, now, cost, member)
+      d = { a.check(r, s, now, cost, member) }
       if d[1] == 0 then a.commit(r, s, now, cost, true, member) end
     end
     decisions[i] = d
@@ -1021,17 +1102,17 @@ local function round(k0, at, n, k)
       local s = stored[key]
       if decisions[i][1] == 0 then
         a.commit(r, s, now, cost, true, member)
-        local d = a.check(r, s, now, 0, member)
+        local d = { a.check(r, s, now, 0, member) }
         d[1] = 0
         decisions[i] = d
       else
         a.commit(r, s, now, cost, false, member)
-        decisions[i] = a.check(r, s, now, cost, member)
+        decisions[i] = { a.check(r, s, now, cost, member) }
       end
       dirty[key] = r
     elseif decisions[i][1] == 0 then
       -- Had room but was not charged: report the state as it is.
-      local d = a.check(r, stored[key], now, 0, member)
+      local d = { a.check(r, stored[key], now, 0, member) }
       d[1] = 0
       decisions[i] = d
     end
@@ -1039,42 +1120,71 @@ local function round(k0, at, n, k)
 
   for key, r in pairs(dirty) do save(r, key, stored[key], now, margin) end
 
-  local out = { denied_by }
+  out[#out + 1] = denied_by
   for _, d in ipairs(decisions) do
-    for k = 1, 4 do out[#out + 1] = d[k] end
+    local m = #out
+    out[m + 1], out[m + 2], out[m + 3], out[m + 4] = d[1], d[2], d[3], d[4]
   end
+end
+
+-- One call: reads the header whole, then decides each batch in order, each in a
+-- protected call so that its failure is its own reply.
+local function decide(keys, argv)
+  Keys, Argv, server_now, ahead = keys, argv, nil, {}
+
+  -- The header: B, then each batch's n, k, its `now` and 3n fields. Read whole before
+  -- any batch runs: a header that does not add up is the caller's bug, and no batch of
+  -- it can be trusted.
+  -- A key is read ahead only for the first batch that names it: a later one must see
+  -- what the earlier ones wrote.
+  local batches, nargv = arg(1), #argv
+  local starts, at, nkeys = {}, 2, 0
+  local seen, read, reading = {}, {}, 0
+  for b = 1, batches do
+    local m, n, k, first, width = 4 * (b - 1), 1, 1, at, 2
+    if argv[at] ~= 's' or at + 1 > nargv then
+      n, k = arg(at), arg(at + 1)
+      first, width = at + 2, 3 + FIELDS * n
+      if n < 1 or k < n or at + 2 + FIELDS * n > nargv then
+        fail('batch ' .. b .. ' of ' .. batches .. ' does not fit in ' .. nargv .. ' arguments')
+      end
+    end
+    starts[m + 1], starts[m + 2], starts[m + 3], starts[m + 4] = nkeys, first, n, k
+    for i = nkeys + 1, nkeys + k do
+      local key = keys[i]
+      if key and not seen[key] then
+        seen[key] = true
+        if k == 1 then reading = reading + 1; read[reading] = i end
+      end
+    end
+    nkeys = nkeys + k
+    at = at + width
+  end
+  if batches < 1 or nkeys ~= #keys or at ~= nargv + 1 then
+    fail('expected ' .. nkeys .. ' keys and ' .. (at - 1) .. ' arguments for ' .. batches ..
+         ' batches, got ' .. #keys .. ' and ' .. nargv)
+  end
+  if reading > 1 then
+    local names = {}
+    for j = 1, reading do names[j] = keys[read[j]] end
+    local values = redis.call('MGET', unpack(names))
+    for j = 1, reading do ahead[read[j]] = values[j] end
+  end
+
+  local out = {}
+  for b = 1, batches do
+    local m, mark = 4 * (b - 1), #out
+    local ok, why = pcall(round, out, starts[m + 1], starts[m + 2], starts[m + 3], starts[m + 4])
+    if not ok then
+      -- Whatever the batch appended before it failed goes: its reply is the reason.
+      for i = #out, mark + 1, -1 do out[i] = nil end
+      if type(why) == 'table' and why.err then
+        out[mark + 1] = string.gsub(why.err, '^ERR ', '')
+      else
+        out[mark + 1] = 'spillway: ' .. tostring(why)
+      end
+    end
+  end
+  Keys, Argv = nil, nil
   return out
 end
-
--- The header: B, then each batch's n, k, its `now` and 3n fields. Read whole before
--- any batch runs: a header that does not add up is the caller's bug, and no batch of
--- it can be trusted.
-local batches = arg(1)
-local starts, at, keys = {}, 2, 0
-for b = 1, batches do
-  local n, k = arg(at), arg(at + 1)
-  if n < 1 or k < n or at + 2 + FIELDS * n > #ARGV then
-    fail('batch ' .. b .. ' of ' .. batches .. ' does not fit in ' .. #ARGV .. ' arguments')
-  end
-  starts[b] = { keys, at + 2, n, k }
-  keys = keys + k
-  at = at + 3 + FIELDS * n
-end
-if batches < 1 or keys ~= #KEYS or at ~= #ARGV + 1 then
-  fail('expected ' .. keys .. ' keys and ' .. (at - 1) .. ' arguments for ' .. batches ..
-       ' batches, got ' .. #KEYS .. ' and ' .. #ARGV)
-end
-
--- Each batch in a protected call: its failure is its own reply.
-local out = {}
-for b, start in ipairs(starts) do
-  local ok, reply = pcall(round, start[1], start[2], start[3], start[4])
-  if ok then
-    out[b] = reply
-  elseif type(reply) == 'table' and reply.err then
-    out[b] = string.gsub(reply.err, '^ERR ', '')
-  else
-    out[b] = 'spillway: ' .. tostring(reply)
-  end
-end
-return out

@@ -141,11 +141,9 @@ impl Lane {
 
 /// Hands each batch of a call its part of `reply`, or the call's failure.
 pub(crate) fn answer(batches: Vec<Waiting>, reply: Result<Value, Failure>) {
-    let parts = reply.and_then(|value| match value {
-        Value::Array(parts) if parts.len() == batches.len() => Ok(parts),
-        other => Err(Failure::Reply(
-            format!("expected {} batch replies, got {other:?}", batches.len()).into(),
-        )),
+    let parts = reply.and_then(|value| {
+        let sizes = batches.iter().map(|w| w.section.requests.len());
+        crate::script::split_reply(value, sizes).map_err(|why| Failure::Reply(why.into()))
     });
     match parts {
         Ok(parts) => {
@@ -257,11 +255,16 @@ mod tests {
 
     #[test]
     fn each_batch_gets_its_part_or_the_calls_failure() {
+        // One flat array: a batch's `denied_by` and its requests' integers (none here),
+        // or the string saying why it failed.
         let (a, mut ra) = batch(1);
         let (b, mut rb) = batch(1);
         let parts = vec![Value::Int(1), Value::BulkString(b"why".to_vec())];
         answer(vec![a, b], Ok(Value::Array(parts)));
-        assert_eq!(ra.try_recv().unwrap().unwrap(), Value::Int(1));
+        assert_eq!(
+            ra.try_recv().unwrap().unwrap(),
+            Value::Array(vec![Value::Int(1)])
+        );
         assert_eq!(
             rb.try_recv().unwrap().unwrap(),
             Value::BulkString(b"why".to_vec())

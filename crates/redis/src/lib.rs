@@ -44,12 +44,19 @@ pub use error::Error;
 pub use key::redis_key;
 pub use script::TimeSource;
 pub use store::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisStore, RedisStoreBuilder,
+    Calls, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisStore, RedisStoreBuilder,
 };
 pub use tls::{TlsOptions, Verify};
 
-/// The decision script's Lua source, as sent to Redis.
-pub const SCRIPT: &str = script::SOURCE;
+/// The decision code's Lua source in its script form, as `EVAL` sends it (servers
+/// without functions).
+pub const SCRIPT: &str = script::SCRIPT_SOURCE;
+
+/// The decision code as a function library: what `FUNCTION LOAD` takes, and the name
+/// `FCALL` calls.
+pub fn function_library() -> (&'static str, &'static str) {
+    (&script::LIBRARY.source, &script::LIBRARY.function)
+}
 
 /// The script's ARGV for a call of one batch of `requests` on Redis `TIME`: `1` (one
 /// batch), the number of requests, the number of keys (one per request, and a sketched

@@ -1,12 +1,21 @@
-//! The decision script (`scripts/decide.lua`): its arguments and its reply.
+//! The decision code (`scripts/decide.lua`): how it reaches Redis, its arguments and
+//! its reply.
+//!
+//! The same Lua runs two ways. As a **function library** (Redis ≥ 7.0, Valkey):
+//! `FUNCTION LOAD` once, then `FCALL` per call; the library's body (every algorithm,
+//! the limits already parsed) stays defined between calls. As a **script** (older
+//! servers, or functions turned off): `EVALSHA`, whose body defines everything again on
+//! every call. [`Library`] names both.
 //!
 //! A call carries one or more batches ([`Section`]s); each request of a batch becomes
-//! its limit's text (eight integers, parsed once per call however many requests
-//! share it), its cost and its member (see the script's header). Rust computes every
-//! derived parameter (scaled rates, GCRA times) so the script does no validation of
-//! limits beyond range checks. The reply holds, per batch, `denied_by` then four
-//! integers per request, or the reason the batch failed.
+//! its limit's text (eight integers, parsed once however many requests share it, and
+//! kept from call to call by a library), its cost and its member (see the script's
+//! header). Rust computes every derived parameter (scaled rates, GCRA times) so the
+//! script does no validation of limits beyond range checks. The reply is one flat
+//! array: per batch, `denied_by` then four integers per request, or the reason the
+//! batch failed.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{Cmd, Value};
@@ -16,8 +25,42 @@ use spillway_core::{
     Request, Timestamp,
 };
 
-/// The script source, embedded at build time.
-pub(crate) const SOURCE: &str = include_str!("../scripts/decide.lua");
+/// The decision code, embedded at build time: it defines `decide(keys, argv)`.
+pub(crate) const BODY: &str = include_str!("../scripts/decide.lua");
+
+/// The script form: the body, then a call of `decide` (sent with `EVAL`/`EVALSHA`).
+pub(crate) const SCRIPT_SOURCE: &str = concat!(
+    include_str!("../scripts/decide.lua"),
+    "\nreturn decide(KEYS, ARGV)\n"
+);
+
+/// The decision code as a function library, and as a script for servers without
+/// functions.
+#[derive(Debug)]
+pub(crate) struct Library {
+    /// The function `FCALL` names: the library's name and `_decide`. The library is
+    /// `spillway_` and the first 16 hex digits of the body's SHA-1, so that two
+    /// versions of Spillway on one Redis (a rolling upgrade) each call their own.
+    pub(crate) function: String,
+    /// What `FUNCTION LOAD` takes.
+    pub(crate) source: String,
+    /// The script form's SHA-1, for `EVALSHA`.
+    pub(crate) sha: String,
+}
+
+/// The one library of this build.
+pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let hash = redis::Script::new(BODY).get_hash().to_owned();
+    let name = format!("spillway_{}", &hash[..16]);
+    let function = format!("{name}_decide");
+    let source =
+        format!("#!lua name={name}\n{BODY}\nredis.register_function('{function}', decide)\n");
+    Library {
+        function,
+        source,
+        sha: redis::Script::new(SCRIPT_SOURCE).get_hash().to_owned(),
+    }
+});
 
 /// Where the script takes `now` from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,6 +85,18 @@ pub(crate) struct Section {
 }
 
 impl Section {
+    /// The limit of a batch the script takes in its short form (`s`, then the limit):
+    /// one request on one key, on Redis `TIME`, at cost 1, with no member. Four
+    /// arguments fewer than the full form, for the batch nearly every decision is.
+    fn short(&self) -> Option<&str> {
+        match &self.requests[..] {
+            [(limit, 1, member)] if self.keys.len() == 1 && self.now.is_none() => {
+                member.is_empty().then_some(limit.as_str())
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn new(
         keys: Vec<String>,
         requests: &[Request<'_>],
@@ -81,7 +136,8 @@ pub(crate) fn member_arg(r: &Request<'_>) -> Vec<u8> {
     arg
 }
 
-/// The command calling the script (`EVALSHA sha` or `EVAL source`) for `sections`.
+/// The command calling the decision code (`FCALL function`, `EVALSHA sha` or `EVAL
+/// source`) for `sections`.
 pub(crate) fn call<'a>(
     head: &str,
     body: &str,
@@ -106,6 +162,10 @@ pub(crate) fn call<'a>(
     }
     cmd.arg(sections.clone().count());
     for s in sections {
+        if let Some(limit) = s.short() {
+            cmd.arg("s").arg(limit);
+            continue;
+        }
         cmd.arg(s.requests.len()).arg(s.keys.len());
         match s.now {
             Some(micros) => cmd.arg(micros),
@@ -163,6 +223,39 @@ pub(crate) fn unexpected(why: impl std::fmt::Display) -> CoreError {
     CoreError::Store {
         source: format!("unexpected reply from the decision script: {why}").into(),
         transient: false,
+    }
+}
+
+/// Splits a call's flat reply into one part per batch, in order: an array of
+/// `1 + 4n` integers for a batch of `n` requests (`sizes`), or the string saying why
+/// the batch failed.
+pub(crate) fn split_reply(
+    value: Value,
+    sizes: impl ExactSizeIterator<Item = usize>,
+) -> Result<Vec<Value>, String> {
+    let Value::Array(items) = value else {
+        return Err(format!("expected an array, got {value:?}"));
+    };
+    let batches = sizes.len();
+    let mut items = items.into_iter();
+    let mut parts = Vec::with_capacity(batches);
+    for n in sizes {
+        match items.next() {
+            Some(why @ Value::BulkString(_)) => parts.push(why),
+            Some(denied_by) => {
+                let mut part = Vec::with_capacity(1 + 4 * n);
+                part.push(denied_by);
+                part.extend(items.by_ref().take(4 * n));
+                parts.push(Value::Array(part));
+            }
+            None => return Err(format!("expected {batches} batch replies, got fewer")),
+        }
+    }
+    match items.len() {
+        0 => Ok(parts),
+        more => Err(format!(
+            "expected {batches} batch replies, got {more} values more"
+        )),
     }
 }
 

@@ -1,14 +1,19 @@
-//! `RedisStore`: the `Store` trait over one script call per decision round.
+//! `RedisStore`: the `Store` trait over one call of the decision code per round.
 //!
 //! A decision builds its batch's keys and arguments and goes out at once when its
 //! lane has room for another call, or else with the decisions that arrive meanwhile,
-//! in the next call (`coalesce.rs`). A call sends `EVALSHA`, and on `NOSCRIPT` (a
-//! restart, a failover to a replica that never loaded it, `SCRIPT FLUSH`) the same
-//! call once as `EVAL` with the source, which also caches it again. Never a loop: a
-//! second failure is the caller's error. A decision, wait and retry included, is
-//! bounded by the store's timeout.
+//! in the next call (`coalesce.rs`). Where the server has functions (Redis ≥ 7.0,
+//! Valkey) the store loads its library at startup and a call is an `FCALL`; on
+//! "function not found" (a `FUNCTION FLUSH`, a node that joined without it) it loads
+//! the library again and sends the call once more. Elsewhere a call sends `EVALSHA`,
+//! and on `NOSCRIPT` (a restart, a failover to a replica that never loaded it,
+//! `SCRIPT FLUSH`) the same call once as `EVAL` with the source, which also caches it
+//! again. Never a loop: a second failure is the caller's error. A decision, wait and
+//! retry included, is bounded by the store's timeout.
 
+use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::cluster_routing::Slot;
@@ -22,7 +27,7 @@ use crate::access::Access;
 use crate::coalesce::{self, Failure, LaneId, Lanes, Waiting};
 use crate::connection::Connection;
 use crate::key::{check_prefix, redis_key, ring_keys};
-use crate::script::{self, SOURCE, Section, TimeSource};
+use crate::script::{self, LIBRARY, SCRIPT_SOURCE, Section, TimeSource};
 use crate::target::{Target, redact};
 use crate::tls::TlsOptions;
 
@@ -35,9 +40,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What an ACL user needs, for the error that says it lacks something.
-const SCRIPT_COMMANDS: &str = " (the script runs TIME, and GET, SET, SETRANGE, \
+const SCRIPT_COMMANDS: &str = " (the decision code runs TIME, and GET, SET, SETRANGE, \
     BITFIELD, DEL, PEXPIRE, PTTL, PFADD and PFCOUNT on its keys: an ACL user needs \
-    +evalsha +eval and those, with ~<prefix>*)";
+    +fcall +function|load, or +evalsha +eval without functions, and those, with \
+    ~<prefix>*)";
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "spillway:";
@@ -69,8 +75,38 @@ struct Inner {
     prefix: String,
     time: TimeSource,
     timeout: Duration,
-    sha: String,
+    calls: Calls,
+    /// Set when a server that had functions stops knowing `FCALL` (a failover to an
+    /// older server): calls go as scripts from then on.
+    functions_lost: AtomicBool,
     lanes: Lanes,
+}
+
+/// How a store's decisions reach Redis, chosen when it connects ([`RedisStore::calls`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Calls {
+    /// `FCALL` of Spillway's function library, loaded at startup (Redis ≥ 7.0, Valkey):
+    /// the library stays compiled and its algorithms defined between calls.
+    Function {
+        /// The function called (`spillway_<version>_decide`).
+        name: String,
+    },
+    /// `EVALSHA` of the decision script, which defines its algorithms again on every
+    /// call: the server has no functions, or they were turned off.
+    Script {
+        /// Why not functions.
+        why: String,
+    },
+}
+
+impl fmt::Display for Calls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Calls::Function { name } => write!(f, "FCALL {name} (a Redis function library)"),
+            Calls::Script { why } => write!(f, "EVALSHA of the decision script ({why})"),
+        }
+    }
 }
 
 /// Settings for a [`RedisStore`].
@@ -82,6 +118,7 @@ pub struct RedisStoreBuilder {
     timeout: Duration,
     connect_timeout: Duration,
     access: Access,
+    functions: bool,
 }
 
 // === impl RedisStore ===
@@ -104,7 +141,19 @@ impl RedisStore {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             access: Access::default(),
+            functions: true,
         }
+    }
+
+    /// How decisions reach Redis: `FCALL` of a function library, or `EVALSHA` of a
+    /// script (and why).
+    pub fn calls(&self) -> Calls {
+        if self.inner.functions_lost.load(Ordering::Relaxed) {
+            return Calls::Script {
+                why: "the server stopped knowing FCALL after the library was loaded".into(),
+            };
+        }
+        self.inner.calls.clone()
     }
 
     /// The Redis key holding `key`'s state for `limit`.
@@ -185,12 +234,12 @@ impl Inner {
         match tokio::time::timeout(timeout, self.eval_sections(call.iter())).await {
             // The batch's own failure (a command the script calls, refused) is a
             // string in the reply, not an error reply.
-            Ok(Ok(Value::Array(mut parts))) if parts.len() == 1 => {
-                script::parse_reply(parts.remove(0), &peek)
+            Ok(Ok(value)) => match script::split_reply(value, std::iter::once(peek.len())) {
+                Ok(mut parts) => script::parse_reply(parts.remove(0), &peek)
                     .map(drop)
-                    .map_err(|e| refused(e.to_string(), e.is_transient()))
-            }
-            Ok(Ok(other)) => Err(refused(format!("unexpected reply {other:?}"), false)),
+                    .map_err(|e| refused(e.to_string(), e.is_transient())),
+                Err(why) => Err(refused(format!("unexpected reply: {why}"), false)),
+            },
             Ok(Err(e)) => Err(refused(e.to_string(), crate::error::is_transient(&e))),
             Err(_) => Err(Error::ConnectTimeout {
                 url: String::new(),
@@ -212,23 +261,43 @@ impl Inner {
         coalesce::answer(batches, reply);
     }
 
-    /// EVALSHA, and on NOSCRIPT one EVAL of the source (which caches it again).
     async fn eval(&self, batches: &[Waiting]) -> Result<Value, RedisError> {
         self.eval_sections(batches.iter().map(|w| &w.section)).await
     }
 
+    /// FCALL, and on "function not found" the library loaded again and one more FCALL;
+    /// or EVALSHA, and on NOSCRIPT one EVAL of the source (which caches it again).
     async fn eval_sections<'a>(
         &self,
         sections: impl Iterator<Item = &'a Section> + Clone,
     ) -> Result<Value, RedisError> {
         let connection = &self.connection;
+        if matches!(self.calls, Calls::Function { .. })
+            && !self.functions_lost.load(Ordering::Relaxed)
+        {
+            let fcall = script::call("FCALL", &LIBRARY.function, sections.clone());
+            match connection.query(&fcall).await {
+                Err(e) if is_function_not_found(&e) => {
+                    load_library(connection).await?;
+                    return connection.query(&fcall).await;
+                }
+                Err(e) if is_unknown_command(&e) => {
+                    tracing::warn!(
+                        "Redis no longer knows FCALL (a failover to an older server?): \
+                         decisions go as scripts from now on"
+                    );
+                    self.functions_lost.store(true, Ordering::Relaxed);
+                }
+                other => return other,
+            }
+        }
         match connection
-            .query(&script::call("EVALSHA", &self.sha, sections.clone()))
+            .query(&script::call("EVALSHA", &LIBRARY.sha, sections.clone()))
             .await
         {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 connection
-                    .query(&script::call("EVAL", SOURCE, sections))
+                    .query(&script::call("EVAL", SCRIPT_SOURCE, sections))
                     .await
             }
             other => other,
@@ -333,6 +402,53 @@ impl Drop for Turn {
     }
 }
 
+/// `FUNCTION LOAD` of the library (on every master of a Cluster); one already loaded
+/// (this version, by another process) is as good.
+async fn load_library(connection: &Connection) -> Result<(), RedisError> {
+    let mut load = redis::cmd("FUNCTION");
+    load.arg("LOAD").arg(&LIBRARY.source);
+    match connection.query(&load).await {
+        Err(e) if e.to_string().contains("already exists") => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// Whether the store should call functions: the library loads, or `why` not. A
+/// transient failure (the connection) is the caller's error, not a reason to use
+/// scripts for the store's whole life.
+async fn choose_calls(connection: &Connection, timeout: Duration) -> Result<Calls, Error> {
+    let refused = |why: String, transient: bool| Error::Script {
+        url: String::new(),
+        why,
+        transient,
+    };
+    match tokio::time::timeout(timeout, load_library(connection)).await {
+        Ok(Ok(())) => Ok(Calls::Function {
+            name: LIBRARY.function.clone(),
+        }),
+        Ok(Err(e)) if crate::error::is_transient(&e) => Err(refused(e.to_string(), true)),
+        Ok(Err(e)) if is_unknown_command(&e) => Ok(Calls::Script {
+            why: "the server has no functions: Redis before 7.0".into(),
+        }),
+        Ok(Err(e)) => Ok(Calls::Script {
+            why: format!("FUNCTION LOAD was refused: {e}"),
+        }),
+        Err(_) => Err(Error::ConnectTimeout {
+            url: String::new(),
+            timeout,
+            tls: false,
+        }),
+    }
+}
+
+fn is_function_not_found(e: &RedisError) -> bool {
+    e.to_string().contains("Function not found")
+}
+
+fn is_unknown_command(e: &RedisError) -> bool {
+    e.to_string().contains("unknown command")
+}
+
 /// On Cluster every key of one script call must live in one slot: that slot.
 fn same_slot(keys: &[String], requests: &[Request<'_>]) -> Result<Slot, CoreError> {
     let first = Slot::for_key(&keys[0]);
@@ -391,10 +507,19 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects, and makes one decision round of no requests: the script is loaded
-    /// then (not by the first real decision), and a user that may not run it — an ACL
-    /// without `EVALSHA`, `EVAL` or, on Redis `TIME`, `TIME` — is an error now rather
-    /// than on every decision.
+    /// Whether to call a function library where the server has functions (default
+    /// true): `false` sends every call as `EVALSHA` of the script, as on Redis before
+    /// 7.0 (for an ACL that allows scripts but not `FUNCTION LOAD`, say).
+    pub fn functions(mut self, functions: bool) -> Self {
+        self.functions = functions;
+        self
+    }
+
+    /// Connects, loads the function library where the server has functions, and makes
+    /// one decision round of no requests: the code is loaded then (not by the first
+    /// real decision), and a user that may not run it — an ACL without `FCALL`, or
+    /// `EVALSHA` and `EVAL`, or, on Redis `TIME`, `TIME` — is an error now rather than
+    /// on every decision.
     pub async fn build(self) -> Result<RedisStore, Error> {
         check_prefix(&self.prefix).map_err(Error::InvalidSetting)?;
         if self.timeout.is_zero() || self.connect_timeout.is_zero() {
@@ -405,12 +530,22 @@ impl RedisStoreBuilder {
         let connection = Connection::open(&target, &tls, self.connect_timeout, self.timeout)
             .await
             .map_err(|e| e.at(url.clone()))?;
+        let calls = if self.functions {
+            choose_calls(&connection, self.connect_timeout)
+                .await
+                .map_err(|e| e.at(url.clone()))?
+        } else {
+            Calls::Script {
+                why: "functions turned off".into(),
+            }
+        };
         let inner = Inner {
             connection,
             prefix: self.prefix,
             time: self.time,
             timeout: self.timeout,
-            sha: redis::Script::new(SOURCE).get_hash().to_owned(),
+            calls,
+            functions_lost: AtomicBool::new(false),
             lanes: Lanes::default(),
         };
         inner

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spillway_core::{Algorithm, Edge, Key, Limit, Request, Store, Timestamp};
-use spillway_redis::RedisStore;
+use spillway_redis::{RedisStore, TimeSource};
 use spillway_testkit::redis::unique_prefix;
 
 const TASKS: usize = 64;
@@ -83,6 +83,19 @@ async fn tasks_on_one_key_admit_exactly_the_limit() {
             let store = support::server_clock_store(&url, &unique_prefix("tasks")).await;
             let admitted = hammer(&store, &limit, TASKS, |_, _| 1).await;
             assert_eq!(admitted, LIMIT, "{name}: {limit}");
+        }
+    }
+}
+
+/// The same, with every call an `EVALSHA` of the script (servers without functions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn as_a_script_tasks_on_one_key_admit_exactly_the_limit() {
+    for (name, url) in support::targets() {
+        for limit in limits() {
+            let prefix = unique_prefix("tasks");
+            let store = support::script_store(&url, TimeSource::Server, &prefix).await;
+            let admitted = hammer(&store, &limit, TASKS, |_, _| 1).await;
+            assert_eq!(admitted, LIMIT, "{name}, as a script: {limit}");
         }
     }
 }

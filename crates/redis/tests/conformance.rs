@@ -1,7 +1,9 @@
 //! The testkit's conformance tables, unchanged, against a real standalone Redis, a real
 //! Redis Cluster and a Sentinel, each over TLS too, and Valkey 8 standalone and
-//! Cluster, with the manual clock passed to the script; and through core's
-//! `GuardedStore` with its deny cache on, which must change no answer.
+//! Cluster, with the manual clock passed to the decision code; through core's
+//! `GuardedStore` with its deny cache on, which must change no answer; and with the
+//! decision code called as a script (`EVALSHA`, as on servers without functions)
+//! rather than a function library.
 
 mod support;
 
@@ -47,6 +49,17 @@ async fn tls_and_valkey_pass_the_conformance_tables() {
         let store = support::caller_clock_store(url, "conf").await;
         assert_eq!(store.is_cluster(), name.ends_with("cluster"), "{name}");
         println!("{name}: {url}");
+        spillway_testkit::conformance::run_all(&store).await;
+    }
+}
+
+/// The same tables with every call an `EVALSHA` of the script, as on Redis before 7.0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_a_script_standalone_and_cluster_pass_the_conformance_tables() {
+    for (name, url) in support::targets() {
+        let prefix = spillway_testkit::redis::unique_prefix("conf");
+        let store = support::script_store(&url, spillway_redis::TimeSource::Caller, &prefix).await;
+        println!("{name}, as a script: {url}");
         spillway_testkit::conformance::run_all(&store).await;
     }
 }

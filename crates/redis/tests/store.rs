@@ -1,5 +1,5 @@
-//! RedisStore behaviour against real servers: Redis TIME, TTLs, NOSCRIPT, timeouts,
-//! Cluster slots, and input the script must refuse.
+//! RedisStore behaviour against real servers: Redis TIME, TTLs, functions or scripts,
+//! NOSCRIPT, timeouts, Cluster slots, and input the script must refuse.
 
 mod support;
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::Value;
 use spillway_core::{Algorithm, Edge, Error, Key, Limit, Request, Store, Timestamp};
-use spillway_redis::{RedisStore, SCRIPT};
+use spillway_redis::{Calls, RedisStore, SCRIPT, function_library};
 use spillway_testkit::redis::{RedisServer, cluster_url, standalone_url, unique_prefix};
 
 fn limit(a: Algorithm, n: u64, window: Duration) -> Limit {
@@ -173,11 +173,153 @@ async fn scan(store: &RedisStore, pattern: &str) -> Vec<String> {
     }
 }
 
-/// After SCRIPT FLUSH the next decision reloads the script once and succeeds.
+/// The calls each store makes, counted by every node's `INFO commandstats`.
+fn calls_of(url: &str, command: &str) -> u64 {
+    let nodes: Vec<String> = match url.strip_prefix("redis+cluster://") {
+        Some(list) => list.split(',').map(|n| format!("redis://{n}")).collect(),
+        None => vec![url.to_owned()],
+    };
+    let field = format!("cmdstat_{command}:calls=");
+    nodes
+        .iter()
+        .map(|node| {
+            let out = std::process::Command::new("redis-cli")
+                .args(["-u", node, "INFO", "commandstats"])
+                .output()
+                .expect("redis-cli runs");
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix(&field)?.split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Where the server has functions the store loads its library and decides with FCALL;
+/// turned off, or on a server without functions (Redis before 7.0, here one whose
+/// FUNCTION command is renamed away), with EVALSHA — and says which at startup.
 #[tokio::test]
-async fn script_flush_costs_one_reload() {
+async fn decisions_are_fcall_where_the_server_has_functions_and_evalsha_elsewhere() {
+    let l = limit(Algorithm::Gcra, 100, Duration::from_secs(1));
+    let k = key("{choice}:k");
+    let decide = |store: RedisStore| {
+        let (k, l) = (k.clone(), l.clone());
+        async move {
+            for _ in 0..10 {
+                let d =
+                    store.check_one(Request::new(&k, &l, 1), Timestamp::from_secs(1_800_000_000));
+                assert!(d.await.unwrap().allowed());
+            }
+        }
+    };
+    let (_, function) = function_library();
+    for (name, url) in support::targets()
+        .into_iter()
+        .chain([("valkey", spillway_testkit::redis::valkey_url())])
+    {
+        let store = support::caller_clock_store(&url, "choice").await;
+        assert_eq!(
+            store.calls(),
+            Calls::Function {
+                name: function.to_owned()
+            },
+            "{name}"
+        );
+        let (fcall, evalsha) = (calls_of(&url, "fcall"), calls_of(&url, "evalsha"));
+        decide(store).await;
+        assert_eq!(
+            calls_of(&url, "fcall") - fcall,
+            10,
+            "{name}: one FCALL a decision"
+        );
+        assert_eq!(calls_of(&url, "evalsha"), evalsha, "{name}: no EVALSHA");
+
+        let scripts = support::builder(&url)
+            .prefix(unique_prefix("choice"))
+            .time_source(spillway_redis::TimeSource::Caller)
+            .functions(false)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(
+            scripts.calls(),
+            Calls::Script {
+                why: "functions turned off".into()
+            },
+            "{name}"
+        );
+        let (fcall, evalsha) = (calls_of(&url, "fcall"), calls_of(&url, "evalsha"));
+        decide(scripts).await;
+        assert_eq!(
+            calls_of(&url, "evalsha") - evalsha,
+            10,
+            "{name}: one EVALSHA a decision"
+        );
+        assert_eq!(calls_of(&url, "fcall"), fcall, "{name}: no FCALL");
+    }
+
+    // A server without functions, as Redis 6 is.
+    let old = RedisServer::start_with(&["--rename-command", "FUNCTION", ""]);
+    let store = support::caller_clock_store(&old.url(), "choice").await;
+    let Calls::Script { why } = store.calls() else {
+        panic!("{:?}", store.calls())
+    };
+    assert!(why.contains("no functions"), "{why}");
+    assert!(
+        store.calls().to_string().starts_with("EVALSHA"),
+        "{}",
+        store.calls()
+    );
+    let evalsha = calls_of(&old.url(), "evalsha");
+    decide(store).await;
+    assert_eq!(calls_of(&old.url(), "evalsha") - evalsha, 10);
+}
+
+/// After FUNCTION FLUSH the next decision loads the library again and succeeds; a
+/// store calling the script does the same after SCRIPT FLUSH.
+#[tokio::test]
+async fn a_flush_costs_one_reload() {
     for (name, url) in support::targets() {
         let store = support::caller_clock_store(&url, "flush").await;
+        let l = limit(Algorithm::Gcra, 10, Duration::from_secs(1));
+        let k = key("{flush}:k");
+        let now = Timestamp::from_secs(1_800_000_000);
+        let (source, _) = function_library();
+        let library = source
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("#!lua name="))
+            .unwrap()
+            .to_owned();
+        store.check_one(Request::new(&k, &l, 1), now).await.unwrap();
+        let listed = |store: &RedisStore| {
+            let c = cmd(&["FUNCTION", "LIST", "LIBRARYNAME", &library]);
+            let store = store.clone();
+            async move {
+                match store.query(&c).await.unwrap() {
+                    Value::Array(v) => !v.is_empty(),
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+        assert!(listed(&store).await, "{name}: loaded at startup");
+        store.query(&cmd(&["FUNCTION", "FLUSH"])).await.unwrap();
+        assert!(!listed(&store).await, "{name}: flushed");
+        let second = store.check_one(Request::new(&k, &l, 1), now).await.unwrap();
+        assert_eq!(
+            second.remaining, 8,
+            "{name}: state survived, the call went through"
+        );
+        assert!(listed(&store).await, "{name}: loaded again");
+    }
+    for (name, url) in support::targets() {
+        let store = support::builder(&url)
+            .prefix(unique_prefix("flush"))
+            .time_source(spillway_redis::TimeSource::Caller)
+            .functions(false)
+            .build()
+            .await
+            .unwrap();
         let l = limit(Algorithm::Gcra, 10, Duration::from_secs(1));
         let k = key("{flush}:k");
         let now = Timestamp::from_secs(1_800_000_000);
@@ -324,12 +466,26 @@ fn eval(batches: &[Raw<'_>]) -> redis::Cmd {
     c
 }
 
-/// The script's reply to `batches`: per batch, its decisions or why it failed.
+/// The script's reply to `batches`: per batch, its decisions or why it failed. The
+/// reply is flat: a batch's `denied_by` and its request's four integers, or a string.
 async fn parts(store: &RedisStore, batches: &[Raw<'_>]) -> Vec<Value> {
-    match store.query(&eval(batches)).await.unwrap() {
-        Value::Array(parts) => parts,
-        other => panic!("expected one reply per batch, got {other:?}"),
+    let Value::Array(items) = store.query(&eval(batches)).await.unwrap() else {
+        panic!("expected an array")
+    };
+    let mut items = items.into_iter();
+    let mut parts = Vec::new();
+    while let Some(first) = items.next() {
+        match first {
+            why @ Value::BulkString(_) => parts.push(why),
+            denied_by => {
+                let mut part = vec![denied_by];
+                part.extend(items.by_ref().take(4));
+                parts.push(Value::Array(part));
+            }
+        }
     }
+    assert_eq!(parts.len(), batches.len(), "one reply per batch: {parts:?}");
+    parts
 }
 
 fn failure(part: &Value) -> String {
@@ -453,6 +609,25 @@ async fn the_script_refuses_bad_numbers_and_foreign_state() {
         panic!()
     };
     assert_eq!(kept, b"not a timestamp");
+    store.query(&cmd(&["DEL", k, other])).await.unwrap();
+
+    // A key of another type, read ahead by the call's MGET (which sees it as missing):
+    // the batch fails and the key is left as it was, in a call of several batches as
+    // alone.
+    store.query(&cmd(&["HSET", k, "field", "v"])).await.unwrap();
+    for batches in [&[(k, NOW, GCRA, "1"), good][..], &[(k, NOW, GCRA, "1")][..]] {
+        let reply = parts(&store, batches).await;
+        let why = failure(&reply[0]);
+        assert!(
+            why.contains("not state of its algorithm") || why.contains("WRONGTYPE"),
+            "{why}"
+        );
+        let Value::SimpleString(kind) = store.query(&cmd(&["TYPE", k])).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(kind, "hash");
+        assert_eq!(int(&store, &["HLEN", k]).await, 1);
+    }
     store.query(&cmd(&["DEL", k, other])).await.unwrap();
 }
 

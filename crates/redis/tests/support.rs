@@ -74,6 +74,26 @@ pub async fn server_clock_store(url: &str, prefix: &str) -> RedisStore {
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
 }
 
+/// A store on `url` that calls the decision script (`EVALSHA`) where it would call the
+/// function library, as on a server without functions: on the caller's clock, or on
+/// Redis TIME under `prefix`.
+pub async fn script_store(url: &str, clock: TimeSource, prefix: &str) -> RedisStore {
+    let store = builder(url)
+        .prefix(prefix)
+        .time_source(clock)
+        .timeout(Duration::from_secs(5))
+        .functions(false)
+        .build()
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+    assert!(
+        matches!(store.calls(), spillway_redis::Calls::Script { .. }),
+        "{:?}",
+        store.calls()
+    );
+    store
+}
+
 /// A command from its words.
 pub fn cmd(args: &[&str]) -> redis::Cmd {
     let mut c = redis::cmd(args[0]);

@@ -277,13 +277,26 @@ async fn acl_users_passwords_and_what_they_may_not_run() {
         "{e}"
     );
 
-    acl("~* +@all -evalsha");
+    acl("~* +@all -fcall");
     let (e, transient) = refused(&server.url(), as_limiter(secret)).await;
     assert!(
-        e.contains("cannot run Spillway's decision script") && e.contains("evalsha"),
+        e.contains("cannot run Spillway's decision script") && e.contains("fcall"),
         "{e}"
     );
     assert!(!transient);
+
+    // A user that may run scripts but not load functions decides with EVALSHA, and
+    // the store says why.
+    acl("~* +@all -function");
+    let store = connect(&server.url(), as_limiter(secret)).await.unwrap();
+    let spillway_redis::Calls::Script { why } = store.calls() else {
+        panic!("{:?}", store.calls())
+    };
+    assert!(why.contains("FUNCTION LOAD was refused"), "{why}");
+    assert!(decide(&store).await.unwrap());
+    acl("~* +@all -function -evalsha");
+    let (e, _) = refused(&server.url(), as_limiter(secret)).await;
+    assert!(e.contains("evalsha"), "{e}");
 
     acl("~* +@all -time");
     let (e, _) = refused(&server.url(), as_limiter(secret)).await;
@@ -296,9 +309,9 @@ async fn acl_users_passwords_and_what_they_may_not_run() {
     // again once they are given back: nothing to restart.
     acl("~* +@all");
     let store = connect(&server.url(), as_limiter(secret)).await.unwrap();
-    acl("~* +@all -evalsha -eval");
+    acl("~* +@all -fcall");
     let e = decide(&store).await.unwrap_err();
-    assert!(e.to_string().contains("evalsha"), "{e}");
+    assert!(e.to_string().contains("fcall"), "{e}");
     acl("~* +@all");
     assert!(decide(&store).await.unwrap());
 }

@@ -38,6 +38,7 @@ impl AnyStore {
             .access(access.clone())
             .build()
             .await?;
+        tracing::info!(calls = %store.calls(), "Redis store: decisions are {}", store.calls());
         Ok(AnyStore::Redis(store))
     }
 

@@ -326,10 +326,14 @@ fn spawn(binary: &str, port: u16, dir: &std::path::Path, args: &[String]) -> Chi
         .expect("redis-server runs (scripts/test installs it)")
 }
 
-/// The `EVALSHA` and `EVAL` calls an `INFO commandstats` reply counts.
+/// The `FCALL`, `EVALSHA` and `EVAL` calls an `INFO commandstats` reply counts.
 pub fn script_calls_in(info: &str) -> u64 {
     info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| {
+            ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"]
+                .iter()
+                .any(|c| l.starts_with(c))
+        })
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?
