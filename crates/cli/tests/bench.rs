@@ -44,6 +44,11 @@ fn stores_memory_and_redis() {
     let (code, v, out) = bench("--store memory --algorithm gcra --limit 100 --window 1s");
     assert_eq!(code, Some(0), "{out:?}");
     assert_report(&v);
+    assert!(
+        v["cpu_us_per_decision"]["bench"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    assert!(v["cpu_us_per_decision"]["redis"].is_null(), "{v}");
 
     let redis = standalone_url();
     let (code, v, out) = bench(&format!(
@@ -53,6 +58,20 @@ fn stores_memory_and_redis() {
     assert_report(&v);
     assert_eq!(v["admitted"], 50, "exactly the limit on one fresh key: {v}");
     assert_eq!(v["check"]["ok"], true);
+    // Redis's CPU and calls, from its INFO (other tests share this server: only that
+    // they were read).
+    assert!(
+        v["cpu_us_per_decision"]["redis"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    assert!(v["decisions_per_redis_call"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(
+        v["redis_calls"]
+            .as_str()
+            .unwrap()
+            .starts_with("FCALL spillway_"),
+        "{v}"
+    );
 
     // Open loop: the schedule sends exactly rate × duration requests.
     let (code, v, out) = bench(&format!(
@@ -106,11 +125,17 @@ fn a_running_service_over_http_and_grpc_and_a_check_that_fails() {
     let http = format!("http://{}", running.http_addr);
     let grpc = format!("grpc://{}", running.grpc_addr);
     for url in [&http, &grpc] {
+        // The service runs in this test's process: its CPU is this process's.
         let (code, v, out) = bench(&format!(
-            "--server {url} --domain b --key-name user --concurrency 8"
+            "--server {url} --domain b --key-name user --concurrency 8 --server-pid {}",
+            std::process::id()
         ));
         assert_eq!(code, Some(0), "{out:?}");
         assert_report(&v);
+        assert!(
+            v["cpu_us_per_decision"]["server"].as_f64().unwrap() > 0.0,
+            "{v}"
+        );
     }
 
     // Held to its own policy (100 per minute) the service passes; held to a stricter one

@@ -45,6 +45,7 @@ pub use key::redis_key;
 pub use script::TimeSource;
 pub use store::{
     Calls, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisStore, RedisStoreBuilder,
+    ServerStats,
 };
 pub use tls::{TlsOptions, Verify};
 

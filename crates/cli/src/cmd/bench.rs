@@ -1,8 +1,10 @@
 //! `spillway bench`: a load generator for Spillway itself — a store, policies on a store,
-//! or a running service — reporting throughput, latency percentiles and decisions, and
-//! with `--check`, verifying on one hot key that no more were admitted than the limit
-//! allows for the time the run took.
+//! or a running service — reporting throughput, latency percentiles, decisions and CPU
+//! per decision (this process, the service, Redis), and with `--check`, verifying on
+//! one hot key that no more were admitted than the limit allows for the time the run
+//! took.
 
+mod cpu;
 mod load;
 mod report;
 mod target;
@@ -17,6 +19,7 @@ use rand_distr::Zipf;
 use spillway_core::{Algorithm, Guard, Key, Limit, Mode, OnStoreError, Sharing};
 use spillway_policy::RuleLimit;
 use spillway_policy::duration;
+use spillway_redis::RedisStore;
 use spillway_server::{AnyStore, Breaker, Options, Service, Stores};
 
 use crate::args;
@@ -34,6 +37,10 @@ Examples:
   # Redis, a Zipf-distributed key population, an open loop at 20,000 requests/s
   spillway bench --store redis://127.0.0.1:6379 --algorithm sliding_log --limit 100 --window 1m \\
       --zipf 1.1 --rate 20000 --duration 30s
+
+  # A running service over gRPC, with its CPU and its Redis's per decision
+  spillway bench --server grpc://127.0.0.1:8081 --domain api --server-pid \"$(pidof spillway)\" \
+      --redis-stats redis://127.0.0.1:6379
 
   # A running service over gRPC, with its policy file; verify exactness on one hot key
   spillway bench --server grpc://127.0.0.1:8081 --config policies/ --domain api --key-name user \\
@@ -139,6 +146,16 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// With --server: the service's process ID, to report its CPU per decision (read
+    /// from /proc, so on the same host).
+    #[arg(long, requires = "server")]
+    pub server_pid: Option<u32>,
+
+    /// With --server: the Redis the service uses, to report Redis CPU per decision and
+    /// decisions per call (from its INFO; with --store redis://… this is automatic).
+    #[arg(long, requires = "server")]
+    pub redis_stats: Option<String>,
+
     #[command(flatten)]
     pub redis: args::RedisAccess,
 
@@ -205,6 +222,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             callers: args.concurrency as usize,
         },
     };
+    let meter = cpu::Meter::start(args.server_pid, stats_store(&args).await?).await?;
     let tally = load::run(
         Arc::new(target),
         keys,
@@ -218,11 +236,29 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let check = checked_limit
         .filter(|_| args.check)
         .map(|limit| (tally.admitted, allowed_in(&limit, tally.elapsed)));
-    report(&args, &described, mode, &tally, check);
+    let cost = meter.finish(tally.decisions()).await?;
+    report(&args, &described, mode, &tally, &cost, check);
     Ok(match check {
         Some((admitted, allowed)) if admitted > allowed => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// A store on the Redis whose CPU and calls the run reports: `--redis-stats`, or a
+/// Redis `--store`.
+async fn stats_store(args: &BenchArgs) -> anyhow::Result<Option<RedisStore>> {
+    let url = match (&args.redis_stats, &args.store) {
+        (Some(url), _) => url,
+        (None, Some(url)) if url != "memory" => url,
+        _ => return Ok(None),
+    };
+    let store = RedisStore::builder(url)
+        .access(args.redis.access()?)
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .with_context(|| format!("connecting to {url} for its INFO"))?;
+    Ok(Some(store))
 }
 
 fn flag_limit(args: &BenchArgs) -> anyhow::Result<Option<Limit>> {

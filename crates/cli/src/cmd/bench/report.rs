@@ -3,6 +3,7 @@
 use serde_json::json;
 
 use super::BenchArgs;
+use super::cpu::Cost;
 use super::load::{Loop, Tally};
 
 pub(super) fn report(
@@ -10,8 +11,10 @@ pub(super) fn report(
     target: &str,
     mode: Loop,
     t: &Tally,
+    cost: &Cost,
     check: Option<(u64, u64)>,
 ) {
+    let tenth = |x: f64| (x * 10.0).round() / 10.0;
     let secs = t.elapsed.as_secs_f64();
     let per_sec = t.decisions() as f64 / secs;
     // The histogram holds nanoseconds; reports say microseconds.
@@ -38,6 +41,11 @@ pub(super) fn report(
                 "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99), "p999_us": q(0.999), "max_us": us(t.latency.max()),
                 "admitted": t.admitted, "rejected": t.rejected, "errors": t.error_count(), "errors_by_kind": t.errors,
                 "check": check,
+                "cpu_us_per_decision": {
+                    "bench": tenth(cost.bench), "server": cost.server.map(tenth),
+                    "redis": cost.redis.map(tenth),
+                },
+                "decisions_per_redis_call": cost.per_call.map(tenth), "redis_calls": cost.calls,
             })
         );
         return;
@@ -62,6 +70,17 @@ pub(super) fn report(
         q(0.999),
         us(t.latency.max())
     );
+    let mut cpu = format!("this process {:.1}", cost.bench);
+    if let Some(server) = cost.server {
+        cpu.push_str(&format!("  server {server:.1}"));
+    }
+    if let Some(redis) = cost.redis {
+        cpu.push_str(&format!("  redis {redis:.1}"));
+    }
+    println!("cpu µs      {cpu} per decision");
+    if let (Some(per_call), Some(calls)) = (cost.per_call, &cost.calls) {
+        println!("redis       {per_call:.1} decisions per call, {calls}");
+    }
     if let Some((admitted, allowed)) = check {
         if admitted <= allowed {
             println!(
