@@ -23,7 +23,8 @@ pub enum Fault {
     ClientPause,
     /// `DEBUG SLEEP`: the server blocks for the fault's length.
     DebugSleep,
-    /// `SCRIPT FLUSH` every 10 ms: every call may meet NOSCRIPT.
+    /// `SCRIPT FLUSH` and `FUNCTION FLUSH` every 10 ms: every call may meet NOSCRIPT,
+    /// or find the function library gone.
     ScriptFlush,
     /// The proxy drops everything; connections stay open.
     ProxyDrop,
@@ -132,6 +133,7 @@ impl Fault {
                 let end = tokio::time::Instant::now() + length;
                 while tokio::time::Instant::now() < end {
                     command(redis, &["SCRIPT", "FLUSH"]).await;
+                    command(redis, &["FUNCTION", "FLUSH"]).await;
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             }

@@ -121,7 +121,7 @@ pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
     Ok((outcomes, PANICS.load(Ordering::SeqCst) - panics_before))
 }
 
-/// `EVALSHA` and `EVAL` calls the server has run (`INFO commandstats`).
+/// `FCALL`, `EVALSHA` and `EVAL` calls the server has run (`INFO commandstats`).
 async fn script_calls(url: &str) -> anyhow::Result<u64> {
     let client = redis::Client::open(url)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
