@@ -81,7 +81,8 @@ local Keys, Argv
 -- Values read ahead for batches of one request on one key, by KEYS index: one MGET
 -- for the call rather than a GET per batch (a `redis.call` costs more than the
 -- algorithm). MGET reads another type's key as nil, like a missing one: `false` here,
--- which `save` writes with NX so that such a key is refused, never replaced.
+-- which `save` writes with NX so that such a key is refused, never replaced (a peek,
+-- which writes nothing, answers for it as for a missing key).
 local ahead = {}
 
 -- Raises a plain error reply ("ERR spillway: ..."), without Lua's location prefix.
