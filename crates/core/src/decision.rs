@@ -69,14 +69,21 @@ impl BatchDecision {
     /// or when some cost never fits.
     pub fn retry_after(&self) -> Option<Duration> {
         self.denied_by?;
-        let mut longest = Duration::ZERO;
-        for decision in &self.decisions {
-            match decision.outcome {
-                Outcome::Allowed => {}
-                Outcome::Denied { retry_after } => longest = longest.max(retry_after),
-                Outcome::CostExceedsCapacity => return None,
-            }
-        }
-        Some(longest)
+        longest_retry(&self.decisions)
     }
+}
+
+/// The longest wait among `decisions` until every denying one has room again (zero when
+/// none denies); `None` when some cost never fits. [`BatchDecision::retry_after`] of a
+/// denied batch, for callers holding the decisions alone.
+pub fn longest_retry(decisions: &[Decision]) -> Option<Duration> {
+    let mut longest = Duration::ZERO;
+    for decision in decisions {
+        match decision.outcome {
+            Outcome::Allowed => {}
+            Outcome::Denied { retry_after } => longest = longest.max(retry_after),
+            Outcome::CostExceedsCapacity => return None,
+        }
+    }
+    Some(longest)
 }

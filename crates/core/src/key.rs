@@ -54,6 +54,26 @@ impl Key {
         Ok(Key::with_header(0, key, ""))
     }
 
+    /// The key whose text is `parts` one after the other (`Key::new` of their
+    /// concatenation), built in one allocation.
+    pub fn joined(parts: &[&str]) -> Result<Key, Error> {
+        let len = parts.iter().map(|p| p.len()).sum();
+        check_len(len)?;
+        let text = ArcStr::init_with(HEADER + len, |buf| {
+            buf[..HEADER].copy_from_slice(b"00");
+            let mut at = HEADER;
+            for part in parts {
+                buf[at..at + part.len()].copy_from_slice(part.as_bytes());
+                at += part.len();
+            }
+        })
+        .expect("ASCII digits then strs are UTF-8");
+        Ok(Key {
+            hash: hash_text(&text),
+            text,
+        })
+    }
+
     /// The key `member` of `group`: stored together with the group's other keys.
     /// An empty member is the group's own key, the same as `Key::new(group)`.
     pub fn grouped(group: &str, member: &str) -> Result<Key, Error> {
@@ -226,6 +246,20 @@ impl fmt::Display for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_joined_key_is_the_key_of_its_parts_together() {
+        for parts in [&["per-key", ":", "user-1"][..], &["x"], &["", "ab", ""]] {
+            let joined = Key::joined(parts).unwrap();
+            let whole = Key::new(parts.concat()).unwrap();
+            assert_eq!(joined, whole);
+            assert_eq!(joined.as_str(), whole.as_str());
+            assert_eq!(joined.hash, whole.hash);
+        }
+        assert!(Key::joined(&["", ""]).is_err());
+        let half = "k".repeat(MAX_KEY_LEN / 2 + 1);
+        assert!(Key::joined(&[&half, &half]).is_err());
+    }
 
     #[test]
     fn rejects_empty_and_oversize_keys_and_says_why() {

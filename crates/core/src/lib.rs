@@ -61,7 +61,7 @@ pub use breaker::{
     Breaker, BreakerState, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, StoreFailure,
 };
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
-pub use decision::{BatchDecision, Decision, Outcome};
+pub use decision::{BatchDecision, Decision, Outcome, longest_retry};
 pub use error::Error;
 pub use key::{Key, MAX_KEY_LEN};
 pub use limit::{Limit, LimitBuilder, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Rejected, Shape};

@@ -91,6 +91,19 @@ pub trait Store: Send + Sync {
         }
     }
 
+    /// Decides one request here and now, without a future, where the store can (the
+    /// memory store can: nothing to wait for); `None` where it must wait (Redis). A
+    /// caller that gets `None` calls [`check_one`](Store::check_one) instead. Lets a
+    /// middleware answer without boxing a future.
+    fn check_one_now(
+        &self,
+        request: Request<'_>,
+        now: Timestamp,
+    ) -> Option<Result<Decision, Error>> {
+        let _ = (request, now);
+        None
+    }
+
     /// Whether the store is in this process (no round trip to save: the
     /// [`GuardedStore`]'s deny cache stays off for it).
     fn is_local(&self) -> bool {

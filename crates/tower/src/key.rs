@@ -1,6 +1,7 @@
 //! Where a limit's key comes from: the client's IP, a header, a value an earlier
 //! layer put in the request's extensions, the method and route, or your own closure.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -73,17 +74,25 @@ impl KeyExtractor {
 
     /// The key for this request, if it has one.
     pub fn extract(&self, parts: &Parts) -> Option<String> {
+        self.extract_borrowed(parts).map(Cow::into_owned)
+    }
+
+    /// The same, borrowing the request's text where it can (a header's value): the
+    /// layer copies it once, into the key.
+    pub(crate) fn extract_borrowed<'a>(&self, parts: &'a Parts) -> Option<Cow<'a, str>> {
         match &self.0 {
-            Source::ClientIp(ip) => ip.key(&parts.headers, &parts.extensions),
+            Source::ClientIp(ip) => ip.key(&parts.headers, &parts.extensions).map(Cow::Owned),
             Source::Header(name) => parts
                 .headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
                 .filter(|v| !v.is_empty())
-                .map(str::to_owned),
-            Source::Extension(_, get) => get(&parts.extensions),
-            Source::MethodAndRoute => Some(format!("{} {}", parts.method, route(parts))),
-            Source::Fn(f) => f(parts),
+                .map(Cow::Borrowed),
+            Source::Extension(_, get) => get(&parts.extensions).map(Cow::Owned),
+            Source::MethodAndRoute => {
+                Some(Cow::Owned(format!("{} {}", parts.method, route(parts))))
+            }
+            Source::Fn(f) => f(parts).map(Cow::Owned),
             Source::Invalid(_) => None,
         }
     }

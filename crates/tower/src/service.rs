@@ -9,7 +9,7 @@ use http::{Request, Response};
 use spillway_core::{Clock, CoarseClock, Store};
 use tower::Service;
 
-use crate::respond::{add_headers, rejection};
+use crate::respond::add_headers;
 use crate::shared::{Shared, Verdict};
 use crate::{ResponseBody, ResponseFuture};
 
@@ -42,21 +42,34 @@ where
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResBody, S::Error>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let (parts, body) = request.into_parts();
+        // Decided at once (the memory store): the inner service, polled ready, is
+        // called now, and nothing is boxed.
+        if let Some(verdict) = self.shared.decide_now(&parts) {
+            return match verdict {
+                Verdict::Allow(headers) => {
+                    let future = self.inner.call(Request::from_parts(parts, body));
+                    ResponseFuture::inner(future, headers)
+                }
+                Verdict::Refuse(refusal) => {
+                    ResponseFuture::ready(self.shared.answer(refusal, &parts))
+                }
+            };
+        }
         // The service that was polled ready goes into the future; this one keeps a
         // fresh clone for the next call (tower's guidance for services that must be
         // called after an await).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
-        ResponseFuture::new(async move {
-            let (parts, body) = request.into_parts();
+        ResponseFuture::waiting(async move {
             match shared.decide(&parts).await {
                 Verdict::Allow(headers) => {
                     let response = inner.call(Request::from_parts(parts, body)).await?;
@@ -64,14 +77,7 @@ where
                     add_headers(response.headers_mut(), headers);
                     Ok(response)
                 }
-                Verdict::ShadowBan => {
-                    let handler = shared
-                        .shadow_ban
-                        .as_ref()
-                        .expect("a shadow-ban verdict only comes with a handler");
-                    Ok(handler(&parts).map(ResponseBody::own))
-                }
-                Verdict::Reject(why, headers) => Ok(rejection(&parts, &why, headers)),
+                Verdict::Refuse(refusal) => Ok(shared.answer(refusal, &parts)),
             }
         })
     }

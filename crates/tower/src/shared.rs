@@ -9,8 +9,8 @@ use http::Response;
 use http::request::Parts;
 use spillway_core::headers::{self, Current, HeaderStyle, Quota, ceil_secs};
 use spillway_core::{
-    BatchDecision, Clock, Guard, GuardedStore, Key, MAX_EXACT, Mode, OnStoreError, Request, Source,
-    Store, StoreFailure, Unanswered,
+    Clock, Decision, Guard, GuardedStore, Key, MAX_EXACT, Mode, OnStoreError, Request, Source,
+    Store, StoreFailure, Unanswered, longest_retry,
 };
 
 use spillway_core::algorithm::distinct::MAX_MEMBER;
@@ -55,32 +55,37 @@ pub(crate) async fn sync<St: Store, C: Clock>(shared: std::sync::Weak<Shared<St,
 pub(crate) enum Verdict {
     /// Call the inner service; add these headers to its response.
     Allow(Vec<(&'static str, String)>),
-    /// Answer with the shadow-ban handler; the inner service is not called.
+    /// Answer it here; the inner service is not called.
+    Refuse(Refusal),
+}
+
+/// The layer's own answer.
+pub(crate) enum Refusal {
+    /// The shadow-ban handler's.
     ShadowBan,
-    /// Refuse it, with these headers.
+    /// A rejection, with these headers.
     Reject(Rejection, Vec<(&'static str, String)>),
 }
 
 impl<St: Store, C: Clock> Shared<St, C> {
     pub async fn decide(&self, parts: &Parts) -> Verdict {
+        // One rule without a member (most layers): no vector at all, one allocation
+        // (the key).
+        if let [rule] = &self.rules[..]
+            && rule.member.is_none()
+        {
+            let key = match self.key(0, parts) {
+                Ok(key) => key,
+                Err(missing) => return missing,
+            };
+            let request = Request::new(&key, &rule.limit, self.cost_of(rule, parts));
+            return self.decide_requests(std::slice::from_ref(&request)).await;
+        }
         let mut keys = Vec::with_capacity(self.rules.len());
-        for (i, rule) in self.rules.iter().enumerate() {
-            let key = rule
-                .key
-                .extract(parts)
-                .and_then(|value| Key::new(format!("{}:{value}", rule.name)).ok());
-            match (key, &self.fallbacks) {
-                (Some(key), _) => keys.push(key),
-                (None, Some(fallbacks)) => keys.push(fallbacks[i].clone()),
-                (None, None) => {
-                    metrics::counter!("spillway_tower_requests_total", "outcome" => "missing_key")
-                        .increment(1);
-                    let rejection = Rejection::MissingKey {
-                        limit: rule.name.clone(),
-                        source: rule.key.describe(),
-                    };
-                    return Verdict::Reject(rejection, Vec::new());
-                }
+        for i in 0..self.rules.len() {
+            match self.key(i, parts) {
+                Ok(key) => keys.push(key),
+                Err(missing) => return missing,
             }
         }
         let mut members = Vec::with_capacity(self.rules.len());
@@ -90,13 +95,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 continue;
             };
             let Some(mut member) = source.extract(parts) else {
-                metrics::counter!("spillway_tower_requests_total", "outcome" => "missing_key")
-                    .increment(1);
-                let rejection = Rejection::MissingKey {
-                    limit: rule.name.clone(),
-                    source: source.describe(),
-                };
-                return Verdict::Reject(rejection, Vec::new());
+                return missing(rule, source);
             };
             let mut end = member.len().min(MAX_MEMBER);
             while !member.is_char_boundary(end) {
@@ -105,17 +104,13 @@ impl<St: Store, C: Clock> Shared<St, C> {
             member.truncate(end);
             members.push(Some(member));
         }
-        let default_cost = self.cost.as_ref().map_or(1, |f| f(parts));
         let requests: Vec<Request<'_>> = self
             .rules
             .iter()
             .zip(&keys)
             .zip(&members)
             .map(|((rule, key), member)| {
-                let cost = rule.cost.as_ref().map_or(default_cost, |f| f(parts));
-                // Past 2^53 no limit could ever admit it: the same answer, without
-                // the store refusing the number.
-                let request = Request::new(key, &rule.limit, cost.min(MAX_EXACT));
+                let request = Request::new(key, &rule.limit, self.cost_of(rule, parts));
                 match member {
                     // A request counts its member once, whatever its cost.
                     Some(m) => Request {
@@ -126,20 +121,80 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 }
             })
             .collect();
+        self.decide_requests(&requests).await
+    }
 
+    /// The verdict without waiting, where the store gives it at once (one rule without
+    /// a member or a share, on an in-process store): no future to box, no timer, no
+    /// breaker. `None` sends the request through [`decide`](Self::decide).
+    pub fn decide_now(&self, parts: &Parts) -> Option<Verdict> {
+        let [rule] = &self.rules[..] else {
+            return None;
+        };
+        let store = self.store.store();
+        if !store.is_local() || rule.member.is_some() || self.guards[0].sharing.is_shared() {
+            return None;
+        }
+        let key = match self.key(0, parts) {
+            Ok(key) => key,
+            Err(missing) => return Some(missing),
+        };
+        let request = Request::new(&key, &rule.limit, self.cost_of(rule, parts));
+        Some(match store.check_one_now(request, self.clock.now())? {
+            Ok(decision) => {
+                let denied_by = (!decision.allowed()).then_some(0);
+                self.verdict(std::slice::from_ref(&decision), denied_by)
+            }
+            Err(e) => invalid(&e),
+        })
+    }
+
+    /// The cost of `rule` for this request, clamped: past 2^53 no limit could ever
+    /// admit it (the same answer, without the store refusing the number).
+    fn cost_of(&self, rule: &Rule, parts: &Parts) -> u64 {
+        let cost = rule.cost.as_ref().or(self.cost.as_ref());
+        cost.map_or(1, |f| f(parts)).min(MAX_EXACT)
+    }
+
+    /// The layer's own answer to a request it does not pass on: the shadow-ban
+    /// handler's, or the rejection.
+    pub fn answer<B>(&self, refusal: Refusal, parts: &Parts) -> Response<crate::ResponseBody<B>> {
+        match refusal {
+            Refusal::ShadowBan => {
+                let handler = self
+                    .shadow_ban
+                    .as_ref()
+                    .expect("a shadow-ban verdict only comes with a handler");
+                handler(parts).map(crate::ResponseBody::own)
+            }
+            Refusal::Reject(why, headers) => crate::respond::rejection(parts, &why, headers),
+        }
+    }
+
+    /// Rule `i`'s key for this request (`<rule name>:<value>`, built in one
+    /// allocation), its fallback key, or the rejection of a request without one.
+    fn key(&self, i: usize, parts: &Parts) -> Result<Key, Verdict> {
+        let rule = &self.rules[i];
+        let key = rule
+            .key
+            .extract_borrowed(parts)
+            .and_then(|value| Key::joined(&[&rule.name, ":", &value]).ok());
+        match (key, &self.fallbacks) {
+            (Some(key), _) => Ok(key),
+            (None, Some(fallbacks)) => Ok(fallbacks[i].clone()),
+            (None, None) => Err(missing(rule, &rule.key)),
+        }
+    }
+
+    async fn decide_requests(&self, requests: &[Request<'_>]) -> Verdict {
         let now = self.clock.now();
-        let answer = match self.store.decide(&requests, &self.guards, now).await {
+        let answer = match self.store.decide(requests, &self.guards, now).await {
             Ok(answer) => answer,
             Err(Unanswered::Unavailable(failure)) => {
                 self.failed(&failure);
-                return Verdict::Reject(Rejection::Unavailable, Vec::new());
+                return Verdict::Refuse(Refusal::Reject(Rejection::Unavailable, Vec::new()));
             }
-            // Not seen in practice: the layer's build bounds the batch, and costs are
-            // clamped above. Refuse to decide rather than guess.
-            Err(Unanswered::Invalid(e)) => {
-                tracing::error!(error = %e, "rate limit layer built an invalid batch");
-                return Verdict::Reject(Rejection::Unavailable, Vec::new());
-            }
+            Err(Unanswered::Invalid(e)) => return invalid(&e),
         };
         match &answer.failure {
             None => {
@@ -152,7 +207,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
                     }
                     _ => {}
                 }
-                self.verdict(&answer.batch)
+                self.verdict(&answer.batch.decisions, answer.batch.denied_by)
             }
             Some(failure) => {
                 self.failed(failure);
@@ -160,7 +215,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 if answer.sources.iter().all(|s| *s == Source::Open) {
                     return Verdict::Allow(Vec::new());
                 }
-                self.verdict(&answer.batch)
+                self.verdict(&answer.batch.decisions, answer.batch.denied_by)
             }
         }
     }
@@ -177,25 +232,25 @@ impl<St: Store, C: Clock> Shared<St, C> {
         }
     }
 
-    fn verdict(&self, batch: &BatchDecision) -> Verdict {
+    fn verdict(&self, decisions: &[Decision], denied_by: Option<usize>) -> Verdict {
         let pass = || {
             Verdict::Allow(if self.headers_on_allowed {
-                self.rate_limit_headers(batch)
+                self.rate_limit_headers(decisions)
             } else {
                 Vec::new()
             })
         };
-        let Some(denied) = batch.denied_by else {
+        let Some(denied) = denied_by else {
             metrics::counter!("spillway_tower_requests_total", "outcome" => "allowed").increment(1);
             return pass();
         };
         let rule = &self.rules[denied];
         let (outcome, verdict) = match (self.mode, &self.shadow_ban) {
             (Mode::Shadow, _) => ("shadow_limited", pass()),
-            (Mode::Enforce, Some(_)) => ("shadow_banned", Verdict::ShadowBan),
+            (Mode::Enforce, Some(_)) => ("shadow_banned", Verdict::Refuse(Refusal::ShadowBan)),
             (Mode::Enforce, None) => {
-                let retry_after = batch.retry_after();
-                let mut headers = self.rate_limit_headers(batch);
+                let retry_after = longest_retry(decisions);
+                let mut headers = self.rate_limit_headers(decisions);
                 if let Some(wait) = retry_after {
                     headers.push(headers::retry_after(wait));
                 }
@@ -203,7 +258,10 @@ impl<St: Store, C: Clock> Shared<St, C> {
                     limit: rule.name.clone(),
                     retry_after,
                 };
-                ("limited", Verdict::Reject(rejection, headers))
+                (
+                    "limited",
+                    Verdict::Refuse(Refusal::Reject(rejection, headers)),
+                )
             }
         };
         metrics::counter!("spillway_tower_requests_total", "outcome" => outcome).increment(1);
@@ -215,11 +273,11 @@ impl<St: Store, C: Clock> Shared<St, C> {
 
     /// `RateLimit-Policy` / `RateLimit` (or the older forms): every limit, reporting
     /// the one [`headers::reported`] picks.
-    fn rate_limit_headers(&self, batch: &BatchDecision) -> Vec<(&'static str, String)> {
-        let limits = batch.decisions.iter().enumerate();
+    fn rate_limit_headers(&self, decisions: &[Decision]) -> Vec<(&'static str, String)> {
+        let limits = decisions.iter().enumerate();
         let current =
             headers::reported(limits, |(_, d)| (!d.allowed(), d.remaining)).map_or(0, |(i, _)| i);
-        let d = &batch.decisions[current];
+        let d = &decisions[current];
         self.headers.render(
             self.rules.iter().map(quota),
             Current {
@@ -229,6 +287,23 @@ impl<St: Store, C: Clock> Shared<St, C> {
             },
         )
     }
+}
+
+/// A batch the store refused as invalid. Not seen in practice: the layer's build bounds
+/// the batch, and costs are clamped. Refuse to decide rather than guess.
+fn invalid(e: &spillway_core::Error) -> Verdict {
+    tracing::error!(error = %e, "rate limit layer built an invalid batch");
+    Verdict::Refuse(Refusal::Reject(Rejection::Unavailable, Vec::new()))
+}
+
+/// The rejection of a request without the key (or member) `source` of `rule`.
+fn missing(rule: &Rule, source: &crate::KeyExtractor) -> Verdict {
+    metrics::counter!("spillway_tower_requests_total", "outcome" => "missing_key").increment(1);
+    let rejection = Rejection::MissingKey {
+        limit: rule.name.clone(),
+        source: source.describe(),
+    };
+    Verdict::Refuse(Refusal::Reject(rejection, Vec::new()))
 }
 
 /// A rule as the headers describe it.

@@ -363,6 +363,15 @@ impl<S: Store> GuardedStore<S> {
         requests: &[Request<'_>],
         now: Timestamp,
     ) -> Result<BatchDecision, StoreFailure> {
+        // An in-process store answers at once and fails only on bad input: no breaker
+        // to consult, no timer to arm.
+        if self.store.is_local() {
+            return self
+                .store
+                .check(requests, now)
+                .await
+                .map_err(StoreFailure::Failed);
+        }
         if !self.breaker.admit(now) {
             return Err(StoreFailure::BreakerOpen);
         }

@@ -313,6 +313,14 @@ impl<H: HashKeys> Store for MemoryStore<H> {
         self.decide(requests, now)
     }
 
+    fn check_one_now(
+        &self,
+        request: Request<'_>,
+        now: Timestamp,
+    ) -> Option<Result<Decision, Error>> {
+        Some(self.decide_one(request, now))
+    }
+
     /// Decided when called: the future is ready at once, and small.
     fn check_one(
         &self,
