@@ -83,6 +83,12 @@ pub struct Current<'a> {
 }
 
 impl HeaderStyle {
+    /// The IETF style's `RateLimit-Policy` value for `policies` (`None` in the other
+    /// styles): it depends on the limits only, so it can be written once.
+    pub fn ietf_policy<'a>(self, policies: impl IntoIterator<Item = Quota<'a>>) -> Option<String> {
+        (self == HeaderStyle::Ietf).then(|| policy_list(policies))
+    }
+
     /// The headers for a response: `policies` are every limit that applied (a name
     /// repeated is listed once), `current` the one closest to denying.
     pub fn render<'a>(
@@ -100,10 +106,7 @@ impl HeaderStyle {
             HeaderStyle::None => return out,
             HeaderStyle::Ietf => {
                 out.push(("ratelimit-policy", policy_list(policies)));
-                let mut item = String::new();
-                sf_string(&mut item, quota.name);
-                let _ = write!(item, ";r={remaining};t={reset_secs}");
-                out.push(("ratelimit", item));
+                out.push(("ratelimit", ietf_item(quota.name, remaining, reset_secs)));
                 return out;
             }
             HeaderStyle::Legacy => ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"],
@@ -118,6 +121,18 @@ impl HeaderStyle {
         out.push((reset_name, reset_secs.to_string()));
         out
     }
+}
+
+/// The IETF style's `RateLimit` value for the limit named `name`: `"name";r=R;t=T`.
+/// With [`HeaderStyle::ietf_policy`], what [`HeaderStyle::render`] writes, for callers
+/// that keep the policy list (the same on every response) from one response to the
+/// next.
+pub fn ietf_item(name: &str, remaining: u64, reset_secs: u64) -> String {
+    // Sized once: the quotes, `;r=`, `;t=` and two numbers of up to 20 digits.
+    let mut item = String::with_capacity(name.len() + 48);
+    sf_string(&mut item, name);
+    let _ = write!(item, ";r={remaining};t={reset_secs}");
+    item
 }
 
 /// `Retry-After`'s value: whole seconds, rounded up so a client that waits exactly

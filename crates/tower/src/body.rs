@@ -1,11 +1,16 @@
-//! The body of a response that went through the layer: the inner service's, or one
-//! the layer wrote itself (a 429's explanation, a shadow-ban answer).
+//! Bodies the layer can answer with: a refused request's answer (a 429's explanation,
+//! a shadow-ban answer) is written in the inner service's own body type, so that an
+//! admitted response passes through as it is — no wrapper for the framework to box
+//! again (axum boxes every body that is not its own: a tenth of a microsecond a
+//! request). [`LayerBody`] says how; [`ResponseBody`] adapts any other body.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
+use http_body_util::{BodyExt, Full};
 use pin_project_lite::pin_project;
 
 pin_project! {
@@ -27,7 +32,69 @@ pin_project! {
     }
 }
 
+/// A response body the layer can write its own answers in: from bytes (a 429's JSON,
+/// a shadow-ban answer), or empty ([`Default`]: a gRPC answer carries everything in
+/// headers). Implemented for axum's and tonic's bodies, `http_body_util`'s `Full`,
+/// `BoxBody` and `UnsyncBoxBody`, `String`, and [`ResponseBody`], which wraps any
+/// other body (`map_response(|r| r.map(ResponseBody::new))` on the inner service).
+pub trait LayerBody: Default {
+    /// A body holding `bytes`.
+    fn from_bytes(bytes: Bytes) -> Self;
+}
+
+impl<B> LayerBody for ResponseBody<B> {
+    fn from_bytes(bytes: Bytes) -> Self {
+        ResponseBody::own(bytes)
+    }
+}
+
+#[cfg(feature = "axum")]
+impl LayerBody for axum::body::Body {
+    fn from_bytes(bytes: Bytes) -> Self {
+        axum::body::Body::from(bytes)
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl LayerBody for tonic::body::Body {
+    fn from_bytes(bytes: Bytes) -> Self {
+        tonic::body::Body::new(Full::new(bytes))
+    }
+}
+
+impl LayerBody for Full<Bytes> {
+    fn from_bytes(bytes: Bytes) -> Self {
+        Full::new(bytes)
+    }
+}
+
+impl LayerBody for String {
+    fn from_bytes(bytes: Bytes) -> Self {
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl<E: 'static> LayerBody for BoxBody<Bytes, E> {
+    fn from_bytes(bytes: Bytes) -> Self {
+        Full::new(bytes).map_err(|never| match never {}).boxed()
+    }
+}
+
+impl<E: 'static> LayerBody for UnsyncBoxBody<Bytes, E> {
+    fn from_bytes(bytes: Bytes) -> Self {
+        Full::new(bytes)
+            .map_err(|never| match never {})
+            .boxed_unsync()
+    }
+}
+
 impl<B> ResponseBody<B> {
+    /// The inner service's body, for a service whose body type is not a
+    /// [`LayerBody`] of its own.
+    pub fn new(body: B) -> Self {
+        ResponseBody::inner(body)
+    }
+
     pub(crate) fn inner(body: B) -> Self {
         ResponseBody {
             kind: Kind::Inner { body },

@@ -8,10 +8,9 @@ use std::task::{Context, Poll, ready};
 use http::Response;
 use pin_project_lite::pin_project;
 
-use crate::ResponseBody;
-use crate::respond::add_headers;
+use crate::respond::{Headers, add_headers};
 
-type Boxed<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
+type Boxed<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
 
 pin_project! {
     /// The future [`RateLimit`](crate::RateLimit) returns: `F` is the inner service's.
@@ -31,22 +30,22 @@ pin_project! {
     enum Kind<F, B, E> {
         // Admitted at once: the inner service's future, and the headers its response
         // gets.
-        Inner { #[pin] future: F, headers: Vec<(&'static str, String)> },
+        Inner { #[pin] future: F, headers: Headers },
         // Answered by the layer at once (a rejection, a shadow-ban answer).
-        Ready { response: Option<Response<ResponseBody<B>>> },
+        Ready { response: Option<Response<B>> },
         // Decided after waiting for the store.
         Waiting { future: Boxed<B, E> },
     }
 }
 
 impl<F, B, E> ResponseFuture<F, B, E> {
-    pub(crate) fn inner(future: F, headers: Vec<(&'static str, String)>) -> Self {
+    pub(crate) fn inner(future: F, headers: Headers) -> Self {
         ResponseFuture {
             kind: Kind::Inner { future, headers },
         }
     }
 
-    pub(crate) fn ready(response: Response<ResponseBody<B>>) -> Self {
+    pub(crate) fn ready(response: Response<B>) -> Self {
         ResponseFuture {
             kind: Kind::Ready {
                 response: Some(response),
@@ -55,7 +54,7 @@ impl<F, B, E> ResponseFuture<F, B, E> {
     }
 
     pub(crate) fn waiting(
-        f: impl Future<Output = Result<Response<ResponseBody<B>>, E>> + Send + 'static,
+        f: impl Future<Output = Result<Response<B>, E>> + Send + 'static,
     ) -> Self {
         ResponseFuture {
             kind: Kind::Waiting {
@@ -69,12 +68,12 @@ impl<F, B, E> Future for ResponseFuture<F, B, E>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<ResponseBody<B>>, E>;
+    type Output = Result<Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Inner { future, headers } => {
-                let mut response = ready!(future.poll(cx))?.map(ResponseBody::inner);
+                let mut response = ready!(future.poll(cx))?;
                 add_headers(response.headers_mut(), std::mem::take(headers));
                 Poll::Ready(Ok(response))
             }

@@ -359,6 +359,10 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
         if let Some(bytes) = self.deny_cache {
             store = store.deny_cache(bytes);
         }
+        let ietf_policy = self
+            .headers
+            .ietf_policy(self.rules.iter().map(crate::shared::quota))
+            .and_then(|v| http::HeaderValue::try_from(v).ok());
         let shared = Shared {
             store,
             clock: self.clock,
@@ -368,6 +372,7 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             mode: self.mode,
             shadow_ban: self.shadow_ban,
             headers: self.headers,
+            ietf_policy,
             headers_on_allowed: self.headers_on_allowed,
             on_store_error: self.on_store_error,
             guards,

@@ -72,7 +72,7 @@ mod respond;
 mod service;
 mod shared;
 
-pub use body::ResponseBody;
+pub use body::{LayerBody, ResponseBody};
 pub use client_ip::ClientIp;
 pub use error::{Error, Rejection};
 pub use future::ResponseFuture;

@@ -7,7 +7,7 @@ use http::header::{CONTENT_TYPE, HeaderValue};
 use http::request::Parts;
 use http::{HeaderMap, Response, StatusCode};
 
-use crate::{Rejection, ResponseBody};
+use crate::{LayerBody, Rejection};
 
 /// Whether the request is gRPC (which wants HTTP 200 and a `grpc-status`).
 pub(crate) fn is_grpc(parts: &Parts) -> bool {
@@ -17,12 +17,33 @@ pub(crate) fn is_grpc(parts: &Parts) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
+/// The rate limit headers of one response (none: no allocation).
+#[derive(Debug, Default)]
+pub(crate) struct Headers(Vec<(&'static str, HeaderValue)>);
+
+impl Headers {
+    pub(crate) fn push(&mut self, name: &'static str, value: HeaderValue) {
+        if self.0.is_empty() {
+            // A style's three at most, and Retry-After.
+            self.0.reserve_exact(4);
+        }
+        self.0.push((name, value));
+    }
+
+    /// A value of text, ASCII by construction (one that is not is left out).
+    pub(crate) fn push_text(&mut self, name: &'static str, value: String) {
+        if let Ok(value) = HeaderValue::try_from(value) {
+            self.push(name, value);
+        }
+    }
+}
+
 /// The answer to a refused request, with `headers` (rate limit headers) added.
-pub(crate) fn rejection<B>(
+pub(crate) fn rejection<B: LayerBody>(
     parts: &Parts,
     rejection: &Rejection,
-    headers: Vec<(&'static str, String)>,
-) -> Response<ResponseBody<B>> {
+    headers: Headers,
+) -> Response<B> {
     let mut response = if is_grpc(parts) {
         grpc(rejection)
     } else {
@@ -32,16 +53,14 @@ pub(crate) fn rejection<B>(
     response
 }
 
-/// Adds rate limit headers (their values are ASCII by construction).
-pub(crate) fn add_headers(map: &mut HeaderMap, headers: Vec<(&'static str, String)>) {
-    for (name, value) in headers {
-        if let Ok(value) = HeaderValue::try_from(value) {
-            map.append(name, value);
-        }
+/// Adds rate limit headers.
+pub(crate) fn add_headers(map: &mut HeaderMap, headers: Headers) {
+    for (name, value) in headers.0 {
+        map.append(name, value);
     }
 }
 
-fn http<B>(rejection: &Rejection) -> Response<ResponseBody<B>> {
+fn http<B: LayerBody>(rejection: &Rejection) -> Response<B> {
     let status = match rejection {
         Rejection::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
         Rejection::MissingKey { .. } => StatusCode::BAD_REQUEST,
@@ -55,7 +74,7 @@ fn http<B>(rejection: &Rejection) -> Response<ResponseBody<B>> {
             body["retry_after_ms"] = ms.into();
         }
     }
-    let mut response = Response::new(ResponseBody::own(Bytes::from(body.to_string())));
+    let mut response = Response::new(B::from_bytes(Bytes::from(body.to_string())));
     *response.status_mut() = status;
     response
         .headers_mut()
@@ -64,7 +83,7 @@ fn http<B>(rejection: &Rejection) -> Response<ResponseBody<B>> {
 }
 
 #[cfg(feature = "tonic")]
-fn grpc<B>(rejection: &Rejection) -> Response<ResponseBody<B>> {
+fn grpc<B: LayerBody>(rejection: &Rejection) -> Response<B> {
     use tonic::{Code, Status};
     use tonic_types::{ErrorDetails, StatusExt};
 
@@ -87,13 +106,13 @@ fn grpc<B>(rejection: &Rejection) -> Response<ResponseBody<B>> {
 
 /// Without tonic: the status in headers, no details.
 #[cfg(not(feature = "tonic"))]
-fn grpc<B>(rejection: &Rejection) -> Response<ResponseBody<B>> {
+fn grpc<B: LayerBody>(rejection: &Rejection) -> Response<B> {
     let code = match rejection {
         Rejection::Limited { .. } => "8",
         Rejection::MissingKey { .. } => "3",
         Rejection::Unavailable => "14",
     };
-    let mut response = Response::new(ResponseBody::default());
+    let mut response = Response::new(B::default());
     let h = response.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     h.insert("grpc-status", HeaderValue::from_static(code));

@@ -11,7 +11,7 @@ use tower::Service;
 
 use crate::respond::add_headers;
 use crate::shared::{Shared, Verdict};
-use crate::{ResponseBody, ResponseFuture};
+use crate::{LayerBody, ResponseFuture};
 
 /// Rate limits the requests to `S`. Made by [`RateLimitLayer`](crate::RateLimitLayer);
 /// clones share their limits.
@@ -38,9 +38,9 @@ where
     St: Store + 'static,
     C: Clock + 'static,
     ReqBody: Send + 'static,
-    ResBody: Send + 'static,
+    ResBody: LayerBody + Send + 'static,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
@@ -72,8 +72,7 @@ where
         ResponseFuture::waiting(async move {
             match shared.decide(&parts).await {
                 Verdict::Allow(headers) => {
-                    let response = inner.call(Request::from_parts(parts, body)).await?;
-                    let mut response = response.map(ResponseBody::inner);
+                    let mut response = inner.call(Request::from_parts(parts, body)).await?;
                     add_headers(response.headers_mut(), headers);
                     Ok(response)
                 }

@@ -17,6 +17,7 @@ use spillway_core::algorithm::distinct::MAX_MEMBER;
 
 use crate::Rejection;
 use crate::layer::Rule;
+use crate::respond::Headers;
 
 pub(crate) type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 pub(crate) type ShadowBanFn = Arc<dyn Fn(&Parts) -> Response<Bytes> + Send + Sync>;
@@ -32,6 +33,8 @@ pub(crate) struct Shared<St, C> {
     pub mode: Mode,
     pub shadow_ban: Option<ShadowBanFn>,
     pub headers: HeaderStyle,
+    /// `RateLimit-Policy`'s value in the IETF style, written once.
+    pub ietf_policy: Option<http::HeaderValue>,
     pub headers_on_allowed: bool,
     pub on_store_error: OnStoreError,
     /// One per rule, all alike (the layer's mode and policy): built once, not per request.
@@ -54,7 +57,7 @@ pub(crate) async fn sync<St: Store, C: Clock>(shared: std::sync::Weak<Shared<St,
 /// What to do with a request.
 pub(crate) enum Verdict {
     /// Call the inner service; add these headers to its response.
-    Allow(Vec<(&'static str, String)>),
+    Allow(Headers),
     /// Answer it here; the inner service is not called.
     Refuse(Refusal),
 }
@@ -64,7 +67,7 @@ pub(crate) enum Refusal {
     /// The shadow-ban handler's.
     ShadowBan,
     /// A rejection, with these headers.
-    Reject(Rejection, Vec<(&'static str, String)>),
+    Reject(Rejection, Headers),
 }
 
 impl<St: Store, C: Clock> Shared<St, C> {
@@ -158,14 +161,14 @@ impl<St: Store, C: Clock> Shared<St, C> {
 
     /// The layer's own answer to a request it does not pass on: the shadow-ban
     /// handler's, or the rejection.
-    pub fn answer<B>(&self, refusal: Refusal, parts: &Parts) -> Response<crate::ResponseBody<B>> {
+    pub fn answer<B: crate::LayerBody>(&self, refusal: Refusal, parts: &Parts) -> Response<B> {
         match refusal {
             Refusal::ShadowBan => {
                 let handler = self
                     .shadow_ban
                     .as_ref()
                     .expect("a shadow-ban verdict only comes with a handler");
-                handler(parts).map(crate::ResponseBody::own)
+                handler(parts).map(B::from_bytes)
             }
             Refusal::Reject(why, headers) => crate::respond::rejection(parts, &why, headers),
         }
@@ -192,7 +195,10 @@ impl<St: Store, C: Clock> Shared<St, C> {
             Ok(answer) => answer,
             Err(Unanswered::Unavailable(failure)) => {
                 self.failed(&failure);
-                return Verdict::Refuse(Refusal::Reject(Rejection::Unavailable, Vec::new()));
+                return Verdict::Refuse(Refusal::Reject(
+                    Rejection::Unavailable,
+                    Headers::default(),
+                ));
             }
             Err(Unanswered::Invalid(e)) => return invalid(&e),
         };
@@ -213,7 +219,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 self.failed(failure);
                 // Admitted without a store: no limit was counted, so no headers.
                 if answer.sources.iter().all(|s| *s == Source::Open) {
-                    return Verdict::Allow(Vec::new());
+                    return Verdict::Allow(Headers::default());
                 }
                 self.verdict(&answer.batch.decisions, answer.batch.denied_by)
             }
@@ -237,7 +243,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
             Verdict::Allow(if self.headers_on_allowed {
                 self.rate_limit_headers(decisions)
             } else {
-                Vec::new()
+                Headers::default()
             })
         };
         let Some(denied) = denied_by else {
@@ -252,7 +258,8 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 let retry_after = longest_retry(decisions);
                 let mut headers = self.rate_limit_headers(decisions);
                 if let Some(wait) = retry_after {
-                    headers.push(headers::retry_after(wait));
+                    let (name, value) = headers::retry_after(wait);
+                    headers.push_text(name, value);
                 }
                 let rejection = Rejection::Limited {
                     limit: rule.name.clone(),
@@ -273,19 +280,33 @@ impl<St: Store, C: Clock> Shared<St, C> {
 
     /// `RateLimit-Policy` / `RateLimit` (or the older forms): every limit, reporting
     /// the one [`headers::reported`] picks.
-    fn rate_limit_headers(&self, decisions: &[Decision]) -> Vec<(&'static str, String)> {
+    /// The IETF style's `RateLimit-Policy` is the same on every response: written
+    /// once (`ietf_policy`), only `RateLimit` is written per response.
+    fn rate_limit_headers(&self, decisions: &[Decision]) -> Headers {
         let limits = decisions.iter().enumerate();
         let current =
             headers::reported(limits, |(_, d)| (!d.allowed(), d.remaining)).map_or(0, |(i, _)| i);
         let d = &decisions[current];
-        self.headers.render(
+        let reset_secs = ceil_secs(d.retry_after().unwrap_or(d.reset_after));
+        let mut out = Headers::default();
+        if let Some(policy) = &self.ietf_policy {
+            out.push("ratelimit-policy", policy.clone());
+            let item = headers::ietf_item(&self.rules[current].name, d.remaining, reset_secs);
+            out.push_text("ratelimit", item);
+            return out;
+        }
+        let rendered = self.headers.render(
             self.rules.iter().map(quota),
             Current {
                 quota: quota(&self.rules[current]),
                 remaining: d.remaining,
-                reset_secs: ceil_secs(d.retry_after().unwrap_or(d.reset_after)),
+                reset_secs,
             },
-        )
+        );
+        for (name, value) in rendered {
+            out.push_text(name, value);
+        }
+        out
     }
 }
 
@@ -293,7 +314,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
 /// the batch, and costs are clamped. Refuse to decide rather than guess.
 fn invalid(e: &spillway_core::Error) -> Verdict {
     tracing::error!(error = %e, "rate limit layer built an invalid batch");
-    Verdict::Refuse(Refusal::Reject(Rejection::Unavailable, Vec::new()))
+    Verdict::Refuse(Refusal::Reject(Rejection::Unavailable, Headers::default()))
 }
 
 /// The rejection of a request without the key (or member) `source` of `rule`.
@@ -303,11 +324,11 @@ fn missing(rule: &Rule, source: &crate::KeyExtractor) -> Verdict {
         limit: rule.name.clone(),
         source: source.describe(),
     };
-    Verdict::Refuse(Refusal::Reject(rejection, Vec::new()))
+    Verdict::Refuse(Refusal::Reject(rejection, Headers::default()))
 }
 
 /// A rule as the headers describe it.
-fn quota(rule: &Rule) -> Quota<'_> {
+pub(crate) fn quota(rule: &Rule) -> Quota<'_> {
     Quota {
         name: &rule.name,
         quota: rule.limit.limit(),
