@@ -65,11 +65,9 @@ fn stores_memory_and_redis() {
         "{v}"
     );
     assert!(v["decisions_per_redis_call"].as_f64().unwrap() > 0.0, "{v}");
+    // FCALL: the store loaded its library (another test's EVALSHA may count too).
     assert!(
-        v["redis_calls"]
-            .as_str()
-            .unwrap()
-            .starts_with("FCALL spillway_"),
+        v["redis_calls"].as_str().unwrap().starts_with("FCALL"),
         "{v}"
     );
 

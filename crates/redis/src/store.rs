@@ -210,6 +210,8 @@ pub struct ServerStats {
     pub cpu_seconds: f64,
     /// Calls of the decision code: `FCALL`, `EVALSHA` and `EVAL`.
     pub decision_calls: u64,
+    /// Of which `FCALL`.
+    pub function_calls: u64,
     /// Servers asked.
     pub servers: usize,
 }
@@ -229,8 +231,12 @@ impl ServerStats {
                     let calls = value
                         .split(',')
                         .find_map(|f| f.strip_prefix("calls="))
-                        .and_then(|n| n.parse::<u64>().ok());
-                    self.decision_calls += calls.unwrap_or(0);
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    self.decision_calls += calls;
+                    if name == "cmdstat_fcall" {
+                        self.function_calls += calls;
+                    }
                 }
                 _ => {}
             }

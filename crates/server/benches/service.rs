@@ -20,12 +20,7 @@ use axum::body::Bytes;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -187,38 +182,18 @@ fn report(name: &str, r: &Run, ceiling: f64) {
 
 /// The ceiling: a handler that answers 200, on the same accept loop as the service.
 async fn trivial(shutdown: CancellationToken) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = axum::Router::new().route("/", axum::routing::post(|| async { "ok" }));
-    let timeouts = Timeouts {
-        header_read: Duration::from_secs(5),
-        drain: Duration::from_secs(1),
-    };
-    tokio::spawn(serve(listener, app, shutdown, timeouts, None));
-    addr
+    on_the_accept_loop(spillway_server::ceiling::http(), shutdown).await
 }
 
 /// The gRPC ceiling: `ShouldRateLimit` answering OK without looking at the request,
 /// through tonic's routes on the same accept loop as the service's gRPC port.
 async fn trivial_grpc(shutdown: CancellationToken) -> SocketAddr {
-    struct Ok;
+    on_the_accept_loop(spillway_server::ceiling::grpc(), shutdown).await
+}
 
-    #[tonic::async_trait]
-    impl RateLimitService for Ok {
-        async fn should_rate_limit(
-            &self,
-            _: tonic::Request<RateLimitRequest>,
-        ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-            Result::Ok(tonic::Response::new(RateLimitResponse {
-                overall_code: Code::Ok as i32,
-                ..Default::default()
-            }))
-        }
-    }
-
+async fn on_the_accept_loop(app: axum::Router, shutdown: CancellationToken) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = tonic::service::Routes::new(RateLimitServiceServer::new(Ok)).into_axum_router();
     let timeouts = Timeouts {
         header_read: Duration::from_secs(5),
         drain: Duration::from_secs(1),

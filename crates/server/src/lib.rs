@@ -22,6 +22,8 @@
 #![recursion_limit = "256"]
 
 mod api;
+#[doc(hidden)]
+pub mod ceiling;
 pub mod listen;
 pub mod metrics;
 mod reload;

@@ -14,6 +14,10 @@
 //! - **Store failures** follow a policy — open, closed (503) or local — behind a
 //!   timeout and a circuit breaker.
 //! - **Clones share state**: cloning the layer or a service never multiplies a limit.
+//! - **Cheap on the hot path**: on the memory store a request is decided in `call()`
+//!   (no boxed future, no timer), and admitted responses keep the inner service's body
+//!   type ([`LayerBody`]: axum's, tonic's, `Full`, `BoxBody`, `String`; wrap any other
+//!   in [`ResponseBody`]).
 //!
 //! ```
 //! use std::time::Duration;

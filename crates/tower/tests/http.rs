@@ -241,6 +241,50 @@ async fn clones_of_the_layer_and_the_service_share_one_limit() {
     assert_eq!(ok, 3);
 }
 
+/// Admitted responses keep the inner service's body type; a service whose body the
+/// layer cannot write (here `Empty`) is wrapped in `ResponseBody`, and the 429 still
+/// carries its JSON explanation.
+#[tokio::test]
+async fn any_body_type_through_response_body() {
+    use http_body_util::{BodyExt, Empty};
+    use spillway_tower::ResponseBody;
+
+    let layer = builder()
+        .limit(Rule::new(
+            "all",
+            per_minute(1),
+            KeyExtractor::from_fn(|_| Some("k".into())),
+        ))
+        .build()
+        .unwrap();
+    let service = tower::ServiceBuilder::new()
+        .layer(layer)
+        .map_response(|r: http::Response<Empty<bytes::Bytes>>| r.map(ResponseBody::new))
+        .service_fn(|_: http::Request<String>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Empty::new()))
+        });
+    let first = service.clone().oneshot(http::Request::new(String::new()));
+    let first = first.await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert!(
+        first
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .is_empty()
+    );
+    let second = service
+        .oneshot(http::Request::new(String::new()))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 429);
+    let body = second.into_body().collect().await.unwrap().to_bytes();
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(json["limit"], "all", "{json}");
+}
+
 #[test]
 fn bad_configurations_are_refused_when_built() {
     use spillway_tower::Error;

@@ -27,8 +27,9 @@ pub(super) struct Cost {
     pub(super) redis: Option<f64>,
     /// Decisions per call of the decision code.
     pub(super) per_call: Option<f64>,
-    /// How decisions reach Redis (FCALL or EVALSHA).
-    pub(super) calls: Option<String>,
+    /// Which calls the run made: `FCALL`, `EVALSHA`, or both (counted by Redis, so
+    /// a service's as well as this process's).
+    pub(super) calls: Option<&'static str>,
 }
 
 impl Meter {
@@ -71,8 +72,14 @@ impl Meter {
             let after = store.server_stats().await?;
             cost.redis = Some((after.cpu_seconds - before.cpu_seconds) * 1e6 / n);
             let calls = after.decision_calls.saturating_sub(before.decision_calls);
+            let functions = after.function_calls.saturating_sub(before.function_calls);
             cost.per_call = (calls > 0).then(|| decisions as f64 / calls as f64);
-            cost.calls = Some(store.calls().to_string());
+            cost.calls = match (functions, calls - functions) {
+                (0, 0) => None,
+                (_, 0) => Some("FCALL"),
+                (0, _) => Some("EVALSHA"),
+                _ => Some("FCALL and EVALSHA"),
+            };
         }
         Ok(cost)
     }
