@@ -4,8 +4,8 @@
 //! uniformly from a population, from one hot key, or by a Zipf law.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -192,44 +192,62 @@ async fn open(
     timeout: Duration,
     done: &Arc<AtomicU64>,
 ) -> Tally {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Outcome, Duration)>();
+    // Answers are tallied under a lock rather than sent to a collecting task: waking
+    // that task for every answer cost more CPU than the request itself.
+    let tally = Arc::new(Mutex::new(Tally::new()));
+    let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let runtime = tokio::runtime::Handle::current();
     let done = Arc::clone(done);
     // The schedule runs on a thread of its own with the OS's sleep (tens of µs late at
     // most), not on tokio's 1 ms timer wheel, whose lateness would count as latency.
-    let scheduler = tokio::task::spawn_blocking(move || {
-        let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-        let interval = Duration::from_secs_f64(1.0 / per_sec);
-        let mut rng = SmallRng::seed_from_u64(0);
-        for n in 0u64.. {
-            // Fixed in advance: request n is due at start + n × interval.
-            let due = start + interval.mul_f64(n as f64);
-            if due.duration_since(start) >= duration {
-                break;
+    // Each wake sends every request already due: at high rates one sleep (and one
+    // wake of the runtime) serves several, and the latency of each still counts from
+    // its own due time.
+    let scheduler = {
+        let (tally, permits) = (Arc::clone(&tally), Arc::clone(&permits));
+        tokio::task::spawn_blocking(move || {
+            let interval = Duration::from_secs_f64(1.0 / per_sec);
+            let mut rng = SmallRng::seed_from_u64(0);
+            let mut n = 0u64;
+            loop {
+                // Fixed in advance: request n is due at start + n × interval.
+                let due = start + interval.mul_f64(n as f64);
+                if due.duration_since(start) >= duration {
+                    break;
+                }
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                    continue;
+                }
+                n += 1;
+                let key = keys.pick(&mut rng).clone();
+                let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                    lock(&tally).record(Outcome::Error("overload"), due.elapsed());
+                    continue;
+                };
+                let (target, tally, done) =
+                    (Arc::clone(&target), Arc::clone(&tally), Arc::clone(&done));
+                runtime.spawn(async move {
+                    let outcome = target.call(&key, n as usize, timeout).await;
+                    lock(&tally).record(outcome, due.elapsed());
+                    done.fetch_add(1, Ordering::Relaxed);
+                    drop(permit);
+                });
             }
-            if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-            let key = keys.pick(&mut rng).clone();
-            let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-                let _ = tx.send((Outcome::Error("overload"), due.elapsed()));
-                continue;
-            };
-            let (target, tx, done) = (Arc::clone(&target), tx.clone(), Arc::clone(&done));
-            runtime.spawn(async move {
-                let outcome = target.call(&key, n as usize, timeout).await;
-                let _ = tx.send((outcome, due.elapsed()));
-                done.fetch_add(1, Ordering::Relaxed);
-                drop(permit);
-            });
-        }
-    });
-    let mut tally = Tally::new();
-    while let Some((outcome, latency)) = rx.recv().await {
-        tally.record(outcome, latency);
-    }
+        })
+    };
     let _ = scheduler.await;
+    // Every request answered (or timed out): all permits back.
+    let all = u32::try_from(MAX_IN_FLIGHT).expect("a small bound");
+    let _ = permits.acquire_many(all).await;
+    std::mem::replace(&mut *lock(&tally), Tally::new())
+}
+
+/// The tally, even after a request's task panicked while holding it.
+fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
     tally
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn progress(duration: Duration, quiet: bool) -> ProgressBar {
