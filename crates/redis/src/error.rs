@@ -30,8 +30,8 @@ pub enum Error {
         /// Whether the store was to speak TLS.
         tls: bool,
     },
-    /// Connected, but the decision script could not run: an ACL user without
-    /// `EVALSHA`, `EVAL` or `TIME`, scripts disabled, …
+    /// Connected, but the decision code could not run: an ACL user without `FCALL`
+    /// (or, without functions, `EVALSHA` and `EVAL`) or `TIME`, scripts disabled, …
     #[error("Redis at {url} cannot run Spillway's decision script: {why}")]
     Script {
         /// The store URL, password hidden.

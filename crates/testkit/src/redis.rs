@@ -266,8 +266,9 @@ impl RedisServer {
         self.child.id()
     }
 
-    /// Script calls (`EVALSHA` and `EVAL`) the server has answered, from `INFO
-    /// commandstats` (through `redis-cli`, which comes with `redis-server`).
+    /// Calls of the decision code (`FCALL`, `EVALSHA` and `EVAL`) the server has
+    /// answered, from `INFO commandstats` (through `redis-cli`, which comes with
+    /// `redis-server`).
     pub fn script_calls(&self) -> u64 {
         script_calls_in(&self.cli(&["INFO", "commandstats"]))
     }
