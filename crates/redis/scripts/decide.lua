@@ -1138,7 +1138,7 @@ local function decide(keys, argv)
   -- it can be trusted.
   -- A key is read ahead only for the first batch that names it: a later one must see
   -- what the earlier ones wrote.
-  local batches, nargv = arg(1), #argv
+  local batches, nargv, nk = arg(1), #argv, #keys
   local starts, at, nkeys = {}, 2, 0
   local seen, read, reading = {}, {}, 0
   for b = 1, batches do
@@ -1151,7 +1151,8 @@ local function decide(keys, argv)
       end
     end
     starts[m + 1], starts[m + 2], starts[m + 3], starts[m + 4] = nkeys, first, n, k
-    for i = nkeys + 1, nkeys + k do
+    -- Bounded by KEYS: a header claiming more keys than the call has fails below.
+    for i = nkeys + 1, math.min(nkeys + k, nk) do
       local key = keys[i]
       if key and not seen[key] then
         seen[key] = true
@@ -1161,9 +1162,9 @@ local function decide(keys, argv)
     nkeys = nkeys + k
     at = at + width
   end
-  if batches < 1 or nkeys ~= #keys or at ~= nargv + 1 then
+  if batches < 1 or nkeys ~= nk or at ~= nargv + 1 then
     fail('expected ' .. nkeys .. ' keys and ' .. (at - 1) .. ' arguments for ' .. batches ..
-         ' batches, got ' .. #keys .. ' and ' .. nargv)
+         ' batches, got ' .. nk .. ' and ' .. nargv)
   end
   if reading > 1 then
     local names = {}
