@@ -287,17 +287,6 @@ impl Inner {
         let keys = vec![redis_key(&self.prefix, &key, &limit)];
         let section = Section::new(keys, &peek, self.time, Timestamp::from_secs(0));
         let call = std::slice::from_ref(&section);
-        let refused = |mut why: String, transient: bool| {
-            // Redis does not say which command a script was refused.
-            if why.contains("can't run this command") {
-                why.push_str(SCRIPT_COMMANDS);
-            }
-            Error::Script {
-                url: String::new(),
-                why,
-                transient,
-            }
-        };
         match tokio::time::timeout(timeout, self.eval_sections(call.iter())).await {
             // The batch's own failure (a command the script calls, refused) is a
             // string in the reply, not an error reply.
@@ -308,11 +297,7 @@ impl Inner {
                 Err(why) => Err(refused(format!("unexpected reply: {why}"), false)),
             },
             Ok(Err(e)) => Err(refused(e.to_string(), crate::error::is_transient(&e))),
-            Err(_) => Err(Error::ConnectTimeout {
-                url: String::new(),
-                timeout,
-                tls: false,
-            }),
+            Err(_) => Err(no_answer(timeout)),
         }
     }
 
@@ -484,11 +469,6 @@ async fn load_library(connection: &Connection) -> Result<(), RedisError> {
 /// transient failure (the connection) is the caller's error, not a reason to use
 /// scripts for the store's whole life.
 async fn choose_calls(connection: &Connection, timeout: Duration) -> Result<Calls, Error> {
-    let refused = |why: String, transient: bool| Error::Script {
-        url: String::new(),
-        why,
-        transient,
-    };
     match tokio::time::timeout(timeout, load_library(connection)).await {
         Ok(Ok(())) => Ok(Calls::Function {
             name: LIBRARY.function.clone(),
@@ -500,11 +480,29 @@ async fn choose_calls(connection: &Connection, timeout: Duration) -> Result<Call
         Ok(Err(e)) => Ok(Calls::Script {
             why: format!("FUNCTION LOAD was refused: {e}"),
         }),
-        Err(_) => Err(Error::ConnectTimeout {
-            url: String::new(),
-            timeout,
-            tls: false,
-        }),
+        Err(_) => Err(no_answer(timeout)),
+    }
+}
+
+/// The decision code could not be loaded or run at startup, and `why`.
+fn refused(mut why: String, transient: bool) -> Error {
+    // Redis does not say which command a script was refused.
+    if why.contains("can't run this command") {
+        why.push_str(SCRIPT_COMMANDS);
+    }
+    Error::Script {
+        url: String::new(),
+        why,
+        transient,
+    }
+}
+
+/// No answer at startup within `timeout`.
+fn no_answer(timeout: Duration) -> Error {
+    Error::ConnectTimeout {
+        url: String::new(),
+        timeout,
+        tls: false,
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::Value;
 use spillway_core::{Algorithm, Edge, Error, Key, Limit, Request, Store, Timestamp};
-use spillway_redis::{Calls, RedisStore, SCRIPT, function_library};
+use spillway_redis::{Calls, RedisStore, SCRIPT, TimeSource, function_library};
 use spillway_testkit::redis::{RedisServer, cluster_url, standalone_url, unique_prefix};
 
 fn limit(a: Algorithm, n: u64, window: Duration) -> Limit {
@@ -234,13 +234,8 @@ async fn decisions_are_fcall_where_the_server_has_functions_and_evalsha_elsewher
         );
         assert_eq!(calls_of(&url, "evalsha"), evalsha, "{name}: no EVALSHA");
 
-        let scripts = support::builder(&url)
-            .prefix(unique_prefix("choice"))
-            .time_source(spillway_redis::TimeSource::Caller)
-            .functions(false)
-            .build()
-            .await
-            .unwrap();
+        let scripts =
+            support::script_store(&url, TimeSource::Caller, &unique_prefix("choice")).await;
         assert_eq!(
             scripts.calls(),
             Calls::Script {
@@ -279,21 +274,20 @@ async fn decisions_are_fcall_where_the_server_has_functions_and_evalsha_elsewher
 /// store calling the script does the same after SCRIPT FLUSH.
 #[tokio::test]
 async fn a_flush_costs_one_reload() {
+    let l = limit(Algorithm::Gcra, 10, Duration::from_secs(1));
+    let k = key("{flush}:k");
+    let now = Timestamp::from_secs(1_800_000_000);
+    let (source, _) = function_library();
+    let library = source
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("#!lua name="))
+        .unwrap();
     for (name, url) in support::targets() {
         let store = support::caller_clock_store(&url, "flush").await;
-        let l = limit(Algorithm::Gcra, 10, Duration::from_secs(1));
-        let k = key("{flush}:k");
-        let now = Timestamp::from_secs(1_800_000_000);
-        let (source, _) = function_library();
-        let library = source
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("#!lua name="))
-            .unwrap()
-            .to_owned();
         store.check_one(Request::new(&k, &l, 1), now).await.unwrap();
         let listed = |store: &RedisStore| {
-            let c = cmd(&["FUNCTION", "LIST", "LIBRARYNAME", &library]);
+            let c = cmd(&["FUNCTION", "LIST", "LIBRARYNAME", library]);
             let store = store.clone();
             async move {
                 match store.query(&c).await.unwrap() {
@@ -313,16 +307,7 @@ async fn a_flush_costs_one_reload() {
         assert!(listed(&store).await, "{name}: loaded again");
     }
     for (name, url) in support::targets() {
-        let store = support::builder(&url)
-            .prefix(unique_prefix("flush"))
-            .time_source(spillway_redis::TimeSource::Caller)
-            .functions(false)
-            .build()
-            .await
-            .unwrap();
-        let l = limit(Algorithm::Gcra, 10, Duration::from_secs(1));
-        let k = key("{flush}:k");
-        let now = Timestamp::from_secs(1_800_000_000);
+        let store = support::script_store(&url, TimeSource::Caller, &unique_prefix("flush")).await;
         let sha = redis::Script::new(SCRIPT).get_hash().to_owned();
         store.check_one(Request::new(&k, &l, 1), now).await.unwrap();
         // On Cluster, SCRIPT EXISTS asks every master (and only one ran the script):

@@ -7,6 +7,7 @@
 mod cpu;
 mod load;
 mod report;
+mod setup;
 mod target;
 
 use std::path::PathBuf;
@@ -15,17 +16,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use rand_distr::Zipf;
-use spillway_core::{Algorithm, Guard, Key, Limit, Mode, OnStoreError, Sharing};
+use spillway_core::{Algorithm, Limit};
 use spillway_policy::RuleLimit;
 use spillway_policy::duration;
-use spillway_redis::RedisStore;
-use spillway_server::{AnyStore, Breaker, Options, Service, Stores};
 
 use crate::args;
 use load::{Keys, Loop};
 use report::report;
-use target::Target;
+use setup::{flag_limit, keys, stats_store, target};
 
 pub const EXAMPLES: &str = "\
 Exit status: 0 done, 1 --check found more admitted than the limit allows, 2 error.
@@ -214,7 +212,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let (target, described) = target(&args, flag_limit, policies).await?;
+    let (target, described, redis) = target(&args, flag_limit, policies).await?;
     let mode = match args.rate {
         Some(r) if r > 0.0 && r.is_finite() => Loop::Open { per_sec: r },
         Some(r) => bail!("--rate must be a positive number of requests per second, got {r}"),
@@ -222,7 +220,11 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             callers: args.concurrency as usize,
         },
     };
-    let meter = cpu::Meter::start(args.server_pid, stats_store(&args).await?).await?;
+    let stats = match &args.redis_stats {
+        Some(url) => Some(stats_store(&args, url).await?),
+        None => redis,
+    };
+    let meter = cpu::Meter::start(args.server_pid, stats).await?;
     let tally = load::run(
         Arc::new(target),
         keys,
@@ -242,179 +244,6 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Some((admitted, allowed)) if admitted > allowed => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     })
-}
-
-/// A store on the Redis whose CPU and calls the run reports: `--redis-stats`, or a
-/// Redis `--store`.
-async fn stats_store(args: &BenchArgs) -> anyhow::Result<Option<RedisStore>> {
-    let url = match (&args.redis_stats, &args.store) {
-        (Some(url), _) => url,
-        (None, Some(url)) if url != "memory" => url,
-        _ => return Ok(None),
-    };
-    let store = RedisStore::builder(url)
-        .access(args.redis.access()?)
-        .timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .with_context(|| format!("connecting to {url} for its INFO"))?;
-    Ok(Some(store))
-}
-
-fn flag_limit(args: &BenchArgs) -> anyhow::Result<Option<Limit>> {
-    let Some(name) = &args.algorithm else {
-        return Ok(None);
-    };
-    let mut algorithm: Algorithm = name.parse()?;
-    if let Algorithm::SlidingWindow { precision, .. } | Algorithm::Distinct { precision } =
-        &mut algorithm
-    {
-        *precision = args.precision.unwrap_or(1);
-    }
-    if args.members.is_some() && !algorithm.counts_members() {
-        bail!("--members applies to --algorithm distinct");
-    }
-    let (Some(n), Some(window)) = (args.limit, args.window) else {
-        bail!("--algorithm needs --limit and --window");
-    };
-    Ok(Some(crate::limit::build(
-        algorithm, n, window, args.burst, false,
-    )?))
-}
-
-fn keys(args: &BenchArgs) -> anyhow::Result<Keys> {
-    if let Some(value) = &args.hot_key {
-        return Ok(Keys::Hot(Key::new(value.as_str())?));
-    }
-    if args.hot {
-        // A key no earlier run has used, so that --check starts from no state.
-        return Ok(Keys::Hot(Key::new(format!(
-            "hot-{}-{}",
-            std::process::id(),
-            nonce()
-        ))?));
-    }
-    let population: Vec<Key> = (0..args.keys)
-        .map(|i| Key::new(format!("k{i}")))
-        .collect::<Result<_, _>>()?;
-    let population = Arc::new(population);
-    Ok(match args.zipf {
-        Some(s) => {
-            let zipf =
-                Zipf::new(args.keys as f64, s).map_err(|e| anyhow::anyhow!("--zipf {s}: {e}"))?;
-            Keys::Zipf(population, zipf)
-        }
-        None => Keys::Uniform(population),
-    })
-}
-
-#[allow(clippy::disallowed_methods)] // a unique name, not a decision
-fn nonce() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
-}
-
-/// The target, and a line describing it.
-async fn target(
-    args: &BenchArgs,
-    flag_limit: Option<Limit>,
-    policies: Option<spillway_policy::PolicySet>,
-) -> anyhow::Result<(Target, String)> {
-    let key_name = args.key_name.clone();
-    if let Some(url) = &args.server {
-        let domain = args.domain.clone().context("--server needs --domain")?;
-        let described = format!("{url} (domain {domain}, descriptor key {key_name})");
-        let target = match crate::client::Server::parse(url)? {
-            crate::client::Server::Grpc { authority, tls } => {
-                Target::grpc(&args.tls, &authority, tls, domain, key_name).await?
-            }
-            crate::client::Server::Http { base, tls } => {
-                Target::http(&args.tls, &base, tls, domain, key_name)?
-            }
-        };
-        return Ok((target, described));
-    }
-    let url = args
-        .store
-        .as_deref()
-        .context("--store or --server is required")?;
-    let access = args.redis.access()?;
-    args::warn_if_insecure(&access);
-    let store = AnyStore::open(url, args.timeout, &access)
-        .await
-        .context("store")?;
-    let sharing = match (args.lease, args.sync) {
-        (Some(units), _) => Sharing::Lease { units },
-        (None, Some(every)) => Sharing::Sync { every },
-        (None, None) => Sharing::Exact,
-    };
-    match (flag_limit, policies) {
-        (Some(limit), _) if sharing.is_shared() => {
-            sharing.check(&limit).map_err(anyhow::Error::msg)?;
-            let stores = Arc::new(Stores::new(
-                store,
-                Breaker::new(5, Duration::from_millis(500)),
-            ));
-            if let Sharing::Sync { .. } = sharing {
-                tokio::spawn(target::sync(Arc::downgrade(&stores)));
-            }
-            let described = format!("{url} store, {limit}, {}", sharing.bound());
-            let guard = Guard::new(Mode::Enforce, OnStoreError::Closed).sharing(sharing);
-            Ok((
-                Target::Shared {
-                    stores,
-                    limit,
-                    guard,
-                },
-                described,
-            ))
-        }
-        (Some(limit), _) if limit.algorithm().counts_members() => {
-            // Twice the limit by default: half of them are denied once it is reached.
-            let members = target::Members::new(args.members.unwrap_or(2 * limit.limit()));
-            let described = format!("{url} store, {limit}, {} members", members.count);
-            Ok((
-                Target::Store {
-                    store,
-                    limit,
-                    members,
-                },
-                described,
-            ))
-        }
-        (Some(limit), _) => Ok((
-            Target::Store {
-                store,
-                limit: limit.clone(),
-                members: target::Members::new(1),
-            },
-            format!("{url} store, {limit}"),
-        )),
-        (None, Some(set)) => {
-            let domain = args.domain.clone().context("--config needs --domain")?;
-            let stores = Stores::new(store, Breaker::new(5, Duration::from_millis(500)));
-            let service = Service::new(
-                set,
-                stores,
-                Arc::new(spillway_core::SystemClock),
-                Options::default(),
-            );
-            let described =
-                format!("{url} store, policies of domain {domain}, descriptor key {key_name}");
-            Ok((
-                Target::Service {
-                    service: Box::new(service),
-                    domain,
-                    key_name,
-                },
-                described,
-            ))
-        }
-        (None, None) => {
-            bail!("give a limit (--algorithm, --limit, --window) or --config with --domain")
-        }
-    }
 }
 
 /// The most an exact algorithm may admit over `elapsed`, with a little slack for the
