@@ -159,29 +159,17 @@ fn envoy_gateways_environment_and_rules_over_xds() {
     let (snapshot_tx, snapshot) = watch::channel::<Snapshot>(None);
     let (requests_tx, mut requests) = mpsc::unbounded_channel();
     let ads_addr = runtime.block_on(async {
-        let tls = spillway_server::tls::Certs::load(spillway_server::tls::TlsFiles {
+        let files = spillway_server::tls::TlsFiles {
             cert: certs.server.cert.clone(),
             key: certs.server.key.clone(),
             client_ca: Some(certs.ca.clone()),
             client_sans: Vec::new(),
-        })
-        .unwrap();
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(spillway_server::listen::serve(
-            listener,
-            Ads::new(snapshot, requests_tx).router().into_axum_router(),
-            tokio_util::sync::CancellationToken::new(),
-            spillway_server::listen::Timeouts {
-                header_read: Duration::from_secs(5),
-                drain: Duration::from_millis(100),
-            },
-            Some(spillway_server::listen::ListenerTls {
-                certs: tls,
-                strict: true,
-                name: "ads",
-            }),
-        ));
+        let router = Ads::new(snapshot, requests_tx).router().into_axum_router();
+        let stop = tokio_util::sync::CancellationToken::new();
+        spillway_server::listen::spawn_mutual_tls(listener, router, files, "ads", stop).unwrap();
         addr
     });
 

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::metrics;
-use crate::tls::{Certs, ClientCert};
+use crate::tls::{Certs, ClientCert, TlsFiles};
 
 /// TLS on one listener.
 #[derive(Clone, Debug)]
@@ -27,6 +27,30 @@ pub struct ListenerTls {
     pub strict: bool,
     /// The listener's name in metrics and logs.
     pub name: &'static str,
+}
+
+/// Spawns [`serve`] of `app` over TLS from `files`, client certificates required at
+/// the handshake, until `shutdown`: a peer for tests (the ADS server the xDS and the
+/// Envoy Gateway tests run), with 5 s for headers and 100 ms to drain.
+#[doc(hidden)]
+pub fn spawn_mutual_tls(
+    listener: TcpListener,
+    app: Router,
+    files: TlsFiles,
+    name: &'static str,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
+    let tls = ListenerTls {
+        certs: Certs::load(files)?,
+        strict: true,
+        name,
+    };
+    let timeouts = Timeouts {
+        header_read: Duration::from_secs(5),
+        drain: Duration::from_millis(100),
+    };
+    tokio::spawn(serve(listener, app, shutdown, timeouts, Some(tls)));
+    Ok(())
 }
 
 /// Timeouts of one listener.

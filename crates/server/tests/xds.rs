@@ -15,7 +15,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit;
 use spillway_server::Settings;
-use spillway_server::listen::{ListenerTls, Timeouts};
+use spillway_server::listen::Timeouts;
 use spillway_server::xds::{TYPE_URL, XdsSettings, XdsTls};
 use spillway_testkit::ads::{Ads, Snapshot, gateway_config};
 use spillway_testkit::tls::envoy_gateway_certs;
@@ -23,37 +23,21 @@ use support::{Backing, Server};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-/// An ADS server on `addr` over mutual TLS, until `stop` is cancelled.
+/// An ADS server on `listener` over mutual TLS, until `stop` is cancelled.
 async fn serve_ads(
     listener: tokio::net::TcpListener,
     ads: Ads,
     certs: &spillway_testkit::tls::GatewayCerts,
     stop: CancellationToken,
 ) {
-    let tls = spillway_server::tls::Certs::load(spillway_server::tls::TlsFiles {
+    let files = spillway_server::tls::TlsFiles {
         cert: certs.server.cert.clone(),
         key: certs.server.key.clone(),
         client_ca: Some(certs.ca.clone()),
         client_sans: Vec::new(),
-    })
-    .unwrap();
+    };
     let router = ads.router().into_axum_router();
-    let timeouts = Timeouts {
-        header_read: Duration::from_secs(5),
-        drain: Duration::from_millis(100),
-    };
-    let listener_tls = ListenerTls {
-        certs: tls,
-        strict: true,
-        name: "ads",
-    };
-    tokio::spawn(spillway_server::listen::serve(
-        listener,
-        router,
-        stop,
-        timeouts,
-        Some(listener_tls),
-    ));
+    spillway_server::listen::spawn_mutual_tls(listener, router, files, "ads", stop).unwrap();
 }
 
 /// The next request the server got, within 10 s.
