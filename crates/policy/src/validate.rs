@@ -2,14 +2,16 @@
 //! in it, each with its line and field. The reference's load errors, plus Spillway's.
 
 use serde_saphyr::Spanned;
-use spillway_core::{Algorithm, Edge, Limit};
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::raw;
+
+mod native;
 use crate::rule::{Rule, RuleLimit};
 use crate::set::{Domain, Level, Node};
 use crate::{Error, Unit};
+use native::native_limit;
 use spillway_core::{Mode, OnStoreError, Sharing};
 
 /// Collects the mistakes of one file.
@@ -332,78 +334,4 @@ fn replaces<T>(
         }
     }
     names
-}
-
-/// A native limit with its sharing, or the sub-field at fault and what is wrong with it.
-fn native_limit(
-    l: &raw::NativeLimit,
-) -> Result<(Limit, Option<Unit>, Sharing), (&'static str, String)> {
-    let algorithm = match &l.algorithm {
-        Some(a) => a
-            .parse::<Algorithm>()
-            .map_err(|e| ("algorithm", message(e)))?,
-        None => Algorithm::FixedWindow,
-    };
-    let window = match (&l.window, &l.unit) {
-        (Some(_), Some(_)) => return Err(("window", "set window or unit, not both".into())),
-        (None, None) => {
-            return Err((
-                "window",
-                "a limit needs a window (`90s`, `1m`) or a unit".into(),
-            ));
-        }
-        (Some(w), None) => crate::duration::parse(w).map_err(|e| ("window", e))?,
-        (None, Some(u)) => u.parse::<Unit>().map_err(|e| ("unit", e))?.duration(),
-    };
-    let algorithm = match algorithm {
-        Algorithm::SlidingWindow { .. } => Algorithm::SlidingWindow {
-            precision: l.precision.unwrap_or(1),
-            edge: match &l.edge {
-                Some(e) => e.parse::<Edge>().map_err(|e| ("edge", message(e)))?,
-                None => Edge::default(),
-            },
-        },
-        Algorithm::Distinct { .. } if l.edge.is_none() => Algorithm::Distinct {
-            precision: l.precision.unwrap_or(1),
-        },
-        other => {
-            if l.precision.is_some() || l.edge.is_some() {
-                return Err((
-                    "precision",
-                    format!(
-                        "precision applies to sliding_window and distinct, edge to \
-                         sliding_window; not to {}",
-                        other.name()
-                    ),
-                ));
-            }
-            other
-        }
-    };
-    let mut b = Limit::builder(algorithm, l.limit, window).count_rejected(l.count_rejected);
-    if let Some(burst) = l.burst {
-        b = b.burst(burst);
-    }
-    let limit = b.build().map_err(|e| ("", message(e)))?;
-    let (sharing, field) = match (l.lease, &l.sync) {
-        (Some(_), Some(_)) => return Err(("lease", "set lease or sync, not both".into())),
-        (Some(units), None) => (Sharing::Lease { units }, "lease"),
-        (None, Some(every)) => (
-            Sharing::Sync {
-                every: crate::duration::parse(every).map_err(|e| ("sync", e))?,
-            },
-            "sync",
-        ),
-        (None, None) => (Sharing::Exact, ""),
-    };
-    sharing.check(&limit).map_err(|e| (field, e))?;
-    Ok((limit, Unit::of_window(window), sharing))
-}
-
-/// The core's message without its `invalid limit: ` prefix (the field already says where).
-fn message(e: spillway_core::Error) -> String {
-    match e {
-        spillway_core::Error::InvalidLimit(m) => m,
-        other => other.to_string(),
-    }
 }

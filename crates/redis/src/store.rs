@@ -11,7 +11,6 @@
 //! again. Never a loop: a second failure is the caller's error. A decision, wait and
 //! retry included, is bounded by the store's timeout.
 
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -23,13 +22,19 @@ use spillway_core::{BatchDecision, Error as CoreError, Key, Limit, Request, Stor
 use tokio::sync::oneshot;
 
 use crate::Error;
-use crate::access::Access;
 use crate::coalesce::{self, Failure, LaneId, Lanes, Waiting};
 use crate::connection::Connection;
-use crate::key::{check_prefix, redis_key, ring_keys};
+use crate::key::{redis_key, ring_keys};
 use crate::script::{self, LIBRARY, SCRIPT_SOURCE, Section, TimeSource};
-use crate::target::{Target, redact};
-use crate::tls::TlsOptions;
+
+mod builder;
+mod calls;
+mod stats;
+
+pub use builder::RedisStoreBuilder;
+pub use calls::Calls;
+use calls::{is_function_not_found, is_unknown_command, load_library, no_answer, refused};
+pub use stats::ServerStats;
 
 /// The default time a decision may take before the call fails with
 /// [`Error::Timeout`](spillway_core::Error::Timeout): well under Envoy's 20 ms
@@ -38,12 +43,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10);
 
 /// The default time to wait for the first connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// What an ACL user needs, for the error that says it lacks something.
-const SCRIPT_COMMANDS: &str = " (the decision code runs TIME, and GET, SET, SETRANGE, \
-    BITFIELD, DEL, PEXPIRE, PTTL, PFADD and PFCOUNT on its keys: an ACL user needs \
-    +fcall +function|load, or +evalsha +eval without functions, and those, with \
-    ~<prefix>*)";
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "spillway:";
@@ -82,45 +81,6 @@ struct Inner {
     lanes: Lanes,
 }
 
-/// How a store's decisions reach Redis, chosen when it connects ([`RedisStore::calls`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Calls {
-    /// `FCALL` of Spillway's function library, loaded at startup (Redis ≥ 7.0, Valkey):
-    /// the library stays compiled and its algorithms defined between calls.
-    Function {
-        /// The function called (`spillway_<version>_decide`).
-        name: String,
-    },
-    /// `EVALSHA` of the decision script, which defines its algorithms again on every
-    /// call: the server has no functions, or they were turned off.
-    Script {
-        /// Why not functions.
-        why: String,
-    },
-}
-
-impl fmt::Display for Calls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Calls::Function { name } => write!(f, "FCALL {name} (a Redis function library)"),
-            Calls::Script { why } => write!(f, "EVALSHA of the decision script ({why})"),
-        }
-    }
-}
-
-/// Settings for a [`RedisStore`].
-#[derive(Clone, Debug)]
-pub struct RedisStoreBuilder {
-    url: String,
-    prefix: String,
-    time: TimeSource,
-    timeout: Duration,
-    connect_timeout: Duration,
-    access: Access,
-    functions: bool,
-}
-
 // === impl RedisStore ===
 
 impl RedisStore {
@@ -134,15 +94,7 @@ impl RedisStore {
     /// `unix:///path`, `redis+cluster://host:port,host:port,…`, or
     /// `redis+sentinel://host:port,…/master_name[/db]`.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
-        RedisStoreBuilder {
-            url: url.into(),
-            prefix: DEFAULT_PREFIX.to_owned(),
-            time: TimeSource::default(),
-            timeout: DEFAULT_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            access: Access::default(),
-            functions: true,
-        }
+        RedisStoreBuilder::new(url.into())
     }
 
     /// How decisions reach Redis: `FCALL` of a function library, or `EVALSHA` of a
@@ -183,73 +135,6 @@ impl RedisStore {
     /// Whether Redis answers a `PING` within the store's timeout (readiness checks).
     pub async fn ping(&self) -> Result<(), CoreError> {
         self.query(&redis::cmd("PING")).await.map(drop)
-    }
-
-    /// What Redis has spent so far, from `INFO cpu commandstats`: summed over every
-    /// master of a Cluster (replicas are not asked). Two readings around a load give
-    /// Redis CPU per decision and decisions per call (`spillway bench`).
-    pub async fn server_stats(&self) -> Result<ServerStats, CoreError> {
-        let mut info = redis::cmd("INFO");
-        info.arg("cpu").arg("commandstats");
-        let reply = self.query(&info).await?;
-        let mut stats = ServerStats::default();
-        let mut add = |text: &str| stats.add(text);
-        match reply {
-            // One reply per master on Cluster.
-            Value::Map(nodes) => nodes.iter().for_each(|(_, v)| add(&text_of(v))),
-            other => add(&text_of(&other)),
-        }
-        Ok(stats)
-    }
-}
-
-/// Redis's own counters ([`RedisStore::server_stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ServerStats {
-    /// CPU seconds (user and system) the servers have used since they started.
-    pub cpu_seconds: f64,
-    /// Calls of the decision code: `FCALL`, `EVALSHA` and `EVAL`.
-    pub decision_calls: u64,
-    /// Of which `FCALL`.
-    pub function_calls: u64,
-    /// Servers asked.
-    pub servers: usize,
-}
-
-impl ServerStats {
-    fn add(&mut self, info: &str) {
-        self.servers += 1;
-        for line in info.lines() {
-            let Some((name, value)) = line.trim().split_once(':') else {
-                continue;
-            };
-            match name {
-                "used_cpu_sys" | "used_cpu_user" => {
-                    self.cpu_seconds += value.parse::<f64>().unwrap_or(0.0);
-                }
-                "cmdstat_fcall" | "cmdstat_evalsha" | "cmdstat_eval" => {
-                    let calls = value
-                        .split(',')
-                        .find_map(|f| f.strip_prefix("calls="))
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .unwrap_or(0);
-                    self.decision_calls += calls;
-                    if name == "cmdstat_fcall" {
-                        self.function_calls += calls;
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-}
-
-fn text_of(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        Value::SimpleString(s) => s.clone(),
-        _ => String::new(),
     }
 }
 
@@ -454,66 +339,6 @@ impl Drop for Turn {
     }
 }
 
-/// `FUNCTION LOAD` of the library (on every master of a Cluster); one already loaded
-/// (this version, by another process) is as good.
-async fn load_library(connection: &Connection) -> Result<(), RedisError> {
-    let mut load = redis::cmd("FUNCTION");
-    load.arg("LOAD").arg(&LIBRARY.source);
-    match connection.query(&load).await {
-        Err(e) if e.to_string().contains("already exists") => Ok(()),
-        other => other.map(drop),
-    }
-}
-
-/// Whether the store should call functions: the library loads, or `why` not. A
-/// transient failure (the connection) is the caller's error, not a reason to use
-/// scripts for the store's whole life.
-async fn choose_calls(connection: &Connection, timeout: Duration) -> Result<Calls, Error> {
-    match tokio::time::timeout(timeout, load_library(connection)).await {
-        Ok(Ok(())) => Ok(Calls::Function {
-            name: LIBRARY.function.clone(),
-        }),
-        Ok(Err(e)) if crate::error::is_transient(&e) => Err(refused(e.to_string(), true)),
-        Ok(Err(e)) if is_unknown_command(&e) => Ok(Calls::Script {
-            why: "the server has no functions: Redis before 7.0".into(),
-        }),
-        Ok(Err(e)) => Ok(Calls::Script {
-            why: format!("FUNCTION LOAD was refused: {e}"),
-        }),
-        Err(_) => Err(no_answer(timeout)),
-    }
-}
-
-/// The decision code could not be loaded or run at startup, and `why`.
-fn refused(mut why: String, transient: bool) -> Error {
-    // Redis does not say which command a script was refused.
-    if why.contains("can't run this command") {
-        why.push_str(SCRIPT_COMMANDS);
-    }
-    Error::Script {
-        url: String::new(),
-        why,
-        transient,
-    }
-}
-
-/// No answer at startup within `timeout`.
-fn no_answer(timeout: Duration) -> Error {
-    Error::ConnectTimeout {
-        url: String::new(),
-        timeout,
-        tls: false,
-    }
-}
-
-fn is_function_not_found(e: &RedisError) -> bool {
-    e.to_string().contains("Function not found")
-}
-
-fn is_unknown_command(e: &RedisError) -> bool {
-    e.to_string().contains("unknown command")
-}
-
 /// On Cluster every key of one script call must live in one slot: that slot.
 fn same_slot(keys: &[String], requests: &[Request<'_>]) -> Result<Slot, CoreError> {
     let first = Slot::for_key(&keys[0]);
@@ -527,98 +352,5 @@ fn same_slot(keys: &[String], requests: &[Request<'_>]) -> Result<Slot, CoreErro
             requests[0].key.as_str(),
             requests[i].key.as_str()
         ))),
-    }
-}
-
-// === impl RedisStoreBuilder ===
-
-impl RedisStoreBuilder {
-    /// The prefix of every key (default `spillway:`). Several applications can share
-    /// one Redis under different prefixes. May not contain `{` or `}`.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Where decisions take `now` from (default: Redis `TIME`).
-    pub fn time_source(mut self, time: TimeSource) -> Self {
-        self.time = time;
-        self
-    }
-
-    /// The longest a decision may take, retry included, before it fails with
-    /// `Error::Timeout` (default [`DEFAULT_TIMEOUT`]).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The longest to wait for the first connection (default 2 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// TLS and credentials beside the URL (credentials given here win over the URL's).
-    pub fn access(mut self, access: Access) -> Self {
-        self.access = access;
-        self
-    }
-
-    /// TLS settings for a `rediss` URL (the other parts of [`access`](Self::access)
-    /// unchanged).
-    pub fn tls(mut self, tls: TlsOptions) -> Self {
-        self.access.tls = tls;
-        self
-    }
-
-    /// Whether to call a function library where the server has functions (default
-    /// true): `false` sends every call as `EVALSHA` of the script, as on Redis before
-    /// 7.0 (for an ACL that allows scripts but not `FUNCTION LOAD`, say).
-    pub fn functions(mut self, functions: bool) -> Self {
-        self.functions = functions;
-        self
-    }
-
-    /// Connects, loads the function library where the server has functions, and makes
-    /// one decision round of no requests: the code is loaded then (not by the first
-    /// real decision), and a user that may not run it — an ACL without `FCALL`, or
-    /// `EVALSHA` and `EVAL`, or, on Redis `TIME`, `TIME` — is an error now rather than
-    /// on every decision.
-    pub async fn build(self) -> Result<RedisStore, Error> {
-        check_prefix(&self.prefix).map_err(Error::InvalidSetting)?;
-        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
-            return Err(Error::InvalidSetting("timeouts must be above zero".into()));
-        }
-        let url = redact(&self.url);
-        let (target, tls) = Target::parse(&self.url)?.with_access(&self.access)?;
-        let connection = Connection::open(&target, &tls, self.connect_timeout, self.timeout)
-            .await
-            .map_err(|e| e.at(url.clone()))?;
-        let calls = if self.functions {
-            choose_calls(&connection, self.connect_timeout)
-                .await
-                .map_err(|e| e.at(url.clone()))?
-        } else {
-            Calls::Script {
-                why: "functions turned off".into(),
-            }
-        };
-        let inner = Inner {
-            connection,
-            prefix: self.prefix,
-            time: self.time,
-            timeout: self.timeout,
-            calls,
-            functions_lost: AtomicBool::new(false),
-            lanes: Lanes::default(),
-        };
-        inner
-            .probe(self.connect_timeout)
-            .await
-            .map_err(|e| e.at(url))?;
-        Ok(RedisStore {
-            inner: Arc::new(inner),
-        })
     }
 }

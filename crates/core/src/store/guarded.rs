@@ -15,15 +15,16 @@
 //!   a remote store, off for one in this process (nothing to save).
 
 mod deny_cache;
+mod failure;
 mod quota;
+mod shares;
 
 use std::time::Duration;
 
 pub use deny_cache::DenyCache;
 
 use crate::{
-    BatchDecision, Breaker, Decision, Error, Mode, OnStoreError, Outcome, Sharing, Store,
-    StoreFailure, Timestamp,
+    BatchDecision, Breaker, Error, Mode, OnStoreError, Sharing, Store, StoreFailure, Timestamp,
 };
 use quota::Quotas;
 
@@ -250,73 +251,6 @@ impl<S: Store> GuardedStore<S> {
         self.fall_back(requests, guards, now, failure)
     }
 
-    /// One round for requests with shares: leases ask for `asks` (more than their
-    /// cost); if that is denied where the costs alone might not be, the costs are asked
-    /// exactly, so the store's last units are not left unspent.
-    async fn ask(
-        &self,
-        quotas: &Quotas,
-        requests: &[Request<'_>],
-        guards: &[Guard],
-        asks: &[u64],
-        now: Timestamp,
-    ) -> Result<BatchDecision, StoreFailure> {
-        let asked: Vec<Request<'_>> = requests
-            .iter()
-            .zip(asks)
-            .map(|(r, &cost)| Request { cost, ..*r })
-            .collect();
-        let mut batch = self.call(&asked, now).await?;
-        let mut asked = &asked[..];
-        let cost_alone_fits = requests
-            .iter()
-            .zip(&batch.decisions)
-            .zip(asks)
-            .any(|((r, d), &ask)| ask > r.cost && !d.allowed() && d.remaining >= r.cost);
-        if !batch.allowed() && cost_alone_fits {
-            batch = self.call(requests, now).await?;
-            asked = requests;
-        }
-        let asks: Vec<u64> = asked.iter().map(|r| r.cost).collect();
-        quotas.learn(requests, guards, &asks, &mut batch, now.as_micros());
-        Ok(batch)
-    }
-
-    /// Adds every sync count that is due to the store (calls of at most
-    /// [`MAX_BATCH`](super::MAX_BATCH) keys, one key group each on Redis Cluster) and
-    /// learns the counts back. Call it every [`MIN_SYNC`](crate::sharing::MIN_SYNC)
-    /// ([`every_tick`](crate::sharing::every_tick) does): each key is flushed at the last
-    /// tick before its `sync` interval is up. Returns the number of store calls made.
-    pub async fn flush(&self, now: Timestamp) -> usize {
-        let Some(quotas) = &self.quotas else {
-            return 0;
-        };
-        let mut due = quotas.due(now.as_micros());
-        let spans = self.store.spans_groups();
-        if !spans {
-            due.sort_by(|a, b| a.key.group().cmp(b.key.group()));
-        }
-        let calls = due
-            .chunk_by(|a, b| spans || a.key.group() == b.key.group())
-            .flat_map(|group| group.chunks(super::MAX_BATCH))
-            .map(|chunk| async move {
-                let requests: Vec<Request<'_>> = chunk
-                    .iter()
-                    .map(|f| Request::new(&f.key, &f.limit, f.pending))
-                    .collect();
-                let batch = self.call(&requests, now).await.ok();
-                for (i, f) in chunk.iter().enumerate() {
-                    let decision = batch.as_ref().map(|b| &b.decisions[i]);
-                    quotas.flushed(f, decision, now.as_micros());
-                    if batch.is_some() && f.pending > 0 {
-                        self.forget_denial(&f.key, &f.limit);
-                    }
-                }
-            });
-        // All at once: over a multiplexed connection they are pipelined.
-        futures_util::future::join_all(calls).await.len()
-    }
-
     /// The answer when every request has a cached denial (a batch with one request
     /// the store would admit must go to the store: its decision is not known here).
     fn cached(&self, requests: &[Request<'_>], now: Timestamp) -> Option<Guarded> {
@@ -355,70 +289,6 @@ impl<S: Store> GuardedStore<S> {
         if let Some(quotas) = &self.quotas {
             quotas.clear();
         }
-    }
-
-    /// One round on the store, unless the breaker is open; bounded by the timeout.
-    async fn call(
-        &self,
-        requests: &[Request<'_>],
-        now: Timestamp,
-    ) -> Result<BatchDecision, StoreFailure> {
-        // An in-process store answers at once and fails only on bad input: no breaker
-        // to consult, no timer to arm.
-        if self.store.is_local() {
-            return self
-                .store
-                .check(requests, now)
-                .await
-                .map_err(StoreFailure::Failed);
-        }
-        if !self.breaker.admit(now) {
-            return Err(StoreFailure::BreakerOpen);
-        }
-        let result = match self.timeout {
-            None => self.store.check(requests, now).await,
-            Some(t) => tokio::time::timeout(t, self.store.check(requests, now))
-                .await
-                .unwrap_or(Err(Error::Timeout(t))),
-        };
-        self.breaker.record(result, now)
-    }
-
-    /// The `local` requests decided together (all or nothing among them) on the
-    /// in-process store; the `open` ones admitted.
-    fn fall_back(
-        &self,
-        requests: &[Request<'_>],
-        guards: &[Guard],
-        now: Timestamp,
-        failure: StoreFailure,
-    ) -> Result<Guarded, Unanswered> {
-        let local: Vec<usize> = (0..requests.len())
-            .filter(|&i| guards[i].policy() == OnStoreError::Local)
-            .collect();
-        let mut sources = vec![Source::Open; requests.len()];
-        let mut decisions: Vec<Decision> = requests.iter().map(|r| admit(r)).collect();
-        let mut denied_by = None;
-        if !local.is_empty() {
-            let subset: Vec<Request<'_>> = local.iter().map(|&i| requests[i]).collect();
-            let batch = self
-                .local
-                .decide(&subset, now)
-                .map_err(Unanswered::Invalid)?;
-            for (&i, d) in local.iter().zip(batch.decisions) {
-                decisions[i] = d;
-                sources[i] = Source::Local;
-            }
-            denied_by = batch.denied_by.map(|j| local[j]);
-        }
-        Ok(Guarded {
-            batch: BatchDecision {
-                decisions,
-                denied_by,
-            },
-            sources,
-            failure: Some(failure),
-        })
     }
 }
 
@@ -480,16 +350,5 @@ impl<S: Store> Store for GuardedStore<S> {
         // Again: a denial of the old state may have been cached while the reset ran.
         self.forget(key, limit);
         Ok(())
-    }
-}
-
-/// What an `open` policy answers: admitted, with the whole limit left.
-fn admit(r: &Request<'_>) -> Decision {
-    let capacity = r.limit.capacity();
-    Decision {
-        outcome: Outcome::Allowed,
-        limit: capacity,
-        remaining: capacity,
-        reset_after: Duration::ZERO,
     }
 }

@@ -1,0 +1,84 @@
+//! Deciding with a limit: check, commit, charge a refusal, or all at once.
+
+use crate::algorithm::State;
+use crate::decision::Decision;
+use crate::time::Timestamp;
+
+use super::Limit;
+
+// === impl Limit: deciding ===
+
+impl Limit {
+    /// Would `cost` be admitted at `now`? The decision reports the state as it will be
+    /// after [`commit`](Limit::commit) if admitted, or as it is if denied. A
+    /// `distinct` limit decides for the empty member: see [`check_member`](Limit::check_member).
+    #[inline]
+    pub fn check(&self, state: &State, now: Timestamp, cost: u64) -> Decision {
+        self.check_member(state, now, cost, &[])
+    }
+
+    /// [`check`](Limit::check) for a request that brings `member` (read by `distinct`
+    /// limits only).
+    #[inline]
+    pub fn check_member(
+        &self,
+        state: &State,
+        now: Timestamp,
+        cost: u64,
+        member: &[u8],
+    ) -> Decision {
+        self.params.check(state, now.as_micros(), cost, member)
+    }
+
+    /// Charges an admitted `cost` at `now`.
+    #[inline]
+    pub fn commit(&self, state: &mut State, now: Timestamp, cost: u64) {
+        self.commit_member(state, now, cost, &[]);
+    }
+
+    /// [`commit`](Limit::commit) for a request that brings `member`.
+    #[inline]
+    pub fn commit_member(&self, state: &mut State, now: Timestamp, cost: u64, member: &[u8]) {
+        self.params
+            .charge(state, now.as_micros(), cost, true, member);
+    }
+
+    /// Charges a denied `cost` at `now`, for `count_rejected` limits (see the module
+    /// docs), and returns the decision as it stands after the charge: the ban it
+    /// extended shows in `retry_after`.
+    #[inline]
+    pub fn charge_rejected(&self, state: &mut State, now: Timestamp, cost: u64) -> Decision {
+        self.params.charge(state, now.as_micros(), cost, false, &[]);
+        self.check(state, now, cost)
+    }
+
+    /// A request on its own (`member` for a `distinct` limit): [`check`](Limit::check),
+    /// then [`commit`](Limit::commit) if admitted or
+    /// [`charge_rejected`](Limit::charge_rejected) if denied and the limit counts
+    /// rejected requests, in one dispatch. Returns the decision and, when the state was
+    /// charged, when it becomes the same as no state.
+    #[inline]
+    pub fn decide(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        cost: u64,
+        member: &[u8],
+    ) -> (Decision, Option<Timestamp>) {
+        let (d, idle) = self.params.decide(
+            state,
+            now.as_micros(),
+            cost,
+            member,
+            self.charges_rejected(true),
+        );
+        (d, idle.map(Timestamp::from_micros))
+    }
+
+    /// When `state` becomes the same as no state if nothing more is charged: the
+    /// expiry a store gives it (a Redis PEXPIRE, a memory-store sweep).
+    #[inline]
+    pub fn idle_at(&self, state: &State) -> Timestamp {
+        Timestamp::from_micros(self.params.idle_at(state))
+    }
+}

@@ -1,0 +1,87 @@
+//! A round on the store, and what answers when it fails: the breaker and the timeout
+//! around the call, then each request's failure policy.
+
+use std::time::Duration;
+
+use crate::{
+    BatchDecision, Decision, Error, OnStoreError, Outcome, Store, StoreFailure, Timestamp,
+};
+
+use super::{Guard, Guarded, GuardedStore, Request, Source, Unanswered};
+
+impl<S: Store> GuardedStore<S> {
+    /// One round on the store, unless the breaker is open; bounded by the timeout.
+    pub(super) async fn call(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, StoreFailure> {
+        // An in-process store answers at once and fails only on bad input: no breaker
+        // to consult, no timer to arm.
+        if self.store.is_local() {
+            return self
+                .store
+                .check(requests, now)
+                .await
+                .map_err(StoreFailure::Failed);
+        }
+        if !self.breaker.admit(now) {
+            return Err(StoreFailure::BreakerOpen);
+        }
+        let result = match self.timeout {
+            None => self.store.check(requests, now).await,
+            Some(t) => tokio::time::timeout(t, self.store.check(requests, now))
+                .await
+                .unwrap_or(Err(Error::Timeout(t))),
+        };
+        self.breaker.record(result, now)
+    }
+
+    /// The `local` requests decided together (all or nothing among them) on the
+    /// in-process store; the `open` ones admitted.
+    pub(super) fn fall_back(
+        &self,
+        requests: &[Request<'_>],
+        guards: &[Guard],
+        now: Timestamp,
+        failure: StoreFailure,
+    ) -> Result<Guarded, Unanswered> {
+        let local: Vec<usize> = (0..requests.len())
+            .filter(|&i| guards[i].policy() == OnStoreError::Local)
+            .collect();
+        let mut sources = vec![Source::Open; requests.len()];
+        let mut decisions: Vec<Decision> = requests.iter().map(|r| admit(r)).collect();
+        let mut denied_by = None;
+        if !local.is_empty() {
+            let subset: Vec<Request<'_>> = local.iter().map(|&i| requests[i]).collect();
+            let batch = self
+                .local
+                .decide(&subset, now)
+                .map_err(Unanswered::Invalid)?;
+            for (&i, d) in local.iter().zip(batch.decisions) {
+                decisions[i] = d;
+                sources[i] = Source::Local;
+            }
+            denied_by = batch.denied_by.map(|j| local[j]);
+        }
+        Ok(Guarded {
+            batch: BatchDecision {
+                decisions,
+                denied_by,
+            },
+            sources,
+            failure: Some(failure),
+        })
+    }
+}
+
+/// What an `open` policy answers: admitted, with the whole limit left.
+fn admit(r: &Request<'_>) -> Decision {
+    let capacity = r.limit.capacity();
+    Decision {
+        outcome: Outcome::Allowed,
+        limit: capacity,
+        remaining: capacity,
+        reset_after: Duration::ZERO,
+    }
+}

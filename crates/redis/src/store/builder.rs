@@ -1,0 +1,132 @@
+//! [`RedisStoreBuilder`]: a Redis store's settings, and connecting with them.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use crate::Error;
+use crate::access::Access;
+use crate::coalesce::Lanes;
+use crate::connection::Connection;
+use crate::key::check_prefix;
+use crate::script::TimeSource;
+use crate::target::{Target, redact};
+use crate::tls::TlsOptions;
+
+use super::calls::choose_calls;
+use super::{Calls, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, Inner, RedisStore};
+
+/// Settings for a [`RedisStore`].
+#[derive(Clone, Debug)]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    time: TimeSource,
+    timeout: Duration,
+    connect_timeout: Duration,
+    access: Access,
+    functions: bool,
+}
+
+impl RedisStoreBuilder {
+    pub(super) fn new(url: String) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            time: TimeSource::default(),
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            access: Access::default(),
+            functions: true,
+        }
+    }
+
+    /// The prefix of every key (default `spillway:`). Several applications can share
+    /// one Redis under different prefixes. May not contain `{` or `}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Where decisions take `now` from (default: Redis `TIME`).
+    pub fn time_source(mut self, time: TimeSource) -> Self {
+        self.time = time;
+        self
+    }
+
+    /// The longest a decision may take, retry included, before it fails with
+    /// `Error::Timeout` (default [`DEFAULT_TIMEOUT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The longest to wait for the first connection (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// TLS and credentials beside the URL (credentials given here win over the URL's).
+    pub fn access(mut self, access: Access) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// TLS settings for a `rediss` URL (the other parts of [`access`](Self::access)
+    /// unchanged).
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.access.tls = tls;
+        self
+    }
+
+    /// Whether to call a function library where the server has functions (default
+    /// true): `false` sends every call as `EVALSHA` of the script, as on Redis before
+    /// 7.0 (for an ACL that allows scripts but not `FUNCTION LOAD`, say).
+    pub fn functions(mut self, functions: bool) -> Self {
+        self.functions = functions;
+        self
+    }
+
+    /// Connects, loads the function library where the server has functions, and makes
+    /// one decision round of no requests: the code is loaded then (not by the first
+    /// real decision), and a user that may not run it — an ACL without `FCALL`, or
+    /// `EVALSHA` and `EVAL`, or, on Redis `TIME`, `TIME` — is an error now rather than
+    /// on every decision.
+    pub async fn build(self) -> Result<RedisStore, Error> {
+        check_prefix(&self.prefix).map_err(Error::InvalidSetting)?;
+        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(Error::InvalidSetting("timeouts must be above zero".into()));
+        }
+        let url = redact(&self.url);
+        let (target, tls) = Target::parse(&self.url)?.with_access(&self.access)?;
+        let connection = Connection::open(&target, &tls, self.connect_timeout, self.timeout)
+            .await
+            .map_err(|e| e.at(url.clone()))?;
+        let calls = if self.functions {
+            choose_calls(&connection, self.connect_timeout)
+                .await
+                .map_err(|e| e.at(url.clone()))?
+        } else {
+            Calls::Script {
+                why: "functions turned off".into(),
+            }
+        };
+        let inner = Inner {
+            connection,
+            prefix: self.prefix,
+            time: self.time,
+            timeout: self.timeout,
+            calls,
+            functions_lost: AtomicBool::new(false),
+            lanes: Lanes::default(),
+        };
+        inner
+            .probe(self.connect_timeout)
+            .await
+            .map_err(|e| e.at(url))?;
+        Ok(RedisStore {
+            inner: Arc::new(inner),
+        })
+    }
+}
