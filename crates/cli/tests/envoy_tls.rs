@@ -1,4 +1,4 @@
-//! Envoy 1.40 asking `spillway serve` over TLS and over mutual TLS, with the README's
+//! Envoy 1.40 asking `spillway serve` over TLS and over mutual TLS, with docs/tls.md's
 //! example and a `transport_socket` on the rate limit cluster; and, trusting another CA,
 //! `failure_mode_deny` deciding.
 

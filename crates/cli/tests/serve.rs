@@ -2,7 +2,7 @@
 //! reference service is (its environment variables and directory layout), answering
 //! over HTTP, logging JSON, and stopping cleanly on SIGTERM; and the keys it writes to
 //! Redis (`cargo test -p spillway --release --test serve -- --nocapture service_keys`
-//! prints the table of their sizes that the README quotes).
+//! prints the table of their sizes that docs/performance.md quotes).
 
 mod support;
 

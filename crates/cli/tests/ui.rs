@@ -307,7 +307,7 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
     let refused = wait_for(&client, "#explain-result[data-allowed=\"\"] .error").await;
     assert!(refused.text().await.unwrap().contains("is not key=value"));
 
-    // A picture of the page under traffic (for the README: SPILLWAY_UI_SCREENSHOT=path):
+    // A picture of the page under traffic (for docs/console.png: SPILLWAY_UI_SCREENSHOT=path):
     // traffic keeps coming, several keys and rules, until the rates show it.
     let traffic = tokio::spawn(traffic(http_client.clone(), check_base.clone()));
     let mut moving = false;

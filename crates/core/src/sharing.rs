@@ -1,7 +1,7 @@
 //! How the servers that share a limit through a remote store split the work:
 //! [`Sharing::Exact`] (every decision is a store call), a quota [`Lease`](Sharing::Lease)
 //! or a batched [`Sync`](Sharing::Sync). Each says what it gives up in
-//! [`Sharing::bound`]; the derivations are in the README ("Leases and sync").
+//! [`Sharing::bound`]; the derivations are in docs/algorithms.md ("Leases and sync").
 //!
 //! Both are for `fixed_window` limits only. Why the others are refused:
 //!

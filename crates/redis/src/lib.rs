@@ -25,7 +25,7 @@
 //! - **Bounded waits.** Every call has a timeout (10 ms by default) and fails with an
 //!   error that says whether a retry can help.
 //!
-//! Bytes per key (`MEMORY USAGE`, Redis 7, default prefix) are in the README.
+//! Bytes per key (`MEMORY USAGE`, Redis 7, default prefix) are in docs/performance.md.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -37,10 +37,10 @@ pub mod xds;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use spillway_core::{Clock, Store, SystemClock};
+use spillway_core::{Clock, SystemClock};
 use spillway_policy::PolicySet;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -59,7 +59,7 @@ pub use service::{
 pub use settings::{Settings, SettingsError};
 pub use spillway_core::headers::HeaderStyle;
 pub use spillway_core::{Breaker, BreakerState};
-pub use state::{AppState, LoadStatus};
+pub use state::{AppState, LoadStatus, app_state};
 pub use store::{AnyStore, Stores};
 pub use top::{Heavy, RuleTop};
 
@@ -300,83 +300,6 @@ pub async fn start_with_policies(
         shutdown,
         task,
     })
-}
-
-/// The shared state of the endpoints, without listeners: for [`start`], and for tests
-/// that drive [`http_app`] in process.
-pub fn app_state(
-    settings: &Settings,
-    policies: PolicySet,
-    store: AnyStore,
-    clock: Arc<dyn Clock>,
-) -> Arc<AppState> {
-    metrics::handle(); // installs the recorder before anything is counted
-    metrics::config_load(true, policies.domains().len());
-    tracing::info!(
-        store = store.kind(),
-        domains = policies.domains().len(),
-        "starting"
-    );
-    let breaker = Breaker::new(settings.breaker_failures, settings.breaker_cooldown);
-    metrics::breaker(breaker.state());
-    let options = Options {
-        global_shadow: settings.shadow_mode,
-        global_quota: settings.quota_mode,
-        on_store_error: settings.on_store_error,
-        near_limit_ratio: settings.near_limit_ratio,
-        key_prefix: settings.key_prefix.clone(),
-        stop_increment_when_over_limit: settings.stop_increment_when_over_limit,
-        dynamic_metadata: settings.dynamic_metadata,
-    };
-    let mut service = Service::new(policies, stores(store, breaker, settings), clock, options);
-    let mut candidate_error = None;
-    if let Some(path) = &settings.candidate_config {
-        // A candidate that does not load never stops the service: it is reported.
-        let candidate = spillway_policy::load_with(path, settings.load_options()).unwrap_or_else(|e| {
-            tracing::error!(path = %path.display(), error = %e, "candidate policies not loaded");
-            candidate_error = Some(e.to_string());
-            PolicySet::default()
-        });
-        service = service.with_candidate(candidate);
-    }
-    Arc::new(AppState {
-        service,
-        headers: HeaderOptions {
-            style: settings.headers,
-            reference: settings.reference_headers.clone(),
-        },
-        shutting_down: AtomicBool::new(false),
-        body_read_timeout: settings.header_read_timeout,
-        ui: settings.ui,
-        load_options: settings.load_options(),
-        candidate_queue: std::sync::OnceLock::new(),
-        load_status: tokio::sync::watch::Sender::new(LoadStatus {
-            generation: 1,
-            error: None,
-        }),
-        candidate_status: tokio::sync::watch::Sender::new(LoadStatus {
-            generation: u64::from(settings.candidate_config.is_some()),
-            error: candidate_error,
-        }),
-        waiting_for_rules: AtomicBool::new(
-            matches!(settings.rules, settings::Rules::Xds(_))
-                && !settings.force_start_without_rules,
-        ),
-        ready_needs_a_domain: settings.ready_needs_a_domain,
-    })
-}
-
-/// The store, guarded; the deny cache as the settings size it. A store in this process
-/// has none (there is no round trip to save) unless the reference's local cache is
-/// asked for: then reference counters stop growing past their limit on every store.
-fn stores(store: AnyStore, breaker: Breaker, settings: &Settings) -> Stores {
-    let stores = Stores::new(store, breaker);
-    if stores.store().is_local() && !settings.reference_local_cache {
-        return stores;
-    }
-    stores
-        .deny_cache(settings.deny_cache_bytes)
-        .deny_cache_counting(settings.reference_local_cache)
 }
 
 /// The check port's HTTP routes over `state` (`/v1/check`, `/json`, health, metrics).

@@ -1,17 +1,21 @@
 //! What every endpoint shares: the service, the header settings, and whether the
-//! service is ready.
+//! service is ready; and building it from the settings ([`app_state`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
+use spillway_core::{Breaker, Clock, Store};
+use spillway_policy::PolicySet;
 use tokio::sync::mpsc;
 
 use crate::api::headers::HeaderOptions;
 use crate::metrics;
 use crate::service::candidate::{BATCH, GATHER, QUEUE};
 use crate::service::request::{CheckRequest, CheckResponse, Code};
-use crate::service::{CheckError, Service};
+use crate::service::{CheckError, Options, Service};
+use crate::settings::{self, Settings};
+use crate::store::{AnyStore, Stores};
 
 /// A request for the candidate set, with the live answer (`true`: admitted).
 type ForCandidate = (CheckRequest, bool);
@@ -92,7 +96,7 @@ impl AppState {
 /// CPU time the live traffic leaves. On a saturated machine it falls behind, its queue
 /// fills, and what does not fit is dropped and counted, instead of taking CPU from
 /// live answers. (A task spawned per request on the live runtime cost the live path
-/// 15-19% of its throughput on two cores; the README has the figures.)
+/// 15-19% of its throughput on two cores; docs/operating.md has the figures.)
 fn candidate_thread(state: Weak<AppState>) -> mpsc::Sender<ForCandidate> {
     let (tx, rx) = mpsc::channel(QUEUE);
     let started = std::thread::Builder::new()
@@ -154,4 +158,83 @@ pub struct LoadStatus {
     pub generation: u64,
     /// The last load's errors, if it failed.
     pub error: Option<String>,
+}
+
+/// The shared state of the endpoints, without listeners: for [`start`](crate::start), and for tests
+/// that drive [`http_app`](crate::http_app) in process.
+pub fn app_state(
+    settings: &Settings,
+    policies: PolicySet,
+    store: AnyStore,
+    clock: Arc<dyn Clock>,
+) -> Arc<AppState> {
+    metrics::handle(); // installs the recorder before anything is counted
+    metrics::config_load(true, policies.domains().len());
+    // Logged as the crate, as it was before this moved out of lib.rs.
+    tracing::info!(
+        target: "spillway_server",
+        store = store.kind(),
+        domains = policies.domains().len(),
+        "starting"
+    );
+    let breaker = Breaker::new(settings.breaker_failures, settings.breaker_cooldown);
+    metrics::breaker(breaker.state());
+    let options = Options {
+        global_shadow: settings.shadow_mode,
+        global_quota: settings.quota_mode,
+        on_store_error: settings.on_store_error,
+        near_limit_ratio: settings.near_limit_ratio,
+        key_prefix: settings.key_prefix.clone(),
+        stop_increment_when_over_limit: settings.stop_increment_when_over_limit,
+        dynamic_metadata: settings.dynamic_metadata,
+    };
+    let mut service = Service::new(policies, stores(store, breaker, settings), clock, options);
+    let mut candidate_error = None;
+    if let Some(path) = &settings.candidate_config {
+        // A candidate that does not load never stops the service: it is reported.
+        let candidate = spillway_policy::load_with(path, settings.load_options()).unwrap_or_else(|e| {
+            tracing::error!(path = %path.display(), error = %e, "candidate policies not loaded");
+            candidate_error = Some(e.to_string());
+            PolicySet::default()
+        });
+        service = service.with_candidate(candidate);
+    }
+    Arc::new(AppState {
+        service,
+        headers: HeaderOptions {
+            style: settings.headers,
+            reference: settings.reference_headers.clone(),
+        },
+        shutting_down: AtomicBool::new(false),
+        body_read_timeout: settings.header_read_timeout,
+        ui: settings.ui,
+        load_options: settings.load_options(),
+        candidate_queue: std::sync::OnceLock::new(),
+        load_status: tokio::sync::watch::Sender::new(LoadStatus {
+            generation: 1,
+            error: None,
+        }),
+        candidate_status: tokio::sync::watch::Sender::new(LoadStatus {
+            generation: u64::from(settings.candidate_config.is_some()),
+            error: candidate_error,
+        }),
+        waiting_for_rules: AtomicBool::new(
+            matches!(settings.rules, settings::Rules::Xds(_))
+                && !settings.force_start_without_rules,
+        ),
+        ready_needs_a_domain: settings.ready_needs_a_domain,
+    })
+}
+
+/// The store, guarded; the deny cache as the settings size it. A store in this process
+/// has none (there is no round trip to save) unless the reference's local cache is
+/// asked for: then reference counters stop growing past their limit on every store.
+fn stores(store: AnyStore, breaker: Breaker, settings: &Settings) -> Stores {
+    let stores = Stores::new(store, breaker);
+    if stores.store().is_local() && !settings.reference_local_cache {
+        return stores;
+    }
+    stores
+        .deny_cache(settings.deny_cache_bytes)
+        .deny_cache_counting(settings.reference_local_cache)
 }

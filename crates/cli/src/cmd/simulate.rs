@@ -133,7 +133,7 @@ pub struct SimulateArgs {
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     if args.algorithms.iter().any(|a| a.trim() == "distinct") {
-        return run_distinct(&args);
+        return distinct::run(&args);
     }
     if !args.members.is_empty() {
         bail!("--members applies to --algorithms distinct");
@@ -307,86 +307,6 @@ fn limits(args: &SimulateArgs, shared: bool) -> anyhow::Result<Vec<Limit>> {
         .into_iter()
         .map(|a| crate::limit::build(a, args.limit, args.window, args.burst, false))
         .collect()
-}
-
-/// `--algorithms distinct`: the count and the decisions against the truth, per N.
-fn run_distinct(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
-    if args.algorithms.len() > 1 {
-        bail!("distinct counts members, not requests: simulate it alone (`--algorithms distinct`)");
-    }
-    if args.servers > 1 || args.lease.is_some() || args.sync.is_some() {
-        bail!("--servers, --lease and --sync apply to fixed_window, not distinct");
-    }
-    if args.svg.is_some() || args.png.is_some() || args.edge.is_some() || args.burst.is_some() {
-        bail!("--svg, --png, --edge and --burst do not apply to distinct");
-    }
-    let members = if args.members.is_empty() {
-        vec![10, 100, 1_000, 10_000, 100_000, 1_000_000]
-    } else {
-        args.members.clone()
-    };
-    let progress = progress_bar(members.iter().map(|&n| distinct::decisions(n)).sum());
-    let rows = members
-        .iter()
-        .map(|&n| {
-            distinct::measure(n, args.precision, args.window, args.seed, || {
-                progress.inc(1)
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    progress.finish_and_clear();
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&rows).context("encoding the report")?
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!(
-        "distinct, precision {} per {}: each row's limit is its number of members (seed {})",
-        args.precision,
-        duration::format(args.window),
-        args.seed
-    );
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
-        "members N",
-        "estimated",
-        "error",
-        "limit N counts",
-        "admitted of 2N",
-        "false denies",
-        "false admits",
-        "bytes/key",
-    ]);
-    let rate = |k: u64, of: u64| {
-        format!(
-            "{k} of {of} ({:.2}%)",
-            if of == 0 {
-                0.0
-            } else {
-                k as f64 / of as f64 * 100.0
-            }
-        )
-    };
-    for r in &rows {
-        table.add_row([
-            r.members.to_string(),
-            r.estimated.to_string(),
-            format!("{:+.2}%", r.error_percent),
-            r.mode.to_string(),
-            r.admitted.to_string(),
-            rate(r.false_denies, r.should_admit),
-            rate(r.false_admits, r.should_deny),
-            r.bytes_per_key.to_string(),
-        ]);
-    }
-    println!("{table}");
-    println!(
-        "false denies: of N new members under the limit and N repeats; false admits: of N \
-         new members past it"
-    );
-    Ok(ExitCode::SUCCESS)
 }
 
 fn progress_bar(total: u64) -> ProgressBar {

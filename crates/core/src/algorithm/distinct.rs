@@ -22,12 +22,12 @@
 //!   "3 IPs per key".
 //! - **Sketch** (limit above, up to [`MAX_LIMIT`]): per sub-window a HyperLogLog exactly
 //!   as Redis keeps them ([`hll`](super::hll)) and a Bloom filter of 10 bits per member
-//!   the limit allows ([`bloom`](super::bloom)). The count is the estimate of the live
+//!   the limit allows ([`bloom`]). The count is the estimate of the live
 //!   HyperLogLogs' union, within about 0.81% (1.04/√16384) of the truth; a member is
 //!   counted when a live filter holds it. So a counted member is never denied, and a new
 //!   one is admitted while the count is below the limit: past it, only the filter's false
 //!   positives (0.8%) get through (measured by `spillway simulate --algorithms distinct`,
-//!   in the README). A HyperLogLog alone cannot tell: a new member that raises no
+//!   in docs/algorithms.md). A HyperLogLog alone cannot tell: a new member that raises no
 //!   register looks counted, and past a few thousand members most raise none. Per
 //!   sub-window up to 16 KB + limit × 10 bits here, 12 KB + the same bits in Redis.
 //!

@@ -16,7 +16,7 @@ const SCRIPT_COMMANDS: &str = " (the decision code runs TIME, and GET, SET, SETR
     +fcall +function|load, or +evalsha +eval without functions, and those, with \
     ~<prefix>*)";
 
-/// How a store's decisions reach Redis, chosen when it connects ([`RedisStore::calls`]).
+/// How a store's decisions reach Redis, chosen when it connects ([`RedisStore::calls`](super::RedisStore::calls)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Calls {

@@ -18,8 +18,9 @@ use spillway_core::Store;
 use spillway_policy::{Mode, PolicySet, Rule, RuleLimit};
 
 use super::request::CheckRequest;
+use super::round::requests;
 use super::status::Verdict;
-use super::{Service, drop_replaced, requests};
+use super::{Service, drop_replaced};
 use crate::metrics;
 
 /// What every candidate counter key starts with: the candidate's counters are its own.

@@ -1,5 +1,14 @@
 //! The reference service's variables that Spillway does not honour, and why: `serve`
-//! names each one that is set in a warning (the README lists them too).
+//! names each one that is set in a warning (docs/envoy.md lists them too); and reading the
+//! reference's variables into [`Settings`].
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use super::value::{
+    addr, boolean, default_reference_headers, log_format, ratio, redis_access, redis_url,
+};
+use super::{Settings, SettingsError};
 
 /// The reference's variables Spillway reads but does not act on, or does not read, each
 /// with why: `serve` logs a warning for each one that is set. (Prefixes end in `_`.)
@@ -138,4 +147,104 @@ pub fn not_honoured(
         .collect();
     found.sort();
     found
+}
+
+impl Settings {
+    /// Applies the reference service's environment variables that are set.
+    pub fn apply_reference_env(
+        &mut self,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), SettingsError> {
+        let env_err = |name: &str, e: String| SettingsError(format!("{name}: {e}"));
+        if let Some(url) = var("REDIS_URL").filter(|u| !u.is_empty()) {
+            self.store = redis_url(&url, &var).map_err(|e| env_err("REDIS_URL", e))?;
+        }
+        redis_access(&mut self.redis, &var).map_err(SettingsError)?;
+        if var("RUNTIME_ROOT").is_some() || var("RUNTIME_SUBDIRECTORY").is_some() {
+            let root = var("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into());
+            let sub = var("RUNTIME_SUBDIRECTORY").unwrap_or_default();
+            let app = var("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into());
+            self.config = Path::new(&root).join(sub).join(app);
+        }
+        // The reference listens on every interface by default; so does a deployment of it.
+        let listen =
+            |host: &str, port: &str, current: SocketAddr| -> Result<SocketAddr, SettingsError> {
+                match (var(host), var(port)) {
+                    (None, None) => Ok(current),
+                    (h, p) => {
+                        let h = h.unwrap_or_else(|| "0.0.0.0".into());
+                        let p = p.map_or(Ok(current.port()), |p| {
+                            p.parse::<u16>().map_err(|e| env_err(port, e.to_string()))
+                        })?;
+                        addr(&format!("{h}:{p}")).map_err(|e| env_err(host, e))
+                    }
+                }
+            };
+        self.http_addr = listen("HOST", "PORT", self.http_addr)?;
+        self.grpc_addr = listen("GRPC_HOST", "GRPC_PORT", self.grpc_addr)?;
+        self.apply_serving_env(&var)?;
+        let prometheus = var("USE_PROMETHEUS")
+            .map(|v| boolean(&v).map_err(|e| env_err("USE_PROMETHEUS", e)))
+            .transpose()?;
+        if prometheus == Some(true) {
+            let at = var("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
+            self.metrics_addr = Some(addr(&at).map_err(|e| env_err("PROMETHEUS_ADDR", e))?);
+            if let Some(path) = var("PROMETHEUS_PATH").filter(|p| p.starts_with('/')) {
+                self.metrics_path = path;
+            }
+        }
+        self.apply_xds_env(&var)?;
+        if let Some(v) = var("LOG_LEVEL") {
+            self.log_level = v.to_ascii_lowercase();
+        }
+        if let Some(v) = var("LOG_FORMAT") {
+            self.log_json = log_format(&v).map_err(|e| env_err("LOG_FORMAT", e))?;
+        }
+        if let Some(v) = var("SHADOW_MODE") {
+            self.shadow_mode = boolean(&v).map_err(|e| env_err("SHADOW_MODE", e))?;
+        }
+        if let Some(v) = var("QUOTA_MODE") {
+            self.quota_mode = boolean(&v).map_err(|e| env_err("QUOTA_MODE", e))?;
+        }
+        if let Some(v) = var("NEAR_LIMIT_RATIO") {
+            let r = v
+                .parse::<f64>()
+                .map_err(|e| env_err("NEAR_LIMIT_RATIO", e.to_string()))?;
+            self.near_limit_ratio = ratio(r).map_err(|e| env_err("NEAR_LIMIT_RATIO", e))?;
+        }
+        if let Some(v) = var("LOCAL_CACHE_SIZE_IN_BYTES") {
+            self.deny_cache_bytes = v
+                .parse::<usize>()
+                .map_err(|e| env_err("LOCAL_CACHE_SIZE_IN_BYTES", e.to_string()))?;
+            // The reference's cache answers its own rules: so does this one, when asked
+            // for by the reference's variable.
+            self.reference_local_cache = self.deny_cache_bytes > 0;
+        }
+        if let Some(v) = var("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
+            self.stop_increment_when_over_limit =
+                boolean(&v).map_err(|e| env_err("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", e))?;
+        }
+        if let Some(v) = var("RESPONSE_DYNAMIC_METADATA") {
+            self.dynamic_metadata =
+                boolean(&v).map_err(|e| env_err("RESPONSE_DYNAMIC_METADATA", e))?;
+        }
+        if let Some(v) = var("MERGE_DOMAIN_CONFIG") {
+            self.merge_domains = boolean(&v).map_err(|e| env_err("MERGE_DOMAIN_CONFIG", e))?;
+        }
+        if let Some(v) = var("CACHE_KEY_PREFIX") {
+            self.key_prefix = v;
+        }
+        if let Some(v) = var("LIMIT_RESPONSE_HEADERS_ENABLED") {
+            let on = boolean(&v).map_err(|e| env_err("LIMIT_RESPONSE_HEADERS_ENABLED", e))?;
+            self.reference_headers = on.then(|| {
+                let [l, r, t] = default_reference_headers();
+                [
+                    var("LIMIT_LIMIT_HEADER").unwrap_or(l),
+                    var("LIMIT_REMAINING_HEADER").unwrap_or(r),
+                    var("LIMIT_RESET_HEADER").unwrap_or(t),
+                ]
+            });
+        }
+        Ok(())
+    }
 }

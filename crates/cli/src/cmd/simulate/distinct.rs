@@ -12,10 +12,16 @@
 //!   deny* is a member that should have been admitted and was not; a *false admit* a
 //!   new member admitted once N were.
 
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use serde::Serialize;
 use spillway_core::algorithm::distinct;
 use spillway_core::{Algorithm, Key, Limit, MemoryStore, Request};
+use spillway_policy::duration;
 
+use super::SimulateArgs;
 use super::replay::START;
 
 /// One N's figures.
@@ -123,6 +129,86 @@ pub fn measure(
 /// Decisions `measure` takes for `n` (for the progress bar).
 pub fn decisions(n: u64) -> u64 {
     4 * n
+}
+
+/// `--algorithms distinct`: the count and the decisions against the truth, per N.
+pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
+    if args.algorithms.len() > 1 {
+        bail!("distinct counts members, not requests: simulate it alone (`--algorithms distinct`)");
+    }
+    if args.servers > 1 || args.lease.is_some() || args.sync.is_some() {
+        bail!("--servers, --lease and --sync apply to fixed_window, not distinct");
+    }
+    if args.svg.is_some() || args.png.is_some() || args.edge.is_some() || args.burst.is_some() {
+        bail!("--svg, --png, --edge and --burst do not apply to distinct");
+    }
+    let members = if args.members.is_empty() {
+        vec![10, 100, 1_000, 10_000, 100_000, 1_000_000]
+    } else {
+        args.members.clone()
+    };
+    let progress = super::progress_bar(members.iter().map(|&n| decisions(n)).sum());
+    let rows = members
+        .iter()
+        .map(|&n| {
+            measure(n, args.precision, args.window, args.seed, || {
+                progress.inc(1)
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    progress.finish_and_clear();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).context("encoding the report")?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "distinct, precision {} per {}: each row's limit is its number of members (seed {})",
+        args.precision,
+        duration::format(args.window),
+        args.seed
+    );
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "members N",
+        "estimated",
+        "error",
+        "limit N counts",
+        "admitted of 2N",
+        "false denies",
+        "false admits",
+        "bytes/key",
+    ]);
+    let rate = |k: u64, of: u64| {
+        format!(
+            "{k} of {of} ({:.2}%)",
+            if of == 0 {
+                0.0
+            } else {
+                k as f64 / of as f64 * 100.0
+            }
+        )
+    };
+    for r in &rows {
+        table.add_row([
+            r.members.to_string(),
+            r.estimated.to_string(),
+            format!("{:+.2}%", r.error_percent),
+            r.mode.to_string(),
+            r.admitted.to_string(),
+            rate(r.false_denies, r.should_admit),
+            rate(r.false_admits, r.should_deny),
+            r.bytes_per_key.to_string(),
+        ]);
+    }
+    println!("{table}");
+    println!(
+        "false denies: of N new members under the limit and N repeats; false admits: of N \
+         new members past it"
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -1,0 +1,488 @@
+//! The docs, checked: every ` ```console ` block in README.md and docs/*.md that runs
+//! `spillway` is run and its output compared, and every relative link and `#anchor` in
+//! them must resolve.
+//!
+//! A block runs as a shell session from the repository's root, each `$ ` line through
+//! `sh -c` with the built `spillway` first on `PATH`. What is shown is what is compared,
+//! with two wildcards, as trycmd writes them: `[..]` in a line matches any text, and a
+//! line `...` any number of lines. The parts that vary are masked before comparing:
+//! the addresses a block names are the test's own (the service's ports, the test Redis
+//! servers: never 6379), swapped in for the run and back in the output; ANSI colours
+//! and log timestamps are removed. `$ spillway serve ARGS` starts the service (on free
+//! ports, `SPILLWAY_*_ADDR`) until the block ends; the lines shown under it must be its
+//! first log lines. A block whose commands need what a test cannot give (a Redis on
+//! 6379 left alone, certificates of your own) is ` ```text `, not ` ```console `.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use spillway_testkit::redis::{cluster_url, standalone_url, tls_standalone_url, unique_prefix};
+use support::{Procs, free_port};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// README.md and every page under docs/.
+fn pages() -> Vec<PathBuf> {
+    let mut pages = vec![root().join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+    pages
+}
+
+/// A console block: where it starts, and its lines.
+struct Block {
+    line: usize,
+    lines: Vec<String>,
+}
+
+fn console_blocks(text: &str) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut current: Option<Block> = None;
+    let mut fenced = false;
+    for (i, line) in text.lines().enumerate() {
+        if let Some(block) = current.as_mut() {
+            if line.starts_with("```") {
+                blocks.push(current.take().unwrap());
+                fenced = false;
+            } else {
+                block.lines.push(line.to_owned());
+            }
+        } else if line.starts_with("```") {
+            if !fenced && line.trim() == "```console" {
+                current = Some(Block {
+                    line: i + 1,
+                    lines: Vec::new(),
+                });
+            } else {
+                fenced = !fenced;
+            }
+        }
+    }
+    blocks
+}
+
+/// The text with ANSI escapes and each line's leading log timestamp removed.
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ params letter
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out.lines()
+        .map(|l| match l.split_once(' ') {
+            Some((stamp, rest)) if stamp.len() > 20 && stamp.ends_with('Z') => rest.trim_start(),
+            _ => l,
+        })
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `line` matches `pattern` (`[..]`: any text).
+fn line_matches(pattern: &str, line: &str) -> bool {
+    let mut parts = pattern.split("[..]");
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = line.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    for (i, part) in parts.iter().enumerate() {
+        if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        }
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+/// Whether `lines` match `expected` whole (`...`: any number of lines).
+fn matches(expected: &[&str], lines: &[&str]) -> bool {
+    match expected.split_first() {
+        None => lines.is_empty(),
+        Some((&"...", rest)) => (0..=lines.len()).any(|skip| matches(rest, &lines[skip..])),
+        Some((pattern, rest)) => lines
+            .split_first()
+            .is_some_and(|(line, more)| line_matches(pattern, line) && matches(rest, more)),
+    }
+}
+
+/// The addresses a block names, and the test's own in their place.
+struct Swaps(Vec<(String, String)>);
+
+impl Swaps {
+    fn new(service: &Ports) -> Swaps {
+        let redis = standalone_url();
+        let cluster = cluster_url();
+        let tls = tls_standalone_url();
+        let tls_port = tls.rsplit(':').next().unwrap().to_owned();
+        let mut swaps = vec![
+            ("rediss://127.0.0.1:16400".to_owned(), tls.clone()),
+            (
+                "redis://127.0.0.1:16400".to_owned(),
+                format!("redis://127.0.0.1:{tls_port}"),
+            ),
+            // The shared TLS servers' files: a CA, a server pair, a client pair.
+            (" tls/".to_owned(), format!(" {}/", tls_dir())),
+            (
+                "--redis-tls-ca ca.crt".to_owned(),
+                format!("--redis-tls-ca {}/ca.crt", tls_dir()),
+            ),
+            // Longest first: a cluster URL holds a standalone address.
+            (
+                "redis+cluster://127.0.0.1:7000,127.0.0.1:7001".to_owned(),
+                cluster,
+            ),
+            ("redis://127.0.0.1:6379".to_owned(), redis),
+        ];
+        for host in ["127.0.0.1", "localhost"] {
+            swaps.push((format!("{host}:8080"), format!("{host}:{}", service.http)));
+            swaps.push((format!("{host}:8081"), format!("{host}:{}", service.grpc)));
+            swaps.push((format!("{host}:6070"), format!("{host}:{}", service.admin)));
+        }
+        Swaps(swaps)
+    }
+
+    fn to_test(&self, text: &str) -> String {
+        self.0
+            .iter()
+            .fold(text.to_owned(), |t, (doc, test)| t.replace(doc, test))
+    }
+
+    fn to_doc(&self, text: &str) -> String {
+        self.0
+            .iter()
+            .fold(text.to_owned(), |t, (doc, test)| t.replace(test, doc))
+    }
+}
+
+/// Where the shared TLS servers' CA and pairs are.
+fn tls_dir() -> String {
+    let files = spillway_testkit::tls::shared_files();
+    files.ca.parent().unwrap().display().to_string()
+}
+
+struct Ports {
+    http: u16,
+    grpc: u16,
+    admin: u16,
+}
+
+/// A `$ ` command and the output shown under it.
+struct Step {
+    command: String,
+    expected: Vec<String>,
+}
+
+fn steps(block: &Block) -> Vec<Step> {
+    let mut steps: Vec<Step> = Vec::new();
+    for line in &block.lines {
+        match line.strip_prefix("$ ") {
+            Some(command) => steps.push(Step {
+                command: command.to_owned(),
+                expected: Vec::new(),
+            }),
+            None => {
+                if let Some(step) = steps.last_mut() {
+                    step.expected.push(line.trim_end().to_owned());
+                }
+            }
+        }
+    }
+    for step in &mut steps {
+        while step.expected.last().is_some_and(|l| l.is_empty()) {
+            step.expected.pop();
+        }
+    }
+    steps
+}
+
+/// One page's session: its addresses, and the services its blocks started (they live
+/// until the page ends: a tour starts the service in one block and asks it in the next).
+struct Session {
+    swaps: Swaps,
+    ports: Ports,
+    path: String,
+    prefix: String,
+    /// Killed and waited for when the page ends.
+    services: Procs,
+}
+
+impl Session {
+    fn new(bin_dir: &Path, n: usize) -> Session {
+        let ports = Ports {
+            http: free_port(),
+            grpc: free_port(),
+            admin: free_port(),
+        };
+        Session {
+            swaps: Swaps::new(&ports),
+            ports,
+            path: format!(
+                "{}:{}",
+                bin_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+            prefix: unique_prefix(&format!("docs-{n}")),
+            services: Procs(Vec::new()),
+        }
+    }
+
+    /// Runs one block; what differs, if anything.
+    fn run(&mut self, page: &Path, block: &Block) -> Result<(), String> {
+        let mut failures = Vec::new();
+        for step in steps(block) {
+            let mut command = self.swaps.to_test(&step.command);
+            // Each page's counters apart from every other run's, on the shared test Redis.
+            if command.starts_with("spillway check") && command.contains("--store redis") {
+                let prefix = format!(" --prefix {} --store ", self.prefix);
+                command = command.replacen(" --store ", &prefix, 1);
+            }
+            let output = if let Some(args) = command.strip_prefix("spillway serve ") {
+                let (log, child) = serve(args, &self.ports, &self.path, step.expected.len());
+                self.services.0.push(child);
+                log
+            } else {
+                // One stream, in the order it was written, as a terminal shows it.
+                let out = Command::new("sh")
+                    .arg("-c")
+                    .arg(format!("exec 2>&1; {command}"))
+                    .current_dir(root())
+                    .env("PATH", &self.path)
+                    .env("NO_COLOR", "1")
+                    .stdin(Stdio::null())
+                    .output()
+                    .expect("sh runs");
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            };
+            let actual = self.swaps.to_doc(&plain(&output));
+            let actual: Vec<&str> = actual.lines().collect();
+            let expected: Vec<&str> = step.expected.iter().map(String::as_str).collect();
+            if !matches(&expected, &actual) {
+                failures.push(format!(
+                    "{}:{}: `$ {}`\n--- shown\n{}\n--- got\n{}\n",
+                    page.display(),
+                    block.line,
+                    step.command,
+                    expected.join("\n"),
+                    actual.join("\n")
+                ));
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("\n"))
+        }
+    }
+}
+
+/// `spillway serve ARGS` on the block's ports: its first `lines` log lines once it
+/// listens, and the process (killed when dropped).
+fn serve(args: &str, ports: &Ports, path: &str, lines: usize) -> (String, std::process::Child) {
+    use std::io::BufRead;
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec spillway serve {args}"))
+        .current_dir(root())
+        .env_clear()
+        .env("PATH", path)
+        .env("NO_COLOR", "1")
+        .env("SPILLWAY_HTTP_ADDR", format!("127.0.0.1:{}", ports.http))
+        .env("SPILLWAY_GRPC_ADDR", format!("127.0.0.1:{}", ports.grpc))
+        .env("SPILLWAY_ADMIN_ADDR", format!("127.0.0.1:{}", ports.admin))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spillway starts");
+    let stderr = child.stderr.take().unwrap();
+    let mut logs = std::io::BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    for line in logs.by_ref() {
+        let line = line.unwrap();
+        let listening = line.contains("listening");
+        seen.push(line);
+        if listening {
+            break;
+        }
+    }
+    std::thread::spawn(move || logs.for_each(drop));
+    seen.truncate(lines.max(1));
+    (seen.join("\n"), child)
+}
+
+#[test]
+fn every_console_transcript_runs_as_shown() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_spillway"));
+    let bin_dir = bin.parent().unwrap();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (n, page) in pages().into_iter().enumerate() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let mut session = Session::new(bin_dir, n);
+        for block in console_blocks(&text) {
+            if !block.lines.iter().any(|l| l.starts_with("$ spillway ")) {
+                continue;
+            }
+            ran += 1;
+            if let Err(e) = session.run(&page, &block) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(ran > 0, "no console block runs spillway");
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} transcripts differ:\n\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation but `-` and `_` dropped,
+/// spaces to `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown page's headings (outside code blocks).
+fn anchors(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced || !line.starts_with('#') {
+            continue;
+        }
+        let base = anchor(line.trim_start_matches('#'));
+        let n = out
+            .iter()
+            .filter(|a| **a == base || a.starts_with(&format!("{base}-")))
+            .count();
+        out.push(if n == 0 { base } else { format!("{base}-{n}") });
+    }
+    out
+}
+
+/// The `](target)` links of a page's text outside code.
+fn links(text: &str) -> Vec<(usize, String)> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        // Inline code holds no links.
+        let prose: String = line
+            .split('`')
+            .enumerate()
+            .filter(|(k, _)| k % 2 == 0)
+            .map(|(_, s)| s)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut rest = prose.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            out.push((i + 1, after[..end].to_owned()));
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+#[test]
+fn every_relative_link_and_anchor_resolves() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (line, target) in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (file, fragment) = match target.split_once('#') {
+                Some((f, a)) => (f, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let dest = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(file)
+            };
+            if !dest.exists() {
+                broken.push(format!(
+                    "{}:{line}: `{target}`: no such file",
+                    page.display()
+                ));
+                continue;
+            }
+            if let Some(fragment) = fragment {
+                let anchors = if dest.extension().is_some_and(|e| e == "md") {
+                    anchors(&std::fs::read_to_string(&dest).unwrap())
+                } else {
+                    Vec::new()
+                };
+                if !anchors.iter().any(|a| a == fragment) {
+                    broken.push(format!(
+                        "{}:{line}: `{target}`: no heading `#{fragment}` in {}",
+                        page.display(),
+                        dest.display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(checked > 0, "no relative link found");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_matcher_has_teeth() {
+    assert!(line_matches("OK: [..] remaining", "OK: 9 of 10 remaining"));
+    assert!(!line_matches("OK: [..] remaining", "OVER_LIMIT: 0 of 10"));
+    assert!(matches(&["a", "...", "d"], &["a", "b", "c", "d"]));
+    assert!(!matches(&["a", "d"], &["a", "b", "d"]));
+    assert!(!matches(&["a"], &["a", "b"]));
+    assert_eq!(anchor("The console: `GET /ui`"), "the-console-get-ui");
+    assert_eq!(
+        plain("\u{1b}[2m2026-11-26T23:16:56.696386Z\u{1b}[0m  INFO x"),
+        "INFO x"
+    );
+}

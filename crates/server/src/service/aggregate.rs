@@ -1,0 +1,125 @@
+//! A check's answer from its decisions: each descriptor's status and the overall
+//! code as the reference combines them, the metadata of passing rules, and the
+//! metrics and top keys each decision feeds.
+
+use std::sync::Arc;
+
+use spillway_core::{Decision, Timestamp};
+use spillway_policy::{Metadata, RuleLimit};
+
+use crate::metrics;
+
+use super::request::{CheckRequest, CheckResponse, Code, Status};
+use super::status::{Rank, Verdict, rule_status};
+use super::{Decided, Hit, Service, minute};
+
+impl Service {
+    /// Statuses per descriptor and the overall code, as the reference combines them.
+    pub(super) fn aggregate(
+        &self,
+        req: &CheckRequest,
+        domain: &Arc<str>,
+        hits: &[Hit<'_>],
+        decided: &[Decided],
+        now: Timestamp,
+    ) -> CheckResponse {
+        let mut statuses = vec![Status::no_rule(); req.descriptors.len()];
+        let mut ranks = vec![Rank::Nothing; req.descriptors.len()];
+        let mut verdict = Verdict::default();
+        let mut next = decided.iter().peekable();
+
+        for (i, hit) in hits.iter().enumerate() {
+            let decision = next.next_if(|d| d.0 == i).map(|d| (d.1, d.2));
+            let status = rule_status(&hit.rule, decision, now);
+            let over = status.code == Code::OverLimit || status.shadow_denied;
+            // A status is OVER_LIMIT only for an enforcing rule.
+            verdict.add(
+                self.is_quota(&hit.rule),
+                over,
+                status.code == Code::OverLimit,
+            );
+            self.record(domain, hit, &status, decision.map(|d| d.0));
+            if over && let Some(key) = &hit.key {
+                let name = hit.rule.name.as_ref().unwrap_or(&hit.rule.metric);
+                self.top
+                    .record(domain, &hit.rule.metric, name, key.as_str(), minute(now));
+            }
+
+            let rank = Rank::of(&status);
+            let slot = hit.descriptor;
+            if (rank, status.remaining) < (ranks[slot], statuses[slot].remaining) {
+                ranks[slot] = rank;
+                statuses[slot] = status;
+            }
+        }
+
+        let overall = if verdict.over() && !self.options.global_shadow {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        let metadata = self
+            .options
+            .dynamic_metadata
+            .then(|| passing_metadata(hits, &statuses));
+        CheckResponse {
+            overall,
+            statuses,
+            metadata,
+        }
+    }
+
+    pub(super) fn record(
+        &self,
+        domain: &Arc<str>,
+        hit: &Hit<'_>,
+        status: &Status,
+        decision: Option<Decision>,
+    ) {
+        if matches!(hit.rule.limit, RuleLimit::Unlimited) {
+            return; // the reference keeps no stats for unlimited rules
+        }
+        let outcome = match (status.code, status.shadow_denied) {
+            (Code::OverLimit, _) => "over_limit",
+            (Code::Ok, true) => "shadow_over_limit",
+            (Code::Ok, false) => "ok",
+        };
+        metrics::decision(domain, &hit.rule, outcome);
+        if let Some(d) = decision.filter(|d| d.allowed()) {
+            let near = (d.limit as f64 * self.options.near_limit_ratio).floor() as u64;
+            if d.limit - d.remaining >= near.max(1) {
+                metrics::near_limit(domain, &hit.rule);
+            }
+        }
+    }
+}
+
+/// The `metadata` of the rules that counted for descriptors not over their limit, in
+/// request order, merged as the reference merges them: the first value of a key wins,
+/// maps under one key merge recursively. (Unlimited, replaced and unmatched
+/// descriptors have no rule here.)
+fn passing_metadata(hits: &[Hit<'_>], statuses: &[Status]) -> Metadata {
+    let mut merged = Metadata::new();
+    for hit in hits {
+        let passed = statuses[hit.descriptor].code != Code::OverLimit;
+        let counts = !matches!(hit.rule.limit, RuleLimit::Unlimited);
+        if let (true, true, Some(m)) = (passed, counts, &hit.rule.metadata) {
+            merge_metadata(&mut merged, m);
+        }
+    }
+    merged
+}
+
+fn merge_metadata(into: &mut Metadata, from: &Metadata) {
+    for (k, v) in from {
+        match (into.get_mut(k), v) {
+            (None, _) => {
+                into.insert(k.clone(), v.clone());
+            }
+            (Some(serde_json::Value::Object(a)), serde_json::Value::Object(b)) => {
+                merge_metadata(a, b);
+            }
+            (Some(_), _) => {} // the first wins
+        }
+    }
+}

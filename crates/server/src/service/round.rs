@@ -1,0 +1,169 @@
+//! The store rounds of one check: on Redis Cluster one per descriptor (all at once),
+//! elsewhere one; and what answers when the store does not.
+
+use spillway_core::{Guard, Request, Source, StoreFailure, Timestamp, Unanswered};
+use spillway_policy::RuleLimit;
+
+use crate::metrics;
+use crate::store;
+
+use super::{CheckError, Decided, Hit, Service};
+
+impl Service {
+    /// The store rounds for the hits at `which`. On Redis Cluster each descriptor's
+    /// limits share a slot, but different descriptors do not: there each descriptor is
+    /// its own round (all of them at once), all-or-nothing within the descriptor.
+    pub(super) async fn round(
+        &self,
+        hits: &[Hit<'_>],
+        which: &[usize],
+        now: Timestamp,
+    ) -> Result<Vec<Decided>, CheckError> {
+        let spans_slots = spans_descriptors(hits, which);
+        if !(self.stores.store().is_cluster() && spans_slots) {
+            return self.round_on_one_slot(hits, which, now).await;
+        }
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for &i in which {
+            match groups.last_mut() {
+                Some(g) if hits[g[0]].descriptor == hits[i].descriptor => g.push(i),
+                _ => groups.push(vec![i]),
+            }
+        }
+        let rounds = groups.iter().map(|g| self.round_on_one_slot(hits, g, now));
+        let mut decided = Vec::with_capacity(which.len());
+        for result in futures_util::future::join_all(rounds).await {
+            decided.extend(result?);
+        }
+        Ok(decided)
+    }
+
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` on Redis Cluster, where a request's
+    /// descriptors are in different slots and no one script sees them all: as the
+    /// reference does, look first (cost 0), and if some rule would go over its limit,
+    /// charge the others nothing. Two round trips, not atomic (as the reference's GET
+    /// then INCRBY); one slot needs neither, its script decides it whole.
+    pub(super) async fn stop_across_slots(
+        &self,
+        hits: &mut [Hit<'_>],
+        which: &[usize],
+        now: Timestamp,
+    ) -> Result<(), CheckError> {
+        let spans_slots = spans_descriptors(hits, which);
+        if !spans_slots {
+            return Ok(());
+        }
+        let costs: Vec<u64> = hits.iter().map(|h| h.cost).collect();
+        for &i in which {
+            hits[i].cost = 0;
+        }
+        let looked = self.round(hits, which, now).await;
+        for (h, cost) in hits.iter_mut().zip(&costs) {
+            h.cost = *cost;
+        }
+        let over: Vec<usize> = looked?
+            .into_iter()
+            .filter(|(i, d, _)| !d.allowed() || d.remaining < hits[*i].cost)
+            .map(|(i, _, _)| i)
+            .collect();
+        if !over.is_empty() {
+            for &i in which {
+                if !over.contains(&i) {
+                    hits[i].cost = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One store round; a failure goes to the rules' failure policies.
+    pub(super) async fn round_on_one_slot(
+        &self,
+        hits: &[Hit<'_>],
+        which: &[usize],
+        now: Timestamp,
+    ) -> Result<Vec<Decided>, CheckError> {
+        if which.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = requests(hits, which);
+        let guards: Vec<Guard> = which
+            .iter()
+            .map(|&i| {
+                let rule = &hits[i].rule;
+                let policy = rule.on_store_error.unwrap_or(self.options.on_store_error);
+                Guard::new(rule.mode, policy).sharing(rule.sharing)
+            })
+            .collect();
+        let answer = match self.stores.decide(&batch, &guards, now).await {
+            Ok(answer) => answer,
+            Err(Unanswered::Invalid(e)) => return Err(CheckError::Invalid(e.to_string())),
+            Err(Unanswered::Unavailable(failure)) => {
+                self.failed(&failure, true);
+                metrics::fallback("closed");
+                return Err(CheckError::Unavailable(failure.to_string()));
+            }
+        };
+        if let Some(failure) = &answer.failure {
+            self.failed(failure, false);
+        }
+        let mut locally = false;
+        let decided = which
+            .iter()
+            .zip(answer.batch.decisions)
+            .zip(answer.sources)
+            .map(|((&i, d), source)| {
+                match source {
+                    Source::Store => {}
+                    Source::Cache => metrics::deny_cache_hit(),
+                    Source::Share => metrics::share_hit(),
+                    Source::Local => locally = true,
+                    Source::Open => metrics::fallback("open"),
+                }
+                // `degraded`: a failure policy decided, not the store (nor its cache).
+                (i, d, matches!(source, Source::Local | Source::Open))
+            })
+            .collect();
+        if locally {
+            metrics::fallback("local");
+        }
+        Ok(decided)
+    }
+
+    /// A round the store did not answer: metrics, and a log line for a failed call.
+    pub(super) fn failed(&self, failure: &StoreFailure, closed: bool) {
+        store::observe(&self.stores, failure);
+        // Only failed calls are logged: while the breaker is open nothing new is
+        // learned, and a line per request would flood the log during an outage.
+        if !matches!(failure, StoreFailure::BreakerOpen) {
+            tracing::warn!(error = %failure, closed, "store failed; answering by each rule's on_store_error");
+        }
+    }
+}
+
+/// Whether the hits at `which` (in descriptor order) belong to more than one
+/// descriptor: on Redis Cluster, more than one slot.
+fn spans_descriptors(hits: &[Hit<'_>], which: &[usize]) -> bool {
+    which
+        .windows(2)
+        .any(|w| hits[w[0]].descriptor != hits[w[1]].descriptor)
+}
+
+pub(super) fn requests<'h>(hits: &'h [Hit<'_>], which: &[usize]) -> Vec<Request<'h>> {
+    which
+        .iter()
+        .filter_map(|&i| {
+            let hit = &hits[i];
+            match (&hit.rule.limit, &hit.key) {
+                (RuleLimit::Limited(limit), Some(key)) => {
+                    let request = Request::new(key, limit, hit.cost);
+                    Some(match &hit.member {
+                        Some(m) => request.with_member(m.as_bytes()),
+                        None => request,
+                    })
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
