@@ -3,7 +3,8 @@
 //! `spillway serve` with the example policies and a candidate set. The page loads
 //! without a console error, lists every example rule, its counters move with traffic
 //! (to the exact count of decisions and denials sent), the top denied key and the
-//! candidate's disagreements appear, and the explain form answers.
+//! candidate's disagreements appear, the charts of the last 15 minutes have points for
+//! both, and the explain form answers.
 
 mod support;
 
@@ -283,6 +284,47 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
     )
     .await;
 
+    // The charts: every rule has one, and the burst rule's has points, its decisions
+    // and its denials above 0; so do the candidate's disagreements.
+    for rule in &rules {
+        wait_for(&client, &format!("#charts svg[data-rule=\"{rule}\"]")).await;
+    }
+    let burst_chart = "#charts svg[data-rule=\"api/api_key#burst\"]:not([data-points=\"0\"])";
+    wait_for(
+        &client,
+        &format!("{burst_chart} polyline.decisions:not([data-max=\"0\"])"),
+    )
+    .await;
+    wait_for(
+        &client,
+        &format!("{burst_chart} polyline.over:not([data-max=\"0\"])"),
+    )
+    .await;
+    wait_for(
+        &client,
+        "#candidate-charts svg[data-domain=\"api\"] polyline.would_deny:not([data-max=\"0\"])",
+    )
+    .await;
+    // The same over the admin listener's JSON: the points add up to what was sent.
+    let history: Value = http_client
+        .get(format!("{base}/v1/history"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(history["minutes"], 15);
+    let burst = history["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rule"] == "api_key" && r["limit"] == "#burst")
+        .expect("the burst rule has a series");
+    let points = burst["decisions_per_s"].as_array().unwrap();
+    assert_eq!(points.len(), history["at_ms"].as_array().unwrap().len());
+    assert!(points.iter().any(|p| p.as_f64().unwrap() > 0.0), "{burst}");
+
     // The explain form: a cost beyond the burst is denied by it; a small one of an
     // unseen key is admitted.
     let entries = client.find(Locator::Id("explain-entries")).await.unwrap();
@@ -328,6 +370,20 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(moving, "the rate of remote_address never rose above 0");
+    // Retaking the picture (not in the suite): a minute more of traffic, with a second
+    // burst on k1 halfway, so that the charts have a history to show.
+    if std::env::var_os("SPILLWAY_UI_SCREENSHOT").is_some() {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        for _ in 0..60 {
+            let _ = http_client
+                .post(format!("{check_base}/v1/check"))
+                .json(&json!({ "domain": "api", "descriptors": [
+                    { "entries": [{ "key": "api_key", "value": "k1" }] }] }))
+                .send()
+                .await;
+        }
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
     entries.clear().await.unwrap();
     entries.send_keys("api_key=k1").await.unwrap();
     explain(&client).await;
@@ -336,6 +392,10 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
         "#explain-result[data-allowed]:not([data-allowed=\"\"])",
     )
     .await;
+    client
+        .execute("window.scrollTo(0, 0)", Vec::new())
+        .await
+        .unwrap();
     let png = client.screenshot().await.unwrap();
     assert!(png.starts_with(b"\x89PNG"));
     // A relative path is the repository's (tests run in crates/cli).

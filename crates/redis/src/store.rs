@@ -33,7 +33,9 @@ mod stats;
 
 pub use builder::RedisStoreBuilder;
 pub use calls::Calls;
-use calls::{is_function_not_found, is_unknown_command, load_library, no_answer, refused};
+use calls::{
+    is_function_not_found, is_unknown_command, load_library, no_answer, refused, until_answered,
+};
 pub use stats::ServerStats;
 
 /// The default time a decision may take before the call fails with
@@ -172,7 +174,8 @@ impl Inner {
         let keys = vec![redis_key(&self.prefix, &key, &limit)];
         let section = Section::new(keys, &peek, self.time, Timestamp::from_secs(0));
         let call = std::slice::from_ref(&section);
-        match tokio::time::timeout(timeout, self.eval_sections(call.iter())).await {
+        let answer = until_answered(|| self.eval_sections(call.iter()));
+        match tokio::time::timeout(timeout, answer).await {
             // The batch's own failure (a command the script calls, refused) is a
             // string in the reply, not an error reply.
             Ok(Ok(value)) => match script::split_reply(value, std::iter::once(peek.len())) {

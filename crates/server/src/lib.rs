@@ -24,6 +24,7 @@
 mod api;
 #[doc(hidden)]
 pub mod ceiling;
+mod history;
 pub mod listen;
 pub mod metrics;
 mod reload;
@@ -343,6 +344,7 @@ async fn upkeep(
                 let ready = state.readiness().await.is_ok();
                 api::grpc::set_health(&reporter, ready).await;
                 metrics::handle().run_upkeep();
+                state.history.sample(&metrics::handle().render(), state.service.now());
                 metrics::breaker(state.service.stores().breaker().state());
             }
             () = shutdown.cancelled() => {

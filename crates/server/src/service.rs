@@ -160,6 +160,11 @@ impl Service {
 
     /// The rules of `domain` that denied over the last minutes, each with the keys it
     /// denied most (shadow rules' would-be denials included).
+    /// The service's clock now.
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
     pub fn top(&self, domain: &str) -> Vec<RuleTop> {
         self.top.top(domain, minute(self.clock.now()))
     }

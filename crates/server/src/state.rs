@@ -45,6 +45,8 @@ pub struct AppState {
     pub waiting_for_rules: AtomicBool,
     /// Not ready while no domain is loaded (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
     pub ready_needs_a_domain: bool,
+    /// The decision counters over the last minutes, for the console's charts.
+    pub history: crate::history::History,
 }
 
 impl AppState {
@@ -201,6 +203,7 @@ pub fn app_state(
     }
     Arc::new(AppState {
         service,
+        history: crate::history::History::default(),
         headers: HeaderOptions {
             style: settings.headers,
             reference: settings.reference_headers.clone(),

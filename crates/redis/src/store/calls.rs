@@ -61,7 +61,8 @@ pub(super) async fn choose_calls(
     connection: &Connection,
     timeout: Duration,
 ) -> Result<Calls, Error> {
-    match tokio::time::timeout(timeout, load_library(connection)).await {
+    let load = until_answered(|| load_library(connection));
+    match tokio::time::timeout(timeout, load).await {
         Ok(Ok(())) => Ok(Calls::Function {
             name: LIBRARY.function.clone(),
         }),
@@ -73,6 +74,21 @@ pub(super) async fn choose_calls(
             why: format!("FUNCTION LOAD was refused: {e}"),
         }),
         Err(_) => Err(no_answer(timeout)),
+    }
+}
+
+/// `call` again while it only timed out: at startup a busy server may answer after the
+/// store's response timeout (the decision timeout, 10 ms by default; `FUNCTION LOAD`
+/// compiles the library), and it has still run the command. The caller bounds the
+/// whole by the connect timeout. Each try waits the response timeout: no busy loop.
+pub(super) async fn until_answered<T, F: Future<Output = Result<T, RedisError>>>(
+    mut call: impl FnMut() -> F,
+) -> Result<T, RedisError> {
+    loop {
+        match call().await {
+            Err(e) if e.is_timeout() => continue,
+            other => return other,
+        }
     }
 }
 

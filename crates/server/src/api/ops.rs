@@ -61,6 +61,13 @@ pub(super) async fn top(
     .into_response()
 }
 
+/// `GET /v1/history`: per rule, decisions and over-limit decisions per second over the
+/// last minutes, and the candidate's disagreements per domain (the console's charts).
+pub(super) async fn history(State(state): State<Arc<AppState>>) -> Response {
+    let metrics = metrics::handle().render();
+    Json(state.history.series(&metrics, state.service.now())).into_response()
+}
+
 /// `GET /rlconfig`: the loaded rules in the reference's text format (what its debug
 /// port answers and `egctl x config envoy-ratelimit` reads), one line per limit, sorted:
 /// `domain.key_value.key: unit=MINUTE requests_per_unit=10, shadow_mode: false`. A

@@ -53,6 +53,7 @@ pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>) -> Router {
         .route("/v1/explain", post(v1::explain))
         .route("/v1/config", get(ops::config))
         .route("/v1/top", get(ops::top))
+        .route("/v1/history", get(ops::history))
         .route("/rlconfig", get(ops::rlconfig))
         .fallback(|| async { respond::refused(Refused::NoSuchEndpoint) })
         .layer(middleware::from_fn_with_state(

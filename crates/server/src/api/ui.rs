@@ -1,7 +1,9 @@
 //! `GET /ui`: the console page. One HTML page, a stylesheet and a script, compiled into
 //! the binary (no CDN: it works offline and behind a firewall). The script reads what
 //! any client can: `/v1/config` for the rules, `/metrics` for the decision counters,
-//! `/v1/top` for the denied keys, and posts the explain form to `/v1/explain`.
+//! `/v1/history` for the same counters over the last minutes (the charts, drawn as
+//! inline SVG), `/v1/top` for the denied keys, and posts the explain form to
+//! `/v1/explain`.
 
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 // The console page: every few seconds it reads /v1/config (the rules), /metrics (the
-// service's own decision counters) and /v1/top (the denied keys), and turns counter
+// service's own decision counters), /v1/history (the same counters over the last
+// minutes, drawn as charts) and /v1/top (the denied keys), and turns counter
 // differences into rates. Everything a client chose (keys, values) is written as text,
 // never as HTML.
 "use strict";
@@ -181,6 +182,89 @@ function fillCandidate(config, counts, before, seconds) {
   fillRules($("candidate-rules").tBodies[0], candidate.domains, counts.candidate, before && before.candidate, seconds);
 }
 
+const SVG = "http://www.w3.org/2000/svg";
+
+/** An SVG element with attributes and children (text as text nodes). */
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, value);
+  for (const child of children.flat(Infinity)) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+const shortRate = (r) => (r >= 1000 ? `${(r / 1000).toFixed(1)}k` : r >= 10 ? Math.round(r) : r.toFixed(1));
+
+/**
+ * One chart: `lines` ({ cls, label, values }) over `at` (ms) in the last `minutes`
+ * (or since `since`, for a service younger than that), on one scale from 0 to the
+ * highest value. `attrs` go on the <svg> (what tests select).
+ */
+function chart(title, attrs, lines, at, minutes, since) {
+  const W = 330, H = 96, left = 34, right = 6, top = 16, bottom = 14;
+  const end = at.length > 0 ? at[at.length - 1] : Date.now();
+  const start = Math.min(end - 10000, Math.max(end - minutes * 60000, since || 0));
+  const span = (end - start) / 1000;
+  const ago = span >= 120 ? `−${Math.round(span / 60)} min` : `−${Math.round(span)} s`;
+  const max = Math.max(0, ...lines.flatMap((l) => l.values));
+  const scale = max > 0 ? max : 1;
+  const x = (t) => (left + ((t - start) / (end - start)) * (W - left - right)).toFixed(1);
+  const y = (v) => (top + (1 - v / scale) * (H - top - bottom)).toFixed(1);
+  const points = at.length;
+  return svg(
+    "svg",
+    { ...attrs, class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "data-points": points, "data-max": max },
+    svg("title", {}, `${title}: ${lines.map((l) => l.label).join(", ")} per second, last ${minutes} minutes`),
+    svg("text", { class: "title", x: left, y: 11 }, title),
+    svg("line", { class: "axis", x1: left, y1: H - bottom, x2: W - right, y2: H - bottom }),
+    svg("line", { class: "axis", x1: left, y1: top, x2: left, y2: H - bottom }),
+    svg("text", { x: left - 3, y: top + 4, "text-anchor": "end" }, max > 0 ? shortRate(max) : "0"),
+    svg("text", { x: left - 3, y: H - bottom, "text-anchor": "end" }, "0"),
+    svg("text", { x: left, y: H - 2 }, ago),
+    svg("text", { x: W - right, y: H - 2, "text-anchor": "end" }, points > 0 ? "now" : "no decisions yet"),
+    lines.map((l) =>
+      svg("polyline", {
+        class: l.cls,
+        points: l.values.map((v, i) => `${x(at[i])},${y(v)}`).join(" "),
+        "data-max": Math.max(0, ...l.values),
+      }),
+    ),
+  );
+}
+
+/** The charts of every loaded rule, and of the candidate's disagreements per domain. */
+function fillCharts(history, config) {
+  $("chart-minutes").textContent = history.minutes;
+  const series = new Map(history.rules.map((r) => [ruleId(r.domain, r.rule, r.limit), r]));
+  const none = history.at_ms.map(() => 0);
+  const charts = [];
+  for (const d of config.domains) {
+    for (const rule of d.rules) {
+      const s = series.get(ruleId(d.domain, rule.path, rule.slot));
+      const name = `${d.domain}/${rule.path}${rule.slot}`;
+      charts.push(
+        chart(name, { "data-rule": name }, [
+          { cls: "decisions", label: "decisions", values: s ? s.decisions_per_s : none },
+          { cls: "over", label: "over the limit", values: s ? s.over_limit_per_s : none },
+        ], history.at_ms, history.minutes, history.since_ms),
+      );
+    }
+  }
+  $("charts").replaceChildren(...charts);
+  const candidate = config.candidate;
+  const disagree = new Map(history.candidate.map((c) => [c.domain, c]));
+  $("candidate-charts").replaceChildren(
+    ...(candidate ? candidate.domains : []).map((d) => {
+      const s = disagree.get(d.domain);
+      return chart(`${d.domain}: disagreements`, { "data-domain": d.domain }, [
+        { cls: "would_deny", label: "would deny", values: s ? s.would_deny_per_s : none },
+        { cls: "would_admit", label: "would admit", values: s ? s.would_admit_per_s : none },
+      ], history.at_ms, history.minutes, history.since_ms);
+    }),
+  );
+}
+
 async function fillTop() {
   const domain = $("top-domain").value;
   const box = $("top");
@@ -217,9 +301,10 @@ async function fillTop() {
 async function refresh() {
   const status = $("status");
   try {
-    const [config, metrics] = await Promise.all([
+    const [config, metrics, history] = await Promise.all([
       getJson("/v1/config"),
       fetch("/metrics", { cache: "no-store" }).then((r) => r.text()),
+      getJson("/v1/history"),
     ]);
     const at = performance.now();
     const counts = count(parseMetrics(metrics));
@@ -227,6 +312,7 @@ async function refresh() {
     const before = previous && previous.counts;
     fillRules($("rules").tBodies[0], config.domains, counts.live, before && before.live, seconds);
     fillCandidate(config, counts, before, seconds);
+    fillCharts(history, config);
     const names = config.domains.map((d) => d.domain);
     fillSelect($("top-domain"), names);
     fillSelect($("explain-domain"), names);

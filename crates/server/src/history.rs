@@ -1,0 +1,279 @@
+//! The console's charts: the service's decision counters read every [`STEP`] and kept
+//! for [`MINUTES`], so that a page opened in the middle of a spike shows how it began.
+//!
+//! A reading is the service's own Prometheus counters (`spillway_decisions_total` per
+//! rule and outcome, `spillway_candidate_disagreements_total` per domain and kind), read
+//! from the recorder off the decision path: nothing is added to a decision. [`History::series`]
+//! turns consecutive readings into rates, with a last point from a fresh reading, so the
+//! chart moves at every refresh of the page and not only every step.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use spillway_core::Timestamp;
+
+/// How far back the charts go.
+pub const MINUTES: u64 = 15;
+
+/// Between two kept readings (µs).
+pub const STEP: u64 = 5_000_000;
+
+/// Readings kept: one more than the points of [`MINUTES`].
+const KEPT: usize = (MINUTES * 60_000_000 / STEP) as usize + 1;
+
+/// A rule as the counters label it: domain, config path, and the limit's slot.
+type RuleId = (String, String, String);
+
+/// The counters at one moment.
+#[derive(Clone, Debug, Default)]
+struct Reading {
+    /// When (µs since the epoch).
+    at: u64,
+    /// Per rule: decisions, and of them over the limit (enforced or in shadow).
+    rules: BTreeMap<RuleId, (f64, f64)>,
+    /// Per candidate domain: would deny, would admit.
+    disagree: BTreeMap<String, (f64, f64)>,
+}
+
+/// The kept readings.
+#[derive(Debug, Default)]
+pub struct History {
+    readings: Mutex<VecDeque<Reading>>,
+}
+
+/// `GET /v1/history`: per rule and per candidate domain, one rate per point.
+#[derive(Debug, Serialize)]
+pub struct Series {
+    pub minutes: u64,
+    pub step_ms: u64,
+    /// The first reading (ms since the epoch): the charts of a service younger than
+    /// [`MINUTES`] start there.
+    pub since_ms: u64,
+    /// Each point's end, in ms since the epoch.
+    pub at_ms: Vec<u64>,
+    pub rules: Vec<RuleSeries>,
+    pub candidate: Vec<DomainSeries>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RuleSeries {
+    pub domain: String,
+    pub rule: String,
+    pub limit: String,
+    pub decisions_per_s: Vec<f64>,
+    pub over_limit_per_s: Vec<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DomainSeries {
+    pub domain: String,
+    pub would_deny_per_s: Vec<f64>,
+    pub would_admit_per_s: Vec<f64>,
+}
+
+impl History {
+    /// Keeps a reading of `metrics` (Prometheus text) at `now` if the last kept one is
+    /// a step old, dropping what is older than [`MINUTES`].
+    pub fn sample(&self, metrics: &str, now: Timestamp) {
+        let now = now.as_micros();
+        let mut readings = self.readings.lock();
+        if readings.back().is_some_and(|last| now < last.at + STEP) {
+            return;
+        }
+        readings.push_back(read(metrics, now));
+        while readings.len() > KEPT {
+            readings.pop_front();
+        }
+    }
+
+    /// The rates between the kept readings, and from the last one to `metrics` now.
+    pub fn series(&self, metrics: &str, now: Timestamp) -> Series {
+        let mut readings: Vec<Reading> = self.readings.lock().iter().cloned().collect();
+        let fresh = read(metrics, now.as_micros());
+        if readings.last().is_none_or(|last| fresh.at > last.at) {
+            readings.push(fresh);
+        }
+        let pairs: Vec<(&Reading, &Reading)> =
+            readings.windows(2).map(|w| (&w[0], &w[1])).collect();
+        let rate = |before: f64, after: f64, a: &Reading, b: &Reading| {
+            let seconds = (b.at - a.at) as f64 / 1e6;
+            // A counter that went down was reset (a new recorder): no rate for that point.
+            ((after - before).max(0.0) / seconds * 10.0).round() / 10.0
+        };
+        let last = readings.last().cloned().unwrap_or_default();
+        let rules = last
+            .rules
+            .keys()
+            .map(|id| {
+                let point = |pick: fn(&(f64, f64)) -> f64| {
+                    pairs
+                        .iter()
+                        .map(|(a, b)| {
+                            let was = a.rules.get(id).map_or(0.0, pick);
+                            let is = b.rules.get(id).map_or(0.0, pick);
+                            rate(was, is, a, b)
+                        })
+                        .collect()
+                };
+                RuleSeries {
+                    domain: id.0.clone(),
+                    rule: id.1.clone(),
+                    limit: id.2.clone(),
+                    decisions_per_s: point(|c| c.0),
+                    over_limit_per_s: point(|c| c.1),
+                }
+            })
+            .collect();
+        let candidate = last
+            .disagree
+            .keys()
+            .map(|domain| {
+                let point = |pick: fn(&(f64, f64)) -> f64| {
+                    pairs
+                        .iter()
+                        .map(|(a, b)| {
+                            let was = a.disagree.get(domain).map_or(0.0, pick);
+                            let is = b.disagree.get(domain).map_or(0.0, pick);
+                            rate(was, is, a, b)
+                        })
+                        .collect()
+                };
+                DomainSeries {
+                    domain: domain.clone(),
+                    would_deny_per_s: point(|c| c.0),
+                    would_admit_per_s: point(|c| c.1),
+                }
+            })
+            .collect();
+        Series {
+            minutes: MINUTES,
+            step_ms: STEP / 1000,
+            since_ms: readings.first().map_or(0, |r| r.at / 1000),
+            at_ms: pairs.iter().map(|(_, b)| b.at / 1000).collect(),
+            rules,
+            candidate,
+        }
+    }
+}
+
+/// The counters of one reading, from the recorder's Prometheus text.
+fn read(metrics: &str, at: u64) -> Reading {
+    let mut reading = Reading {
+        at,
+        ..Reading::default()
+    };
+    for line in metrics.lines() {
+        let Some((name, rest)) = line.split_once('{') else {
+            continue;
+        };
+        if name != "spillway_decisions_total" && name != "spillway_candidate_disagreements_total" {
+            continue;
+        }
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let labels = parse_labels(labels);
+        let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+        if name == "spillway_decisions_total" {
+            let id = (label("domain"), label("rule"), label("limit"));
+            let counts = reading.rules.entry(id).or_default();
+            counts.0 += value;
+            if label("outcome") != "ok" {
+                counts.1 += value;
+            }
+        } else {
+            let counts = reading.disagree.entry(label("domain")).or_default();
+            match label("kind").as_str() {
+                "would_deny" => counts.0 += value,
+                _ => counts.1 += value,
+            }
+        }
+    }
+    reading
+}
+
+/// `k="v",k2="v2"` (Prometheus escapes `\\`, `\"` and `\n` in values).
+fn parse_labels(text: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    let mut rest = text;
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, other)) => value.push(other),
+                    None => {}
+                },
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        labels.insert(key.trim_start_matches(',').trim().to_owned(), value);
+        rest = &after[end..];
+    }
+    labels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(ok: u64, over: u64, deny: u64) -> String {
+        format!(
+            "# TYPE spillway_decisions_total counter\n\
+             spillway_decisions_total{{domain=\"api\",rule=\"api_key\",limit=\"#burst\",outcome=\"ok\"}} {ok}\n\
+             spillway_decisions_total{{domain=\"api\",rule=\"api_key\",limit=\"#burst\",outcome=\"over_limit\"}} {over}\n\
+             spillway_candidate_disagreements_total{{domain=\"a\\\"b\",kind=\"would_deny\"}} {deny}\n\
+             spillway_requests_total{{api=\"v1\"}} 99\n"
+        )
+    }
+
+    fn at(seconds: u64) -> Timestamp {
+        Timestamp::from_micros(1_700_000_000_000_000 + seconds * 1_000_000)
+    }
+
+    #[test]
+    fn rates_come_from_consecutive_readings_and_a_fresh_one() {
+        let history = History::default();
+        history.sample(&text(0, 0, 0), at(0));
+        history.sample(&text(50, 0, 0), at(2)); // within a step: not kept
+        history.sample(&text(100, 10, 5), at(5));
+        let series = history.series(&text(120, 30, 5), at(7));
+        assert_eq!(series.at_ms.len(), 2);
+        assert_eq!(series.since_ms, 1_700_000_000_000);
+        let rule = &series.rules[0];
+        assert_eq!(
+            (&*rule.domain, &*rule.rule, &*rule.limit),
+            ("api", "api_key", "#burst")
+        );
+        // 110 decisions over 5 s, then 40 over 2 s; 10 then 20 over the limit.
+        assert_eq!(rule.decisions_per_s, [22.0, 20.0]);
+        assert_eq!(rule.over_limit_per_s, [2.0, 10.0]);
+        let candidate = &series.candidate[0];
+        assert_eq!(candidate.domain, "a\"b");
+        assert_eq!(candidate.would_deny_per_s, [1.0, 0.0]);
+        assert_eq!(candidate.would_admit_per_s, [0.0, 0.0]);
+    }
+
+    #[test]
+    fn only_the_last_minutes_are_kept() {
+        let history = History::default();
+        for i in 0..(KEPT as u64 + 10) {
+            history.sample(&text(i, 0, 0), at(i * STEP / 1_000_000));
+        }
+        assert_eq!(history.readings.lock().len(), KEPT);
+        let series = history.series(&text(0, 0, 0), at(0));
+        // A fresh reading older than the last kept one adds no point.
+        assert_eq!(series.at_ms.len(), KEPT - 1);
+    }
+}
