@@ -73,15 +73,15 @@ pub struct DomainSeries {
 }
 
 impl History {
-    /// Keeps a reading of `metrics` (Prometheus text) at `now` if the last kept one is
-    /// a step old, dropping what is older than [`MINUTES`].
-    pub fn sample(&self, metrics: &str, now: Timestamp) {
+    /// Keeps a reading of `metrics` (Prometheus text, rendered only then) at `now` if
+    /// the last kept one is a step old, dropping what is older than [`MINUTES`].
+    pub fn sample(&self, metrics: impl FnOnce() -> String, now: Timestamp) {
         let now = now.as_micros();
         let mut readings = self.readings.lock();
         if readings.back().is_some_and(|last| now < last.at + STEP) {
             return;
         }
-        readings.push_back(read(metrics, now));
+        readings.push_back(read(&metrics(), now));
         while readings.len() > KEPT {
             readings.pop_front();
         }
@@ -96,32 +96,18 @@ impl History {
         }
         let pairs: Vec<(&Reading, &Reading)> =
             readings.windows(2).map(|w| (&w[0], &w[1])).collect();
-        let rate = |before: f64, after: f64, a: &Reading, b: &Reading| {
-            let seconds = (b.at - a.at) as f64 / 1e6;
-            // A counter that went down was reset (a new recorder): no rate for that point.
-            ((after - before).max(0.0) / seconds * 10.0).round() / 10.0
-        };
         let last = readings.last().cloned().unwrap_or_default();
         let rules = last
             .rules
             .keys()
             .map(|id| {
-                let point = |pick: fn(&(f64, f64)) -> f64| {
-                    pairs
-                        .iter()
-                        .map(|(a, b)| {
-                            let was = a.rules.get(id).map_or(0.0, pick);
-                            let is = b.rules.get(id).map_or(0.0, pick);
-                            rate(was, is, a, b)
-                        })
-                        .collect()
-                };
+                let count = |r: &Reading| r.rules.get(id).copied().unwrap_or_default();
                 RuleSeries {
                     domain: id.0.clone(),
                     rule: id.1.clone(),
                     limit: id.2.clone(),
-                    decisions_per_s: point(|c| c.0),
-                    over_limit_per_s: point(|c| c.1),
+                    decisions_per_s: rates(&pairs, |r| count(r).0),
+                    over_limit_per_s: rates(&pairs, |r| count(r).1),
                 }
             })
             .collect();
@@ -129,20 +115,11 @@ impl History {
             .disagree
             .keys()
             .map(|domain| {
-                let point = |pick: fn(&(f64, f64)) -> f64| {
-                    pairs
-                        .iter()
-                        .map(|(a, b)| {
-                            let was = a.disagree.get(domain).map_or(0.0, pick);
-                            let is = b.disagree.get(domain).map_or(0.0, pick);
-                            rate(was, is, a, b)
-                        })
-                        .collect()
-                };
+                let count = |r: &Reading| r.disagree.get(domain).copied().unwrap_or_default();
                 DomainSeries {
                     domain: domain.clone(),
-                    would_deny_per_s: point(|c| c.0),
-                    would_admit_per_s: point(|c| c.1),
+                    would_deny_per_s: rates(&pairs, |r| count(r).0),
+                    would_admit_per_s: rates(&pairs, |r| count(r).1),
                 }
             })
             .collect();
@@ -155,6 +132,18 @@ impl History {
             candidate,
         }
     }
+}
+
+/// Per pair of readings, the rate of the counter `count` reads from each (one decimal).
+fn rates(pairs: &[(&Reading, &Reading)], count: impl Fn(&Reading) -> f64) -> Vec<f64> {
+    pairs
+        .iter()
+        .map(|(a, b)| {
+            let seconds = (b.at - a.at) as f64 / 1e6;
+            // A counter that went down was reset (a new recorder): 0 for that point.
+            ((count(b) - count(a)).max(0.0) / seconds * 10.0).round() / 10.0
+        })
+        .collect()
 }
 
 /// The counters of one reading, from the recorder's Prometheus text.
@@ -245,9 +234,9 @@ mod tests {
     #[test]
     fn rates_come_from_consecutive_readings_and_a_fresh_one() {
         let history = History::default();
-        history.sample(&text(0, 0, 0), at(0));
-        history.sample(&text(50, 0, 0), at(2)); // within a step: not kept
-        history.sample(&text(100, 10, 5), at(5));
+        history.sample(|| text(0, 0, 0), at(0));
+        history.sample(|| unreachable!("within a step: not read"), at(2));
+        history.sample(|| text(100, 10, 5), at(5));
         let series = history.series(&text(120, 30, 5), at(7));
         assert_eq!(series.at_ms.len(), 2);
         assert_eq!(series.since_ms, 1_700_000_000_000);
@@ -269,7 +258,7 @@ mod tests {
     fn only_the_last_minutes_are_kept() {
         let history = History::default();
         for i in 0..(KEPT as u64 + 10) {
-            history.sample(&text(i, 0, 0), at(i * STEP / 1_000_000));
+            history.sample(|| text(i, 0, 0), at(i * STEP / 1_000_000));
         }
         assert_eq!(history.readings.lock().len(), KEPT);
         let series = history.series(&text(0, 0, 0), at(0));

@@ -344,7 +344,7 @@ async fn upkeep(
                 let ready = state.readiness().await.is_ok();
                 api::grpc::set_health(&reporter, ready).await;
                 metrics::handle().run_upkeep();
-                state.history.sample(&metrics::handle().render(), state.service.now());
+                state.history.sample(|| metrics::handle().render(), state.service.now());
                 metrics::breaker(state.service.stores().breaker().state());
             }
             () = shutdown.cancelled() => {
