@@ -1,4 +1,4 @@
-//! The admin listener: the pages that show who is limited and how (`/ui`, `/v1/top`,
+//! The admin listener: the pages that show who is limited and how (`/ui`, `/v1/top`, `/v1/history`,
 //! `/v1/config`, `/v1/explain`, the reference's `/rlconfig`) are served there and
 //! answer 404 on the check port; with a token, 401 without it (health needs none);
 //! off, nothing listens.
@@ -25,9 +25,10 @@ descriptors:
     rate_limit: { unlimited: true }
 ";
 
-const ADMIN_PAGES: [&str; 5] = [
+const ADMIN_PAGES: [&str; 6] = [
     "/ui",
     "/v1/top?domain=shop",
+    "/v1/history",
     "/v1/config",
     "/v1/explain",
     "/rlconfig",

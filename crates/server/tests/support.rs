@@ -86,9 +86,16 @@ impl Server {
     /// `path` on the listener that serves it: the admin listener's pages there, the
     /// rest on the check port.
     pub fn url(&self, path: &str) -> String {
-        let admin = ["/ui", "/v1/top", "/v1/config", "/v1/explain", "/rlconfig"]
-            .iter()
-            .any(|p| path.starts_with(p));
+        let admin = [
+            "/ui",
+            "/v1/top",
+            "/v1/history",
+            "/v1/config",
+            "/v1/explain",
+            "/rlconfig",
+        ]
+        .iter()
+        .any(|p| path.starts_with(p));
         match self.running.admin_addr {
             Some(addr) if admin => format!("http://{addr}{path}"),
             _ => self.check_url(path),
