@@ -359,8 +359,10 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
                 "#rules tr[data-rule=\"api/remote_address\"] td.rate",
             ))
             .await;
+        // The page replaces its rows at every refresh: a row found just before one is
+        // gone when read (a stale element), and is read again at the next turn.
         let rate = match rate {
-            Ok(cell) => cell.text().await.unwrap(),
+            Ok(cell) => cell.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         };
         if rate.parse::<f64>().is_ok_and(|r| r > 0.0) {
