@@ -13,7 +13,8 @@
 //! (the check APIs, health, metrics) and the admin listener (the console, top keys,
 //! config, explain, `/rlconfig`; loopback by default), each over TLS when asked
 //! (`tls.rs`, certificates reloaded without a restart). The rules come from policy files
-//! (`reload.rs` watches them) or over xDS (`xds.rs`). [`Running::wait`] serves until the
+//! (`reload.rs` watches them) or over xDS (`xds.rs`); `history.rs` keeps the last
+//! minutes of the decision counters for the console's charts. [`Running::wait`] serves until the
 //! shutdown token is cancelled, then drains.
 
 #![forbid(unsafe_code)]
