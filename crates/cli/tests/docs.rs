@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use spillway_testkit::redis::{cluster_url, standalone_url, tls_standalone_url, unique_prefix};
-use support::{Procs, free_port};
+use support::{Procs, free_port, until_listening};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -303,7 +303,6 @@ impl Session {
 /// `spillway serve ARGS` on the block's ports: its first `lines` log lines once it
 /// listens, and the process (killed when dropped).
 fn serve(args: &str, ports: &Ports, path: &str, lines: usize) -> (String, std::process::Child) {
-    use std::io::BufRead;
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(format!("exec spillway serve {args}"))
@@ -317,18 +316,7 @@ fn serve(args: &str, ports: &Ports, path: &str, lines: usize) -> (String, std::p
         .stderr(Stdio::piped())
         .spawn()
         .expect("spillway starts");
-    let stderr = child.stderr.take().unwrap();
-    let mut logs = std::io::BufReader::new(stderr).lines();
-    let mut seen = Vec::new();
-    for line in logs.by_ref() {
-        let line = line.unwrap();
-        let listening = line.contains("listening");
-        seen.push(line);
-        if listening {
-            break;
-        }
-    }
-    std::thread::spawn(move || logs.for_each(drop));
+    let mut seen = until_listening(&mut child);
     seen.truncate(lines.max(1));
     (seen.join("\n"), child)
 }

@@ -15,7 +15,7 @@ use spillway_testkit::metric;
 use spillway_testkit::tls::{
     Leaf, Pair, Pki, certificate_der as der, client_config, https, presented, replace,
 };
-use support::{Procs, free_port, spawn_serve, tempdir};
+use support::{Procs, free_port, spawn_serve, tempdir, until_listening};
 
 const POLICY: &str = "domain: t\ndescriptors:\n  - key: user\n    rate_limit: { unit: second, requests_per_unit: 1000000 }\n";
 
@@ -284,19 +284,8 @@ fn the_reference_variables_serve_grpc_over_tls_and_never_plaintext() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
+    let seen = until_listening(&mut child);
     let _procs = Procs(vec![child]);
-    let mut logs = std::io::BufRead::lines(std::io::BufReader::new(stderr));
-    let mut seen = Vec::new();
-    for line in logs.by_ref() {
-        let line = line.unwrap();
-        let done = line.contains("listening");
-        seen.push(line);
-        if done {
-            break;
-        }
-    }
-    std::thread::spawn(move || logs.for_each(drop));
     assert!(
         !seen.iter().any(|l| l.contains("GRPC_SERVER")),
         "no GRPC_SERVER_* variable is named as not honoured: {seen:#?}"

@@ -26,7 +26,7 @@ const KEPT: usize = (MINUTES * 60_000_000 / STEP) as usize + 1;
 type RuleId = (String, String, String);
 
 /// The counters at one moment.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 struct Reading {
     /// When (µs since the epoch).
     at: u64,
@@ -89,14 +89,15 @@ impl History {
 
     /// The rates between the kept readings, and from the last one to `metrics` now.
     pub fn series(&self, metrics: &str, now: Timestamp) -> Series {
-        let mut readings: Vec<Reading> = self.readings.lock().iter().cloned().collect();
         let fresh = read(metrics, now.as_micros());
+        let kept = self.readings.lock();
+        let mut readings: Vec<&Reading> = kept.iter().collect();
         if readings.last().is_none_or(|last| fresh.at > last.at) {
-            readings.push(fresh);
+            readings.push(&fresh);
         }
-        let pairs: Vec<(&Reading, &Reading)> =
-            readings.windows(2).map(|w| (&w[0], &w[1])).collect();
-        let last = readings.last().cloned().unwrap_or_default();
+        let pairs: Vec<(&Reading, &Reading)> = readings.windows(2).map(|w| (w[0], w[1])).collect();
+        let none = Reading::default();
+        let last = readings.last().copied().unwrap_or(&none);
         let rules = last
             .rules
             .keys()

@@ -11,13 +11,11 @@ use spillway_server::{AnyStore, Running, Settings};
 use spillway_testkit::redis::{standalone_url, unique_prefix};
 
 /// `spillway serve ARGS` (no environment but an admin listener on a port of its own,
-/// unless ARGS name one: tests run side by side), once it logs that it is listening. Its log
-/// is read until it exits: with the pipe closed, its shutdown lines would have nowhere
-/// to go and it would not stop on SIGTERM.
+/// unless ARGS name one: tests run side by side), once it logs that it is listening
+/// ([`until_listening`]).
 pub fn spawn_serve<S: AsRef<std::ffi::OsStr>>(
     args: impl IntoIterator<Item = S>,
 ) -> std::process::Child {
-    use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
         .arg("serve")
         .args(args)
@@ -26,13 +24,33 @@ pub fn spawn_serve<S: AsRef<std::ffi::OsStr>>(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spillway starts");
-    let mut logs = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    logs.by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.contains("listening"))
-        .expect("a listening line");
-    std::thread::spawn(move || logs.for_each(drop));
+    let seen = until_listening(&mut child);
+    assert!(
+        seen.last().is_some_and(|l| l.contains("listening")),
+        "a listening line: {seen:#?}"
+    );
     child
+}
+
+/// The log lines of a `serve` started with a piped stderr, up to and including the one
+/// that says it is listening (all of them, if it ended first). The rest of the log is
+/// read on a thread until the process exits: with the pipe closed, its shutdown lines
+/// would have nowhere to go and it would not stop on SIGTERM.
+pub fn until_listening(child: &mut std::process::Child) -> Vec<String> {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut logs = std::io::BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    for line in logs.by_ref() {
+        let line = line.unwrap();
+        let listening = line.contains("listening");
+        seen.push(line);
+        if listening {
+            break;
+        }
+    }
+    std::thread::spawn(move || logs.for_each(drop));
+    seen
 }
 
 /// Child processes, killed when the test ends however it ends.
