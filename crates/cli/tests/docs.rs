@@ -1,6 +1,6 @@
-//! The docs, checked: every ` ```console ` block in README.md and docs/*.md that runs
-//! `spillway` is run and its output compared, and every relative link and `#anchor` in
-//! them must resolve.
+//! The docs' transcripts, checked: every ` ```console ` block in README.md and
+//! docs/*.md that runs `spillway` is run and its output compared (their links:
+//! `links.rs`).
 //!
 //! A block runs as a shell session from the repository's root, each `$ ` line through
 //! `sh -c` with the built `spillway` first on `PATH`. What is shown is what is compared,
@@ -19,27 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use spillway_testkit::redis::{cluster_url, standalone_url, tls_standalone_url, unique_prefix};
+use support::docs::{pages, root};
 use support::{Procs, free_port, until_listening};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// README.md and every page under docs/.
-fn pages() -> Vec<PathBuf> {
-    let mut pages = vec![root().join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    pages.extend(docs);
-    pages
-}
 
 /// A console block: where it starts, and its lines.
 struct Block {
@@ -349,118 +330,6 @@ fn every_console_transcript_runs_as_shown() {
     );
 }
 
-/// GitHub's anchor for a heading: lower case, punctuation but `-` and `_` dropped,
-/// spaces to `-`.
-fn anchor(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
-        .map(|c| if c == ' ' { '-' } else { c })
-        .collect()
-}
-
-/// The anchors of a Markdown page's headings (outside code blocks).
-fn anchors(text: &str) -> Vec<String> {
-    let mut fenced = false;
-    let mut out: Vec<String> = Vec::new();
-    for line in text.lines() {
-        if line.starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced || !line.starts_with('#') {
-            continue;
-        }
-        let base = anchor(line.trim_start_matches('#'));
-        let n = out
-            .iter()
-            .filter(|a| **a == base || a.starts_with(&format!("{base}-")))
-            .count();
-        out.push(if n == 0 { base } else { format!("{base}-{n}") });
-    }
-    out
-}
-
-/// The `](target)` links of a page's text outside code.
-fn links(text: &str) -> Vec<(usize, String)> {
-    let mut fenced = false;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
-        // Inline code holds no links.
-        let prose: String = line
-            .split('`')
-            .enumerate()
-            .filter(|(k, _)| k % 2 == 0)
-            .map(|(_, s)| s)
-            .collect::<Vec<_>>()
-            .join(" ");
-        let mut rest = prose.as_str();
-        while let Some(at) = rest.find("](") {
-            let after = &rest[at + 2..];
-            let Some(end) = after.find(')') else { break };
-            out.push((i + 1, after[..end].to_owned()));
-            rest = &after[end..];
-        }
-    }
-    out
-}
-
-#[test]
-fn every_relative_link_and_anchor_resolves() {
-    let mut broken = Vec::new();
-    let mut checked = 0;
-    for page in pages() {
-        let text = std::fs::read_to_string(&page).unwrap();
-        for (line, target) in links(&text) {
-            if target.contains("://") || target.starts_with("mailto:") {
-                continue;
-            }
-            checked += 1;
-            let (file, fragment) = match target.split_once('#') {
-                Some((f, a)) => (f, Some(a)),
-                None => (target.as_str(), None),
-            };
-            let dest = if file.is_empty() {
-                page.clone()
-            } else {
-                page.parent().unwrap().join(file)
-            };
-            if !dest.exists() {
-                broken.push(format!(
-                    "{}:{line}: `{target}`: no such file",
-                    page.display()
-                ));
-                continue;
-            }
-            if let Some(fragment) = fragment {
-                let anchors = if dest.extension().is_some_and(|e| e == "md") {
-                    anchors(&std::fs::read_to_string(&dest).unwrap())
-                } else {
-                    Vec::new()
-                };
-                if !anchors.iter().any(|a| a == fragment) {
-                    broken.push(format!(
-                        "{}:{line}: `{target}`: no heading `#{fragment}` in {}",
-                        page.display(),
-                        dest.display()
-                    ));
-                }
-            }
-        }
-    }
-    assert!(checked > 0, "no relative link found");
-    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
-}
-
 #[test]
 fn the_matcher_has_teeth() {
     assert!(line_matches("OK: [..] remaining", "OK: 9 of 10 remaining"));
@@ -468,7 +337,6 @@ fn the_matcher_has_teeth() {
     assert!(matches(&["a", "...", "d"], &["a", "b", "c", "d"]));
     assert!(!matches(&["a", "d"], &["a", "b", "d"]));
     assert!(!matches(&["a"], &["a", "b"]));
-    assert_eq!(anchor("The console: `GET /ui`"), "the-console-get-ui");
     assert_eq!(
         plain("\u{1b}[2m2026-11-26T23:16:56.696386Z\u{1b}[0m  INFO x"),
         "INFO x"
