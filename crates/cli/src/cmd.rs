@@ -3,6 +3,7 @@
 
 mod bench;
 mod check;
+mod config;
 mod explain;
 mod serve;
 mod simulate;
@@ -25,6 +26,9 @@ pub enum Command {
     /// Run the rate limit service: Envoy's gRPC protocol and an HTTP/JSON API.
     #[command(after_help = serve::EXAMPLES)]
     Serve(serve::ServeArgs),
+    /// Print the configuration serve would run with and where each value comes from.
+    #[command(after_help = config::EXAMPLES)]
+    Config(config::ConfigArgs),
     /// Load-test a store or a running service: throughput, latency percentiles, decisions.
     #[command(after_help = bench::EXAMPLES)]
     Bench(bench::BenchArgs),
@@ -46,6 +50,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Bench(args) => bench::run(args),
         Command::Check(args) => check::run(args),
+        Command::Config(args) => config::run(args),
         Command::Explain(args) => explain::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Simulate(args) => simulate::run(args),

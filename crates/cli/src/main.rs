@@ -51,14 +51,22 @@ fn main() -> ExitCode {
 /// environment).
 fn arguments(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let mut args: Vec<_> = args.into_iter().collect();
-    let called = args
-        .first()
-        .and_then(|a| std::path::Path::new(a).file_name())
-        .is_some_and(|name| name == "ratelimit");
-    if called {
+    if args.first().is_some_and(|a| is_ratelimit(a)) {
         args.insert(1, "serve".into());
     }
     args
+}
+
+fn is_ratelimit(arg0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(arg0)
+        .file_name()
+        .is_some_and(|name| name == "ratelimit")
+}
+
+/// Whether this process was started as `ratelimit` (as the image starts it): then the
+/// reference's defaults apply.
+pub(crate) fn called_ratelimit() -> bool {
+    std::env::args_os().next().is_some_and(|a| is_ratelimit(&a))
 }
 
 #[cfg(test)]

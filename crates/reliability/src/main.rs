@@ -69,7 +69,7 @@ enum Command {
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
-    spillway_server::settings::duration(s)
+    spillway_server::config::value::duration(s)
 }
 
 #[tokio::main]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spillway_core::{Clock, SystemClock, Timestamp};
+use spillway_server::App;
 use tokio::time::Instant;
 
 use crate::load::{self, Sample, certain_most};
@@ -52,7 +53,14 @@ pub async fn run(url: &str, offset: Duration, length: Duration) -> anyhow::Resul
     let mut services = Vec::new();
     for ahead in [true, false] {
         let clock: Arc<dyn Clock> = Arc::new(Skewed { offset, ahead });
-        services.push(spillway_server::start_with_clock(&settings, clock).await?);
+        services.push(
+            App::builder(settings.clone())
+                .clock(clock)
+                .build()
+                .await?
+                .start()
+                .await?,
+        );
     }
     // A key no earlier run used, so the limit starts empty.
     let value = format!("skew-{}", std::process::id());
@@ -72,7 +80,7 @@ pub async fn run(url: &str, offset: Duration, length: Duration) -> anyhow::Resul
     for s in services {
         s.stop().await;
     }
-    let _ = std::fs::remove_dir_all(&settings.config);
+    let _ = std::fs::remove_dir_all(&settings.rules.path);
     samples.sort_by_key(|s| s.sent);
     let admitted = load::admitted(&samples);
     Ok(SkewReport {

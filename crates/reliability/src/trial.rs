@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use spillway_server::Settings;
+use spillway_server::{App, Config, Running};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -122,15 +122,13 @@ pub async fn run(
     timing: Timing,
 ) -> anyhow::Result<Report> {
     let mut rig = Rig::start(fault, transport).await?;
-    let settings = Settings {
-        redis: rig.access(),
-        ..service_settings(
-            &format!("{fault}-{}", policy.name()),
-            policy,
-            rig.store_url(),
-        )?
-    };
-    let running = spillway_server::start(&settings).await?;
+    let mut settings = service_settings(
+        &format!("{fault}-{}", policy.name()),
+        policy,
+        rig.store_url(),
+    )?;
+    settings.store.redis = rig.access();
+    let running = start(settings.clone()).await?;
     let check = load::HttpCheck::new(running.http_addr, "u1")?;
     let call = move || check.call();
 
@@ -149,7 +147,7 @@ pub async fn run(
     let rss_after = rss_kib();
 
     running.stop().await;
-    let _ = std::fs::remove_dir_all(&settings.config);
+    let _ = std::fs::remove_dir_all(&settings.rules.path);
     Ok(Report {
         transport,
         ..judge(
@@ -272,22 +270,22 @@ pub(crate) fn service_settings(
     name: &str,
     policy: Policy,
     store: String,
-) -> anyhow::Result<Settings> {
+) -> anyhow::Result<Config> {
     let dir = std::env::temp_dir().join(format!(
         "spillway-reliability-{}-{name}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("reliability.yaml"), policy.yaml())?;
-    Ok(Settings {
-        config: dir,
-        store,
-        http_addr: "127.0.0.1:0".parse()?,
-        grpc_addr: "127.0.0.1:0".parse()?,
-        admin_addr: Some("127.0.0.1:0".parse()?),
-        watch: false,
-        ..Settings::default()
-    })
+    let mut config = Config::ephemeral(dir);
+    config.store.url = store;
+    config.rules.watch = false;
+    Ok(config)
+}
+
+/// A service for `config`, its store opened, listening.
+pub(crate) async fn start(config: Config) -> anyhow::Result<Running> {
+    Ok(App::builder(config).build().await?.start().await?)
 }
 
 /// This process's resident memory (the service runs in it), from /proc.

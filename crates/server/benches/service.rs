@@ -27,7 +27,7 @@ use hyper_util::rt::TokioIo;
 use spillway_core::{MemoryStore, SystemClock};
 use spillway_redis::RedisStore;
 use spillway_server::listen::{Timeouts, serve};
-use spillway_server::{AnyStore, Settings};
+use spillway_server::{AnyStore, App, Config};
 use tokio_util::sync::CancellationToken;
 
 const KEYS: usize = 10_000;
@@ -207,15 +207,15 @@ async fn spillway(store: AnyStore) -> (SocketAddr, SocketAddr) {
     let dir = std::env::temp_dir().join(format!("spillway-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("bench.yaml"), POLICY).unwrap();
-    let settings = Settings {
-        config: dir,
-        http_addr: "127.0.0.1:0".parse().unwrap(),
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: Some("127.0.0.1:0".parse().unwrap()),
-        watch: false,
-        ..Settings::default()
-    };
-    let running = spillway_server::start_with_store(&settings, store, Arc::new(SystemClock))
+    let mut config = Config::ephemeral(dir);
+    config.rules.watch = false;
+    let running = App::builder(config)
+        .store(store)
+        .clock(Arc::new(SystemClock))
+        .build()
+        .await
+        .unwrap()
+        .start()
         .await
         .unwrap();
     let addrs = (running.http_addr, running.grpc_addr);

@@ -27,68 +27,7 @@ mod san;
 use san::SanCheck;
 pub use san::subject_alt_names;
 
-/// The files and checks of the service's TLS (settings).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The certificate chain (PEM), leaf first.
-    pub cert: PathBuf,
-    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-    /// CAs whose client certificates are accepted: mutual TLS.
-    pub client_ca: Option<PathBuf>,
-    /// With a client CA: a client certificate must name one of these (a DNS name, IP
-    /// address, URI such as a SPIFFE ID, or email address among its SANs).
-    pub client_sans: Vec<String>,
-}
-
-/// Which listeners speak TLS.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TlsListeners {
-    pub grpc: bool,
-    pub http: bool,
-    pub admin: bool,
-}
-
-impl TlsListeners {
-    /// `grpc,http,admin` (any of them, or `none`).
-    pub fn parse(list: &str) -> Result<TlsListeners, String> {
-        let mut on = TlsListeners::default();
-        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            match name {
-                "grpc" => on.grpc = true,
-                "http" => on.http = true,
-                "admin" => on.admin = true,
-                "none" => {}
-                other => {
-                    return Err(format!(
-                        "`{other}` is not a listener (expected grpc, http, admin or none)"
-                    ));
-                }
-            }
-        }
-        Ok(on)
-    }
-
-    pub fn any(self) -> bool {
-        self.grpc || self.http || self.admin
-    }
-}
-
-/// `grpc,http`, or `none`: as [`TlsListeners::parse`] reads it.
-impl std::fmt::Display for TlsListeners {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let on: Vec<&str> = [
-            (self.grpc, "grpc"),
-            (self.http, "http"),
-            (self.admin, "admin"),
-        ]
-        .into_iter()
-        .filter_map(|(on, name)| on.then_some(name))
-        .collect();
-        f.write_str(if on.is_empty() { "none" } else { "" })?;
-        f.write_str(&on.join(","))
-    }
-}
+pub use crate::config::{TlsFiles, TlsListeners};
 
 /// The configurations in use, swapped whole on a reload.
 #[derive(Debug)]

@@ -11,9 +11,7 @@
 //! stream is down the rules in force stay; it is opened again with a backoff that
 //! doubles from `backoff_initial` to `backoff_max` and starts over after a response.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -29,57 +27,12 @@ use spillway_policy::{LoadOptions, PolicySet};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Xds;
 use crate::reload::{self, Set};
 use crate::state::AppState;
 
 /// The resource type Spillway asks for (the reference's).
 pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
-
-/// Where the rules come from over xDS, and how to reach it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct XdsSettings {
-    /// `host:port` of the ADS server.
-    pub server: String,
-    /// The node id the server knows this service by.
-    pub node_id: String,
-    /// The node's metadata (string values).
-    pub node_metadata: Vec<(String, String)>,
-    /// gRPC metadata sent with the stream.
-    pub headers: Vec<(String, String)>,
-    /// TLS to the server; `None`: plaintext.
-    pub tls: Option<XdsTls>,
-    pub backoff_initial: Duration,
-    pub backoff_max: Duration,
-    /// The largest response accepted.
-    pub max_message_bytes: usize,
-}
-
-impl Default for XdsSettings {
-    fn default() -> XdsSettings {
-        XdsSettings {
-            server: "localhost:18000".into(),
-            node_id: "default".into(),
-            node_metadata: Vec::new(),
-            headers: Vec::new(),
-            tls: None,
-            backoff_initial: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(60),
-            max_message_bytes: 4 << 20,
-        }
-    }
-}
-
-/// TLS to the ADS server.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct XdsTls {
-    /// CAs to trust (default: the system's roots).
-    pub server_ca: Option<PathBuf>,
-    /// The name the server's certificate must carry (default: the URL's host).
-    pub server_san: Option<String>,
-    /// A client certificate and key to present.
-    pub client_cert: Option<PathBuf>,
-    pub client_key: Option<PathBuf>,
-}
 
 /// The reference-format policy file a resource stands for, as JSON (which the policy
 /// loader reads as YAML).
@@ -210,10 +163,12 @@ pub fn policies(
 }
 
 /// Follows the ADS server until `shutdown`, putting each good set in force.
-pub fn spawn(state: Arc<AppState>, settings: XdsSettings, shutdown: CancellationToken) {
+pub fn spawn(state: Arc<AppState>, settings: Xds, shutdown: CancellationToken) {
+    let server = settings.server.clone().unwrap_or_default();
     tokio::spawn(async move {
         let mut client = Client {
             state,
+            server,
             settings,
             acked: String::new(),
             rejected: None,
@@ -229,7 +184,7 @@ pub fn spawn(state: Arc<AppState>, settings: XdsSettings, shutdown: Cancellation
                 Ok(true) => backoff = client.settings.backoff_initial,
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(server = %client.settings.server, error = %e, retry_in = ?backoff, "xDS stream down; the rules in force stay")
+                    tracing::warn!(server = %client.server, error = %e, retry_in = ?backoff, "xDS stream down; the rules in force stay")
                 }
             }
             tokio::select! {
@@ -243,7 +198,9 @@ pub fn spawn(state: Arc<AppState>, settings: XdsSettings, shutdown: Cancellation
 
 struct Client {
     state: Arc<AppState>,
-    settings: XdsSettings,
+    /// `host:port` of the ADS server.
+    server: String,
+    settings: Xds,
     /// The version in force (sent with every request, as ADS asks).
     acked: String,
     /// The last version refused, and why (so a resend is not logged again).
@@ -274,7 +231,7 @@ impl Client {
             .await
             .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
             .into_inner();
-        tracing::info!(server = %self.settings.server, node = %self.settings.node_id, "xDS stream open");
+        tracing::info!(server = %self.server, node = %self.settings.node_id, "xDS stream open");
         let mut received = false;
         loop {
             let response = match incoming.message().await {
@@ -297,7 +254,7 @@ impl Client {
     /// Puts a response's set in force (or not): the ACK or NACK to send.
     fn take(&mut self, response: DiscoveryResponse) -> DiscoveryRequest {
         let version = response.version_info.clone();
-        let from = format!("xds {} version {version}", self.settings.server);
+        let from = format!("xds {} version {version}", self.server);
         let result = if response.type_url == TYPE_URL {
             policies(&response.resources, self.state.load_options)
         } else {
@@ -366,7 +323,7 @@ impl Client {
     }
 
     async fn channel(&self) -> Result<tonic::transport::Channel, String> {
-        let server = &self.settings.server;
+        let server = &self.server;
         let Some(tls) = &self.settings.tls else {
             return tonic::transport::Channel::from_shared(format!("http://{server}"))
                 .map_err(|e| e.to_string())?

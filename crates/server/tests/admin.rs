@@ -115,7 +115,7 @@ async fn a_token_guards_the_admin_listener_but_not_its_health() {
         "admin-token",
         &[("shop.yaml", POLICY)],
         Backing::Memory,
-        |settings| settings.admin_token = Some(spillway_redis::Password::new("s3cret")),
+        |settings| settings.admin.token = Some(spillway_redis::Password::new("s3cret")),
     )
     .await;
     for page in ADMIN_PAGES {
@@ -171,7 +171,7 @@ async fn off_means_nothing_listens() {
         "admin-off",
         &[("shop.yaml", POLICY)],
         Backing::Memory,
-        |settings| settings.admin_addr = None,
+        |settings| settings.admin.addr = None,
     )
     .await;
     assert_eq!(s.running.admin_addr, None);

@@ -60,7 +60,7 @@ async fn a_candidate_is_decided_in_shadow_and_its_disagreements_are_counted() {
             &[("cand.yaml", LIVE)],
             backing.clone(),
             |settings| {
-                settings.candidate_config = Some(dir.clone());
+                settings.rules.candidate = Some(dir.clone());
             },
         )
         .await;
@@ -123,7 +123,7 @@ async fn a_broken_candidate_is_reported_not_fatal() {
         &[("cand.yaml", LIVE)],
         backings()[0].clone(),
         |settings| {
-            settings.candidate_config = Some(dir.clone());
+            settings.rules.candidate = Some(dir.clone());
         },
     )
     .await;

@@ -32,7 +32,7 @@ async fn a_denied_user_costs_no_script_calls_until_its_retry_time_or_a_reload() 
         "deny-cache",
         &[("d.yaml", POLICY)],
         Backing::Redis(redis.url()),
-        |st| st.store_timeout = Duration::from_secs(1),
+        |st| st.store.timeout = Duration::from_secs(1),
     )
     .await;
     let before = redis.script_calls();
@@ -88,8 +88,8 @@ async fn without_the_deny_cache_every_decision_is_a_script_call() {
         &[("d.yaml", POLICY)],
         Backing::Redis(redis.url()),
         |st| {
-            st.store_timeout = Duration::from_secs(1);
-            st.deny_cache_bytes = 0;
+            st.store.timeout = Duration::from_secs(1);
+            st.store.deny_cache_bytes = 0;
         },
     )
     .await;

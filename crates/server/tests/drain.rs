@@ -19,8 +19,8 @@ async fn requests_in_flight_finish_after_shutdown_begins() {
         &[("d.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n")],
         Backing::Redis(redis.url()),
         |st| {
-            st.on_store_error = OnStoreError::Open;
-            st.store_timeout = Duration::from_secs(1);
+            st.store.on_error = OnStoreError::Open;
+            st.store.timeout = Duration::from_secs(1);
         },
     )
     .await;

@@ -27,10 +27,10 @@ async fn each_failure_policy_then_recovery() {
             &[("f.yaml", POLICY)],
             Backing::Redis(redis.url()),
             |st| {
-                st.on_store_error = policy;
-                st.store_timeout = Duration::from_millis(500);
-                st.breaker_failures = 1;
-                st.breaker_cooldown = Duration::from_secs(1);
+                st.store.on_error = policy;
+                st.store.timeout = Duration::from_millis(500);
+                st.store.breaker_failures = 1;
+                st.store.breaker_cooldown = Duration::from_secs(1);
             },
         )
         .await;
@@ -126,8 +126,8 @@ async fn a_shadow_rule_lets_through_when_the_store_fails_even_under_closed() {
         &[("f.yaml", SHADOW)],
         Backing::Redis(redis.url()),
         |st| {
-            st.on_store_error = OnStoreError::Closed;
-            st.store_timeout = Duration::from_millis(200);
+            st.store.on_error = OnStoreError::Closed;
+            st.store.timeout = Duration::from_millis(200);
         },
     )
     .await;

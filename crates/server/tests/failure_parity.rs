@@ -72,7 +72,7 @@ async fn service_statuses(row: usize, mode: Mode, policy: OnStoreError) -> Vec<u
         &format!("parity{row}"),
         &[("p.yaml", &yaml)],
         Backing::Redis(redis.url()),
-        |st| st.store_timeout = Duration::from_millis(300),
+        |st| st.store.timeout = Duration::from_millis(300),
     )
     .await;
     redis.kill();

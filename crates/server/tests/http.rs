@@ -127,7 +127,7 @@ async fn a_shadow_rule_reports_but_never_denies_nor_blocks_charging() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_headers_are_a_setting() {
     let s = Server::start_with("legacy", &[("app.yaml", POLICY)], Backing::Memory, |st| {
-        st.headers = spillway_server::HeaderStyle::XRateLimit;
+        st.headers.style = spillway_server::HeaderStyle::XRateLimit;
     })
     .await;
     let (_, headers, _) = s.check(one("fw", "x")).await;
@@ -310,7 +310,7 @@ async fn slow_clients_are_disconnected_after_the_read_timeout() {
         &[("app.yaml", POLICY)],
         Backing::Memory,
         |st| {
-            st.header_read_timeout = Duration::from_millis(200);
+            st.listen.header_read_timeout = Duration::from_millis(200);
         },
     )
     .await;

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::Request;
 use http_body_util::BodyExt;
 use spillway_core::{ManualClock, MemoryStore, Timestamp};
-use spillway_server::{AnyStore, Settings};
+use spillway_server::{AnyStore, App, Config};
 use tower::ServiceExt;
 
 #[tokio::test]
@@ -16,19 +16,14 @@ async fn the_router_answers_without_a_socket() {
         .join(format!("in-process-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("p.yaml"), "domain: p\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n").unwrap();
-    let settings = Settings {
-        config: dir,
-        ..Settings::default()
-    };
     let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
-    let policies = spillway_policy::load(&settings.config).unwrap();
-    let state = spillway_server::app_state(
-        &settings,
-        policies,
-        AnyStore::Memory(MemoryStore::new()),
-        Arc::new(clock),
-    );
-    let app = spillway_server::http_app(state);
+    let built = App::builder(Config::ephemeral(dir))
+        .store(AnyStore::Memory(MemoryStore::new()))
+        .clock(Arc::new(clock))
+        .build()
+        .await
+        .unwrap();
+    let app = spillway_server::http_app(std::sync::Arc::clone(built.state()));
 
     let call = |body: &'static str| {
         let app = app.clone();

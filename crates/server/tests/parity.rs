@@ -61,7 +61,7 @@ async fn a_cache_key_prefix_is_written_before_every_counter_key() {
             &[("pre.yaml", yaml)],
             backing.clone(),
             |settings| {
-                settings.key_prefix = "east_".into();
+                settings.store.key_prefix = "east_".into();
             },
         )
         .await;
@@ -103,7 +103,7 @@ async fn merge_domain_config_makes_one_domain_of_several_files() {
             &[("a.yaml", a), ("b.yaml", b)],
             backing.clone(),
             |settings| {
-                settings.merge_domains = true;
+                settings.rules.merge_domains = true;
             },
         )
         .await;
@@ -164,7 +164,7 @@ async fn stop_increment_when_over_limit_charges_only_the_limits_over() {
                 "parity-stop",
                 &[("stop.yaml", yaml)],
                 backing.clone(),
-                |settings| settings.stop_increment_when_over_limit = stop,
+                |settings| settings.service.stop_increment_when_over_limit = stop,
             )
             .await;
             let mut seen = Vec::new();
@@ -268,7 +268,7 @@ descriptors:
             "parity-meta",
             &[("meta.yaml", yaml)],
             backing.clone(),
-            |settings| settings.dynamic_metadata = true,
+            |settings| settings.service.dynamic_metadata = true,
         )
         .await;
         let req = support::request(
@@ -375,8 +375,8 @@ async fn the_local_cache_answers_keys_over_their_limit() {
                 &[("lc.yaml", yaml)],
                 backing.clone(),
                 |settings| {
-                    settings.deny_cache_bytes = 1 << 20;
-                    settings.reference_local_cache = cache;
+                    settings.store.deny_cache_bytes = 1 << 20;
+                    settings.store.reference_local_cache = cache;
                 },
             )
             .await;

@@ -212,8 +212,8 @@ async fn global_shadow_mode_and_reference_headers() {
         &[("d.yaml", yaml)],
         Backing::Memory,
         |st| {
-            st.shadow_mode = true;
-            st.reference_headers = Some([
+            st.service.shadow_mode = true;
+            st.headers.reference = Some([
                 "RateLimit-Limit".into(),
                 "RateLimit-Remaining".into(),
                 "RateLimit-Reset".into(),

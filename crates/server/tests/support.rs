@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use spillway_core::{ManualClock, MemoryStore, Timestamp};
 use spillway_redis::{RedisStore, TimeSource};
-use spillway_server::{AnyStore, Running, Settings};
+use spillway_server::{AnyStore, App, Config, Running};
 use tonic::transport::Channel;
 
 /// 2023-11-14T22:13:20Z: a whole minute, hour and day are easy to reason about from here.
@@ -45,19 +45,13 @@ impl Server {
         name: &str,
         files: &[(&str, &str)],
         backing: Backing,
-        tweak: impl FnOnce(&mut Settings),
+        tweak: impl FnOnce(&mut Config),
     ) -> Server {
         let dir = tempdir(name);
         for (file, yaml) in files {
             std::fs::write(dir.join(file), yaml).unwrap();
         }
-        let mut settings = Settings {
-            config: dir.clone(),
-            http_addr: "127.0.0.1:0".parse().unwrap(),
-            grpc_addr: "127.0.0.1:0".parse().unwrap(),
-            admin_addr: Some("127.0.0.1:0".parse().unwrap()),
-            ..Settings::default()
-        };
+        let mut settings = Config::ephemeral(&dir);
         tweak(&mut settings);
         let clock = ManualClock::new(Timestamp::from_secs(T0));
         let store = match backing {
@@ -66,13 +60,13 @@ impl Server {
                 RedisStore::builder(url)
                     .prefix(spillway_testkit::redis::unique_prefix(name))
                     .time_source(TimeSource::Caller)
-                    .timeout(settings.store_timeout)
+                    .timeout(settings.store.timeout)
                     .build()
                     .await
                     .expect("connect to the test Redis"),
             ),
         };
-        let running = spillway_server::start_with_store(&settings, store, Arc::new(clock.clone()))
+        let running = start(settings, store, Arc::new(clock.clone()))
             .await
             .unwrap_or_else(|e| panic!("start: {e}"));
         Server {
@@ -220,4 +214,19 @@ pub fn backings() -> Vec<Backing> {
         Backing::Memory,
         Backing::Redis(spillway_testkit::redis::standalone_url()),
     ]
+}
+
+/// A service for `config` on `store`, reading `clock`, listening.
+pub async fn start(
+    config: Config,
+    store: AnyStore,
+    clock: Arc<dyn spillway_core::Clock>,
+) -> Result<Running, spillway_server::StartError> {
+    App::builder(config)
+        .store(store)
+        .clock(clock)
+        .build()
+        .await?
+        .start()
+        .await
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use spillway_server::Settings;
+use spillway_server::{App, Config};
 use spillway_testkit::metric;
 use spillway_testkit::tls::{
     Leaf, Pair, Pki, certificate_der as der, client_config, connect, https, presented, replace,
@@ -30,12 +30,12 @@ descriptors:
 
 const CHECK: &str = r#"{"domain":"tls","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}"#;
 
-fn serving(server: &Pair) -> impl FnOnce(&mut Settings) {
+fn serving(server: &Pair) -> impl FnOnce(&mut Config) {
     let (cert, key) = (server.cert.clone(), server.key.clone());
-    move |s: &mut Settings| {
-        s.tls_cert = Some(cert);
-        s.tls_key = Some(key);
-        s.header_read_timeout = Duration::from_millis(300);
+    move |s: &mut Config| {
+        s.tls.cert = Some(cert);
+        s.tls.key = Some(key);
+        s.listen.header_read_timeout = Duration::from_millis(300);
     }
 }
 
@@ -150,7 +150,7 @@ async fn mutual_tls_requires_a_certificate_from_the_ca_and_an_allowed_san() {
         let base = serving(&server_pair);
         move |settings| {
             base(settings);
-            settings.tls_client_ca = Some(client_ca);
+            settings.tls.client_ca = Some(client_ca);
         }
     })
     .await;
@@ -226,8 +226,8 @@ async fn mutual_tls_requires_a_certificate_from_the_ca_and_an_allowed_san() {
         let base = serving(&server_pair);
         move |settings| {
             base(settings);
-            settings.tls_client_ca = Some(client_ca);
-            settings.tls_client_sans = vec!["envoy.internal".into()];
+            settings.tls.client_ca = Some(client_ca);
+            settings.tls.client_sans = vec!["envoy.internal".into()];
         }
     })
     .await;
@@ -334,7 +334,7 @@ async fn a_replaced_client_ca_is_used_by_new_handshakes() {
         let client_ca = client_ca.clone();
         move |settings| {
             base(settings);
-            settings.tls_client_ca = Some(client_ca);
+            settings.tls.client_ca = Some(client_ca);
         }
     })
     .await;
@@ -365,17 +365,16 @@ async fn tls_settings_that_cannot_be_honoured_stop_the_start() {
     );
     let dir = support::tempdir("tls-bad");
     std::fs::write(dir.join("tls.yaml"), POLICY).unwrap();
-    let start = |tweak: &dyn Fn(&mut Settings)| {
-        let mut settings = Settings {
-            config: dir.clone(),
-            http_addr: "127.0.0.1:0".parse().unwrap(),
-            grpc_addr: "127.0.0.1:0".parse().unwrap(),
-            admin_addr: None,
-            ..Settings::default()
-        };
+    let start = |tweak: &dyn Fn(&mut Config)| {
+        let mut settings = Config::ephemeral(&dir);
+        settings.admin.addr = None;
         tweak(&mut settings);
         async move {
-            match spillway_server::start(&settings).await {
+            let started = match App::builder(settings).build().await {
+                Ok(app) => app.start().await,
+                Err(e) => Err(e),
+            };
+            match started {
                 Ok(running) => {
                     running.stop().await;
                     "started".to_owned()
@@ -386,23 +385,23 @@ async fn tls_settings_that_cannot_be_honoured_stop_the_start() {
     };
     let pair = |p: &Pair| {
         let (c, k) = (p.cert.clone(), p.key.clone());
-        move |s: &mut Settings| {
-            s.tls_cert = Some(c.clone());
-            s.tls_key = Some(k.clone());
+        move |s: &mut Config| {
+            s.tls.cert = Some(c.clone());
+            s.tls.key = Some(k.clone());
         }
     };
     assert_eq!(start(&pair(&good)).await, "started");
     let e = start(&pair(&expired)).await;
     assert!(e.contains("expired on"), "{e}");
     let e = start(&|s| {
-        s.tls_cert = Some(good.cert.clone());
-        s.tls_key = Some(other.key.clone());
+        s.tls.cert = Some(good.cert.clone());
+        s.tls.key = Some(other.key.clone());
     })
     .await;
     assert!(e.contains("cannot be used together"), "{e}");
     let e = start(&|s| {
-        s.tls_cert = Some(dir.join("missing.crt"));
-        s.tls_key = Some(good.key.clone());
+        s.tls.cert = Some(dir.join("missing.crt"));
+        s.tls.key = Some(good.key.clone());
     })
     .await;
     assert!(
@@ -410,7 +409,7 @@ async fn tls_settings_that_cannot_be_honoured_stop_the_start() {
         "{e}"
     );
     let e = start(&|s| {
-        s.tls_listeners = Some(spillway_server::tls::TlsListeners {
+        s.tls.listeners = Some(spillway_server::tls::TlsListeners {
             grpc: true,
             ..Default::default()
         })
@@ -419,8 +418,8 @@ async fn tls_settings_that_cannot_be_honoured_stop_the_start() {
     assert!(e.contains("refusing to serve plaintext"), "{e}");
     let e = start(&|s| {
         pair(&good)(s);
-        s.tls_client_ca = Some(good.cert.clone()); // a leaf, not a CA: still a trust anchor
-        s.tls_client_sans = vec![];
+        s.tls.client_ca = Some(good.cert.clone()); // a leaf, not a CA: still a trust anchor
+        s.tls.client_sans = vec![];
     })
     .await;
     assert_eq!(e, "started");
@@ -477,7 +476,7 @@ async fn the_admin_listener_speaks_tls_when_asked_and_the_check_ports_need_not()
         let base = serving(&server_pair);
         move |settings| {
             base(settings);
-            settings.tls_listeners =
+            settings.tls.listeners =
                 Some(spillway_server::tls::TlsListeners::parse("admin").unwrap());
         }
     })

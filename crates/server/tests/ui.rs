@@ -67,7 +67,7 @@ async fn no_ui_turns_the_page_off() {
         &[("shop.yaml", POLICY)],
         Backing::Memory,
         |settings| {
-            settings.ui = false;
+            settings.admin.ui = false;
         },
     )
     .await;

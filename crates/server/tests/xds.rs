@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit;
-use spillway_server::Settings;
+use spillway_server::Config;
+use spillway_server::config::{Xds, XdsTls};
 use spillway_server::listen::Timeouts;
-use spillway_server::xds::{TYPE_URL, XdsSettings, XdsTls};
+use spillway_server::xds::TYPE_URL;
 use spillway_testkit::ads::{Ads, Snapshot, gateway_config};
 use spillway_testkit::tls::envoy_gateway_certs;
 use support::{Backing, Server};
@@ -68,9 +69,9 @@ async fn allowed(s: &Server, n: usize) -> usize {
     admitted
 }
 
-fn xds_settings(addr: SocketAddr, certs: &spillway_testkit::tls::GatewayCerts) -> XdsSettings {
-    XdsSettings {
-        server: addr.to_string(),
+fn xds_settings(addr: SocketAddr, certs: &spillway_testkit::tls::GatewayCerts) -> Xds {
+    Xds {
+        server: Some(addr.to_string()),
         node_id: "envoy-ratelimit".into(),
         tls: Some(XdsTls {
             server_ca: Some(certs.ca.clone()),
@@ -80,7 +81,7 @@ fn xds_settings(addr: SocketAddr, certs: &spillway_testkit::tls::GatewayCerts) -
         }),
         backoff_initial: Duration::from_millis(50),
         backoff_max: Duration::from_millis(200),
-        ..XdsSettings::default()
+        ..Config::default().rules.xds
     }
 }
 
@@ -97,14 +98,9 @@ async fn rules_arrive_change_are_refused_and_survive_a_server_restart() {
     serve_ads(listener, ads.clone(), &certs, stop.clone()).await;
 
     let xds = xds_settings(addr, &certs);
-    let s = Server::start_with(
-        "xds",
-        &[],
-        Backing::Memory,
-        move |settings: &mut Settings| {
-            settings.rules = spillway_server::settings::Rules::Xds(Box::new(xds));
-        },
-    )
+    let s = Server::start_with("xds", &[], Backing::Memory, move |settings: &mut Config| {
+        settings.rules.xds = xds;
+    })
     .await;
     // Not ready before the first rules (FORCE_START_WITHOUT_INITIAL_CONFIG unset).
     let first = next(&mut requests).await;
@@ -214,9 +210,9 @@ async fn with_force_start_the_service_is_ready_before_the_server_is_up() {
         "xds-late",
         &[],
         Backing::Memory,
-        move |settings: &mut Settings| {
-            settings.rules = spillway_server::settings::Rules::Xds(Box::new(xds));
-            settings.force_start_without_rules = true;
+        move |settings: &mut Config| {
+            settings.rules.xds = xds;
+            settings.rules.xds.ready_without_rules = true;
         },
     )
     .await;
@@ -319,13 +315,13 @@ async fn envoy_gateways_descriptor_shapes_decide_as_generated() {
         },
         None,
     ));
-    let xds = XdsSettings {
-        server: addr.to_string(),
+    let xds = Xds {
+        server: Some(addr.to_string()),
         node_id: "envoy-ratelimit".into(),
-        ..XdsSettings::default()
+        ..Config::default().rules.xds
     };
     let s = Server::start_with("xds-shapes", &[], Backing::Memory, move |settings| {
-        settings.rules = spillway_server::settings::Rules::Xds(Box::new(xds));
+        settings.rules.xds = xds;
     })
     .await;
     let _first = next(&mut requests).await;

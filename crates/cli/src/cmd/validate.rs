@@ -51,12 +51,14 @@ pub struct ValidateArgs {
 /// variables, then `--merge-domains`. A setting taken from the first two is said on
 /// stderr, so that a file that loads here and not elsewhere is explained.
 fn load_options(args: &ValidateArgs) -> anyhow::Result<spillway_policy::LoadOptions> {
-    let mut settings = spillway_server::Settings::default();
-    if let Some(file) = &args.settings {
-        settings.apply_file(file)?;
+    let config = spillway_server::config::Sources {
+        file: args.settings.clone(),
+        env: super::serve::environment(),
+        ..Default::default()
     }
-    settings.apply_reference_env(|k| std::env::var(k).ok())?;
-    let mut options = settings.load_options();
+    .resolve()?
+    .config;
+    let mut options = config.load_options();
     if options.merge_domains && !args.merge_domains {
         eprintln!(
             "settings: merge_domains on (from MERGE_DOMAIN_CONFIG or the settings file), as serve would load"

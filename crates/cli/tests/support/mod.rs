@@ -6,9 +6,8 @@ pub mod docs;
 pub mod envoy;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use spillway_server::{AnyStore, Running, Settings};
+use spillway_server::{AnyStore, App, Config, Running};
 use spillway_testkit::redis::{standalone_url, unique_prefix};
 
 /// `spillway serve ARGS` (no environment but an admin listener on a port of its own,
@@ -127,13 +126,7 @@ pub fn server(name: &str, policy: &str) -> (tokio::runtime::Runtime, Running) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempdir(name);
     std::fs::write(dir.join("policy.yaml"), policy).unwrap();
-    let settings = Settings {
-        config: dir,
-        http_addr: "127.0.0.1:0".parse().unwrap(),
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: Some("127.0.0.1:0".parse().unwrap()),
-        ..Settings::default()
-    };
+    let config = Config::ephemeral(dir);
     let running = runtime.block_on(async {
         // These tests are about the commands, not store latency: a call that takes
         // longer than the 10 ms default on a busy machine (the suite runs the Redis
@@ -144,13 +137,14 @@ pub fn server(name: &str, policy: &str) -> (tokio::runtime::Runtime, Running) {
             .build()
             .await
             .unwrap();
-        spillway_server::start_with_store(
-            &settings,
-            AnyStore::Redis(store),
-            Arc::new(spillway_core::SystemClock),
-        )
-        .await
-        .unwrap()
+        App::builder(config)
+            .store(AnyStore::Redis(store))
+            .build()
+            .await
+            .unwrap()
+            .start()
+            .await
+            .unwrap()
     });
     (runtime, running)
 }

@@ -100,7 +100,7 @@ pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
     let panics_before = PANICS.load(Ordering::SeqCst);
     let redis = tokio::task::spawn_blocking(RedisServer::start).await?;
     let settings = service_settings("hostile", Policy::Closed, redis.url())?;
-    let running = spillway_server::start(&settings).await?;
+    let running = crate::trial::start(settings.clone()).await?;
     let sender = Sender::new(running.http_addr, running.grpc_addr)?;
     let mut outcomes = Vec::new();
     for case in cases() {
@@ -117,7 +117,7 @@ pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
         });
     }
     running.stop().await;
-    let _ = std::fs::remove_dir_all(&settings.config);
+    let _ = std::fs::remove_dir_all(&settings.rules.path);
     Ok((outcomes, PANICS.load(Ordering::SeqCst) - panics_before))
 }
 

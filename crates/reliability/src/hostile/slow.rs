@@ -59,8 +59,8 @@ pub async fn slow_clients(
 ) -> anyhow::Result<(Vec<SlowReport>, crate::load::Answer, Duration)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut settings = service_settings("slow", Policy::Closed, "memory".into())?;
-    settings.header_read_timeout = header_read;
-    let running = spillway_server::start(&settings).await?;
+    settings.listen.header_read_timeout = header_read;
+    let running = crate::trial::start(settings.clone()).await?;
     let addr = running.http_addr;
     let wait = header_read + Duration::from_secs(2);
     let start = tokio::time::Instant::now();
@@ -105,7 +105,7 @@ pub async fn slow_clients(
         }
     }
     running.stop().await;
-    let _ = std::fs::remove_dir_all(&settings.config);
+    let _ = std::fs::remove_dir_all(&settings.rules.path);
     Ok((reports, answer, latency))
 }
 

@@ -9,7 +9,6 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use spillway_server::Settings;
 use spillway_testkit::tls::{Leaf, Pair, Pki, client_config, https};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -100,14 +99,12 @@ pub async fn tls_clients(timeout: Duration) -> anyhow::Result<Vec<TlsReport>> {
     let good = pki.issue("client", Leaf::Good);
     let expired = pki.issue("expired", Leaf::Expired);
     let foreign = other.issue("foreign", Leaf::Good);
-    let settings = Settings {
-        tls_cert: Some(server.cert.clone()),
-        tls_key: Some(server.key.clone()),
-        tls_client_ca: Some(pki.ca()),
-        header_read_timeout: timeout,
-        ..service_settings("hostile-tls", Policy::Closed, "memory".into())?
-    };
-    let running = spillway_server::start(&settings).await?;
+    let mut settings = service_settings("hostile-tls", Policy::Closed, "memory".into())?;
+    settings.tls.cert = Some(server.cert.clone());
+    settings.tls.key = Some(server.key.clone());
+    settings.tls.client_ca = Some(pki.ca());
+    settings.listen.header_read_timeout = timeout;
+    let running = crate::trial::start(settings.clone()).await?;
     let http = running.http_addr;
     let ca = pki.ca();
     let failures = || async {
@@ -161,7 +158,7 @@ pub async fn tls_clients(timeout: Duration) -> anyhow::Result<Vec<TlsReport>> {
         });
     }
     running.stop().await;
-    let _ = std::fs::remove_dir_all(&settings.config);
+    let _ = std::fs::remove_dir_all(&settings.rules.path);
     Ok(reports)
 }
 

@@ -2,30 +2,14 @@
 //! rendered by `spillway_core::headers`; and the reference's
 //! `LIMIT_RESPONSE_HEADERS_ENABLED` headers.
 
-use spillway_core::headers::{self, Current, HeaderStyle, Quota, ceil_secs};
+use spillway_core::headers::{self, Current, Quota, ceil_secs};
 
+use crate::config::Headers;
 use crate::service::request::{CheckResponse, Code, Status};
 
-/// Header settings.
-#[derive(Clone, Debug)]
-pub struct HeaderOptions {
-    /// `/v1/check`'s headers.
-    pub style: HeaderStyle,
-    /// The reference's `LIMIT_RESPONSE_HEADERS_ENABLED`: `response_headers_to_add` in
-    /// gRPC and `/json` answers, with the header names it configures.
-    pub reference: Option<[String; 3]>,
-}
-
-impl Default for HeaderOptions {
-    fn default() -> HeaderOptions {
-        HeaderOptions {
-            style: HeaderStyle::Ietf,
-            reference: None,
-        }
-    }
-}
-
-impl HeaderOptions {
+// The section is plain data in the configuration; how it renders lives here, beside
+// the statuses it reads.
+impl Headers {
     /// The reference's three headers (when enabled): taken from the descriptor with the
     /// lowest remaining among those with a limit; an over-limit descriptor always wins.
     pub fn reference_headers(&self, r: &CheckResponse) -> Vec<(&str, String)> {

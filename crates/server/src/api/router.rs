@@ -65,7 +65,18 @@ pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>) -> Router {
         .with_state(state)
 }
 
-/// The Prometheus listener (`USE_PROMETHEUS`): its one path, and health.
+/// The check port's routes over `state`, for tests that drive them in process.
+pub fn http_app(state: Arc<AppState>) -> Router {
+    router(state)
+}
+
+/// The admin listener's routes over `state` without a token, for tests that drive
+/// them in process.
+pub fn admin_app(state: Arc<AppState>) -> Router {
+    admin_router(state, None)
+}
+
+/// The Prometheus listener (`metrics_addr`): its one path, and health.
 pub fn metrics_router(path: &str) -> Router {
     Router::new()
         .route(path, get(ops::prometheus))

@@ -10,8 +10,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use spillway_policy::Unit;
 
-use super::headers::HeaderOptions;
 use super::metadata;
+use crate::config::Headers;
 use crate::service::CheckError;
 use crate::service::request::{CheckRequest, CheckResponse, Code, Descriptor, Override, Status};
 
@@ -117,7 +117,7 @@ fn code(c: Code) -> PbCode {
 /// ([`metadata::of_request`]).
 pub fn response(
     r: &CheckResponse,
-    headers: &HeaderOptions,
+    headers: &Headers,
     request_metadata: Option<serde_json::Map<String, serde_json::Value>>,
 ) -> RateLimitResponse {
     RateLimitResponse {

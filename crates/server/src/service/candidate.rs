@@ -7,21 +7,26 @@
 //! answer; one task takes them [`BATCH`] at a time); past that they are dropped and
 //! counted, so a candidate never holds up the live traffic.
 
-use std::sync::Arc;
-
 use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 use futures_util::future::join_all;
 use parking_lot::Mutex;
 use spillway_core::Store;
 use spillway_policy::{Mode, PolicySet, Rule, RuleLimit};
+use tokio::sync::mpsc;
 
 use super::request::CheckRequest;
 use super::round::requests;
 use super::status::Verdict;
 use super::{Service, drop_replaced};
 use crate::metrics;
+
+mod queue;
+
+/// A request for the candidate set, with the live answer (`true`: admitted).
+type ForCandidate = (CheckRequest, bool);
 
 /// What every candidate counter key starts with: the candidate's counters are its own.
 pub const KEY_PREFIX: &str = "~candidate|";
@@ -38,12 +43,16 @@ pub const GATHER: std::time::Duration = std::time::Duration::from_millis(1);
 #[derive(Debug)]
 pub(crate) struct Candidate {
     policies: ArcSwap<PolicySet>,
+    /// Requests waiting for the candidate set: made, with the thread that takes them, at
+    /// the first request that needs it.
+    queue: OnceLock<mpsc::Sender<ForCandidate>>,
 }
 
 impl Candidate {
     pub(crate) fn new(policies: PolicySet) -> Candidate {
         Candidate {
             policies: ArcSwap::from_pointee(policies.with_key_prefix(KEY_PREFIX)),
+            queue: OnceLock::new(),
         }
     }
 }
@@ -65,6 +74,20 @@ impl Service {
         if let Some(c) = &self.candidate {
             let policies = self.options.prepare(policies).with_key_prefix(KEY_PREFIX);
             c.policies.store(Arc::new(policies));
+        }
+    }
+
+    /// After the live answer (`live_allowed`), and without holding it up: queues `req`
+    /// for the candidate set, if there is one; a full queue drops it, counted.
+    pub(crate) fn shadow(self: &Arc<Service>, req: CheckRequest, live_allowed: bool) {
+        let Some(candidate) = &self.candidate else {
+            return;
+        };
+        let queue = candidate
+            .queue
+            .get_or_init(|| queue::spawn(Arc::downgrade(self)));
+        if queue.try_send((req, live_allowed)).is_err() {
+            metrics::candidate_dropped();
         }
     }
 

@@ -1,28 +1,15 @@
-//! Setting values as a settings file and the reference's environment variables write
-//! them: addresses, durations, booleans, ratios, log formats, and the reference's Redis
-//! variables as one URL.
+//! Setting values as every source writes them: addresses, durations, booleans, numbers,
+//! ratios, lists, log formats; and the reference's Redis variables as one URL.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
-use spillway_redis::{Access, Password, Verify};
-
-pub(super) fn default_reference_headers() -> [String; 3] {
-    [
-        "RateLimit-Limit".into(),
-        "RateLimit-Remaining".into(),
-        "RateLimit-Reset".into(),
-    ]
-}
+use spillway_redis::Verify;
 
 /// The reference's Redis settings as one Redis URL: `REDIS_TYPE` single (`host:port` or
 /// a socket path with `REDIS_SOCKET_TYPE=unix`), sentinel (`master,host:port,...`) or
 /// cluster (`host:port,...`), `REDIS_TLS`. A value that already is a URL is used as it
 /// is. (Credentials stay out of the URL: see [`redis_access`].)
-pub(super) fn redis_url(
-    url: &str,
-    var: &impl Fn(&str) -> Option<String>,
-) -> Result<String, String> {
+pub fn redis_url(url: &str, var: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
     if url.contains("://") {
         return Ok(url.to_owned());
     }
@@ -54,46 +41,6 @@ pub(super) fn redis_url(
     })
 }
 
-/// The reference's Redis credentials and TLS files applied to `access`: `REDIS_AUTH`
-/// and `REDIS_SENTINEL_AUTH` (`password` or `user:password`), `REDIS_TLS_CACERT`,
-/// `REDIS_TLS_CLIENT_CERT`, `REDIS_TLS_CLIENT_KEY`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`.
-/// Names the variable that is wrong.
-pub(super) fn redis_access(
-    access: &mut Access,
-    var: &impl Fn(&str) -> Option<String>,
-) -> Result<(), String> {
-    let login = |v: String| match v.split_once(':') {
-        Some((user, password)) => (Some(user.to_owned()), Password::new(password)),
-        None => (None, Password::new(v)),
-    };
-    if let Some(auth) = var("REDIS_AUTH").filter(|a| !a.is_empty()) {
-        let (user, password) = login(auth);
-        access.username = user.or(access.username.take());
-        access.password = Some(password);
-    }
-    if let Some(auth) = var("REDIS_SENTINEL_AUTH").filter(|a| !a.is_empty()) {
-        let (user, password) = login(auth);
-        access.sentinel_username = user.or(access.sentinel_username.take());
-        access.sentinel_password = Some(password);
-    }
-    let file = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(ca) = file("REDIS_TLS_CACERT") {
-        access.tls.ca_file = Some(ca);
-    }
-    if let Some(cert) = file("REDIS_TLS_CLIENT_CERT") {
-        access.tls.client_cert = Some(cert);
-    }
-    if let Some(key) = file("REDIS_TLS_CLIENT_KEY") {
-        access.tls.client_key = Some(key);
-    }
-    if let Some(v) = var("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
-        && boolean(&v).map_err(|e| format!("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: {e}"))?
-    {
-        access.tls.verify = Verify::ChainOnly;
-    }
-    Ok(())
-}
-
 /// `full`, `chain` or `none`: how much of Redis's certificate to verify.
 pub fn verify(s: &str) -> Result<Verify, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -118,7 +65,8 @@ pub fn addr(s: &str) -> Result<SocketAddr, String> {
 /// A duration like `10ms`, `2s`, `1m`: the policies' parser.
 pub use spillway_policy::duration::parse as duration;
 
-pub(super) fn boolean(s: &str) -> Result<bool, String> {
+/// `true` or `false` (also 1/0, yes/no, on/off; empty is false).
+pub fn boolean(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Ok(true),
         "false" | "0" | "no" | "off" | "" => Ok(false),
@@ -126,7 +74,12 @@ pub(super) fn boolean(s: &str) -> Result<bool, String> {
     }
 }
 
-pub(super) fn ratio(r: f64) -> Result<f64, String> {
+/// A number from 0 to 1.
+pub fn ratio(s: &str) -> Result<f64, String> {
+    let r: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number from 0 to 1"))?;
     if (0.0..=1.0).contains(&r) {
         Ok(r)
     } else {
@@ -141,4 +94,47 @@ pub fn log_format(s: &str) -> Result<bool, String> {
         "text" => Ok(false),
         other => Err(format!("`{other}` is not text or json")),
     }
+}
+
+/// A whole number.
+pub fn number<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a whole number in range"))
+}
+
+/// Empty is none.
+pub fn optional(s: &str) -> Option<&str> {
+    let s = s.trim();
+    (!s.is_empty()).then_some(s)
+}
+
+/// `a,b,c` (items trimmed, empty ones dropped).
+pub fn list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `off` (or `none`, or empty) turns the admin listener off; anything else is an address.
+pub fn admin_addr(v: &str) -> Result<Option<SocketAddr>, String> {
+    match v.trim() {
+        "off" | "none" | "" => Ok(None),
+        other => addr(other).map(Some),
+    }
+}
+
+/// `k=v,k=v` (node metadata) or `k:v,k:v` (headers) as pairs.
+pub fn pairs(list: &str, separator: char) -> Result<Vec<(String, String)>, String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.split_once(separator)
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .ok_or_else(|| format!("`{p}` is not key{separator}value"))
+        })
+        .collect()
 }

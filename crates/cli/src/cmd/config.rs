@@ -1,0 +1,137 @@
+//! `spillway config`: the configuration `serve` would run with, from the same flags,
+//! settings file and environment, each value with where it came from (secrets masked);
+//! or, with `--reference`, a reference page generated from the code.
+
+use std::process::ExitCode;
+
+use spillway_server::config::{self, Kind, Origin, Profile};
+
+use super::serve::{ServeArgs, environment};
+
+pub const EXAMPLES: &str = "\
+Examples:
+  # What serve would run with here, and where each value comes from
+  spillway config --settings spillway.yaml --store redis://10.0.0.5:6379
+
+  # Only what is not a default
+  REDIS_URL=redis:6379 REDIS_SOCKET_TYPE=tcp spillway config --changed
+
+  # The reference pages, generated from the code
+  spillway config --reference settings > docs/reference/settings.md
+  spillway config --reference metrics > docs/reference/metrics.md";
+
+/// A reference page.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Page {
+    Settings,
+    Metrics,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ConfigArgs {
+    /// Print a reference page generated from the code instead (settings or metrics).
+    #[arg(long, value_name = "PAGE")]
+    pub reference: Option<Page>,
+
+    /// Show only the settings that are not at their default.
+    #[arg(long)]
+    pub changed: bool,
+
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+pub fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
+    match args.reference {
+        Some(Page::Settings) => {
+            print!("{}", config::reference_page());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(Page::Metrics) => {
+            print!("{}", spillway_server::metrics::reference_page());
+            return Ok(ExitCode::SUCCESS);
+        }
+        None => {}
+    }
+    let resolved = args.serve.resolve()?;
+    println!(
+        "# {}",
+        match resolved.profile {
+            Profile::Native => "Spillway's defaults (no reference variable is set)",
+            Profile::Reference =>
+                "the reference's defaults (started as ratelimit, or its variables are set)",
+        }
+    );
+    let rows: Vec<(&str, String, String)> = resolved
+        .given
+        .iter()
+        .filter(|(_, g)| {
+            !args.changed || !matches!(g.origin, Origin::Default | Origin::ReferenceDefault)
+        })
+        .map(|(s, g)| {
+            (
+                s.name,
+                shown(s.kind, s.name, &g.value),
+                g.origin.to_string(),
+            )
+        })
+        .collect();
+    let width = |f: fn(&(&str, String, String)) -> usize| rows.iter().map(f).max().unwrap_or(0);
+    let (w0, w1) = (width(|r| r.0.len()), width(|r| r.1.len()).min(48));
+    for (name, value, origin) in &rows {
+        println!("{name:w0$}  {value:w1$}  {origin}");
+    }
+    for (variable, why) in config::not_honoured(&environment()) {
+        println!("# not honoured: {variable}: {why}");
+    }
+    if let Err(e) = resolved.config.tls_files() {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A value as it may be printed: a secret as `***`, a URL's password as `***`; empty
+/// as `-`.
+fn shown(kind: Kind, name: &str, value: &str) -> String {
+    if value.is_empty() {
+        return "-".into();
+    }
+    if kind == Kind::Secret {
+        return "***".into();
+    }
+    if name == "store" {
+        return mask_url_password(value);
+    }
+    value.to_owned()
+}
+
+/// `redis://user:secret@host` as `redis://user:***@host`.
+fn mask_url_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((login, host)) = rest.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match login.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_in_urls_are_masked() {
+        assert_eq!(
+            mask_url_password("redis://u:pw@h:1/0"),
+            "redis://u:***@h:1/0"
+        );
+        assert_eq!(mask_url_password("rediss://:pw@h:1"), "rediss://:***@h:1");
+        assert_eq!(mask_url_password("redis://h:1"), "redis://h:1");
+        assert_eq!(shown(Kind::Secret, "redis_password", "pw"), "***");
+    }
+}

@@ -1,0 +1,254 @@
+//! The service's configuration: one validated [`Config`] made of sections, and the
+//! table every setting is declared in ([`SETTINGS`]).
+//!
+//! This module is a leaf: it imports no runtime module of this crate; the runtime
+//! modules import the section they use. A setting is declared once, as a row of
+//! [`SETTINGS`] (its name, default, format, meaning and how it writes its field), and
+//! every source reaches it through that row:
+//!
+//! ```text
+//! defaults (the rows)  ┐
+//! settings file (YAML) ├> Partial: name -> (raw value, origin) ─ merge, later wins ─> build -> Config
+//! reference variables  │   (the reference's variables: one row each in reference.rs)
+//! flags, SPILLWAY_*    ┘   (made from the rows by the CLI)
+//! ```
+//!
+//! `docs/reference/settings.md` is generated from the same rows ([`reference_page`]),
+//! and a test fails when the page and the code disagree.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use spillway_core::headers::HeaderStyle;
+use spillway_policy::OnStoreError;
+
+mod doc;
+mod reference;
+mod sources;
+mod table;
+mod tls;
+pub mod value;
+
+pub use doc::reference_page;
+pub use reference::{NOT_HONOURED, REFERENCE, ReferenceRow, not_honoured, speaks_reference};
+pub use sources::{Given, Origin, Partial, Profile, Resolved, Sources};
+pub use table::{Kind, SETTINGS, Setting, setting};
+pub use tls::{TlsFiles, TlsListeners};
+
+/// Everything the service needs to know, by section.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: Listen,
+    pub tls: Tls,
+    pub store: Store,
+    pub rules: Rules,
+    pub service: Service,
+    pub headers: Headers,
+    pub admin: Admin,
+    pub metrics: Metrics,
+    pub log: Log,
+}
+
+/// The check ports and how long a client may take.
+#[derive(Clone, Debug)]
+pub struct Listen {
+    /// `/v1/check`, `/json`, health, metrics.
+    pub http: SocketAddr,
+    /// `ShouldRateLimit`, gRPC health.
+    pub grpc: SocketAddr,
+    /// How long an HTTP client may take to send its first byte, then its headers, then
+    /// its whole body (each).
+    pub header_read_timeout: Duration,
+    /// How long requests in flight may take to finish on shutdown.
+    pub drain_timeout: Duration,
+}
+
+/// TLS on the service's own listeners.
+#[derive(Clone, Debug, Default)]
+pub struct Tls {
+    /// The served certificate chain and key (PEM).
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// Client certificates from these CAs are required: mutual TLS.
+    pub client_ca: Option<PathBuf>,
+    /// A client certificate must name one of these among its SANs.
+    pub client_sans: Vec<String>,
+    /// Which listeners serve TLS; `None`: gRPC and HTTP when a certificate is given.
+    pub listeners: Option<TlsListeners>,
+}
+
+/// Where counters live and how calls to it are guarded.
+#[derive(Clone, Debug)]
+pub struct Store {
+    /// `memory`, or a Redis URL.
+    pub url: String,
+    /// TLS and credentials for a Redis store (passwords print as `***`).
+    pub redis: spillway_redis::Access,
+    /// Per store call; well under Envoy's 20 ms deadline.
+    pub timeout: Duration,
+    /// For rules without their own `on_store_error`.
+    pub on_error: OnStoreError,
+    pub breaker_failures: u32,
+    pub breaker_cooldown: Duration,
+    /// The deny cache's size in bytes (0: off); unused on the memory store.
+    pub deny_cache_bytes: usize,
+    /// The deny cache also answers reference rules until their window ends, as the
+    /// reference's local cache does.
+    pub reference_local_cache: bool,
+    /// Written before every counter key (the reference's `CACHE_KEY_PREFIX`).
+    pub key_prefix: String,
+}
+
+/// Where the rules come from: policy files, or an xDS server.
+#[derive(Clone, Debug)]
+pub struct Rules {
+    /// A policy file or directory.
+    pub path: PathBuf,
+    /// Candidate policies decided in shadow beside the live ones.
+    pub candidate: Option<PathBuf>,
+    /// Reload policy files (and the candidate's) when they change.
+    pub watch: bool,
+    /// Files that declare one domain make one domain (`MERGE_DOMAIN_CONFIG`).
+    pub merge_domains: bool,
+    /// Not ready while no domain is loaded.
+    pub ready_needs_a_domain: bool,
+    /// Rules over xDS; used when `xds.server` is set.
+    pub xds: Xds,
+}
+
+/// Rules over xDS: where from, and how to reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Xds {
+    /// `host:port` of the ADS server; `None`: rules come from `path`'s files.
+    pub server: Option<String>,
+    /// The node id the server knows this service by.
+    pub node_id: String,
+    /// The node's metadata (string values).
+    pub node_metadata: Vec<(String, String)>,
+    /// gRPC metadata sent with the stream.
+    pub headers: Vec<(String, String)>,
+    /// TLS to the server; `None`: plaintext.
+    pub tls: Option<XdsTls>,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// The largest response accepted.
+    pub max_message_bytes: usize,
+    /// Ready before the first set arrives, serving none until it does.
+    pub ready_without_rules: bool,
+}
+
+/// TLS to the ADS server.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct XdsTls {
+    /// CAs to trust (default: the system's roots).
+    pub server_ca: Option<PathBuf>,
+    /// The name the server's certificate must carry (default: the URL's host).
+    pub server_san: Option<String>,
+    /// A client certificate and key to present.
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+}
+
+/// How decisions are answered, service-wide.
+#[derive(Clone, Debug)]
+pub struct Service {
+    /// Never answer OVER_LIMIT overall (`SHADOW_MODE`).
+    pub shadow_mode: bool,
+    /// Every reference rule is quota-mode (`QUOTA_MODE`).
+    pub quota_mode: bool,
+    pub near_limit_ratio: f64,
+    /// A request that one reference rule denies charges only the rules it is over.
+    pub stop_increment_when_over_limit: bool,
+    /// Responses carry the request and the passing rules' `metadata`.
+    pub dynamic_metadata: bool,
+}
+
+/// Which rate limit headers answers carry.
+#[derive(Clone, Debug)]
+pub struct Headers {
+    /// `/v1/check`'s headers.
+    pub style: HeaderStyle,
+    /// The reference's `LIMIT_RESPONSE_HEADERS_ENABLED`: `response_headers_to_add` in
+    /// gRPC and `/json` answers, with these header names (limit, remaining, reset).
+    pub reference: Option<[String; 3]>,
+}
+
+impl Default for Headers {
+    fn default() -> Headers {
+        Headers {
+            style: HeaderStyle::Ietf,
+            reference: None,
+        }
+    }
+}
+
+/// The admin listener: the console, top keys, config, explain, `/rlconfig`.
+#[derive(Clone, Debug)]
+pub struct Admin {
+    /// `None`: off.
+    pub addr: Option<SocketAddr>,
+    /// With it, the admin listener answers 401 (health aside) to a request without it.
+    pub token: Option<spillway_redis::Password>,
+    /// Serve the console page at `/ui`.
+    pub ui: bool,
+}
+
+/// A listener of its own for Prometheus (`/metrics` stays on the HTTP and admin
+/// listeners too).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    pub addr: Option<SocketAddr>,
+    pub path: String,
+}
+
+/// Logging.
+#[derive(Clone, Debug)]
+pub struct Log {
+    /// `error`, `warn`, `info`, `debug`, `trace` (or a `tracing` filter).
+    pub level: String,
+    pub json: bool,
+}
+
+/// A setting that could not be used; says which, from where, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl Default for Config {
+    /// Every setting at its default (the rows' own).
+    fn default() -> Config {
+        Partial::defaults(Profile::Native)
+            .build()
+            .expect("every default parses (tested)")
+    }
+}
+
+impl Config {
+    /// How policy files are read.
+    pub fn load_options(&self) -> spillway_policy::LoadOptions {
+        spillway_policy::LoadOptions {
+            merge_domains: self.rules.merge_domains,
+        }
+    }
+
+    /// The defaults with the policies at `path` and every listener on loopback at a
+    /// port the OS picks: where a test or an embedding program starts.
+    pub fn ephemeral(path: impl Into<PathBuf>) -> Config {
+        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+        let mut c = Config::default();
+        c.rules.path = path.into();
+        c.listen.http = any_port;
+        c.listen.grpc = any_port;
+        c.admin.addr = Some(any_port);
+        c
+    }
+
+    /// The xDS settings, when the rules come over xDS.
+    pub fn xds(&self) -> Option<&Xds> {
+        self.rules.xds.server.as_ref().map(|_| &self.rules.xds)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

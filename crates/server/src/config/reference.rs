@@ -1,0 +1,614 @@
+//! The reference service's environment variables: how each one Spillway honours
+//! becomes settings ([`REFERENCE`], one row each), the ones it does not and why
+//! ([`NOT_HONOURED`]: `serve` names each one that is set in a warning), and whether
+//! any is in use (then the reference's defaults apply).
+
+use std::path::Path;
+
+use super::ConfigError;
+use super::sources::{Origin, Partial};
+use super::value::{boolean, redis_url};
+
+/// A variable's value, when set.
+pub type Var<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The settings a row gives (name, raw value), or what is wrong.
+pub type Values = Result<Vec<(&'static str, String)>, String>;
+
+/// How a row reads its variables.
+#[derive(Clone, Copy, Debug)]
+pub enum Read {
+    /// The first variable's value, when set and not empty, is the first setting's.
+    Same,
+    /// Any other reading: the settings' raw values, or what is wrong.
+    With(fn(Var<'_>) -> Values),
+}
+
+/// Some of the reference's variables and the settings they give.
+#[derive(Clone, Copy, Debug)]
+pub struct ReferenceRow {
+    pub variables: &'static [&'static str],
+    /// The settings it writes.
+    pub sets: &'static [&'static str],
+    /// A variable that must be true for the others to be read (as the reference reads
+    /// them); set without it, they are named as not honoured.
+    pub gate: Option<&'static str>,
+    /// How the values are read, where it is not plain.
+    pub note: &'static str,
+    pub read: Read,
+}
+
+const fn same(variable: &'static [&'static str], sets: &'static [&'static str]) -> ReferenceRow {
+    ReferenceRow {
+        variables: variable,
+        sets,
+        gate: None,
+        note: "",
+        read: Read::Same,
+    }
+}
+
+/// `host:port` with the host in brackets when it is IPv6 (`HOST=::`).
+fn host_port(host: &str, port: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// A listener from a host and a port variable: the reference's defaults for whichever
+/// is not set.
+fn listener(
+    var: &dyn Fn(&str) -> Option<String>,
+    (host, port): (&str, &str),
+    (default_host, default_port): (&str, &str),
+) -> Option<String> {
+    if var(host).is_none() && var(port).is_none() {
+        return None;
+    }
+    let h = var(host)
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| default_host.into());
+    let p = var(port)
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| default_port.into());
+    Some(host_port(&h, &p))
+}
+
+fn set_if(
+    out: &mut Vec<(&'static str, String)>,
+    var: &dyn Fn(&str) -> Option<String>,
+    variable: &str,
+    setting: &'static str,
+) {
+    if let Some(v) = var(variable).filter(|v| !v.is_empty()) {
+        out.push((setting, v));
+    }
+}
+
+/// `password` or `user:password`.
+fn login(
+    var: &dyn Fn(&str) -> Option<String>,
+    variable: &str,
+    (user, password): (&'static str, &'static str),
+) -> Vec<(&'static str, String)> {
+    match var(variable).filter(|v| !v.is_empty()) {
+        None => Vec::new(),
+        Some(v) => match v.split_once(':') {
+            Some((u, p)) => vec![(user, u.to_owned()), (password, p.to_owned())],
+            None => vec![(password, v)],
+        },
+    }
+}
+
+/// Every reference variable Spillway honours, in rows.
+pub static REFERENCE: &[ReferenceRow] = &[
+    ReferenceRow {
+        variables: &["HOST", "PORT"],
+        sets: &["http_addr"],
+        gate: None,
+        note: "either alone: the reference's default for the other (0.0.0.0, 8080)",
+        read: Read::With(|var| {
+            Ok(listener(var, ("HOST", "PORT"), ("0.0.0.0", "8080"))
+                .map(|a| vec![("http_addr", a)])
+                .unwrap_or_default())
+        }),
+    },
+    ReferenceRow {
+        variables: &["GRPC_HOST", "GRPC_PORT"],
+        sets: &["grpc_addr"],
+        gate: None,
+        note: "either alone: the reference's default for the other (0.0.0.0, 8081)",
+        read: Read::With(|var| {
+            Ok(
+                listener(var, ("GRPC_HOST", "GRPC_PORT"), ("0.0.0.0", "8081"))
+                    .map(|a| vec![("grpc_addr", a)])
+                    .unwrap_or_default(),
+            )
+        }),
+    },
+    ReferenceRow {
+        variables: &["DEBUG_HOST", "DEBUG_PORT"],
+        sets: &["admin_addr"],
+        gate: None,
+        note: "DEBUG_PORT alone keeps the host on loopback (the reference's is 0.0.0.0): the admin pages show rules and keys",
+        read: Read::With(|var| {
+            Ok(
+                listener(var, ("DEBUG_HOST", "DEBUG_PORT"), ("127.0.0.1", "6070"))
+                    .map(|a| vec![("admin_addr", a)])
+                    .unwrap_or_default(),
+            )
+        }),
+    },
+    ReferenceRow {
+        variables: &[
+            "GRPC_SERVER_USE_TLS",
+            "GRPC_SERVER_TLS_CERT",
+            "GRPC_SERVER_TLS_KEY",
+            "GRPC_CLIENT_TLS_CACERT",
+            "GRPC_CLIENT_TLS_SAN",
+        ],
+        sets: &[
+            "tls_listeners",
+            "tls_cert",
+            "tls_key",
+            "tls_client_ca",
+            "tls_client_san",
+        ],
+        gate: Some("GRPC_SERVER_USE_TLS"),
+        note: "TLS on the gRPC port only (the HTTP port keeps serving plain probes); the files are read only with GRPC_SERVER_USE_TLS=true, as the reference reads them",
+        read: Read::With(|var| {
+            let on = var("GRPC_SERVER_USE_TLS")
+                .map(|v| boolean(&v))
+                .transpose()
+                .map_err(|e| format!("GRPC_SERVER_USE_TLS: {e}"))?;
+            let mut out = Vec::new();
+            if on == Some(true) {
+                out.push(("tls_listeners", "grpc".into()));
+                set_if(&mut out, var, "GRPC_SERVER_TLS_CERT", "tls_cert");
+                set_if(&mut out, var, "GRPC_SERVER_TLS_KEY", "tls_key");
+                set_if(&mut out, var, "GRPC_CLIENT_TLS_CACERT", "tls_client_ca");
+                set_if(&mut out, var, "GRPC_CLIENT_TLS_SAN", "tls_client_san");
+            }
+            Ok(out)
+        }),
+    },
+    ReferenceRow {
+        variables: &["REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TLS"],
+        sets: &["store"],
+        gate: None,
+        note: "one Redis URL: single (host:port, or a socket path), sentinel (master,host:port,...), cluster (host:port,...); a URL is used as it is",
+        read: Read::With(|var| match var("REDIS_URL").filter(|u| !u.is_empty()) {
+            None => Ok(Vec::new()),
+            Some(url) => redis_url(&url, &var)
+                .map(|u| vec![("store", u)])
+                .map_err(|e| format!("REDIS_URL: {e}")),
+        }),
+    },
+    ReferenceRow {
+        variables: &["REDIS_AUTH"],
+        sets: &["redis_username", "redis_password"],
+        gate: None,
+        note: "`password` or `user:password`",
+        read: Read::With(|var| {
+            Ok(login(
+                var,
+                "REDIS_AUTH",
+                ("redis_username", "redis_password"),
+            ))
+        }),
+    },
+    ReferenceRow {
+        variables: &["REDIS_SENTINEL_AUTH"],
+        sets: &["redis_sentinel_username", "redis_sentinel_password"],
+        gate: None,
+        note: "`password` or `user:password`",
+        read: Read::With(|var| {
+            Ok(login(
+                var,
+                "REDIS_SENTINEL_AUTH",
+                ("redis_sentinel_username", "redis_sentinel_password"),
+            ))
+        }),
+    },
+    same(&["REDIS_TLS_CACERT"], &["redis_tls_ca"]),
+    same(&["REDIS_TLS_CLIENT_CERT"], &["redis_tls_cert"]),
+    same(&["REDIS_TLS_CLIENT_KEY"], &["redis_tls_key"]),
+    ReferenceRow {
+        variables: &["REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"],
+        sets: &["redis_tls_verify"],
+        gate: None,
+        note: "true: `chain`",
+        read: Read::With(|var| match var("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
+            Some(v)
+                if boolean(&v)
+                    .map_err(|e| format!("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: {e}"))? =>
+            {
+                Ok(vec![("redis_tls_verify", "chain".into())])
+            }
+            _ => Ok(Vec::new()),
+        }),
+    },
+    ReferenceRow {
+        variables: &[
+            "RUNTIME_ROOT",
+            "RUNTIME_SUBDIRECTORY",
+            "RUNTIME_APPDIRECTORY",
+        ],
+        sets: &["config"],
+        gate: None,
+        note: "ROOT/SUBDIRECTORY/APPDIRECTORY, with the reference's defaults (/srv/runtime_data/current, empty, config)",
+        read: Read::With(|var| {
+            if var("RUNTIME_ROOT").is_none() && var("RUNTIME_SUBDIRECTORY").is_none() {
+                return Ok(Vec::new());
+            }
+            let root = var("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into());
+            let sub = var("RUNTIME_SUBDIRECTORY").unwrap_or_default();
+            let app = var("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into());
+            Ok(vec![(
+                "config",
+                Path::new(&root).join(sub).join(app).display().to_string(),
+            )])
+        }),
+    },
+    ReferenceRow {
+        variables: &["RUNTIME_WATCH_ROOT"],
+        sets: &[],
+        gate: None,
+        note: "either value: Spillway watches the policy directory and reloads on any change in it",
+        read: Read::With(|_| Ok(Vec::new())),
+    },
+    ReferenceRow {
+        variables: &["USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"],
+        sets: &["metrics_addr", "metrics_path"],
+        gate: Some("USE_PROMETHEUS"),
+        note: "a Prometheus listener of its own (default :9090, /metrics), only with USE_PROMETHEUS=true",
+        read: Read::With(|var| {
+            let on = var("USE_PROMETHEUS")
+                .map(|v| boolean(&v))
+                .transpose()
+                .map_err(|e| format!("USE_PROMETHEUS: {e}"))?;
+            if on != Some(true) {
+                return Ok(Vec::new());
+            }
+            let mut out = vec![(
+                "metrics_addr",
+                var("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into()),
+            )];
+            set_if(&mut out, var, "PROMETHEUS_PATH", "metrics_path");
+            Ok(out)
+        }),
+    },
+    ReferenceRow {
+        variables: &["CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL"],
+        sets: &["xds_server"],
+        gate: None,
+        note: "FILE (the default) or GRPC_XDS_SOTW (rules over xDS from the URL, default localhost:18000); anything else stops the start, as in the reference",
+        read: Read::With(|var| {
+            match var("CONFIG_TYPE")
+                .map(|v| v.to_ascii_uppercase())
+                .as_deref()
+            {
+                None | Some("FILE") => Ok(Vec::new()),
+                Some("GRPC_XDS_SOTW") => Ok(vec![(
+                    "xds_server",
+                    var("CONFIG_GRPC_XDS_SERVER_URL")
+                        .filter(|v| !v.is_empty())
+                        .unwrap_or_else(|| "localhost:18000".into()),
+                )]),
+                Some(other) => Err(format!(
+                    "CONFIG_TYPE: `{other}` is not FILE or GRPC_XDS_SOTW"
+                )),
+            }
+        }),
+    },
+    same(&["CONFIG_GRPC_XDS_NODE_ID"], &["xds_node_id"]),
+    same(&["CONFIG_GRPC_XDS_NODE_METADATA"], &["xds_node_metadata"]),
+    same(
+        &["CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"],
+        &["xds_headers"],
+    ),
+    ReferenceRow {
+        variables: &[
+            "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+            "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+            "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+            "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+        ],
+        sets: &[
+            "xds_tls",
+            "xds_tls_cert",
+            "xds_tls_key",
+            "xds_tls_ca",
+            "xds_tls_san",
+        ],
+        gate: Some("CONFIG_GRPC_XDS_SERVER_USE_TLS"),
+        note: "the files are read only with CONFIG_GRPC_XDS_SERVER_USE_TLS=true, as the reference reads them",
+        read: Read::With(|var| {
+            let on = var("CONFIG_GRPC_XDS_SERVER_USE_TLS")
+                .map(|v| boolean(&v))
+                .transpose()
+                .map_err(|e| format!("CONFIG_GRPC_XDS_SERVER_USE_TLS: {e}"))?;
+            let mut out = Vec::new();
+            match on {
+                Some(true) => {
+                    out.push(("xds_tls", "true".into()));
+                    set_if(
+                        &mut out,
+                        var,
+                        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+                        "xds_tls_cert",
+                    );
+                    set_if(
+                        &mut out,
+                        var,
+                        "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+                        "xds_tls_key",
+                    );
+                    set_if(
+                        &mut out,
+                        var,
+                        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+                        "xds_tls_ca",
+                    );
+                    set_if(
+                        &mut out,
+                        var,
+                        "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+                        "xds_tls_san",
+                    );
+                }
+                Some(false) => out.push(("xds_tls", "false".into())),
+                None => {}
+            }
+            Ok(out)
+        }),
+    },
+    same(
+        &["XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"],
+        &["xds_backoff_initial"],
+    ),
+    same(&["XDS_CLIENT_BACKOFF_MAX_INTERVAL"], &["xds_backoff_max"]),
+    same(
+        &["XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"],
+        &["xds_max_message_bytes"],
+    ),
+    same(
+        &["FORCE_START_WITHOUT_INITIAL_CONFIG"],
+        &["xds_ready_without_rules"],
+    ),
+    same(
+        &["HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"],
+        &["ready_needs_a_domain"],
+    ),
+    same(&["LOG_LEVEL"], &["log_level"]),
+    same(&["LOG_FORMAT"], &["log_format"]),
+    same(&["SHADOW_MODE"], &["shadow_mode"]),
+    same(&["QUOTA_MODE"], &["quota_mode"]),
+    same(&["NEAR_LIMIT_RATIO"], &["near_limit_ratio"]),
+    ReferenceRow {
+        variables: &["LOCAL_CACHE_SIZE_IN_BYTES"],
+        sets: &["deny_cache_bytes", "reference_local_cache"],
+        gate: None,
+        note: "the deny cache's size; above 0 it also answers reference rules until their window ends, as the reference's cache",
+        read: Read::With(|var| match var("LOCAL_CACHE_SIZE_IN_BYTES") {
+            None => Ok(Vec::new()),
+            Some(v) => {
+                let n: usize = v.trim().parse().map_err(|_| {
+                    format!("LOCAL_CACHE_SIZE_IN_BYTES: `{v}` is not a whole number")
+                })?;
+                Ok(vec![
+                    ("deny_cache_bytes", n.to_string()),
+                    ("reference_local_cache", (n > 0).to_string()),
+                ])
+            }
+        }),
+    },
+    same(
+        &["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"],
+        &["stop_increment_when_over_limit"],
+    ),
+    same(&["RESPONSE_DYNAMIC_METADATA"], &["dynamic_metadata"]),
+    same(&["MERGE_DOMAIN_CONFIG"], &["merge_domains"]),
+    same(&["CACHE_KEY_PREFIX"], &["key_prefix"]),
+    same(&["LIMIT_RESPONSE_HEADERS_ENABLED"], &["reference_headers"]),
+    same(&["LIMIT_LIMIT_HEADER"], &["reference_limit_header"]),
+    same(&["LIMIT_REMAINING_HEADER"], &["reference_remaining_header"]),
+    same(&["LIMIT_RESET_HEADER"], &["reference_reset_header"]),
+];
+
+/// The reference's variables Spillway reads but does not act on, or does not read, each
+/// with why: `serve` logs a warning for each one that is set. (Prefixes end in `_`.)
+pub const NOT_HONOURED: &[(&str, &str)] = &[
+    (
+        "BACKEND_TYPE",
+        "counters live in Redis or in memory (--store); there is no memcache backend",
+    ),
+    ("MEMCACHE_", "there is no memcache backend"),
+    (
+        "REDIS_PERSECOND",
+        "one store holds every counter; there is no per-second Redis",
+    ),
+    (
+        "REDIS_PERSECOND_",
+        "one store holds every counter; there is no per-second Redis",
+    ),
+    (
+        "REDIS_POOL_SIZE",
+        "one multiplexed connection per Redis node; there is no pool",
+    ),
+    (
+        "REDIS_PIPELINE_",
+        "each decision is one script call; calls are coalesced without a window",
+    ),
+    (
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "each Cluster node has its own connection",
+    ),
+    ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "there is no pool"),
+    (
+        "REDIS_TIMEOUT",
+        "use --store-timeout (default 10ms; the reference's 10s would outlast Envoy's deadline)",
+    ),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "/readyz and the gRPC health service PING the store",
+    ),
+    (
+        "REDIS_STARTUP_",
+        "the store is waited for with its own backoff (1 s doubling to 30 s, forever)",
+    ),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "keys expire when their window ends; there is no jitter",
+    ),
+    (
+        "USE_STATSD",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "STATSD_",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "USE_DOG_STATSD",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    ("EXTRA_TAGS", "metrics carry no extra labels"),
+    (
+        "STATS_FLUSH_INTERVAL",
+        "Prometheus metrics are read when scraped",
+    ),
+    ("DISABLE_STATS", "metrics are always on"),
+    ("TRACING_", "there is no tracing export"),
+    (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "there is no tracing export (Envoy Gateway sets it with TRACING_*)",
+    ),
+    ("GRPC_UDS", "gRPC listens on TCP only"),
+    (
+        "PROMETHEUS_MAPPER_YAML",
+        "metrics have Spillway's own names (spillway_*); there is no statsd mapping",
+    ),
+    (
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        "durations are in seconds, as Prometheus names them",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+        "the xDS backoff doubles from its initial to its maximum interval, without jitter",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_JITTER",
+        "the xDS backoff doubles from its initial to its maximum interval, without jitter",
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE",
+        "connections are kept until the client closes them",
+    ),
+    (
+        "USE_DOG_STATSD_MOGRIFIERS",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE_GRACE",
+        "connections are kept until the client closes them",
+    ),
+    ("PROTO", "Spillway listens on TCP only"),
+    (
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        "it has no effect in the reference either: reconnects follow the xDS backoff",
+    ),
+    (
+        "RUNTIME_IGNOREDOTFILES",
+        "files whose names start with a dot are always skipped",
+    ),
+];
+
+/// Variables honoured at one value only (the one Spillway always behaves as): set to
+/// it, they are not named.
+pub const HONOURED_AT: &[(&str, &str)] = &[
+    ("BACKEND_TYPE", "redis"),
+    ("PROTO", "tcp"),
+    ("RUNTIME_IGNOREDOTFILES", "true"),
+    ("USE_STATSD", "false"),
+];
+
+fn named(pattern: &str, name: &str) -> bool {
+    if pattern.ends_with('_') {
+        name.starts_with(pattern)
+    } else {
+        name == pattern
+    }
+}
+
+/// Whether any of the reference's variables is set: then the reference's defaults apply.
+pub fn speaks_reference(vars: &[(String, String)]) -> bool {
+    vars.iter().any(|(name, _)| {
+        REFERENCE
+            .iter()
+            .any(|r| r.variables.contains(&name.as_str()))
+            || NOT_HONOURED.iter().any(|(n, _)| named(n, name))
+    })
+}
+
+/// The reference variables that are set (name, value) and that Spillway does not
+/// honour, with why: those it never reads, and those read only behind a switch that is
+/// not on (`GRPC_SERVER_TLS_CERT` without `GRPC_SERVER_USE_TLS=true`).
+pub fn not_honoured(vars: &[(String, String)]) -> Vec<(String, &'static str)> {
+    let on = |gate: &str| {
+        vars.iter()
+            .any(|(n, v)| n == gate && boolean(v).unwrap_or(false))
+    };
+    let mut found: Vec<(String, &'static str)> = vars
+        .iter()
+        .filter(|(name, value)| {
+            !HONOURED_AT
+                .iter()
+                .any(|(n, v)| n == name && value.eq_ignore_ascii_case(v))
+        })
+        .filter_map(|(name, _)| {
+            if let Some((_, why)) = NOT_HONOURED.iter().find(|(n, _)| named(n, name)) {
+                return Some((name.clone(), *why));
+            }
+            let gated = REFERENCE.iter().find(|r| {
+                r.gate.is_some_and(|g| g != name && !on(g)) && r.variables.contains(&name.as_str())
+            })?;
+            Some((name.clone(), gated.note))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+impl Partial {
+    /// The reference's variables that are set, read through [`REFERENCE`].
+    pub fn from_reference(var: &dyn Fn(&str) -> Option<String>) -> Result<Partial, ConfigError> {
+        let mut p = Partial::default();
+        for row in REFERENCE {
+            let values = match row.read {
+                Read::Same => var(row.variables[0])
+                    .filter(|v| !v.is_empty())
+                    .map(|v| vec![(row.sets[0], v)])
+                    .unwrap_or_default(),
+                Read::With(read) => read(var).map_err(ConfigError)?,
+            };
+            if values.is_empty() {
+                continue;
+            }
+            let set: Vec<&str> = row
+                .variables
+                .iter()
+                .copied()
+                .filter(|v| var(v).is_some())
+                .collect();
+            let origin = Origin::Reference(set.join("+"));
+            for (name, value) in values {
+                p.set(name, value, origin.clone())?;
+            }
+        }
+        Ok(p)
+    }
+}

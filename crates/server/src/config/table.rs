@@ -1,0 +1,362 @@
+//! Every setting, declared once: its name (the settings-file key; the flag and the
+//! `SPILLWAY_*` variable are made from it), section, default, format, one line of
+//! meaning, and how its raw value writes its field. Adding a setting is one row here,
+//! its field in the section, and (if the reference has a variable for it) one row in
+//! `reference.rs`.
+
+use super::value::{
+    addr, admin_addr, boolean, duration, list, log_format, number, optional, pairs, ratio, verify,
+};
+use super::{Config, TlsListeners, XdsTls};
+
+/// How a setting's value is read and shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Any text the setting's parser reads.
+    Text,
+    /// `true` or `false`; as a flag, `--name` alone means true.
+    Bool,
+    /// A file or directory: relative to the settings file when written there.
+    Path,
+    /// A secret: never a flag (argv is public), shown as `***`.
+    Secret,
+}
+
+/// One setting.
+#[derive(Clone, Copy)]
+pub struct Setting {
+    /// The settings-file key; `--name-with-dashes` and `SPILLWAY_NAME` are made from it.
+    pub name: &'static str,
+    /// The [`Config`] section it belongs to.
+    pub section: &'static str,
+    /// The default, as a source would write it (read by `set` like any other value).
+    pub default: &'static str,
+    /// The default where the reference's variables are in use, where it differs.
+    pub reference_default: Option<&'static str>,
+    /// What a value looks like.
+    pub format: &'static str,
+    /// One line of meaning.
+    pub help: &'static str,
+    pub kind: Kind,
+    /// Flags of their own that set a fixed value (`--no-watch` is `watch: false`).
+    pub switches: &'static [(&'static str, &'static str)],
+    /// Writes the field from a raw value; the error says what is wrong with it.
+    pub set: fn(&mut Config, &str) -> Result<(), String>,
+}
+
+impl std::fmt::Debug for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl Setting {
+    /// `--store-timeout`, or `None` for a secret.
+    pub fn flag(&self) -> Option<String> {
+        (self.kind != Kind::Secret).then(|| self.name.replace('_', "-"))
+    }
+
+    /// `SPILLWAY_STORE_TIMEOUT`.
+    pub fn env(&self) -> String {
+        format!("SPILLWAY_{}", self.name.to_ascii_uppercase())
+    }
+
+    /// The `SPILLWAY_*` variable of a switch flag (`--no-ui`: `SPILLWAY_NO_UI`).
+    pub fn switch_env(flag: &str) -> String {
+        format!("SPILLWAY_{}", flag.replace('-', "_").to_ascii_uppercase())
+    }
+}
+
+/// The row named `name`.
+pub fn setting(name: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.name == name)
+}
+
+const fn row(
+    name: &'static str,
+    section: &'static str,
+    default: &'static str,
+    format: &'static str,
+    help: &'static str,
+    kind: Kind,
+    set: fn(&mut Config, &str) -> Result<(), String>,
+) -> Setting {
+    Setting {
+        name,
+        section,
+        default,
+        reference_default: None,
+        format,
+        help,
+        kind,
+        switches: &[],
+        set,
+    }
+}
+
+impl Setting {
+    const fn reference_default(mut self, v: &'static str) -> Setting {
+        self.reference_default = Some(v);
+        self
+    }
+
+    const fn switches(mut self, s: &'static [(&'static str, &'static str)]) -> Setting {
+        self.switches = s;
+        self
+    }
+}
+
+use Kind::{Bool, Path, Secret, Text};
+
+const ADDR: &str = "HOST:PORT";
+const DURATION: &str = "DURATION (10ms, 2s, 1m)";
+const FILE: &str = "FILE";
+const BOOL: &str = "true|false";
+
+fn path(v: &str) -> Option<std::path::PathBuf> {
+    optional(v).map(Into::into)
+}
+
+fn xds_tls(c: &mut Config) -> &mut XdsTls {
+    c.rules.xds.tls.get_or_insert_with(XdsTls::default)
+}
+
+/// Every setting, by section, in the order they are applied (a row that depends on
+/// another comes after it).
+pub static SETTINGS: &[Setting] = &[
+    // === listen ===
+    row("http_addr", "listen", "0.0.0.0:8080", ADDR,
+        "HTTP listener: /v1/check, /json, /metrics, /healthz, /readyz, /healthcheck",
+        Text, |c, v| { c.listen.http = addr(v)?; Ok(()) }),
+    row("grpc_addr", "listen", "0.0.0.0:8081", ADDR,
+        "gRPC listener: Envoy's ShouldRateLimit and gRPC health",
+        Text, |c, v| { c.listen.grpc = addr(v)?; Ok(()) }),
+    row("header_read_timeout", "listen", "5s", DURATION,
+        "how long an HTTP client may take to send its first byte, its headers, then its body (each)",
+        Text, |c, v| { c.listen.header_read_timeout = duration(v)?; Ok(()) }),
+    row("drain_timeout", "listen", "10s", DURATION,
+        "on SIGTERM, how long requests in flight may take to finish",
+        Text, |c, v| { c.listen.drain_timeout = duration(v)?; Ok(()) }),
+    // === tls ===
+    row("tls_cert", "tls", "", FILE,
+        "PEM certificate chain to serve (leaf first); reloaded when the file changes and on SIGHUP",
+        Path, |c, v| { c.tls.cert = path(v); Ok(()) }),
+    row("tls_key", "tls", "", FILE,
+        "PEM private key of tls_cert (PKCS#8, PKCS#1 or SEC1)",
+        Path, |c, v| { c.tls.key = path(v); Ok(()) }),
+    row("tls_client_ca", "tls", "", FILE,
+        "PEM CAs whose client certificates are required (mutual TLS); health probes need none",
+        Path, |c, v| { c.tls.client_ca = path(v); Ok(()) }),
+    row("tls_client_san", "tls", "", "NAME,...",
+        "a client certificate must name one of these among its SANs (DNS, IP, URI, email)",
+        Text, |c, v| { c.tls.client_sans = list(v); Ok(()) }),
+    row("tls_listeners", "tls", "", "grpc,http,admin|none",
+        "which listeners speak TLS (empty: grpc and http when tls_cert is given)",
+        Text, |c, v| { c.tls.listeners = optional(v).map(TlsListeners::parse).transpose()?; Ok(()) }),
+    // === store ===
+    row("store", "store", "memory", "memory|URL",
+        "where counters live: memory, or redis://, rediss://, unix://, redis+cluster://, redis+sentinel://",
+        Text, |c, v| { c.store.url = v.to_owned(); Ok(()) }),
+    row("store_timeout", "store", "10ms", DURATION,
+        "give up on a store call after this long",
+        Text, |c, v| { c.store.timeout = duration(v)?; Ok(()) }),
+    row("on_store_error", "store", "closed", "open|closed|local",
+        "for rules without their own: admit, refuse (503 / UNAVAILABLE), or decide in process",
+        Text, |c, v| { c.store.on_error = v.parse()?; Ok(()) }),
+    row("breaker_failures", "store", "5", "N",
+        "store failures in a row that open the circuit breaker",
+        Text, |c, v| { c.store.breaker_failures = number(v)?; Ok(()) }),
+    row("breaker_cooldown", "store", "500ms", DURATION,
+        "how long the open breaker sends nothing to the store before it tries again",
+        Text, |c, v| { c.store.breaker_cooldown = duration(v)?; Ok(()) }),
+    row("deny_cache_bytes", "store", "16777216", "BYTES",
+        "the deny cache's size (0: off): keys the store denied are answered locally until a known time",
+        Text, |c, v| { c.store.deny_cache_bytes = number(v)?; Ok(()) })
+        .switches(&[("no-deny-cache", "0")]),
+    row("reference_local_cache", "store", "false", BOOL,
+        "the deny cache also answers reference rules until their window ends, as the reference's local cache",
+        Bool, |c, v| { c.store.reference_local_cache = boolean(v)?; Ok(()) }),
+    row("key_prefix", "store", "", "TEXT",
+        "written before every counter key: services with different prefixes count apart in one store",
+        Text, |c, v| { c.store.key_prefix = v.to_owned(); Ok(()) }),
+    row("redis_tls_ca", "store", "", FILE,
+        "PEM CAs to trust for a rediss:// store (default: the system's roots, or SSL_CERT_FILE)",
+        Path, |c, v| { c.store.redis.tls.ca_file = path(v); Ok(()) }),
+    row("redis_tls_cert", "store", "", FILE,
+        "PEM client certificate to present to Redis (mutual TLS; with redis_tls_key)",
+        Path, |c, v| { c.store.redis.tls.client_cert = path(v); Ok(()) }),
+    row("redis_tls_key", "store", "", FILE,
+        "PEM private key of redis_tls_cert",
+        Path, |c, v| { c.store.redis.tls.client_key = path(v); Ok(()) }),
+    row("redis_tls_verify", "store", "full", "full|chain|none",
+        "how much of Redis's certificate to verify: chain and name, chain only, nothing (tests only; warned)",
+        Text, |c, v| { c.store.redis.tls.verify = verify(v)?; Ok(()) }),
+    row("redis_username", "store", "", "USER",
+        "the Redis ACL user (over the URL's)",
+        Text, |c, v| { c.store.redis.username = optional(v).map(Into::into); Ok(()) }),
+    row("redis_password", "store", "", "SECRET",
+        "the Redis password (over the URL's); prefer redis_password_file",
+        Secret, |c, v| { c.store.redis.password = optional(v).map(spillway_redis::Password::new); Ok(()) }),
+    row("redis_password_file", "store", "", FILE,
+        "a file whose first line is the Redis password: in neither argv nor the environment",
+        Path, |c, v| {
+            if let Some(p) = path(v) {
+                c.store.redis.password = Some(spillway_redis::Password::from_file(&p).map_err(|e| e.to_string())?);
+            }
+            Ok(())
+        }),
+    row("redis_sentinel_username", "store", "", "USER",
+        "the sentinels' ACL user (redis+sentinel:// stores)",
+        Text, |c, v| { c.store.redis.sentinel_username = optional(v).map(Into::into); Ok(()) }),
+    row("redis_sentinel_password", "store", "", "SECRET",
+        "the sentinels' password; prefer redis_sentinel_password_file",
+        Secret, |c, v| { c.store.redis.sentinel_password = optional(v).map(spillway_redis::Password::new); Ok(()) }),
+    row("redis_sentinel_password_file", "store", "", FILE,
+        "a file whose first line is the sentinels' password",
+        Path, |c, v| {
+            if let Some(p) = path(v) {
+                c.store.redis.sentinel_password = Some(spillway_redis::Password::from_file(&p).map_err(|e| e.to_string())?);
+            }
+            Ok(())
+        }),
+    // === rules ===
+    row("config", "rules", "policies", "FILE|DIR",
+        "a policy file, or a directory of them (one domain per file)",
+        Path, |c, v| { c.rules.path = v.into(); Ok(()) }),
+    row("candidate_config", "rules", "", "FILE|DIR",
+        "candidate policies decided in shadow on the same traffic, on counters of their own, answering nobody",
+        Path, |c, v| { c.rules.candidate = path(v); Ok(()) }),
+    row("watch", "rules", "true", BOOL,
+        "reload the policies when their files change",
+        Bool, |c, v| { c.rules.watch = boolean(v)?; Ok(()) })
+        .switches(&[("no-watch", "false")]),
+    row("merge_domains", "rules", "false", BOOL,
+        "files that declare the same domain make one domain",
+        Bool, |c, v| { c.rules.merge_domains = boolean(v)?; Ok(()) }),
+    row("ready_needs_a_domain", "rules", "false", BOOL,
+        "not ready while no domain is loaded",
+        Bool, |c, v| { c.rules.ready_needs_a_domain = boolean(v)?; Ok(()) }),
+    row("xds_server", "rules", "", ADDR,
+        "take the live rules from this ADS server instead of policy files (empty: files)",
+        Text, |c, v| { c.rules.xds.server = optional(v).map(Into::into); Ok(()) }),
+    row("xds_node_id", "rules", "default", "ID",
+        "the node id the ADS server knows this service by",
+        Text, |c, v| { c.rules.xds.node_id = v.to_owned(); Ok(()) }),
+    row("xds_node_metadata", "rules", "", "K=V,...",
+        "the node's metadata",
+        Text, |c, v| { c.rules.xds.node_metadata = pairs(v, '=')?; Ok(()) }),
+    row("xds_headers", "rules", "", "K:V,...",
+        "gRPC metadata sent with the xDS stream",
+        Text, |c, v| { c.rules.xds.headers = pairs(v, ':')?; Ok(()) }),
+    row("xds_tls", "rules", "false", BOOL,
+        "TLS to the ADS server (any xds_tls_* file turns it on too)",
+        Bool, |c, v| {
+            c.rules.xds.tls = boolean(v)?.then(|| c.rules.xds.tls.take().unwrap_or_default());
+            Ok(())
+        }),
+    row("xds_tls_ca", "rules", "", FILE,
+        "PEM CAs to trust for the ADS server",
+        Path, |c, v| { if let Some(p) = path(v) { xds_tls(c).server_ca = Some(p); } Ok(()) }),
+    row("xds_tls_cert", "rules", "", FILE,
+        "PEM client certificate to present to the ADS server",
+        Path, |c, v| { if let Some(p) = path(v) { xds_tls(c).client_cert = Some(p); } Ok(()) }),
+    row("xds_tls_key", "rules", "", FILE,
+        "PEM private key of xds_tls_cert",
+        Path, |c, v| { if let Some(p) = path(v) { xds_tls(c).client_key = Some(p); } Ok(()) }),
+    row("xds_tls_san", "rules", "", "NAME",
+        "the name the ADS server's certificate must carry (default: the server's host)",
+        Text, |c, v| { if let Some(n) = optional(v) { xds_tls(c).server_san = Some(n.into()); } Ok(()) }),
+    row("xds_backoff_initial", "rules", "1s", DURATION,
+        "the xDS reconnect backoff's first wait; it doubles up to xds_backoff_max",
+        Text, |c, v| { c.rules.xds.backoff_initial = duration(v)?; Ok(()) })
+        .reference_default("10s"),
+    row("xds_backoff_max", "rules", "60s", DURATION,
+        "the xDS reconnect backoff's longest wait",
+        Text, |c, v| { c.rules.xds.backoff_max = duration(v)?; Ok(()) }),
+    row("xds_max_message_bytes", "rules", "4194304", "BYTES",
+        "the largest xDS response accepted",
+        Text, |c, v| { c.rules.xds.max_message_bytes = number(v)?; Ok(()) }),
+    row("xds_ready_without_rules", "rules", "false", BOOL,
+        "ready before the first rules arrive over xDS, deciding with none until they do",
+        Bool, |c, v| { c.rules.xds.ready_without_rules = boolean(v)?; Ok(()) }),
+    // === service ===
+    row("shadow_mode", "service", "false", BOOL,
+        "never answer over-limit overall (statuses still say who is over)",
+        Bool, |c, v| { c.service.shadow_mode = boolean(v)?; Ok(()) }),
+    row("quota_mode", "service", "false", BOOL,
+        "every reference rule is quota-mode",
+        Bool, |c, v| { c.service.quota_mode = boolean(v)?; Ok(()) }),
+    row("near_limit_ratio", "service", "0.8", "0..1",
+        "past this share of its limit an admitted request counts as near the limit",
+        Text, |c, v| { c.service.near_limit_ratio = ratio(v)?; Ok(()) }),
+    row("stop_increment_when_over_limit", "service", "false", BOOL,
+        "a request one reference rule denies charges only the rules it is over",
+        Bool, |c, v| { c.service.stop_increment_when_over_limit = boolean(v)?; Ok(()) }),
+    row("dynamic_metadata", "service", "false", BOOL,
+        "answers carry the request and the passing rules' metadata as dynamic metadata",
+        Bool, |c, v| { c.service.dynamic_metadata = boolean(v)?; Ok(()) }),
+    // === headers ===
+    row("headers", "headers", "ietf", "ietf|legacy|x-ratelimit|none",
+        "/v1/check's rate limit headers",
+        Text, |c, v| { c.headers.style = v.parse()?; Ok(()) }),
+    row("reference_headers", "headers", "false", BOOL,
+        "gRPC and /json answers carry the reference's three rate limit headers",
+        Bool, |c, v| {
+            c.headers.reference = boolean(v)?.then(|| c.headers.reference.take().unwrap_or_else(reference_names));
+            Ok(())
+        }),
+    row("reference_limit_header", "headers", "RateLimit-Limit", "NAME",
+        "the reference header that carries the limit",
+        Text, |c, v| { if let Some(h) = &mut c.headers.reference { h[0] = v.to_owned(); } Ok(()) }),
+    row("reference_remaining_header", "headers", "RateLimit-Remaining", "NAME",
+        "the reference header that carries what remains",
+        Text, |c, v| { if let Some(h) = &mut c.headers.reference { h[1] = v.to_owned(); } Ok(()) }),
+    row("reference_reset_header", "headers", "RateLimit-Reset", "NAME",
+        "the reference header that carries the seconds to the window's end",
+        Text, |c, v| { if let Some(h) = &mut c.headers.reference { h[2] = v.to_owned(); } Ok(()) }),
+    // === admin ===
+    row("admin_addr", "admin", "127.0.0.1:6070", "HOST:PORT|off",
+        "admin listener: /ui, /v1/top, /v1/config, /v1/explain, /rlconfig (loopback: it shows rules and keys)",
+        Text, |c, v| { c.admin.addr = admin_addr(v)?; Ok(()) }),
+    row("admin_token_file", "admin", "", FILE,
+        "a file whose first line is the admin token: requests without it get 401 (health aside)",
+        Path, |c, v| {
+            c.admin.token = path(v)
+                .map(|p| spillway_redis::Password::from_file(&p).map_err(|e| e.to_string()))
+                .transpose()?;
+            Ok(())
+        }),
+    row("ui", "admin", "true", BOOL,
+        "serve the console page at /ui",
+        Bool, |c, v| { c.admin.ui = boolean(v)?; Ok(()) })
+        .switches(&[("no-ui", "false")]),
+    // === metrics ===
+    row("metrics_addr", "metrics", "", "HOST:PORT",
+        "a listener of its own for Prometheus (empty: none; /metrics is on the HTTP and admin listeners too)",
+        Text, |c, v| { c.metrics.addr = optional(v).map(addr).transpose()?; Ok(()) }),
+    row("metrics_path", "metrics", "/metrics", "/PATH",
+        "the path metrics_addr serves",
+        Text, |c, v| {
+            if !v.starts_with('/') {
+                return Err(format!("`{v}` does not start with /"));
+            }
+            c.metrics.path = v.to_owned();
+            Ok(())
+        }),
+    // === log ===
+    row("log_level", "log", "info", "LEVEL",
+        "error, warn, info, debug, trace, or a tracing filter",
+        Text, |c, v| { c.log.level = v.to_ascii_lowercase(); Ok(()) }),
+    row("log_format", "log", "text", "text|json",
+        "how log lines are written",
+        Text, |c, v| { c.log.json = log_format(v)?; Ok(()) }),
+];
+
+fn reference_names() -> [String; 3] {
+    let name = |n: &str| setting(n).map_or_else(String::new, |s| s.default.to_owned());
+    [
+        name("reference_limit_header"),
+        name("reference_remaining_header"),
+        name("reference_reset_header"),
+    ]
+}
