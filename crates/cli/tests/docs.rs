@@ -56,21 +56,8 @@ fn console_blocks(text: &str) -> Vec<Block> {
 
 /// The text with ANSI escapes and each line's leading log timestamp removed.
 fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // CSI: ESC [ params letter
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-            continue;
-        }
-        out.push(c);
-    }
-    out.lines()
+    support::plain(text)
+        .lines()
         .map(|l| match l.split_once(' ') {
             Some((stamp, rest)) if stamp.len() > 20 && stamp.ends_with('Z') => rest.trim_start(),
             _ => l,

@@ -1,16 +1,21 @@
 //! Spillway as Envoy Gateway runs its rate limit service: called `ratelimit`, with
-//! Envoy Gateway's environment, its rules over xDS from an ADS server made as Envoy
-//! Gateway's, and a real Envoy asking it over TLS with Envoy Gateway's descriptor chains.
+//! exactly Envoy Gateway's environment (no `HOST`, `PORT` or `DEBUG_PORT` of the test's
+//! own: it runs in a network namespace of its own, where the fixed ports are free, and is
+//! reached over a veth pair from another address, as the kubelet and the gateway reach
+//! its pod), its rules over xDS from an ADS server made as Envoy Gateway's (at
+//! `envoy-gateway:18001`), and a real Envoy asking it over TLS with Envoy Gateway's
+//! descriptor chains.
 
 mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use support::envoy::{envoy, get, upstream};
-use support::{Procs, free_port, tempdir};
+use support::netns::Netns;
+use support::{Procs, curl_at, plain, tempdir};
 
 /// Envoy Gateway's Envoy, as far as the rate limit goes: TLS to the service, domain
 /// `default/eg/http`, per route the descriptor chains Envoy Gateway generates.
@@ -144,16 +149,21 @@ fn gateway_rules() -> envoy_types::pb::ratelimit::config::ratelimit::v3::RateLim
 }
 
 /// Spillway, called `ratelimit` and given exactly the environment Envoy Gateway gives its rate
-/// limit container (ports moved to free ones, paths to this test's files), its rules
-/// from an ADS server run here as Envoy Gateway's (mutual TLS, RSA PKCS#1 certificates
-/// without EKU): ready before the rules arrive, no variable named as not honoured,
-/// `/rlconfig` and Prometheus where Envoy Gateway looks, and a real Envoy over TLS
-/// limited by the rules that came by xDS.
+/// limit container (only its files moved to this test's), its rules from an ADS server
+/// run here as Envoy Gateway's (mutual TLS, RSA PKCS#1 certificates without EKU): ready
+/// before the rules arrive, `/healthcheck` answered on :8080 from outside the namespace
+/// as the kubelet probes it, no variable named as not honoured, `/rlconfig` on :6070
+/// from inside (as `kubectl port-forward` arrives) and Prometheus on :19001 where Envoy
+/// Gateway looks, and a real Envoy over TLS to :8081 limited by the rules that came by
+/// xDS.
 #[test]
 fn envoy_gateways_environment_and_rules_over_xds() {
     use spillway_testkit::ads::{Ads, Snapshot};
     use tokio::sync::{mpsc, watch};
-    let dir = tempdir(&format!("envoy-gateway-{}", free_port()));
+    // `envoy-gateway` is this side of the pair, as Envoy Gateway's Service name resolves
+    // in its cluster.
+    let ns = Netns::new(&["{host} envoy-gateway"]);
+    let dir = tempdir(&format!("envoy-gateway-{}", ns.name));
     let certs = spillway_testkit::tls::envoy_gateway_certs(&dir);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (snapshot_tx, snapshot) = watch::channel::<Snapshot>(None);
@@ -165,7 +175,9 @@ fn envoy_gateways_environment_and_rules_over_xds() {
             client_ca: Some(certs.ca.clone()),
             client_sans: Vec::new(),
         };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind((ns.host, 18001))
+            .await
+            .unwrap();
         let addr = listener.local_addr().unwrap();
         let router = Ads::new(snapshot, requests_tx).router().into_axum_router();
         let stop = tokio_util::sync::CancellationToken::new();
@@ -173,7 +185,6 @@ fn envoy_gateways_environment_and_rules_over_xds() {
         addr
     });
 
-    let (http, grpc, debug, prometheus) = (free_port(), free_port(), free_port(), free_port());
     let path = |p: &Path| p.display().to_string();
     let env: Vec<(&str, String)> = vec![
         ("RUNTIME_ROOT", path(&dir)),
@@ -183,7 +194,7 @@ fn envoy_gateways_environment_and_rules_over_xds() {
         ("LOG_LEVEL", "info".into()),
         ("USE_STATSD", "false".into()),
         ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
-        ("CONFIG_GRPC_XDS_SERVER_URL", ads_addr.to_string()),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001".into()),
         ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".into()),
         ("GRPC_SERVER_USE_TLS", "true".into()),
         ("GRPC_SERVER_TLS_CERT", path(&certs.server.cert)),
@@ -195,20 +206,15 @@ fn envoy_gateways_environment_and_rules_over_xds() {
         ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", path(&certs.ca)),
         ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".into()),
         ("USE_PROMETHEUS", "true".into()),
-        ("PROMETHEUS_ADDR", format!("127.0.0.1:{prometheus}")),
-        // Envoy Gateway's fixed ports, moved to free ones.
-        ("HOST", "127.0.0.1".into()),
-        ("PORT", http.to_string()),
-        ("GRPC_HOST", "127.0.0.1".into()),
-        ("GRPC_PORT", grpc.to_string()),
-        ("DEBUG_HOST", "127.0.0.1".into()),
-        ("DEBUG_PORT", debug.to_string()),
+        ("PROMETHEUS_ADDR", ":19001".into()),
     ];
+    assert_eq!(ads_addr.port(), 18001);
     // Started as Envoy Gateway starts it: the command `/bin/ratelimit`, no arguments.
     let ratelimit = dir.join("ratelimit");
     let _ = std::fs::remove_file(&ratelimit);
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_spillway"), &ratelimit).unwrap();
-    let mut child = Command::new(&ratelimit)
+    let mut child = ns
+        .command(&ratelimit)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stderr(Stdio::piped())
@@ -223,6 +229,7 @@ fn envoy_gateways_environment_and_rules_over_xds() {
             log.read_line(&mut line).unwrap() > 0,
             "serve exited: {startup:#?}"
         );
+        let line = plain(&line);
         let done = line.contains("listening");
         startup.push(line);
         if done {
@@ -239,8 +246,10 @@ fn envoy_gateways_environment_and_rules_over_xds() {
         !startup.iter().any(|l| l.contains("not honoured")),
         "every variable Envoy Gateway sets is honoured: {startup:#?}"
     );
-    // Ready (the probes' path) before any rule arrived.
-    assert!(support::curl(http, "/healthcheck", None).starts_with("200"));
+    let listening = startup.last().unwrap();
+    assert!(listening.contains("http_addr=0.0.0.0:8080"), "{listening}");
+    // Ready (the probes' path) before any rule arrived, from outside the namespace.
+    assert_eq!(curl_at(ns.addr, 8080, "/healthcheck", None), "200 OK");
 
     runtime.block_on(async {
         let first = tokio::time::timeout(Duration::from_secs(10), requests.recv())
@@ -256,7 +265,13 @@ fn envoy_gateways_environment_and_rules_over_xds() {
         assert_eq!(ack.version_info, "1");
         assert!(ack.error_detail.is_none(), "{ack:?}");
     });
-    let rlconfig = support::curl(debug, "/rlconfig", None);
+    // The admin listener, from inside the namespace (as `kubectl port-forward` arrives).
+    let out = ns
+        .command("curl")
+        .args(["-sS", "http://127.0.0.1:6070/rlconfig"])
+        .output()
+        .expect("curl runs");
+    let rlconfig = String::from_utf8_lossy(&out.stdout);
     assert!(
         rlconfig.contains(
             "default/eg/http.httproute/default/api/rule/0_httproute/default/api/rule/0.rule-0-match-0_rule-0-match-0: unit=HOUR requests_per_unit=3, shadow_mode: false"
@@ -265,10 +280,14 @@ fn envoy_gateways_environment_and_rules_over_xds() {
     );
 
     let config = GATEWAY_ENVOY
+        .replace(
+            "{ address: 127.0.0.1, port_value: 8081 }",
+            &format!("{{ address: {}, port_value: 8081 }}", ns.addr),
+        )
         .replace("CLIENT_CERT", &path(&certs.client.cert))
         .replace("CLIENT_KEY", &path(&certs.client.key))
         .replace("CA_CERT", &path(&certs.ca));
-    let port = envoy(&mut procs, &config, grpc, upstream());
+    let port = envoy(&mut procs, &config, 8081, upstream());
     let user = [("x-user", "one")];
     for _ in 0..3 {
         assert_eq!(get(port, "/a", &user).0, 200);
@@ -284,7 +303,7 @@ fn envoy_gateways_environment_and_rules_over_xds() {
     }
     assert_eq!(get(port, "/b", &[]).0, 429, "rule 1: 2 an hour per address");
 
-    let metrics = support::curl(prometheus, "/metrics", None);
+    let metrics = curl_at(ns.addr, 19001, "/metrics", None);
     assert!(
         metrics.contains("spillway_decisions_total{domain=\"default/eg/http\""),
         "{metrics}"

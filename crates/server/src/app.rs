@@ -11,20 +11,21 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use spillway_core::{Breaker, Clock, Store, SystemClock};
 use spillway_policy::PolicySet;
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::service::{Options, Service};
 use crate::state::{AppState, LoadStatus};
 use crate::store::{AnyStore, Stores};
-use crate::{api, listen, metrics, reload, tls, xds};
+use crate::{metrics, tls};
+
+mod serve;
+pub use serve::{Listeners, Running};
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -62,44 +63,6 @@ pub struct AppBuilder {
     store: Option<AnyStore>,
     clock: Arc<dyn Clock>,
     wait_for_store: Option<CancellationToken>,
-}
-
-/// The listeners of one service, bound.
-#[derive(Debug)]
-pub struct Listeners {
-    pub http: TcpListener,
-    pub grpc: TcpListener,
-    pub admin: Option<TcpListener>,
-    pub metrics: Option<TcpListener>,
-}
-
-/// A started service.
-#[derive(Debug)]
-pub struct Running {
-    pub http_addr: SocketAddr,
-    pub grpc_addr: SocketAddr,
-    /// `None` when the admin listener is off.
-    pub admin_addr: Option<SocketAddr>,
-    /// The Prometheus listener (`metrics_addr`), when asked for.
-    pub metrics_addr: Option<SocketAddr>,
-    /// The served certificates, when a listener speaks TLS.
-    pub tls: Option<Arc<tls::Certs>>,
-    pub state: Arc<AppState>,
-    pub shutdown: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl Running {
-    /// Serves until the shutdown token is cancelled and requests in flight have finished.
-    pub async fn wait(self) {
-        let _ = self.task.await;
-    }
-
-    /// Begins a graceful shutdown and waits for it.
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        self.wait().await;
-    }
 }
 
 // === impl AppBuilder ===
@@ -279,222 +242,5 @@ impl App {
     /// What every endpoint shares (tests drive the routers over it in process).
     pub fn state(&self) -> &Arc<AppState> {
         &self.state
-    }
-
-    /// Binds every listener the configuration names.
-    pub async fn bind(&self) -> Result<Listeners, StartError> {
-        async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| StartError::Listen { addr, source })
-        }
-        async fn maybe(addr: Option<SocketAddr>) -> Result<Option<TcpListener>, StartError> {
-            match addr {
-                Some(addr) => bind(addr).await.map(Some),
-                None => Ok(None),
-            }
-        }
-        let c = &self.config;
-        Ok(Listeners {
-            http: bind(c.listen.http).await?,
-            grpc: bind(c.listen.grpc).await?,
-            admin: maybe(c.admin.addr).await?,
-            metrics: maybe(c.metrics.addr).await?,
-        })
-    }
-
-    /// Binds and serves until the returned [`Running`]'s shutdown token is cancelled.
-    pub async fn start(self) -> Result<Running, StartError> {
-        let listeners = self.bind().await?;
-        self.serve(listeners, CancellationToken::new()).await
-    }
-
-    /// Serves on `listeners` until `shutdown` is cancelled, then drains.
-    pub async fn serve(
-        self,
-        listeners: Listeners,
-        shutdown: CancellationToken,
-    ) -> Result<Running, StartError> {
-        let App {
-            config,
-            state,
-            certs,
-        } = self;
-        sources(&config, &state, certs.as_ref(), &shutdown)?;
-        let local = |l: &TcpListener| l.local_addr().expect("a bound listener has an address");
-        let (http_addr, grpc_addr) = (local(&listeners.http), local(&listeners.grpc));
-        let admin_addr = listeners.admin.as_ref().map(local);
-        let metrics_addr = listeners.metrics.as_ref().map(local);
-
-        let (reporter, health) = tonic_health::server::health_reporter();
-        // Registered before the port opens (not serving until the first readiness check), so
-        // a health check never finds the names missing.
-        api::grpc::set_health(&reporter, false).await;
-        let timeouts = listen::Timeouts {
-            header_read: config.listen.header_read_timeout,
-            drain: config.listen.drain_timeout,
-        };
-        let http_app = api::router::router(Arc::clone(&state));
-        let grpc_app = api::grpc::router(Arc::clone(&state), health);
-        let admin_app = api::router::admin_router(
-            Arc::clone(&state),
-            config.admin.token.as_ref().map(|t| Arc::from(t.expose())),
-        );
-        let metrics_app = api::router::metrics_router(&config.metrics.path);
-        let on = config.tls_on();
-        let listener_tls = |enabled: bool, strict: bool, name: &'static str| {
-            certs
-                .as_ref()
-                .filter(|_| enabled)
-                .map(|certs| listen::ListenerTls {
-                    certs: Arc::clone(certs),
-                    strict,
-                    name,
-                })
-        };
-        let (http_tls, grpc_tls, admin_tls) = (
-            listener_tls(on.http, false, "http"),
-            listener_tls(on.grpc, true, "grpc"),
-            listener_tls(on.admin, false, "admin"),
-        );
-        let Listeners {
-            http,
-            grpc,
-            admin,
-            metrics: prometheus,
-        } = listeners;
-        let task = tokio::spawn({
-            let (state, shutdown) = (Arc::clone(&state), shutdown.clone());
-            async move {
-                let upkeep = tokio::spawn(upkeep(Arc::clone(&state), reporter, shutdown.clone()));
-                let sync = tokio::spawn(sync(Arc::clone(&state)));
-                let admin = async {
-                    if let Some(admin) = admin {
-                        listen::serve(admin, admin_app, shutdown.clone(), timeouts, admin_tls)
-                            .await;
-                    }
-                };
-                let prometheus = async {
-                    if let Some(listener) = prometheus {
-                        listen::serve(listener, metrics_app, shutdown.clone(), timeouts, None)
-                            .await;
-                    }
-                };
-                tokio::join!(
-                    listen::serve(http, http_app, shutdown.clone(), timeouts, http_tls),
-                    listen::serve(grpc, grpc_app, shutdown.clone(), timeouts, grpc_tls),
-                    admin,
-                    prometheus,
-                );
-                upkeep.abort();
-                sync.abort();
-                tracing::info!(target: "spillway_server", "stopped");
-            }
-        });
-        tracing::info!(
-            target: "spillway_server",
-            %http_addr,
-            %grpc_addr,
-            admin_addr = admin_addr.map_or("off".to_owned(), |a| a.to_string()),
-            tls = %on,
-            "listening"
-        );
-        if let Some(addr) = metrics_addr {
-            tracing::info!(target: "spillway_server", %addr, path = %config.metrics.path, "Prometheus listening");
-        }
-        Ok(Running {
-            http_addr,
-            grpc_addr,
-            admin_addr,
-            metrics_addr,
-            tls: certs,
-            state,
-            shutdown,
-            task,
-        })
-    }
-}
-
-/// Where new rules and certificates come from while serving: the xDS client, or
-/// watchers on the policy files (and the candidate's), and on the certificate files.
-fn sources(
-    config: &Config,
-    state: &Arc<AppState>,
-    certs: Option<&Arc<tls::Certs>>,
-    shutdown: &CancellationToken,
-) -> Result<(), StartError> {
-    if let Some(x) = config.xds() {
-        xds::spawn(Arc::clone(state), x.clone(), shutdown.clone());
-    }
-    if config.rules.watch {
-        let live = config
-            .xds()
-            .is_none()
-            .then(|| (config.rules.path.clone(), reload::Set::Live));
-        let candidate = config
-            .rules
-            .candidate
-            .clone()
-            .map(|p| (p, reload::Set::Candidate));
-        for (path, set) in live.into_iter().chain(candidate) {
-            reload::watch(Arc::clone(state), path.clone(), set, shutdown.clone()).map_err(
-                |source| StartError::Watch {
-                    path: path.display().to_string(),
-                    source,
-                },
-            )?;
-        }
-    }
-    if let Some(certs) = certs {
-        reload::watch_tls(Arc::clone(certs), shutdown.clone()).map_err(|source| {
-            StartError::Watch {
-                path: certs
-                    .paths()
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                source,
-            }
-        })?;
-    }
-    Ok(())
-}
-
-/// The `sync` limits' counts that are due go to the store, every `MIN_SYNC`.
-async fn sync(state: Arc<AppState>) {
-    spillway_core::sharing::every_tick(|| {
-        let state = Arc::clone(&state);
-        async move {
-            state.service.flush().await;
-            true
-        }
-    })
-    .await;
-}
-
-/// Once a second: the gRPC health status follows readiness, and the Prometheus
-/// recorder's histograms are maintained. On shutdown: not serving, at once.
-async fn upkeep(
-    state: Arc<AppState>,
-    reporter: tonic_health::server::HealthReporter,
-    shutdown: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                let ready = state.readiness().await.is_ok();
-                api::grpc::set_health(&reporter, ready).await;
-                metrics::handle().run_upkeep();
-                state.history.sample(|| metrics::handle().render(), state.service.now());
-                metrics::breaker(state.service.stores().breaker().state());
-            }
-            () = shutdown.cancelled() => {
-                state.shutting_down.store(true, Ordering::Relaxed);
-                api::grpc::set_health(&reporter, false).await;
-                return;
-            }
-        }
     }
 }

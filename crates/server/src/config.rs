@@ -28,13 +28,15 @@ mod reference;
 mod sources;
 mod table;
 mod tls;
+mod unhonoured;
 pub mod value;
 
 pub use doc::reference_page;
-pub use reference::{NOT_HONOURED, REFERENCE, ReferenceRow, not_honoured, speaks_reference};
+pub use reference::{REFERENCE, ReferenceRow};
 pub use sources::{Given, Origin, Partial, Profile, Resolved, Sources};
 pub use table::{Kind, SETTINGS, Setting, setting};
 pub use tls::{TlsFiles, TlsListeners};
+pub use unhonoured::{NOT_HONOURED, not_honoured, speaks_reference};
 
 /// Everything the service needs to know, by section.
 #[derive(Clone, Debug)]

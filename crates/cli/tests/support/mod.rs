@@ -4,6 +4,9 @@
 
 pub mod docs;
 pub mod envoy;
+pub mod netns;
+
+pub use netns::curl_at;
 
 use std::path::PathBuf;
 
@@ -81,26 +84,25 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// `STATUS BODY` of one request (a POST of `body`, or a GET), over a plain socket
-/// (HTTP/1.1, Connection: close).
+/// `STATUS BODY` of one request to a loopback port (a POST of `body`, or a GET), over
+/// a plain socket (HTTP/1.1, Connection: close).
 pub fn curl(port: u16, path: &str, body: Option<&str>) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let (method, body) = match body {
-        Some(b) => ("POST", b),
-        None => ("GET", ""),
-    };
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    s.read_to_string(&mut response).unwrap();
-    let status = response.split(' ').nth(1).unwrap_or("").to_owned();
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    format!("{status} {body}")
+    curl_at(std::net::Ipv4Addr::LOCALHOST, port, path, body)
+}
+
+/// Text without its ANSI escapes (CSI: ESC [ parameters, then a letter), as a log
+/// line reads without its colours.
+pub fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(char::is_ascii_alphabetic);
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A loopback port free a moment ago.

@@ -3,8 +3,9 @@
 
 use std::fmt::Write;
 
-use super::reference::{HONOURED_AT, NOT_HONOURED, REFERENCE};
+use super::reference::REFERENCE;
 use super::table::{Kind, SETTINGS};
+use super::unhonoured::{HONOURED_AT, NOT_HONOURED};
 
 const INTRO: &str = "\
 # Settings reference
@@ -73,10 +74,11 @@ pub fn reference_page() -> String {
         }
         let reference: Vec<String> = REFERENCE
             .iter()
-            .filter(|r| r.sets.contains(&s.name))
-            .map(|r| {
-                r.variables
-                    .iter()
+            .flat_map(|r| r.sets.iter())
+            .filter(|(name, _)| *name == s.name)
+            .map(|(_, variables)| {
+                variables
+                    .split(' ')
                     .map(|v| format!("`{v}`"))
                     .collect::<Vec<_>>()
                     .join(" ")
@@ -126,7 +128,7 @@ pub fn reference_page() -> String {
             if r.sets.is_empty() {
                 "—".to_owned()
             } else {
-                names(r.sets)
+                names(&r.sets.iter().map(|(s, _)| *s).collect::<Vec<_>>())
             },
             if r.note.is_empty() {
                 "as it is"

@@ -1,7 +1,6 @@
-//! The reference service's environment variables: how each one Spillway honours
-//! becomes settings ([`REFERENCE`], one row each), the ones it does not and why
-//! ([`NOT_HONOURED`]: `serve` names each one that is set in a warning), and whether
-//! any is in use (then the reference's defaults apply).
+//! The reference service's environment variables that Spillway honours: how each one
+//! becomes settings ([`REFERENCE`], one row each). The ones it does not honour are in
+//! `unhonoured.rs`.
 
 use std::path::Path;
 
@@ -28,8 +27,8 @@ pub enum Read {
 #[derive(Clone, Copy, Debug)]
 pub struct ReferenceRow {
     pub variables: &'static [&'static str],
-    /// The settings it writes.
-    pub sets: &'static [&'static str],
+    /// The settings it writes, each with the variables it comes from.
+    pub sets: &'static [(&'static str, &'static str)],
     /// A variable that must be true for the others to be read (as the reference reads
     /// them); set without it, they are named as not honoured.
     pub gate: Option<&'static str>,
@@ -38,7 +37,10 @@ pub struct ReferenceRow {
     pub read: Read,
 }
 
-const fn same(variable: &'static [&'static str], sets: &'static [&'static str]) -> ReferenceRow {
+const fn same(
+    variable: &'static [&'static str],
+    sets: &'static [(&'static str, &'static str)],
+) -> ReferenceRow {
     ReferenceRow {
         variables: variable,
         sets,
@@ -106,7 +108,7 @@ fn login(
 pub static REFERENCE: &[ReferenceRow] = &[
     ReferenceRow {
         variables: &["HOST", "PORT"],
-        sets: &["http_addr"],
+        sets: &[("http_addr", "HOST PORT")],
         gate: None,
         note: "either alone: the reference's default for the other (0.0.0.0, 8080)",
         read: Read::With(|var| {
@@ -117,7 +119,7 @@ pub static REFERENCE: &[ReferenceRow] = &[
     },
     ReferenceRow {
         variables: &["GRPC_HOST", "GRPC_PORT"],
-        sets: &["grpc_addr"],
+        sets: &[("grpc_addr", "GRPC_HOST GRPC_PORT")],
         gate: None,
         note: "either alone: the reference's default for the other (0.0.0.0, 8081)",
         read: Read::With(|var| {
@@ -130,7 +132,7 @@ pub static REFERENCE: &[ReferenceRow] = &[
     },
     ReferenceRow {
         variables: &["DEBUG_HOST", "DEBUG_PORT"],
-        sets: &["admin_addr"],
+        sets: &[("admin_addr", "DEBUG_HOST DEBUG_PORT")],
         gate: None,
         note: "DEBUG_PORT alone keeps the host on loopback (the reference's is 0.0.0.0): the admin pages show rules and keys",
         read: Read::With(|var| {
@@ -150,11 +152,11 @@ pub static REFERENCE: &[ReferenceRow] = &[
             "GRPC_CLIENT_TLS_SAN",
         ],
         sets: &[
-            "tls_listeners",
-            "tls_cert",
-            "tls_key",
-            "tls_client_ca",
-            "tls_client_san",
+            ("tls_listeners", "GRPC_SERVER_USE_TLS"),
+            ("tls_cert", "GRPC_SERVER_TLS_CERT"),
+            ("tls_key", "GRPC_SERVER_TLS_KEY"),
+            ("tls_client_ca", "GRPC_CLIENT_TLS_CACERT"),
+            ("tls_client_san", "GRPC_CLIENT_TLS_SAN"),
         ],
         gate: Some("GRPC_SERVER_USE_TLS"),
         note: "TLS on the gRPC port only (the HTTP port keeps serving plain probes); the files are read only with GRPC_SERVER_USE_TLS=true, as the reference reads them",
@@ -176,7 +178,7 @@ pub static REFERENCE: &[ReferenceRow] = &[
     },
     ReferenceRow {
         variables: &["REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TLS"],
-        sets: &["store"],
+        sets: &[("store", "REDIS_URL REDIS_TYPE REDIS_SOCKET_TYPE REDIS_TLS")],
         gate: None,
         note: "one Redis URL: single (host:port, or a socket path), sentinel (master,host:port,...), cluster (host:port,...); a URL is used as it is",
         read: Read::With(|var| match var("REDIS_URL").filter(|u| !u.is_empty()) {
@@ -188,7 +190,10 @@ pub static REFERENCE: &[ReferenceRow] = &[
     },
     ReferenceRow {
         variables: &["REDIS_AUTH"],
-        sets: &["redis_username", "redis_password"],
+        sets: &[
+            ("redis_username", "REDIS_AUTH"),
+            ("redis_password", "REDIS_AUTH"),
+        ],
         gate: None,
         note: "`password` or `user:password`",
         read: Read::With(|var| {
@@ -201,7 +206,10 @@ pub static REFERENCE: &[ReferenceRow] = &[
     },
     ReferenceRow {
         variables: &["REDIS_SENTINEL_AUTH"],
-        sets: &["redis_sentinel_username", "redis_sentinel_password"],
+        sets: &[
+            ("redis_sentinel_username", "REDIS_SENTINEL_AUTH"),
+            ("redis_sentinel_password", "REDIS_SENTINEL_AUTH"),
+        ],
         gate: None,
         note: "`password` or `user:password`",
         read: Read::With(|var| {
@@ -212,12 +220,21 @@ pub static REFERENCE: &[ReferenceRow] = &[
             ))
         }),
     },
-    same(&["REDIS_TLS_CACERT"], &["redis_tls_ca"]),
-    same(&["REDIS_TLS_CLIENT_CERT"], &["redis_tls_cert"]),
-    same(&["REDIS_TLS_CLIENT_KEY"], &["redis_tls_key"]),
+    same(
+        &["REDIS_TLS_CACERT"],
+        &[("redis_tls_ca", "REDIS_TLS_CACERT")],
+    ),
+    same(
+        &["REDIS_TLS_CLIENT_CERT"],
+        &[("redis_tls_cert", "REDIS_TLS_CLIENT_CERT")],
+    ),
+    same(
+        &["REDIS_TLS_CLIENT_KEY"],
+        &[("redis_tls_key", "REDIS_TLS_CLIENT_KEY")],
+    ),
     ReferenceRow {
         variables: &["REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"],
-        sets: &["redis_tls_verify"],
+        sets: &[("redis_tls_verify", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")],
         gate: None,
         note: "true: `chain`",
         read: Read::With(|var| match var("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
@@ -236,7 +253,10 @@ pub static REFERENCE: &[ReferenceRow] = &[
             "RUNTIME_SUBDIRECTORY",
             "RUNTIME_APPDIRECTORY",
         ],
-        sets: &["config"],
+        sets: &[(
+            "config",
+            "RUNTIME_ROOT RUNTIME_SUBDIRECTORY RUNTIME_APPDIRECTORY",
+        )],
         gate: None,
         note: "ROOT/SUBDIRECTORY/APPDIRECTORY, with the reference's defaults (/srv/runtime_data/current, empty, config)",
         read: Read::With(|var| {
@@ -261,7 +281,10 @@ pub static REFERENCE: &[ReferenceRow] = &[
     },
     ReferenceRow {
         variables: &["USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"],
-        sets: &["metrics_addr", "metrics_path"],
+        sets: &[
+            ("metrics_addr", "USE_PROMETHEUS PROMETHEUS_ADDR"),
+            ("metrics_path", "PROMETHEUS_PATH"),
+        ],
         gate: Some("USE_PROMETHEUS"),
         note: "a Prometheus listener of its own (default :9090, /metrics), only with USE_PROMETHEUS=true",
         read: Read::With(|var| {
@@ -282,7 +305,7 @@ pub static REFERENCE: &[ReferenceRow] = &[
     },
     ReferenceRow {
         variables: &["CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL"],
-        sets: &["xds_server"],
+        sets: &[("xds_server", "CONFIG_TYPE CONFIG_GRPC_XDS_SERVER_URL")],
         gate: None,
         note: "FILE (the default) or GRPC_XDS_SOTW (rules over xDS from the URL, default localhost:18000); anything else stops the start, as in the reference",
         read: Read::With(|var| {
@@ -303,11 +326,17 @@ pub static REFERENCE: &[ReferenceRow] = &[
             }
         }),
     },
-    same(&["CONFIG_GRPC_XDS_NODE_ID"], &["xds_node_id"]),
-    same(&["CONFIG_GRPC_XDS_NODE_METADATA"], &["xds_node_metadata"]),
+    same(
+        &["CONFIG_GRPC_XDS_NODE_ID"],
+        &[("xds_node_id", "CONFIG_GRPC_XDS_NODE_ID")],
+    ),
+    same(
+        &["CONFIG_GRPC_XDS_NODE_METADATA"],
+        &[("xds_node_metadata", "CONFIG_GRPC_XDS_NODE_METADATA")],
+    ),
     same(
         &["CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"],
-        &["xds_headers"],
+        &[("xds_headers", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")],
     ),
     ReferenceRow {
         variables: &[
@@ -318,11 +347,11 @@ pub static REFERENCE: &[ReferenceRow] = &[
             "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
         ],
         sets: &[
-            "xds_tls",
-            "xds_tls_cert",
-            "xds_tls_key",
-            "xds_tls_ca",
-            "xds_tls_san",
+            ("xds_tls", "CONFIG_GRPC_XDS_SERVER_USE_TLS"),
+            ("xds_tls_cert", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
+            ("xds_tls_key", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
+            ("xds_tls_ca", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"),
+            ("xds_tls_san", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
         ],
         gate: Some("CONFIG_GRPC_XDS_SERVER_USE_TLS"),
         note: "the files are read only with CONFIG_GRPC_XDS_SERVER_USE_TLS=true, as the reference reads them",
@@ -368,29 +397,44 @@ pub static REFERENCE: &[ReferenceRow] = &[
     },
     same(
         &["XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"],
-        &["xds_backoff_initial"],
+        &[("xds_backoff_initial", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")],
     ),
-    same(&["XDS_CLIENT_BACKOFF_MAX_INTERVAL"], &["xds_backoff_max"]),
+    same(
+        &["XDS_CLIENT_BACKOFF_MAX_INTERVAL"],
+        &[("xds_backoff_max", "XDS_CLIENT_BACKOFF_MAX_INTERVAL")],
+    ),
     same(
         &["XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"],
-        &["xds_max_message_bytes"],
+        &[("xds_max_message_bytes", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")],
     ),
     same(
         &["FORCE_START_WITHOUT_INITIAL_CONFIG"],
-        &["xds_ready_without_rules"],
+        &[(
+            "xds_ready_without_rules",
+            "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        )],
     ),
     same(
         &["HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"],
-        &["ready_needs_a_domain"],
+        &[(
+            "ready_needs_a_domain",
+            "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+        )],
     ),
-    same(&["LOG_LEVEL"], &["log_level"]),
-    same(&["LOG_FORMAT"], &["log_format"]),
-    same(&["SHADOW_MODE"], &["shadow_mode"]),
-    same(&["QUOTA_MODE"], &["quota_mode"]),
-    same(&["NEAR_LIMIT_RATIO"], &["near_limit_ratio"]),
+    same(&["LOG_LEVEL"], &[("log_level", "LOG_LEVEL")]),
+    same(&["LOG_FORMAT"], &[("log_format", "LOG_FORMAT")]),
+    same(&["SHADOW_MODE"], &[("shadow_mode", "SHADOW_MODE")]),
+    same(&["QUOTA_MODE"], &[("quota_mode", "QUOTA_MODE")]),
+    same(
+        &["NEAR_LIMIT_RATIO"],
+        &[("near_limit_ratio", "NEAR_LIMIT_RATIO")],
+    ),
     ReferenceRow {
         variables: &["LOCAL_CACHE_SIZE_IN_BYTES"],
-        sets: &["deny_cache_bytes", "reference_local_cache"],
+        sets: &[
+            ("deny_cache_bytes", "LOCAL_CACHE_SIZE_IN_BYTES"),
+            ("reference_local_cache", "LOCAL_CACHE_SIZE_IN_BYTES"),
+        ],
         gate: None,
         note: "the deny cache's size; above 0 it also answers reference rules until their window ends, as the reference's cache",
         read: Read::With(|var| match var("LOCAL_CACHE_SIZE_IN_BYTES") {
@@ -408,180 +452,37 @@ pub static REFERENCE: &[ReferenceRow] = &[
     },
     same(
         &["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"],
-        &["stop_increment_when_over_limit"],
+        &[(
+            "stop_increment_when_over_limit",
+            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        )],
     ),
-    same(&["RESPONSE_DYNAMIC_METADATA"], &["dynamic_metadata"]),
-    same(&["MERGE_DOMAIN_CONFIG"], &["merge_domains"]),
-    same(&["CACHE_KEY_PREFIX"], &["key_prefix"]),
-    same(&["LIMIT_RESPONSE_HEADERS_ENABLED"], &["reference_headers"]),
-    same(&["LIMIT_LIMIT_HEADER"], &["reference_limit_header"]),
-    same(&["LIMIT_REMAINING_HEADER"], &["reference_remaining_header"]),
-    same(&["LIMIT_RESET_HEADER"], &["reference_reset_header"]),
-];
-
-/// The reference's variables Spillway reads but does not act on, or does not read, each
-/// with why: `serve` logs a warning for each one that is set. (Prefixes end in `_`.)
-pub const NOT_HONOURED: &[(&str, &str)] = &[
-    (
-        "BACKEND_TYPE",
-        "counters live in Redis or in memory (--store); there is no memcache backend",
+    same(
+        &["RESPONSE_DYNAMIC_METADATA"],
+        &[("dynamic_metadata", "RESPONSE_DYNAMIC_METADATA")],
     ),
-    ("MEMCACHE_", "there is no memcache backend"),
-    (
-        "REDIS_PERSECOND",
-        "one store holds every counter; there is no per-second Redis",
+    same(
+        &["MERGE_DOMAIN_CONFIG"],
+        &[("merge_domains", "MERGE_DOMAIN_CONFIG")],
     ),
-    (
-        "REDIS_PERSECOND_",
-        "one store holds every counter; there is no per-second Redis",
+    same(&["CACHE_KEY_PREFIX"], &[("key_prefix", "CACHE_KEY_PREFIX")]),
+    same(
+        &["LIMIT_RESPONSE_HEADERS_ENABLED"],
+        &[("reference_headers", "LIMIT_RESPONSE_HEADERS_ENABLED")],
     ),
-    (
-        "REDIS_POOL_SIZE",
-        "one multiplexed connection per Redis node; there is no pool",
+    same(
+        &["LIMIT_LIMIT_HEADER"],
+        &[("reference_limit_header", "LIMIT_LIMIT_HEADER")],
     ),
-    (
-        "REDIS_PIPELINE_",
-        "each decision is one script call; calls are coalesced without a window",
+    same(
+        &["LIMIT_REMAINING_HEADER"],
+        &[("reference_remaining_header", "LIMIT_REMAINING_HEADER")],
     ),
-    (
-        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
-        "each Cluster node has its own connection",
-    ),
-    ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "there is no pool"),
-    (
-        "REDIS_TIMEOUT",
-        "use --store-timeout (default 10ms; the reference's 10s would outlast Envoy's deadline)",
-    ),
-    (
-        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
-        "/readyz and the gRPC health service PING the store",
-    ),
-    (
-        "REDIS_STARTUP_",
-        "the store is waited for with its own backoff (1 s doubling to 30 s, forever)",
-    ),
-    (
-        "EXPIRATION_JITTER_MAX_SECONDS",
-        "keys expire when their window ends; there is no jitter",
-    ),
-    (
-        "USE_STATSD",
-        "metrics are Prometheus at /metrics on the HTTP port",
-    ),
-    (
-        "STATSD_",
-        "metrics are Prometheus at /metrics on the HTTP port",
-    ),
-    (
-        "USE_DOG_STATSD",
-        "metrics are Prometheus at /metrics on the HTTP port",
-    ),
-    ("EXTRA_TAGS", "metrics carry no extra labels"),
-    (
-        "STATS_FLUSH_INTERVAL",
-        "Prometheus metrics are read when scraped",
-    ),
-    ("DISABLE_STATS", "metrics are always on"),
-    ("TRACING_", "there is no tracing export"),
-    (
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "there is no tracing export (Envoy Gateway sets it with TRACING_*)",
-    ),
-    ("GRPC_UDS", "gRPC listens on TCP only"),
-    (
-        "PROMETHEUS_MAPPER_YAML",
-        "metrics have Spillway's own names (spillway_*); there is no statsd mapping",
-    ),
-    (
-        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
-        "durations are in seconds, as Prometheus names them",
-    ),
-    (
-        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
-        "the xDS backoff doubles from its initial to its maximum interval, without jitter",
-    ),
-    (
-        "XDS_CLIENT_BACKOFF_JITTER",
-        "the xDS backoff doubles from its initial to its maximum interval, without jitter",
-    ),
-    (
-        "GRPC_MAX_CONNECTION_AGE",
-        "connections are kept until the client closes them",
-    ),
-    (
-        "USE_DOG_STATSD_MOGRIFIERS",
-        "metrics are Prometheus at /metrics on the HTTP port",
-    ),
-    (
-        "GRPC_MAX_CONNECTION_AGE_GRACE",
-        "connections are kept until the client closes them",
-    ),
-    ("PROTO", "Spillway listens on TCP only"),
-    (
-        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-        "it has no effect in the reference either: reconnects follow the xDS backoff",
-    ),
-    (
-        "RUNTIME_IGNOREDOTFILES",
-        "files whose names start with a dot are always skipped",
+    same(
+        &["LIMIT_RESET_HEADER"],
+        &[("reference_reset_header", "LIMIT_RESET_HEADER")],
     ),
 ];
-
-/// Variables honoured at one value only (the one Spillway always behaves as): set to
-/// it, they are not named.
-pub const HONOURED_AT: &[(&str, &str)] = &[
-    ("BACKEND_TYPE", "redis"),
-    ("PROTO", "tcp"),
-    ("RUNTIME_IGNOREDOTFILES", "true"),
-    ("USE_STATSD", "false"),
-];
-
-fn named(pattern: &str, name: &str) -> bool {
-    if pattern.ends_with('_') {
-        name.starts_with(pattern)
-    } else {
-        name == pattern
-    }
-}
-
-/// Whether any of the reference's variables is set: then the reference's defaults apply.
-pub fn speaks_reference(vars: &[(String, String)]) -> bool {
-    vars.iter().any(|(name, _)| {
-        REFERENCE
-            .iter()
-            .any(|r| r.variables.contains(&name.as_str()))
-            || NOT_HONOURED.iter().any(|(n, _)| named(n, name))
-    })
-}
-
-/// The reference variables that are set (name, value) and that Spillway does not
-/// honour, with why: those it never reads, and those read only behind a switch that is
-/// not on (`GRPC_SERVER_TLS_CERT` without `GRPC_SERVER_USE_TLS=true`).
-pub fn not_honoured(vars: &[(String, String)]) -> Vec<(String, &'static str)> {
-    let on = |gate: &str| {
-        vars.iter()
-            .any(|(n, v)| n == gate && boolean(v).unwrap_or(false))
-    };
-    let mut found: Vec<(String, &'static str)> = vars
-        .iter()
-        .filter(|(name, value)| {
-            !HONOURED_AT
-                .iter()
-                .any(|(n, v)| n == name && value.eq_ignore_ascii_case(v))
-        })
-        .filter_map(|(name, _)| {
-            if let Some((_, why)) = NOT_HONOURED.iter().find(|(n, _)| named(n, name)) {
-                return Some((name.clone(), *why));
-            }
-            let gated = REFERENCE.iter().find(|r| {
-                r.gate.is_some_and(|g| g != name && !on(g)) && r.variables.contains(&name.as_str())
-            })?;
-            Some((name.clone(), gated.note))
-        })
-        .collect();
-    found.sort();
-    found
-}
 
 impl Partial {
     /// The reference's variables that are set, read through [`REFERENCE`].
@@ -591,7 +492,7 @@ impl Partial {
             let values = match row.read {
                 Read::Same => var(row.variables[0])
                     .filter(|v| !v.is_empty())
-                    .map(|v| vec![(row.sets[0], v)])
+                    .map(|v| vec![(row.sets[0].0, v)])
                     .unwrap_or_default(),
                 Read::With(read) => read(var).map_err(ConfigError)?,
             };

@@ -1,0 +1,144 @@
+//! Spillway started as its image starts it — the command `ratelimit`, the settings in the
+//! reference's variables, no `HOST`, `PORT`, `GRPC_HOST` or `GRPC_PORT` — is reached on
+//! its fixed ports from another address, as `docker run -p 8080:8080 -p 8081:8081` and a
+//! kubelet reach a container (issue #36: it listened on loopback only, answering
+//! nobody). It runs in a network namespace of the test's own (the fixed ports are free
+//! there) and is asked over a veth pair.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use support::netns::Netns;
+use support::{KillOnDrop, curl_at, plain, tempdir};
+
+const POLICY: &str = "\
+domain: image
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+";
+
+/// `ratelimit` (the binary under the image's name) with exactly `env`, in `ns`; its log
+/// up to the line that says where it listens.
+fn start_as_image(ns: &Netns, dir: &Path, env: &[(&str, String)]) -> (KillOnDrop, Vec<String>) {
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    let ratelimit = dir.join("bin/ratelimit");
+    let _ = std::fs::remove_file(&ratelimit);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_spillway"), &ratelimit).unwrap();
+    let mut child = ns
+        .command(&ratelimit)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let guard = KillOnDrop(child.id());
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            log.read_line(&mut line).unwrap() > 0,
+            "serve exited: {seen:#?}"
+        );
+        let line = plain(&line);
+        let done = line.contains("listening");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while log.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    (guard, seen)
+}
+
+/// One `ShouldRateLimit` over plaintext gRPC to `server`, asked with `spillway check`
+/// from this namespace: its first line.
+fn grpc_check(server: &str, user: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["check", "--server", server, "--domain", "image", user])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.is_empty(), "{out:?}");
+    text.lines().next().unwrap_or("").to_owned()
+}
+
+/// The Dockerfile's `docker run` example: `RUNTIME_ROOT` and `RUNTIME_SUBDIRECTORY`, and
+/// nothing else.
+#[test]
+fn the_image_started_as_docker_run_starts_it_answers_from_outside() {
+    let ns = Netns::new(&[]);
+    let dir = tempdir(&format!("deployed-{}", ns.name));
+    std::fs::create_dir_all(dir.join("ratelimit/config")).unwrap();
+    std::fs::write(dir.join("ratelimit/config/image.yaml"), POLICY).unwrap();
+    let env = [
+        ("RUNTIME_ROOT", dir.display().to_string()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".to_owned()),
+    ];
+    let (_serve, log) = start_as_image(&ns, &dir, &env);
+    let listening = log.last().unwrap();
+    assert!(listening.contains("http_addr=0.0.0.0:8080"), "{listening}");
+    assert!(listening.contains("grpc_addr=0.0.0.0:8081"), "{listening}");
+
+    assert_eq!(curl_at(ns.addr, 8080, "/healthcheck", None), "200 OK");
+    let body = r#"{"domain":"image","descriptors":[{"entries":[{"key":"user","value":"http"}]}]}"#;
+    assert!(curl_at(ns.addr, 8080, "/json", Some(body)).starts_with("200 "));
+    assert!(curl_at(ns.addr, 8080, "/json", Some(body)).starts_with("429 "));
+    let grpc = format!("grpc://{}:8081", ns.addr);
+    assert!(grpc_check(&grpc, "user=grpc").starts_with("OK: user=grpc"));
+    assert!(grpc_check(&grpc, "user=grpc").starts_with("OVER_LIMIT: user=grpc"));
+    // The admin pages stay on the namespace's loopback: not reachable from outside.
+    assert!(
+        std::net::TcpStream::connect_timeout(
+            &(ns.addr, 6070).into(),
+            std::time::Duration::from_secs(2)
+        )
+        .is_err()
+    );
+}
+
+/// The reference reads `GRPC_SERVER_TLS_CERT` and `_KEY` only with
+/// `GRPC_SERVER_USE_TLS=true`; without it both ports serve plaintext (a kubelet's plain
+/// probe included), and the log names the variables as not honoured.
+#[test]
+fn a_certificate_without_use_tls_serves_plaintext_as_the_reference_does() {
+    let ns = Netns::new(&[]);
+    let dir = tempdir(&format!("deployed-tls-{}", ns.name));
+    std::fs::create_dir_all(dir.join("ratelimit/config")).unwrap();
+    std::fs::write(dir.join("ratelimit/config/image.yaml"), POLICY).unwrap();
+    let certs = spillway_testkit::tls::envoy_gateway_certs(&dir);
+    let env = [
+        ("RUNTIME_ROOT", dir.display().to_string()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".to_owned()),
+        (
+            "GRPC_SERVER_TLS_CERT",
+            certs.server.cert.display().to_string(),
+        ),
+        (
+            "GRPC_SERVER_TLS_KEY",
+            certs.server.key.display().to_string(),
+        ),
+    ];
+    let (_serve, log) = start_as_image(&ns, &dir, &env);
+    let listening = log.last().unwrap();
+    assert!(listening.contains("tls=none"), "{listening}");
+    for variable in ["GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY"] {
+        assert!(
+            log.iter()
+                .any(|l| l.contains("not honoured") && l.contains(variable)),
+            "{variable} is named: {log:#?}"
+        );
+    }
+    assert_eq!(curl_at(ns.addr, 8080, "/healthcheck", None), "200 OK");
+    let grpc = format!("grpc://{}:8081", ns.addr);
+    assert!(grpc_check(&grpc, "user=plain").starts_with("OK: user=plain"));
+}

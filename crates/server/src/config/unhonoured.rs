@@ -1,0 +1,170 @@
+//! The reference's variables Spillway does not honour, and why (`serve` names each one
+//! that is set in a warning; docs/reference/settings.md lists them), and whether any of
+//! the reference's variables is in use (then the reference's defaults apply).
+
+use super::reference::REFERENCE;
+use super::value::boolean;
+
+/// The reference's variables Spillway reads but does not act on, or does not read, each
+/// with why: `serve` logs a warning for each one that is set. (Prefixes end in `_`.)
+pub const NOT_HONOURED: &[(&str, &str)] = &[
+    (
+        "BACKEND_TYPE",
+        "counters live in Redis or in memory (--store); there is no memcache backend",
+    ),
+    ("MEMCACHE_", "there is no memcache backend"),
+    (
+        "REDIS_PERSECOND",
+        "one store holds every counter; there is no per-second Redis",
+    ),
+    (
+        "REDIS_PERSECOND_",
+        "one store holds every counter; there is no per-second Redis",
+    ),
+    (
+        "REDIS_POOL_SIZE",
+        "one multiplexed connection per Redis node; there is no pool",
+    ),
+    (
+        "REDIS_PIPELINE_",
+        "each decision is one script call; calls are coalesced without a window",
+    ),
+    (
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "each Cluster node has its own connection",
+    ),
+    ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "there is no pool"),
+    (
+        "REDIS_TIMEOUT",
+        "use --store-timeout (default 10ms; the reference's 10s would outlast Envoy's deadline)",
+    ),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "/readyz and the gRPC health service PING the store",
+    ),
+    (
+        "REDIS_STARTUP_",
+        "the store is waited for with its own backoff (1 s doubling to 30 s, forever)",
+    ),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "keys expire when their window ends; there is no jitter",
+    ),
+    (
+        "USE_STATSD",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "STATSD_",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "USE_DOG_STATSD",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    ("EXTRA_TAGS", "metrics carry no extra labels"),
+    (
+        "STATS_FLUSH_INTERVAL",
+        "Prometheus metrics are read when scraped",
+    ),
+    ("DISABLE_STATS", "metrics are always on"),
+    ("TRACING_", "there is no tracing export"),
+    (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "there is no tracing export (Envoy Gateway sets it with TRACING_*)",
+    ),
+    ("GRPC_UDS", "gRPC listens on TCP only"),
+    (
+        "PROMETHEUS_MAPPER_YAML",
+        "metrics have Spillway's own names (spillway_*); there is no statsd mapping",
+    ),
+    (
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        "durations are in seconds, as Prometheus names them",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+        "the xDS backoff doubles from its initial to its maximum interval, without jitter",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_JITTER",
+        "the xDS backoff doubles from its initial to its maximum interval, without jitter",
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE",
+        "connections are kept until the client closes them",
+    ),
+    (
+        "USE_DOG_STATSD_MOGRIFIERS",
+        "metrics are Prometheus at /metrics on the HTTP port",
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE_GRACE",
+        "connections are kept until the client closes them",
+    ),
+    ("PROTO", "Spillway listens on TCP only"),
+    (
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        "it has no effect in the reference either: reconnects follow the xDS backoff",
+    ),
+    (
+        "RUNTIME_IGNOREDOTFILES",
+        "files whose names start with a dot are always skipped",
+    ),
+];
+
+/// Variables honoured at one value only (the one Spillway always behaves as): set to
+/// it, they are not named.
+pub const HONOURED_AT: &[(&str, &str)] = &[
+    ("BACKEND_TYPE", "redis"),
+    ("PROTO", "tcp"),
+    ("RUNTIME_IGNOREDOTFILES", "true"),
+    ("USE_STATSD", "false"),
+];
+
+fn named(pattern: &str, name: &str) -> bool {
+    if pattern.ends_with('_') {
+        name.starts_with(pattern)
+    } else {
+        name == pattern
+    }
+}
+
+/// Whether any of the reference's variables is set: then the reference's defaults apply.
+pub fn speaks_reference(vars: &[(String, String)]) -> bool {
+    vars.iter().any(|(name, _)| {
+        REFERENCE
+            .iter()
+            .any(|r| r.variables.contains(&name.as_str()))
+            || NOT_HONOURED.iter().any(|(n, _)| named(n, name))
+    })
+}
+
+/// The reference variables that are set (name, value) and that Spillway does not
+/// honour, with why: those it never reads, and those read only behind a switch that is
+/// not on (`GRPC_SERVER_TLS_CERT` without `GRPC_SERVER_USE_TLS=true`).
+pub fn not_honoured(vars: &[(String, String)]) -> Vec<(String, &'static str)> {
+    let on = |gate: &str| {
+        vars.iter()
+            .any(|(n, v)| n == gate && boolean(v).unwrap_or(false))
+    };
+    let mut found: Vec<(String, &'static str)> = vars
+        .iter()
+        .filter(|(name, value)| {
+            !HONOURED_AT
+                .iter()
+                .any(|(n, v)| n == name && value.eq_ignore_ascii_case(v))
+        })
+        .filter_map(|(name, _)| {
+            if let Some((_, why)) = NOT_HONOURED.iter().find(|(n, _)| named(n, name)) {
+                return Some((name.clone(), *why));
+            }
+            let gated = REFERENCE.iter().find(|r| {
+                r.gate.is_some_and(|g| g != name && !on(g)) && r.variables.contains(&name.as_str())
+            })?;
+            Some((name.clone(), gated.note))
+        })
+        .collect();
+    found.sort();
+    found
+}

@@ -1,0 +1,257 @@
+//! Every metric, declared once with its type, labels, meaning and the reference's
+//! statsd names it replaces: `docs/reference/metrics.md` is made from this table, and
+//! a test fails when a metric is recorded that the table does not list.
+
+/// One metric, as `docs/reference/metrics.md` lists it.
+#[derive(Clone, Copy, Debug)]
+pub struct Metric {
+    pub name: &'static str,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: &'static str,
+    /// Each label and its values.
+    pub labels: &'static str,
+    pub help: &'static str,
+    /// The reference's statsd names it replaces (`<domain>`, `<path>` as the reference
+    /// writes them), for people migrating.
+    pub replaces: &'static str,
+}
+
+const fn metric(
+    name: &'static str,
+    kind: &'static str,
+    labels: &'static str,
+    help: &'static str,
+    replaces: &'static str,
+) -> Metric {
+    Metric {
+        name,
+        kind,
+        labels,
+        help,
+        replaces,
+    }
+}
+
+const RULE: &str = "`domain`; `rule` (the rule's config path, levels joined by `.`, `key_value` or `key`, as the reference's `<KEY_PATH>`; `override` for a request's own limit); `limit` (`#name` or `#position` among a node's limits; empty for a reference rule)";
+
+/// Every metric the service exports, and the tower layer's (which it records in the
+/// embedding application's own recorder).
+pub static METRICS: &[Metric] = &[
+    metric(
+        "spillway_requests_total",
+        "counter",
+        "`api`: `grpc`, `http` (/v1/check), `json` (/json), `explain`",
+        "requests received, valid or not",
+        "`ratelimit_server.ShouldRateLimit.total_requests`",
+    ),
+    metric(
+        "spillway_invalid_requests_total",
+        "counter",
+        "`api`: as above",
+        "requests refused as invalid before any store call (400 / INVALID_ARGUMENT)",
+        "`ratelimit.service.call.should_rate_limit.service_error` (in part)",
+    ),
+    metric(
+        "spillway_domain_not_found_total",
+        "counter",
+        "—",
+        "requests naming a domain no policy defines (answered OK, as the reference does)",
+        "`ratelimit.service.rate_limit.<domain>.domain_not_found`",
+    ),
+    metric(
+        "spillway_decisions_total",
+        "counter",
+        "as `rule` below, and `outcome`: `ok`, `over_limit`, `shadow_over_limit`",
+        "one rule's decision for one request",
+        "`ratelimit.service.rate_limit.<domain>.<path>.total_hits` (the sum), `.within_limit` (`ok`), `.over_limit` (`over_limit`), `.shadow_mode` (`shadow_over_limit`)",
+    ),
+    metric(
+        "spillway_near_limit_total",
+        "counter",
+        "as `rule` below",
+        "admitted requests past the rule's near_limit_ratio of its limit",
+        "`ratelimit.service.rate_limit.<domain>.<path>.near_limit`",
+    ),
+    metric(
+        "spillway_store_duration_seconds",
+        "histogram",
+        "—",
+        "how long each store call took (buckets 50 µs to 5 s)",
+        "`ratelimit_server.ShouldRateLimit.response_time` (the store's part)",
+    ),
+    metric(
+        "spillway_store_errors_total",
+        "counter",
+        "`kind`: `timeout`, `error`, `breaker_open` (no call made)",
+        "store calls that failed, or were not made because the breaker is open",
+        "`ratelimit.service.call.should_rate_limit.redis_error`",
+    ),
+    metric(
+        "spillway_fallback_decisions_total",
+        "counter",
+        "`policy`: `open`, `closed`, `local`",
+        "decisions a failure policy made instead of the store",
+        "—",
+    ),
+    metric(
+        "spillway_deny_cache_hits_total",
+        "counter",
+        "—",
+        "decisions answered from the deny cache without a store call",
+        "`ratelimit.service.rate_limit.<domain>.<path>.over_limit_with_local_cache`, `ratelimit.localcache.hitCount`",
+    ),
+    metric(
+        "spillway_share_decisions_total",
+        "counter",
+        "—",
+        "decisions answered from this server's share of a `lease` or `sync` limit",
+        "—",
+    ),
+    metric(
+        "spillway_breaker_state",
+        "gauge",
+        "— (value: `0` closed, `1` open, `2` half-open)",
+        "the store's circuit breaker",
+        "—",
+    ),
+    metric(
+        "spillway_config_loads_total",
+        "counter",
+        "`result`: `success`, `error`",
+        "policy loads, the first at startup included (files or xDS)",
+        "`ratelimit.service.config_load_success`, `ratelimit.service.config_load_error`",
+    ),
+    metric(
+        "spillway_config_last_load_ok",
+        "gauge",
+        "— (value: `1` or `0`)",
+        "whether the last load succeeded (a failed one keeps the rules in force)",
+        "—",
+    ),
+    metric(
+        "spillway_config_domains",
+        "gauge",
+        "—",
+        "domains in force",
+        "—",
+    ),
+    metric(
+        "spillway_candidate_decisions_total",
+        "counter",
+        "as `spillway_decisions_total`",
+        "decisions of the candidate policies (--candidate-config), answering nobody",
+        "—",
+    ),
+    metric(
+        "spillway_candidate_disagreements_total",
+        "counter",
+        "`domain`; `kind`: `would_deny` (live admitted), `would_admit` (live denied)",
+        "requests the candidate would have answered otherwise",
+        "—",
+    ),
+    metric(
+        "spillway_candidate_dropped_total",
+        "counter",
+        "—",
+        "requests the candidate had no room for (its queue was full)",
+        "—",
+    ),
+    metric(
+        "spillway_candidate_errors_total",
+        "counter",
+        "—",
+        "candidate store calls that failed (nothing else is affected)",
+        "—",
+    ),
+    metric(
+        "spillway_tls_reloads_total",
+        "counter",
+        "`result`: `success`, `error`",
+        "reloads of the served certificates (a failed one keeps the old pair)",
+        "—",
+    ),
+    metric(
+        "spillway_tls_certificate_not_after_seconds",
+        "gauge",
+        "—",
+        "when the served certificate expires (Unix seconds)",
+        "—",
+    ),
+    metric(
+        "spillway_tls_handshake_failures_total",
+        "counter",
+        "`listener`: `grpc`, `http`, `admin`; `reason`: `timeout`, `closed`, `io`, `not_tls`, `no_client_certificate`, `bad_client_certificate`, `incompatible`, `alert_received`, `other`",
+        "TLS handshakes that failed or timed out",
+        "—",
+    ),
+    metric(
+        "spillway_tower_requests_total",
+        "counter",
+        "`outcome`: `allowed`, `limited`, `shadow_limited`, `shadow_banned`, `missing_key`",
+        "the tower layer: requests it decided",
+        "—",
+    ),
+    metric(
+        "spillway_tower_denials_total",
+        "counter",
+        "`limit`: the rule's name",
+        "the tower layer: denials (shadow ones included) by rule",
+        "—",
+    ),
+    metric(
+        "spillway_tower_store_errors_total",
+        "counter",
+        "`kind`: `timeout`, `error`, `breaker_open`; `policy`: `open`, `closed`, `local`",
+        "the tower layer: store calls that failed, and the policy that answered",
+        "—",
+    ),
+    metric(
+        "spillway_tower_deny_cache_hits_total",
+        "counter",
+        "—",
+        "the tower layer: decisions answered from the deny cache",
+        "—",
+    ),
+    metric(
+        "spillway_tower_share_decisions_total",
+        "counter",
+        "—",
+        "the tower layer: decisions answered from this process's share of a limit",
+        "—",
+    ),
+];
+
+/// `docs/reference/metrics.md`: `spillway config --reference metrics` prints it, and a
+/// test fails when the page in the repository differs, or when a metric is recorded
+/// that [`METRICS`] does not list.
+pub fn reference_page() -> String {
+    use std::fmt::Write;
+    let mut out = String::from(
+        "# Metrics reference\n\n\
+         <!-- Generated by `spillway config --reference metrics > docs/reference/metrics.md`;\n     \
+         crates/server/tests/reference_pages.rs fails when this page and the code differ. -->\n\n\
+         Every metric Spillway exports, in Prometheus' text format at `/metrics` on the HTTP \
+         and admin listeners (and on `metrics_addr`, when set). Labels come from the \
+         configuration or from the fixed sets below, never from request values, so a flood \
+         of distinct keys cannot grow the exposition. The `spillway_tower_*` metrics are the \
+         tower layer's, recorded in the embedding application's own recorder.\n\n\
+         The last column maps the reference service's statsd names (`ratelimit.service.…`) \
+         for dashboards and alerts being moved; `docs/operating.md` has alerts on these names.\n\n\
+         Where `rule` appears, the labels are ",
+    );
+    out.push_str(RULE);
+    out.push_str(
+        ".\n\n| metric | type | labels | meaning | replaces (reference statsd) |\n|---|---|---|---|---|\n",
+    );
+    for m in METRICS {
+        let labels = m
+            .labels
+            .replace("as `rule` below", "`domain`, `rule`, `limit`");
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} | {} |",
+            m.name, m.kind, labels, m.help, m.replaces
+        );
+    }
+    out
+}
