@@ -103,7 +103,7 @@ pub struct Store {
 }
 
 /// Where the rules come from: policy files, or an xDS server.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Rules {
     /// A policy file or directory.
     pub path: PathBuf,
@@ -120,7 +120,7 @@ pub struct Rules {
 }
 
 /// Rules over xDS: where from, and how to reach it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Xds {
     /// `host:port` of the ADS server; `None`: rules come from `path`'s files.
     pub server: Option<String>,
@@ -153,7 +153,7 @@ pub struct XdsTls {
 }
 
 /// How decisions are answered, service-wide.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Service {
     /// Never answer OVER_LIMIT overall (`SHADOW_MODE`).
     pub shadow_mode: bool,
@@ -186,7 +186,7 @@ impl Default for Headers {
 }
 
 /// The admin listener: the console, top keys, config, explain, `/rlconfig`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Admin {
     /// `None`: off.
     pub addr: Option<SocketAddr>,
@@ -198,14 +198,14 @@ pub struct Admin {
 
 /// A listener of its own for Prometheus (`/metrics` stays on the HTTP and admin
 /// listeners too).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Metrics {
     pub addr: Option<SocketAddr>,
     pub path: String,
 }
 
 /// Logging.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Log {
     /// `error`, `warn`, `info`, `debug`, `trace` (or a `tracing` filter).
     pub level: String,

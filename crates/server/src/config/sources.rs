@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::table::{Kind, SETTINGS, Setting, setting};
 use super::{
-    Admin, Config, ConfigError, Headers, Listen, Log, Metrics, Rules, Service, Store, Tls, Xds,
+    Admin, Config, ConfigError, Headers, Listen, Log, Metrics, Rules, Service, Store, Tls,
 };
 
 /// Where a value came from.
@@ -203,7 +203,8 @@ fn scalar(v: &serde_json::Value) -> Result<String, String> {
     })
 }
 
-/// The configuration before any row has written it (every row writes its field).
+/// The configuration before any row has written it (every row writes its field; the
+/// sections whose fields all have an empty value start empty).
 fn blank() -> Config {
     let any = SocketAddr::from(([0, 0, 0, 0], 0));
     Config {
@@ -225,45 +226,12 @@ fn blank() -> Config {
             reference_local_cache: false,
             key_prefix: String::new(),
         },
-        rules: Rules {
-            path: PathBuf::new(),
-            candidate: None,
-            watch: false,
-            merge_domains: false,
-            ready_needs_a_domain: false,
-            xds: Xds {
-                server: None,
-                node_id: String::new(),
-                node_metadata: Vec::new(),
-                headers: Vec::new(),
-                tls: None,
-                backoff_initial: Duration::ZERO,
-                backoff_max: Duration::ZERO,
-                max_message_bytes: 0,
-                ready_without_rules: false,
-            },
-        },
-        service: Service {
-            shadow_mode: false,
-            quota_mode: false,
-            near_limit_ratio: 0.0,
-            stop_increment_when_over_limit: false,
-            dynamic_metadata: false,
-        },
+        rules: Rules::default(),
+        service: Service::default(),
         headers: Headers::default(),
-        admin: Admin {
-            addr: None,
-            token: None,
-            ui: false,
-        },
-        metrics: Metrics {
-            addr: None,
-            path: String::new(),
-        },
-        log: Log {
-            level: String::new(),
-            json: false,
-        },
+        admin: Admin::default(),
+        metrics: Metrics::default(),
+        log: Log::default(),
     }
 }
 
