@@ -210,6 +210,8 @@ pub struct Log {
     /// `error`, `warn`, `info`, `debug`, `trace` (or a `tracing` filter).
     pub level: String,
     pub json: bool,
+    /// ANSI colours in text logs; `None`: when stderr is a terminal.
+    pub color: Option<bool>,
 }
 
 /// A setting that could not be used; says which, from where, and why.

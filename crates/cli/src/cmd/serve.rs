@@ -110,8 +110,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 fn init_logging(log: &config::Log) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(&log.level)
         .with_context(|| format!("log level `{}`", log.level))?;
+    let color = log
+        .color
+        .unwrap_or_else(|| std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(color)
         .with_writer(|| LossyStderr);
     if log.json {
         builder.json().init();

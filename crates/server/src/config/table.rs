@@ -350,6 +350,17 @@ pub static SETTINGS: &[Setting] = &[
     row("log_format", "log", "text", "text|json",
         "how log lines are written",
         Text, |c, v| { c.log.json = log_format(v)?; Ok(()) }),
+    row("log_color", "log", "auto", "auto|always|never",
+        "ANSI colours in text logs: auto colours only a terminal, so piped and container logs stay plain",
+        Text, |c, v| {
+            c.log.color = match v {
+                "auto" => None,
+                "always" => Some(true),
+                "never" => Some(false),
+                other => return Err(format!("`{other}` is not auto, always or never")),
+            };
+            Ok(())
+        }),
 ];
 
 fn reference_names() -> [String; 3] {
