@@ -7,9 +7,14 @@
 #   docker run --rm -p 8080:8080 -p 8081:8081 -v $PWD/examples/policies:/data/ratelimit/config:ro \
 #       -e RUNTIME_ROOT=/data -e RUNTIME_SUBDIRECTORY=ratelimit spillway
 #
+# With no HOST, PORT, GRPC_HOST or GRPC_PORT, HTTP and gRPC listen on 0.0.0.0:8080 and
+# 0.0.0.0:8081 (the admin pages stay on 127.0.0.1:6070), so `-p` reaches them.
+#
 # (The test command does not build this image: there is no container runtime where it
-# runs. What it proves of the same binary: crates/cli/tests/envoy.rs starts it as
-# `ratelimit` with Envoy Gateway's environment, rules over xDS, TLS, and a real Envoy.)
+# runs. What it proves of the same binary: crates/cli/tests/deployed.rs starts it as
+# `ratelimit` with the environment of the `docker run` above, in a network namespace,
+# and reaches it from another address; crates/cli/tests/envoy_gateway.rs does the same
+# with Envoy Gateway's environment, rules over xDS, TLS, and a real Envoy.)
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use support::netns::Netns;
-use support::{KillOnDrop, curl_at, plain, tempdir};
+use support::{Procs, curl_at, plain, tempdir};
 
 const POLICY: &str = "\
 domain: image
@@ -23,7 +23,7 @@ descriptors:
 
 /// `ratelimit` (the binary under the image's name) with exactly `env`, in `ns`; its log
 /// up to the line that says where it listens.
-fn start_as_image(ns: &Netns, dir: &Path, env: &[(&str, String)]) -> (KillOnDrop, Vec<String>) {
+fn start_as_image(ns: &Netns, dir: &Path, env: &[(&str, String)]) -> (Procs, Vec<String>) {
     std::fs::create_dir_all(dir.join("bin")).unwrap();
     let ratelimit = dir.join("bin/ratelimit");
     let _ = std::fs::remove_file(&ratelimit);
@@ -35,8 +35,8 @@ fn start_as_image(ns: &Netns, dir: &Path, env: &[(&str, String)]) -> (KillOnDrop
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let guard = KillOnDrop(child.id());
     let mut log = BufReader::new(child.stderr.take().unwrap());
+    let guard = Procs(vec![child]);
     let mut seen = Vec::new();
     loop {
         let mut line = String::new();

@@ -126,7 +126,8 @@ impl Swaps {
             ),
             ("redis://127.0.0.1:6379".to_owned(), redis),
         ];
-        for host in ["127.0.0.1", "localhost"] {
+        // The check ports listen on every interface, as by default (only on free ports).
+        for host in ["0.0.0.0", "127.0.0.1", "localhost"] {
             swaps.push((format!("{host}:8080"), format!("{host}:{}", service.http)));
             swaps.push((format!("{host}:8081"), format!("{host}:{}", service.grpc)));
             swaps.push((format!("{host}:6070"), format!("{host}:{}", service.admin)));
@@ -239,7 +240,11 @@ impl Session {
                     .arg("-c")
                     .arg(format!("exec 2>&1; {command}"))
                     .current_dir(root())
+                    // A reader's shell, not the test's: no variable of the machine's
+                    // (a reference one would change `spillway config`'s answer).
+                    .env_clear()
                     .env("PATH", &self.path)
+                    .env("HOME", std::env::var_os("HOME").unwrap_or_default())
                     .env("NO_COLOR", "1")
                     .stdin(Stdio::null())
                     .output()
@@ -278,8 +283,8 @@ fn serve(args: &str, ports: &Ports, path: &str, lines: usize) -> (String, std::p
         .env_clear()
         .env("PATH", path)
         .env("NO_COLOR", "1")
-        .env("SPILLWAY_HTTP_ADDR", format!("127.0.0.1:{}", ports.http))
-        .env("SPILLWAY_GRPC_ADDR", format!("127.0.0.1:{}", ports.grpc))
+        .env("SPILLWAY_HTTP_ADDR", format!("0.0.0.0:{}", ports.http))
+        .env("SPILLWAY_GRPC_ADDR", format!("0.0.0.0:{}", ports.grpc))
         .env("SPILLWAY_ADMIN_ADDR", format!("127.0.0.1:{}", ports.admin))
         .stderr(Stdio::piped())
         .spawn()

@@ -230,7 +230,7 @@ fn every_metric_is_on_the_metrics_page_and_every_recorded_one_is_listed() {
     assert!(recorded.len() > 20, "{recorded:?}");
     for (name, file) in &recorded {
         assert!(
-            METRICS.iter().any(|m| &m.name == name),
+            METRICS.iter().any(|m| m.name == name),
             "{} records `{name}`, which the metrics table (crates/server/src/metrics/reference.rs) does not list",
             file.display()
         );
