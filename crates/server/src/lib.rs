@@ -18,14 +18,15 @@
 //! upkeep tasks. `history.rs` keeps the last minutes of the decision counters for the
 //! console's charts; `top.rs` the heaviest denied keys.
 //!
-//! Imports go one way (a test, `imports_go_one_way`, checks it):
+//! Imports go one way; `config` imports nothing of this crate (a test,
+//! `imports_go_one_way`, checks both):
 //!
 //! ```text
-//! app ──> api ──> state ──> service ──> store ──> metrics
-//!  │       │                   └──────> top
-//!  ├──> xds ──> reload ──> state, tls      history
-//!  ├──> listen ──> tls ──> config (a leaf: it imports nothing of this crate)
-//!  └──> config
+//! app ─┬─> api ─┬─> state ─┬─> service ─┬─> store ─> metrics
+//!      │        │          ├─> history  └─> top
+//!      │        │          └─> config
+//!      ├─> xds ─┴─> reload ─> tls ─> config
+//!      └─> listen ─> tls
 //! ```
 
 #![forbid(unsafe_code)]

@@ -112,6 +112,20 @@ struct Hit<'a> {
 /// A rule's decision, and whether a failure policy made it instead of the store.
 type Decided = (usize, Decision, bool);
 
+/// One check between its stages: what matched (`Service::matched`), then decided in
+/// its rounds (`Service::decide`), then answered (`Service::aggregate`).
+struct Check<'p> {
+    hits: Vec<Hit<'p>>,
+    /// The counted hits decided all-or-nothing, in one round.
+    together: Vec<usize>,
+    /// The counted hits whose denial must not stop the others' charge (shadow and
+    /// quota-mode rules): a round of their own, at the same time.
+    alone: Vec<usize>,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` over reference rules only.
+    one_round: bool,
+    now: Timestamp,
+}
+
 impl Service {
     pub fn new(
         policies: PolicySet,
@@ -181,11 +195,22 @@ impl Service {
                 metadata: None,
             });
         };
+        // Three stages over one value: match, decide, answer.
+        let mut check = self.matched(req, domain)?;
+        let decided = self.decide(&mut check).await?;
+        Ok(self.aggregate(req, domain.shared_name(), &check, &decided))
+    }
 
+    /// The match stage: every rule the request's descriptors match (replaced ones
+    /// dropped), each with its counter key and cost, split into the store rounds that
+    /// decide them, at one `now`.
+    fn matched<'p>(
+        &self,
+        req: &CheckRequest,
+        domain: &'p spillway_policy::Domain,
+    ) -> Result<Check<'p>, CheckError> {
         let mut hits = self.hits(req, domain)?;
         drop_replaced(&mut hits);
-
-        let now = self.clock.now();
         let counted = |h: &Hit<'_>| h.key.is_some();
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a request of reference rules only
         // is one round whatever their modes, as the reference decides it: any rule over
@@ -194,24 +219,19 @@ impl Service {
             && hits.iter().all(|h| !counted(h) || h.rule.reference);
         let independent =
             |h: &Hit<'_>| !one_round && (h.rule.mode == Mode::Shadow || self.is_quota(&h.rule));
-        let first: Vec<usize> = (0..hits.len())
+        let together = (0..hits.len())
             .filter(|&i| counted(&hits[i]) && !independent(&hits[i]))
             .collect();
-        let second: Vec<usize> = (0..hits.len())
+        let alone = (0..hits.len())
             .filter(|&i| counted(&hits[i]) && independent(&hits[i]))
             .collect();
-        if one_round && self.stores.store().is_cluster() {
-            self.stop_across_slots(&mut hits, &first, now).await?;
-        }
-        let (a, b) = tokio::join!(
-            self.round(&hits, &first, now),
-            self.round(&hits, &second, now)
-        );
-        let mut decided = a?;
-        decided.extend(b?);
-        decided.sort_unstable_by_key(|d| d.0);
-
-        Ok(self.aggregate(req, domain.shared_name(), &hits, &decided, now))
+        Ok(Check {
+            hits,
+            together,
+            alone,
+            one_round,
+            now: self.clock.now(),
+        })
     }
 
     /// Every rule each descriptor matched (or its override), with its counter key.

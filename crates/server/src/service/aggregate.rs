@@ -4,25 +4,26 @@
 
 use std::sync::Arc;
 
-use spillway_core::{Decision, Timestamp};
+use spillway_core::Decision;
 use spillway_policy::{Metadata, RuleLimit};
 
 use crate::metrics;
 
 use super::request::{CheckRequest, CheckResponse, Code, Status};
 use super::status::{Rank, Verdict, rule_status};
-use super::{Decided, Hit, Service, minute};
+use super::{Check, Decided, Hit, Service, minute};
 
 impl Service {
-    /// Statuses per descriptor and the overall code, as the reference combines them.
+    /// The answer stage: statuses per descriptor and the overall code, as the reference
+    /// combines them.
     pub(super) fn aggregate(
         &self,
         req: &CheckRequest,
         domain: &Arc<str>,
-        hits: &[Hit<'_>],
+        check: &Check<'_>,
         decided: &[Decided],
-        now: Timestamp,
     ) -> CheckResponse {
+        let (hits, now) = (&check.hits, check.now);
         let mut statuses = vec![Status::no_rule(); req.descriptors.len()];
         let mut ranks = vec![Rank::Nothing; req.descriptors.len()];
         let mut verdict = Verdict::default();

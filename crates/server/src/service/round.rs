@@ -7,9 +7,27 @@ use spillway_policy::RuleLimit;
 use crate::metrics;
 use crate::store;
 
-use super::{CheckError, Decided, Hit, Service};
+use super::{Check, CheckError, Decided, Hit, Service};
 
 impl Service {
+    /// The decide stage: the check's two rounds, at the same time; the decisions in
+    /// hit order.
+    pub(super) async fn decide(&self, check: &mut Check<'_>) -> Result<Vec<Decided>, CheckError> {
+        let now = check.now;
+        if check.one_round && self.stores.store().is_cluster() {
+            self.stop_across_slots(&mut check.hits, &check.together, now)
+                .await?;
+        }
+        let (a, b) = tokio::join!(
+            self.round(&check.hits, &check.together, now),
+            self.round(&check.hits, &check.alone, now)
+        );
+        let mut decided = a?;
+        decided.extend(b?);
+        decided.sort_unstable_by_key(|d| d.0);
+        Ok(decided)
+    }
+
     /// The store rounds for the hits at `which`. On Redis Cluster each descriptor's
     /// limits share a slot, but different descriptors do not: there each descriptor is
     /// its own round (all of them at once), all-or-nothing within the descriptor.
