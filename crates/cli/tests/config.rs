@@ -111,6 +111,14 @@ fn every_value_says_where_it_came_from_and_secrets_are_masked() {
         "a certificate without GRPC_SERVER_USE_TLS is named: {text}"
     );
 
+    let sans = config(&["--tls-client-san", "a", "--tls-client-san", "b,c"], &[]);
+    let sans = String::from_utf8(sans.stdout).unwrap();
+    assert_eq!(
+        line(&sans, "tls_client_san"),
+        ["tls_client_san", "a,b,c", "flag", "--tls-client-san"],
+        "a list flag repeats"
+    );
+
     let changed = String::from_utf8(config(&["--changed", "--shadow-mode"], &[]).stdout).unwrap();
     assert_eq!(
         changed,

@@ -7,12 +7,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use support::netns::Netns;
-use support::{Procs, curl_at, plain, tempdir};
+use support::{curl_at, tempdir};
 
 const POLICY: &str = "\
 domain: image
@@ -20,45 +18,6 @@ descriptors:
   - key: user
     rate_limit: { unit: hour, requests_per_unit: 1 }
 ";
-
-/// `ratelimit` (the binary under the image's name) with exactly `env`, in `ns`; its log
-/// up to the line that says where it listens.
-fn start_as_image(ns: &Netns, dir: &Path, env: &[(&str, String)]) -> (Procs, Vec<String>) {
-    std::fs::create_dir_all(dir.join("bin")).unwrap();
-    let ratelimit = dir.join("bin/ratelimit");
-    let _ = std::fs::remove_file(&ratelimit);
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_spillway"), &ratelimit).unwrap();
-    let mut child = ns
-        .command(&ratelimit)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = BufReader::new(child.stderr.take().unwrap());
-    let guard = Procs(vec![child]);
-    let mut seen = Vec::new();
-    loop {
-        let mut line = String::new();
-        assert!(
-            log.read_line(&mut line).unwrap() > 0,
-            "serve exited: {seen:#?}"
-        );
-        let line = plain(&line);
-        let done = line.contains("listening");
-        seen.push(line);
-        if done {
-            break;
-        }
-    }
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while log.read_line(&mut sink).unwrap_or(0) > 0 {
-            sink.clear();
-        }
-    });
-    (guard, seen)
-}
 
 /// One `ShouldRateLimit` over plaintext gRPC to `server`, asked with `spillway check`
 /// from this namespace: its first line.
@@ -84,7 +43,7 @@ fn the_image_started_as_docker_run_starts_it_answers_from_outside() {
         ("RUNTIME_ROOT", dir.display().to_string()),
         ("RUNTIME_SUBDIRECTORY", "ratelimit".to_owned()),
     ];
-    let (_serve, log) = start_as_image(&ns, &dir, &env);
+    let (_serve, log) = ns.start_ratelimit(&dir, &env);
     let listening = log.last().unwrap();
     assert!(listening.contains("http_addr=0.0.0.0:8080"), "{listening}");
     assert!(listening.contains("grpc_addr=0.0.0.0:8081"), "{listening}");
@@ -128,7 +87,7 @@ fn a_certificate_without_use_tls_serves_plaintext_as_the_reference_does() {
             certs.server.key.display().to_string(),
         ),
     ];
-    let (_serve, log) = start_as_image(&ns, &dir, &env);
+    let (_serve, log) = ns.start_ratelimit(&dir, &env);
     let listening = log.last().unwrap();
     assert!(listening.contains("tls=none"), "{listening}");
     for variable in ["GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY"] {

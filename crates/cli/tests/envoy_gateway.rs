@@ -8,14 +8,12 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use support::envoy::{envoy, get, upstream};
 use support::netns::Netns;
-use support::{Procs, curl_at, plain, tempdir};
+use support::{curl_at, tempdir};
 
 /// Envoy Gateway's Envoy, as far as the rate limit goes: TLS to the service, domain
 /// `default/eg/http`, per route the descriptor chains Envoy Gateway generates.
@@ -210,38 +208,7 @@ fn envoy_gateways_environment_and_rules_over_xds() {
     ];
     assert_eq!(ads_addr.port(), 18001);
     // Started as Envoy Gateway starts it: the command `/bin/ratelimit`, no arguments.
-    let ratelimit = dir.join("ratelimit");
-    let _ = std::fs::remove_file(&ratelimit);
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_spillway"), &ratelimit).unwrap();
-    let mut child = ns
-        .command(&ratelimit)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = BufReader::new(child.stderr.take().unwrap());
-    let mut procs = Procs(vec![child]);
-    let mut startup = Vec::new();
-    loop {
-        let mut line = String::new();
-        assert!(
-            log.read_line(&mut line).unwrap() > 0,
-            "serve exited: {startup:#?}"
-        );
-        let line = plain(&line);
-        let done = line.contains("listening");
-        startup.push(line);
-        if done {
-            break;
-        }
-    }
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while log.read_line(&mut sink).unwrap_or(0) > 0 {
-            sink.clear();
-        }
-    });
+    let (mut procs, startup) = ns.start_ratelimit(&dir, &env);
     assert!(
         !startup.iter().any(|l| l.contains("not honoured")),
         "every variable Envoy Gateway sets is honoured: {startup:#?}"

@@ -17,6 +17,18 @@ fn page(name: &str) -> String {
         .unwrap_or_else(|e| panic!("docs/reference/{name}: {e}"))
 }
 
+/// `docs/reference/{name}` is what the code makes of it (`spillway config --reference
+/// {stem}`), or the first line where they differ.
+fn assert_generated(name: &str, text: &str, made: &str) {
+    let stem = name.trim_end_matches(".md");
+    assert!(
+        text == made,
+        "docs/reference/{name} differs from the code at {}\n(regenerate: spillway config \
+         --reference {stem} > docs/reference/{name})",
+        first_difference(text, made)
+    );
+}
+
 /// The first line where `page` and `made` differ, to say what to fix.
 fn first_difference(page: &str, made: &str) -> String {
     let (mut a, mut b) = (page.lines(), made.lines());
@@ -52,12 +64,10 @@ fn every_setting_is_on_the_settings_page_and_nothing_else() {
             "docs/reference/settings.md lists `{name}`, which the code does not have"
         );
     }
-    let made = spillway_server::config::reference_page();
-    assert!(
-        text == made,
-        "docs/reference/settings.md differs from the code at {}\n(regenerate: spillway config \
-         --reference settings > docs/reference/settings.md)",
-        first_difference(&text, &made)
+    assert_generated(
+        "settings.md",
+        &text,
+        &spillway_server::config::reference_page(),
     );
 }
 
@@ -235,12 +245,10 @@ fn every_metric_is_on_the_metrics_page_and_every_recorded_one_is_listed() {
             file.display()
         );
     }
-    let made = spillway_server::metrics::reference_page();
-    assert!(
-        text == made,
-        "docs/reference/metrics.md differs from the code at {}\n(regenerate: spillway config \
-         --reference metrics > docs/reference/metrics.md)",
-        first_difference(&text, &made)
+    assert_generated(
+        "metrics.md",
+        &text,
+        &spillway_server::metrics::reference_page(),
     );
 }
 

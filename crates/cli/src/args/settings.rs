@@ -65,11 +65,15 @@ impl<S: Selection> Args for SettingFlags<S> {
                     format!("{} [default: {}]", s.help, s.default)
                 })
                 .help_heading(heading.clone());
-            if s.kind == Kind::Bool {
-                arg = arg
-                    .num_args(0..=1)
-                    .require_equals(true)
-                    .default_missing_value("true");
+            match s.kind {
+                Kind::Bool => {
+                    arg = arg
+                        .num_args(0..=1)
+                        .require_equals(true)
+                        .default_missing_value("true");
+                }
+                Kind::List => arg = arg.action(ArgAction::Append).value_delimiter(','),
+                _ => {}
             }
             cmd = cmd.arg(arg);
             for (switch, value) in s.switches {
@@ -102,10 +106,11 @@ impl<S: Selection> FromArgMatches for SettingFlags<S> {
             _ => Origin::Flag(format!("--{flag}")),
         };
         for (s, flag) in rows::<S>() {
-            if let Some(v) = m.get_one::<String>(s.name) {
+            if let Some(values) = m.get_many::<String>(s.name) {
+                let v: Vec<&str> = values.map(String::as_str).collect();
                 let at = origin(s.name, &flag, s.env());
                 given
-                    .set(s.name, v.clone(), at)
+                    .set(s.name, v.join(","), at)
                     .expect("a row of the table");
             }
             for (switch, value) in s.switches {

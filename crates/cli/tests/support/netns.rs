@@ -87,6 +87,39 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// Spillway as its image starts it, in this namespace: the binary under the image's
+    /// name (`ratelimit`, in `dir/bin`), no arguments, exactly `env`. Its log lines, their
+    /// colours removed, up to the one that says where it listens.
+    pub fn start_ratelimit(
+        &self,
+        dir: &std::path::Path,
+        env: &[(&str, String)],
+    ) -> (super::Procs, Vec<String>) {
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        let ratelimit = dir.join("bin/ratelimit");
+        let _ = std::fs::remove_file(&ratelimit);
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_spillway"), &ratelimit).unwrap();
+        let child = self
+            .command(&ratelimit)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut procs = super::Procs(vec![child]);
+        let log: Vec<String> = super::until_listening(&mut procs.0[0])
+            .iter()
+            .map(|l| super::plain(l))
+            .collect();
+        assert!(
+            log.last().is_some_and(|l| l.contains("listening")),
+            "serve exited: {log:#?}"
+        );
+        (procs, log)
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         // Deleting the namespace deletes its end of the pair, and with it this one.

@@ -62,6 +62,7 @@ pub fn reference_page() -> String {
             );
         }
         let mut flags = match s.flag() {
+            Some(flag) if s.kind == Kind::List => format!("`--{flag}` (repeat) `{}`", s.env()),
             Some(flag) => format!("`--{flag}` `{}`", s.env()),
             None => format!("`{}` (no flag: argv is public)", s.env()),
         };

@@ -16,6 +16,9 @@ pub enum Kind {
     Text,
     /// `true` or `false`; as a flag, `--name` alone means true.
     Bool,
+    /// Items separated by commas; as a flag, repeated or comma-separated; in a settings
+    /// file, a YAML list too.
+    List,
     /// A file or directory: relative to the settings file when written there.
     Path,
     /// A secret: never a flag (argv is public), shown as `***`.
@@ -106,7 +109,7 @@ impl Setting {
     }
 }
 
-use Kind::{Bool, Path, Secret, Text};
+use Kind::{Bool, List, Path, Secret, Text};
 
 const ADDR: &str = "HOST:PORT";
 const DURATION: &str = "DURATION (10ms, 2s, 1m)";
@@ -149,10 +152,10 @@ pub static SETTINGS: &[Setting] = &[
         Path, |c, v| { c.tls.client_ca = path(v); Ok(()) }),
     row("tls_client_san", "tls", "", "NAME,...",
         "a client certificate must name one of these among its SANs (DNS, IP, URI, email)",
-        Text, |c, v| { c.tls.client_sans = list(v); Ok(()) }),
+        List, |c, v| { c.tls.client_sans = list(v); Ok(()) }),
     row("tls_listeners", "tls", "", "grpc,http,admin|none",
         "which listeners speak TLS (empty: grpc and http when tls_cert is given)",
-        Text, |c, v| { c.tls.listeners = optional(v).map(TlsListeners::parse).transpose()?; Ok(()) }),
+        List, |c, v| { c.tls.listeners = optional(v).map(TlsListeners::parse).transpose()?; Ok(()) }),
     // === store ===
     row("store", "store", "memory", "memory|URL",
         "where counters live: memory, or redis://, rediss://, unix://, redis+cluster://, redis+sentinel://",
@@ -244,10 +247,10 @@ pub static SETTINGS: &[Setting] = &[
         Text, |c, v| { c.rules.xds.node_id = v.to_owned(); Ok(()) }),
     row("xds_node_metadata", "rules", "", "K=V,...",
         "the node's metadata",
-        Text, |c, v| { c.rules.xds.node_metadata = pairs(v, '=')?; Ok(()) }),
+        List, |c, v| { c.rules.xds.node_metadata = pairs(v, '=')?; Ok(()) }),
     row("xds_headers", "rules", "", "K:V,...",
         "gRPC metadata sent with the xDS stream",
-        Text, |c, v| { c.rules.xds.headers = pairs(v, ':')?; Ok(()) }),
+        List, |c, v| { c.rules.xds.headers = pairs(v, ':')?; Ok(()) }),
     row("xds_tls", "rules", "false", BOOL,
         "TLS to the ADS server (any xds_tls_* file turns it on too)",
         Bool, |c, v| {
