@@ -54,7 +54,7 @@ fn switch_id(flag: &str) -> String {
 impl<S: Selection> Args for SettingFlags<S> {
     fn augment_args(mut cmd: Command) -> Command {
         for (s, flag) in rows::<S>() {
-            let heading = format!("Settings: {}", s.section);
+            let heading = format!("Settings ({})", s.section);
             let mut arg = Arg::new(s.name)
                 .long(flag)
                 .env(s.env())
