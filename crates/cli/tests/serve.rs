@@ -447,3 +447,44 @@ fn sigterm_stops_serve_after_its_log_reader_is_gone() {
     }
     assert!(stopped, "serve ignored SIGTERM for 15 s");
 }
+
+/// Issue #37 (6): an admin listener other hosts can reach, without a token, is warned
+/// about at startup; with a token, or on loopback, it is not.
+#[test]
+fn an_admin_listener_open_to_other_hosts_without_a_token_is_warned_about() {
+    let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
+    let dir = support::tempdir("admin-warning");
+    let token = dir.join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let start = |admin: &str, extra: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args([
+                "serve",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--grpc-addr",
+                "127.0.0.1:0",
+            ])
+            .arg("--config")
+            .arg(&policies)
+            .args(["--admin-addr", admin])
+            .args(extra)
+            .env_clear()
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = support::until_listening(&mut child);
+        let _stop = support::Procs(vec![child]);
+        assert!(
+            log.last().is_some_and(|l| l.contains("listening")),
+            "{log:#?}"
+        );
+        log.iter().any(|l| l.contains("has no token"))
+    };
+    assert!(start("0.0.0.0:0", &[]), "open to other hosts, no token");
+    assert!(!start(
+        "0.0.0.0:0",
+        &["--admin-token-file", token.to_str().unwrap()]
+    ));
+    assert!(!start("127.0.0.1:0", &[]));
+}

@@ -192,6 +192,9 @@ pub struct Admin {
     pub addr: Option<SocketAddr>,
     /// With it, the admin listener answers 401 (health aside) to a request without it.
     pub token: Option<spillway_redis::Password>,
+    /// Names it answers to besides IP addresses and `localhost` (its `Host` and a
+    /// browser's `Origin`): anything else is refused, against DNS rebinding.
+    pub hosts: Vec<String>,
     /// Serve the console page at `/ui`.
     pub ui: bool,
 }

@@ -182,3 +182,57 @@ async fn off_means_nothing_listens() {
         "and the check port does not take its pages over"
     );
 }
+
+/// Issue #37 (6): a page on another site that points its own name at 127.0.0.1 (DNS
+/// rebinding) reached the admin listener with that name as `Host`, and read
+/// `/v1/config`; a page posting from another site is refused by its `Origin`. Health
+/// answers under any name (probes); `admin_hosts` names more.
+#[tokio::test]
+async fn the_admin_listener_answers_only_under_its_own_names() {
+    let s = Server::start_with(
+        "admin-hosts",
+        &[("shop.yaml", POLICY)],
+        Backing::Memory,
+        |settings| settings.admin.hosts = vec!["spillway.internal".into()],
+    )
+    .await;
+    let admin = s.running.admin_addr.unwrap();
+    let port = admin.port();
+    let send = |path: &'static str, header: &'static str, value: String| {
+        let http = s.http.clone();
+        async move {
+            let url = format!("http://{admin}{path}");
+            let request = if path == "/v1/explain" {
+                http.post(url).json(&serde_json::json!({
+                    "domain": "shop",
+                    "descriptors": [{ "entries": [{ "key": "user", "value": "u1" }] }]
+                }))
+            } else {
+                http.get(url)
+            };
+            request.header(header, value).send().await.unwrap()
+        }
+    };
+    for page in ADMIN_PAGES {
+        let r = send(page, "host", format!("rebind.attacker.example:{port}")).await;
+        assert_eq!(r.status(), 403, "{page} under a rebound name");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["kind"], "host_not_allowed", "{page}");
+        for host in [
+            format!("localhost:{port}"),
+            format!("127.0.0.1:{port}"),
+            format!("spillway.internal:{port}"),
+        ] {
+            let r = send(page, "host", host.clone()).await;
+            assert_eq!(r.status(), 200, "{page} under {host}");
+        }
+    }
+    let r = send("/v1/explain", "origin", "https://attacker.example".into()).await;
+    assert_eq!(r.status(), 403, "a cross-site post");
+    let r = send("/v1/explain", "origin", format!("http://127.0.0.1:{port}")).await;
+    assert_eq!(r.status(), 200, "the console's own post");
+    for path in ["/healthz", "/readyz", "/healthcheck"] {
+        let r = send(path, "host", "anything.example".into()).await;
+        assert_eq!(r.status(), 200, "{path} answers probes under any name");
+    }
+}

@@ -31,6 +31,9 @@ pub enum Refused {
     ClientCertRequired,
     /// The admin listener's token is set and the request did not carry it: 401.
     Unauthorized,
+    /// The admin listener was asked under a name it does not answer to (`Host`), or
+    /// by a page of another site (`Origin`): 403. DNS rebinding and cross-site posts.
+    HostNotAllowed(String),
 }
 
 /// A check's answer on `/v1/check` and `/json`: 200, or 429 over the limit.
@@ -86,6 +89,14 @@ pub fn refused(r: Refused) -> Response {
             "client_certificate_required",
             "this listener requires a client certificate for everything but health probes"
                 .to_owned(),
+        ),
+        Refused::HostNotAllowed(what) => (
+            StatusCode::FORBIDDEN,
+            "host_not_allowed",
+            format!(
+                "the admin listener answers to loopback names, IP addresses and admin_hosts, \
+                 not {what}"
+            ),
         ),
         Refused::Unauthorized => {
             let mut response = error_body(

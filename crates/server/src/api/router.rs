@@ -42,8 +42,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// The admin listener's routes; with a `token`, every one but health needs it.
-pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>) -> Router {
+/// The admin listener's routes; with a `token`, every one but health needs it. Every
+/// one but health answers only to the names in `hosts` (see [`allowed_host`]).
+pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>, hosts: Arc<[String]>) -> Router {
     let routes = if state.ui {
         ui::routes()
     } else {
@@ -61,6 +62,7 @@ pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>) -> Router {
             read_body,
         ))
         .layer(middleware::from_fn_with_state(token, admin_token))
+        .layer(middleware::from_fn_with_state(hosts, admin_host))
         .layer(middleware::from_fn(client_cert))
         .with_state(state)
 }
@@ -73,7 +75,7 @@ pub fn http_app(state: Arc<AppState>) -> Router {
 /// The admin listener's routes over `state` without a token, for tests that drive
 /// them in process.
 pub fn admin_app(state: Arc<AppState>) -> Router {
-    admin_router(state, None)
+    admin_router(state, None, Arc::from([]))
 }
 
 /// The Prometheus listener (`metrics_addr`): its one path, and health.
@@ -127,6 +129,60 @@ async fn admin_token(
         }
         _ => respond::refused(Refused::Unauthorized),
     }
+}
+
+/// The admin listener answers only under a name it knows: a page on another site that
+/// points its own name at 127.0.0.1 (DNS rebinding) sends that name as `Host`, and a
+/// page that posts to the listener from another site sends its own as `Origin`; both
+/// are refused, health aside (probes).
+async fn admin_host(State(hosts): State<Arc<[String]>>, request: Request, next: Next) -> Response {
+    if is_health(request.uri().path()) {
+        return next.run(request).await;
+    }
+    let headers = request.headers();
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()));
+    let origin = headers
+        .get(axum::http::header::ORIGIN)
+        .and_then(|v| v.to_str().ok());
+    if let Some(host) = host.filter(|h| !allowed_host(authority_host(h), &hosts)) {
+        return respond::refused(Refused::HostNotAllowed(format!("Host: {host}")));
+    }
+    if let Some(origin) = origin {
+        let name = origin.split_once("://").map_or("", |(_, rest)| rest);
+        if origin != "null" && !allowed_host(authority_host(name), &hosts) {
+            return respond::refused(Refused::HostNotAllowed(format!("Origin: {origin}")));
+        }
+    }
+    next.run(request).await
+}
+
+/// The host of `host[:port]` (`[v6]:port` included), lowercase.
+fn authority_host(authority: &str) -> String {
+    let authority = authority.trim().trim_end_matches('/');
+    let host = match authority.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                h
+            } else {
+                authority
+            }
+        }),
+    };
+    host.to_ascii_lowercase()
+}
+
+/// Whether the admin listener answers to `host`: an IP address (nothing rebinds to a
+/// literal address), `localhost` and its subdomains, or a name in `hosts`.
+pub fn allowed_host(host: String, hosts: &[String]) -> bool {
+    host.parse::<std::net::IpAddr>().is_ok()
+        || host == "localhost"
+        || host.ends_with(".localhost")
+        || hosts.iter().any(|h| h.eq_ignore_ascii_case(&host))
 }
 
 /// The token in an `Authorization` header: Bearer's, or Basic's password.
@@ -206,6 +262,33 @@ async fn read_at_most(body: &mut Body, limit: usize) -> Result<Option<Bytes>, ax
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_admin_listener_answers_to_addresses_loopback_names_and_its_own() {
+        let hosts = ["spillway.internal".to_owned()];
+        let ok = |h: &str| allowed_host(authority_host(h), &hosts);
+        for good in [
+            "127.0.0.1:6070",
+            "[::1]:6070",
+            "10.0.0.5",
+            "localhost:6070",
+            "LOCALHOST",
+            "ui.localhost:6070",
+            "spillway.internal:6070",
+            "Spillway.Internal",
+        ] {
+            assert!(ok(good), "{good}");
+        }
+        for bad in [
+            "rebind.attacker.example:6070",
+            "attacker.example",
+            "localhost.attacker.example",
+            "spillway.internal.attacker.example",
+            "127.0.0.1.nip.io:6070",
+        ] {
+            assert!(!ok(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn the_token_comes_as_bearer_or_as_basic_password() {

@@ -112,7 +112,20 @@ impl App {
         let admin_app = api::router::admin_router(
             Arc::clone(&state),
             config.admin.token.as_ref().map(|t| Arc::from(t.expose())),
+            Arc::from(config.admin.hosts.clone()),
         );
+        if let Some(addr) = admin_addr
+            && !addr.ip().is_loopback()
+            && config.admin.token.is_none()
+        {
+            tracing::warn!(
+                target: "spillway_server",
+                %addr,
+                "the admin listener is reachable from other hosts and has no token: anyone \
+                 who reaches it reads the rules, the configuration and the keys denied most; \
+                 set admin_token_file, or keep admin_addr on loopback"
+            );
+        }
         let metrics_app = api::router::metrics_router(&config.metrics.path);
         let on = config.tls_on();
         let listener_tls = |enabled: bool, strict: bool, name: &'static str| {

@@ -329,6 +329,9 @@ pub static SETTINGS: &[Setting] = &[
                 .transpose()?;
             Ok(())
         }),
+    row("admin_hosts", "admin", "", "NAME,...",
+        "names the admin listener answers to besides IP addresses and localhost (a page under any other name is refused: DNS rebinding)",
+        List, |c, v| { c.admin.hosts = list(v); Ok(()) }),
     row("ui", "admin", "true", BOOL,
         "serve the console page at /ui",
         Bool, |c, v| { c.admin.ui = boolean(v)?; Ok(()) })
