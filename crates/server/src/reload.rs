@@ -130,9 +130,16 @@ pub fn watch(
     Ok(())
 }
 
+/// While the last reload of the served certificates failed, it is tried again after
+/// this long, doubling up to [`TLS_RETRY_MAX`]: a pair that was not valid yet (a few
+/// seconds of clock skew), or was being written, is taken up without waiting for
+/// another file event (issue #37: a failed reload was never tried again).
+pub const TLS_RETRY_FIRST: Duration = Duration::from_secs(1);
+pub const TLS_RETRY_MAX: Duration = Duration::from_secs(30);
+
 /// Reloads the served certificates when their files change (through their
-/// directories: Kubernetes swaps a symlinked directory) and on SIGHUP, until
-/// `shutdown`.
+/// directories: Kubernetes swaps a symlinked directory), on SIGHUP, and again and again
+/// while the last reload failed ([`TLS_RETRY_FIRST`]), until `shutdown`.
 pub fn watch_tls(certs: Arc<Certs>, shutdown: CancellationToken) -> Result<(), notify::Error> {
     let mut dirs: Vec<PathBuf> = certs
         .paths()
@@ -153,18 +160,38 @@ pub fn watch_tls(certs: Arc<Certs>, shutdown: CancellationToken) -> Result<(), n
         .map_err(notify::Error::io)?;
     tokio::spawn(async move {
         let _debouncer = debouncer;
+        // Set while the last reload failed: when to try again.
+        let mut retry: Option<Duration> = None;
         loop {
-            tokio::select! {
+            let again = async {
+                match retry {
+                    Some(after) => tokio::time::sleep(after).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let retrying = tokio::select! {
                 event = rx.recv() => {
                     if event.is_none() {
                         break;
                     }
+                    false
                 }
-                _ = hangup.recv() => tracing::info!("SIGHUP: reloading the TLS certificates"),
+                _ = hangup.recv() => {
+                    tracing::info!("SIGHUP: reloading the TLS certificates");
+                    false
+                }
+                () = again => true,
                 () = shutdown.cancelled() => break,
-            }
+            };
             let certs = Arc::clone(&certs);
-            let _ = tokio::task::spawn_blocking(move || certs.reload()).await;
+            let loaded = tokio::task::spawn_blocking(move || certs.reload().is_ok())
+                .await
+                .unwrap_or(false);
+            retry = match (loaded, retry) {
+                (true, _) => None,
+                (false, Some(after)) if retrying => Some((after * 2).min(TLS_RETRY_MAX)),
+                (false, _) => Some(TLS_RETRY_FIRST),
+            };
         }
     });
     Ok(())

@@ -317,6 +317,65 @@ async fn certificates_reload_when_their_files_change_and_a_bad_reload_keeps_the_
     assert!(eventually(|| async { served(grpc, &ca).await == der(&first.cert) }).await);
 }
 
+/// Issue #37 (9): a failed reload was never tried again, so a pair that became good
+/// without another file event (a certificate not valid yet for a few seconds of clock
+/// skew; here, files changed behind a symlink, outside the watched directory) waited
+/// for the next event, possibly until the old certificate expired.
+#[tokio::test]
+async fn a_failed_reload_is_tried_again_until_it_loads() {
+    let pki = Pki::new("serve-retry");
+    let dir = pki.dir().to_path_buf();
+    let (first, second) = (
+        pki.issue("first", Leaf::Good),
+        pki.issue("second", Leaf::Good),
+    );
+    // live/ (watched) holds symlinks into store/ (not watched).
+    let (live, store) = (dir.join("live"), dir.join("store"));
+    std::fs::create_dir_all(&live).unwrap();
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::copy(&first.cert, store.join("tls.crt")).unwrap();
+    std::fs::copy(&first.key, store.join("tls.key")).unwrap();
+    let served_pair = Pair {
+        cert: live.join("tls.crt"),
+        key: live.join("tls.key"),
+    };
+    for (link, target) in [
+        (&served_pair.cert, "tls.crt"),
+        (&served_pair.key, "tls.key"),
+    ] {
+        let _ = std::fs::remove_file(link);
+        std::os::unix::fs::symlink(store.join(target), link).unwrap();
+    }
+    let s = Server::start_with(
+        "tls-retry",
+        &[("tls.yaml", POLICY)],
+        Backing::Memory,
+        serving(&served_pair),
+    )
+    .await;
+    let (grpc, http, ca) = (s.running.grpc_addr, s.running.http_addr, pki.ca());
+    assert_eq!(served(grpc, &ca).await, der(&first.cert));
+
+    // A key that is not the certificate's, then an event in the watched directory: the
+    // reload fails and the pair in use stays.
+    let failures = |text: &str| metric(text, "spillway_tls_reloads_total{result=\"error\"}");
+    let before = failures(&scrape(http, &ca, None).await);
+    std::fs::copy(&second.key, store.join("tls.key")).unwrap();
+    std::fs::write(live.join("nudge"), "").unwrap();
+    assert!(
+        eventually(|| async { failures(&scrape(http, &ca, None).await) > before }).await,
+        "the failed reload is counted"
+    );
+    assert_eq!(served(grpc, &ca).await, der(&first.cert));
+
+    // Mended behind the symlink: no event reaches the watcher, the retry loads it.
+    std::fs::copy(&second.cert, store.join("tls.crt")).unwrap();
+    assert!(
+        eventually(|| async { served(grpc, &ca).await == der(&second.cert) }).await,
+        "the retry takes up the mended pair without another file event"
+    );
+}
+
 #[tokio::test]
 async fn a_replaced_client_ca_is_used_by_new_handshakes() {
     let (old, new) = (Pki::new("ca-old"), Pki::new("ca-new"));
