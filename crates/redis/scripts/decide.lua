@@ -274,6 +274,39 @@ local function define_sliding_log()
   return sliding_log
 end
 
+-- === doubles in bulk ====================================================================
+-- Lua 5.1 passes and returns at most about 8,000 values at once (its C stack: `unpack`
+-- and `struct.unpack` of a precision-10,000 window failed with "too many results to
+-- unpack"), so runs of doubles are read and written in chunks of DOUBLES_AT_ONCE.
+
+local DOUBLES_AT_ONCE = 1000
+
+-- `n` doubles from `v`, starting at byte `pos`, as a table.
+local function unpack_doubles(v, pos, n)
+  local out, done = {}, 0
+  while done < n do
+    local k = math.min(DOUBLES_AT_ONCE, n - done)
+    local got = { struct.unpack('<' .. string.rep('d', k), v, pos) }
+    for j = 1, k do out[done + j] = got[j] end
+    pos = got[k + 1] -- struct.unpack returns the next position after the values
+    done = done + k
+  end
+  return out
+end
+
+-- The doubles of table `t`, packed.
+local function pack_doubles(t)
+  local n = #t
+  if n <= DOUBLES_AT_ONCE then return struct.pack('<' .. string.rep('d', n), unpack(t)) end
+  local parts, done = {}, 0
+  while done < n do
+    local k = math.min(DOUBLES_AT_ONCE, n - done)
+    parts[#parts + 1] = struct.pack('<' .. string.rep('d', k), unpack(t, done + 1, done + k))
+    done = done + k
+  end
+  return table.concat(parts)
+end
+
 -- === sliding_window: state (newest, total, counts[P+1]), 16 + 8(P+1) bytes ===========
 -- counts is a ring indexed by bucket mod (P+1) (plus 1: Lua tables count from 1),
 -- empty until the first charge.
@@ -285,13 +318,11 @@ local function define_sliding_window()
     if not v then return { newest = 0, total = 0, counts = nil } end
     local n = r.precision + 1
     if #v ~= 16 + 8 * n then return nil end
-    local fields = { struct.unpack('<dd' .. string.rep('d', n), v) }
-    local counts = {}
-    for i = 1, n do counts[i] = fields[i + 2] end
-    return { newest = fields[1], total = fields[2], counts = counts }
+    local newest, total = struct.unpack('<dd', v)
+    return { newest = newest, total = total, counts = unpack_doubles(v, 17, n) }
   end
   function sliding_window.encode(s)
-    return struct.pack('<dd' .. string.rep('d', #s.counts), s.newest, s.total, unpack(s.counts))
+    return struct.pack('<dd', s.newest, s.total) .. pack_doubles(s.counts)
   end
   function sliding_window.copy(s)
     local counts = nil
