@@ -62,6 +62,9 @@ pub struct Listen {
     /// How long an HTTP client may take to send its first byte, then its headers, then
     /// its whole body (each).
     pub header_read_timeout: Duration,
+    /// The longest a gRPC call may take, its request body included; a shorter
+    /// `grpc-timeout` from the caller wins.
+    pub grpc_request_timeout: Duration,
     /// How long requests in flight may take to finish on shutdown.
     pub drain_timeout: Duration,
 }

@@ -53,6 +53,9 @@ pub fn spawn_mutual_tls(
     Ok(())
 }
 
+/// Streams one HTTP/2 connection may have open at once.
+pub const MAX_CONCURRENT_STREAMS: u32 = 100;
+
 /// Timeouts of one listener.
 #[derive(Clone, Copy, Debug)]
 pub struct Timeouts {
@@ -78,7 +81,11 @@ pub async fn serve(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(Duration::from_secs(30));
+        .keep_alive_interval(Duration::from_secs(30))
+        // The least HTTP/2 asks a server to allow; Envoy opens another connection when
+        // a pool's streams are all in use. A stalled stream is ended by the gRPC
+        // router's deadline, so one client cannot hold them for ever.
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
     let graceful = GracefulShutdown::new();
 
     loop {

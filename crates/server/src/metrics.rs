@@ -158,6 +158,11 @@ pub fn candidate_error() {
     counter!("spillway_candidate_errors_total").increment(1);
 }
 
+/// A gRPC call not done within its deadline (answered `DEADLINE_EXCEEDED`).
+pub fn grpc_deadline_exceeded() {
+    counter!("spillway_grpc_deadline_exceeded_total").increment(1);
+}
+
 /// A reload of the served TLS certificates: `success` or `error` (the old ones stay).
 pub fn tls_reload(ok: bool) {
     let result = if ok { "success" } else { "error" };

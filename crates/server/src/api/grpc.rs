@@ -3,6 +3,7 @@
 //! rate limit service's full name).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::{HeaderValue, Response};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
@@ -65,21 +66,74 @@ pub fn decode(message: &[u8]) -> Result<CheckRequest, CheckError> {
     wire::request(pb)
 }
 
-/// The gRPC services as an axum router (served on the gRPC port).
+/// The most bytes a health check's request may have: it names one service. (tonic's
+/// default, 4 MiB, is reserved up front for each call that announces it.)
+pub const MAX_HEALTH_MESSAGE_BYTES: usize = 1024;
+
+/// The gRPC services as an axum router (served on the gRPC port): each call answered
+/// within `deadline` (or the caller's shorter `grpc-timeout`), its body included.
 pub fn router(
     state: Arc<AppState>,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
+    deadline: Duration,
 ) -> axum::Router {
     let rls =
         RateLimitServiceServer::new(Grpc { state }).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let health = health.max_decoding_message_size(MAX_HEALTH_MESSAGE_BYTES);
     tonic::service::Routes::new(rls)
         .add_service(health)
         .into_axum_router()
         .layer(axum::middleware::map_response(
             malformed_is_invalid_argument,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            deadline,
+            within_deadline,
+        ))
+}
+
+/// Answers `DEADLINE_EXCEEDED` to a call not done within its deadline: the service's,
+/// or the caller's shorter `grpc-timeout`. A stream that sends a length prefix and then
+/// stalls would otherwise hold its buffer and its stream for ever (issue #37).
+async fn within_deadline(
+    axum::extract::State(cap): axum::extract::State<Duration>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let asked = request
+        .headers()
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(grpc_timeout);
+    let deadline = asked.map_or(cap, |d| d.min(cap));
+    match tokio::time::timeout(deadline, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            metrics::grpc_deadline_exceeded();
+            tonic::Status::deadline_exceeded(format!("not done within {deadline:?}"))
+                .into_http::<axum::body::Body>()
+        }
+    }
+}
+
+/// gRPC's `grpc-timeout` (`100m`: up to 8 digits and a unit, H M S m u n).
+fn grpc_timeout(v: &str) -> Option<Duration> {
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// tonic answers a request body that does not decode with `INTERNAL`, and one over the
@@ -124,5 +178,21 @@ pub async fn set_health(reporter: &HealthReporter, serving: bool) {
     };
     for name in health_names() {
         reporter.set_service_status(name, status).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_read_as_the_protocol_writes_them() {
+        assert_eq!(grpc_timeout("100m"), Some(Duration::from_millis(100)));
+        assert_eq!(grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(grpc_timeout("250u"), Some(Duration::from_micros(250)));
+        for bad in ["", "m", "100", "123456789m", "10x", "-1m"] {
+            assert_eq!(grpc_timeout(bad), None, "{bad}");
+        }
     }
 }

@@ -108,7 +108,11 @@ impl App {
             drain: config.listen.drain_timeout,
         };
         let http_app = api::router::router(Arc::clone(&state));
-        let grpc_app = api::grpc::router(Arc::clone(&state), health);
+        let grpc_app = api::grpc::router(
+            Arc::clone(&state),
+            health,
+            config.listen.grpc_request_timeout,
+        );
         let admin_app = api::router::admin_router(
             Arc::clone(&state),
             config.admin.token.as_ref().map(|t| Arc::from(t.expose())),

@@ -212,6 +212,7 @@ fn blank() -> Config {
             http: any,
             grpc: any,
             header_read_timeout: Duration::ZERO,
+            grpc_request_timeout: Duration::ZERO,
             drain_timeout: Duration::ZERO,
         },
         tls: Tls::default(),
