@@ -164,6 +164,13 @@ pub static METRICS: &[Metric] = &[
         "—",
     ),
     metric(
+        "spillway_grpc_deadline_exceeded_total",
+        "counter",
+        "—",
+        "gRPC calls not done within grpc_request_timeout (or the caller's shorter grpc-timeout), answered DEADLINE_EXCEEDED: a stalled or slow request body",
+        "—",
+    ),
+    metric(
         "spillway_tls_reloads_total",
         "counter",
         "`result`: `success`, `error`",
