@@ -34,16 +34,21 @@ const ADMIN_PAGES: [&str; 6] = [
     "/rlconfig",
 ];
 
-async fn get_or_post(http: &reqwest::Client, url: String) -> reqwest::Response {
-    let request = if url.ends_with("/v1/explain") {
+/// A request for the page at `url`: a POST of a check's body to `/v1/explain`, a GET
+/// to the others.
+fn page_request(http: &reqwest::Client, url: String) -> reqwest::RequestBuilder {
+    if url.ends_with("/v1/explain") {
         http.post(url).json(&serde_json::json!({
             "domain": "shop",
             "descriptors": [{ "entries": [{ "key": "user", "value": "u1" }] }]
         }))
     } else {
         http.get(url)
-    };
-    request.send().await.unwrap()
+    }
+}
+
+async fn get_or_post(http: &reqwest::Client, url: String) -> reqwest::Response {
+    page_request(http, url).send().await.unwrap()
 }
 
 #[tokio::test]
@@ -199,19 +204,8 @@ async fn the_admin_listener_answers_only_under_its_own_names() {
     let admin = s.running.admin_addr.unwrap();
     let port = admin.port();
     let send = |path: &'static str, header: &'static str, value: String| {
-        let http = s.http.clone();
-        async move {
-            let url = format!("http://{admin}{path}");
-            let request = if path == "/v1/explain" {
-                http.post(url).json(&serde_json::json!({
-                    "domain": "shop",
-                    "descriptors": [{ "entries": [{ "key": "user", "value": "u1" }] }]
-                }))
-            } else {
-                http.get(url)
-            };
-            request.header(header, value).send().await.unwrap()
-        }
+        let request = page_request(&s.http, format!("http://{admin}{path}"));
+        async move { request.header(header, value).send().await.unwrap() }
     };
     for page in ADMIN_PAGES {
         let r = send(page, "host", format!("rebind.attacker.example:{port}")).await;
