@@ -19,6 +19,20 @@ descriptors:
     rate_limit: { unit: hour, requests_per_unit: 1 }
 ";
 
+/// A directory laid out as the Dockerfile's `docker run` mounts it (`POLICY` in
+/// `ratelimit/config`), and that example's environment: `RUNTIME_ROOT` and
+/// `RUNTIME_SUBDIRECTORY`, nothing else.
+fn image(name: &str) -> (std::path::PathBuf, Vec<(&'static str, String)>) {
+    let dir = tempdir(name);
+    std::fs::create_dir_all(dir.join("ratelimit/config")).unwrap();
+    std::fs::write(dir.join("ratelimit/config/image.yaml"), POLICY).unwrap();
+    let env = vec![
+        ("RUNTIME_ROOT", dir.display().to_string()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".to_owned()),
+    ];
+    (dir, env)
+}
+
 /// One `ShouldRateLimit` over plaintext gRPC to `server`, asked with `spillway check`
 /// from this namespace: its first line.
 fn grpc_check(server: &str, user: &str) -> String {
@@ -36,13 +50,7 @@ fn grpc_check(server: &str, user: &str) -> String {
 #[test]
 fn the_image_started_as_docker_run_starts_it_answers_from_outside() {
     let ns = Netns::new(&[]);
-    let dir = tempdir(&format!("deployed-{}", ns.name));
-    std::fs::create_dir_all(dir.join("ratelimit/config")).unwrap();
-    std::fs::write(dir.join("ratelimit/config/image.yaml"), POLICY).unwrap();
-    let env = [
-        ("RUNTIME_ROOT", dir.display().to_string()),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit".to_owned()),
-    ];
+    let (dir, env) = image(&format!("deployed-{}", ns.name));
     let (_serve, log) = ns.start_ratelimit(&dir, &env);
     let listening = log.last().unwrap();
     assert!(listening.contains("http_addr=0.0.0.0:8080"), "{listening}");
@@ -71,22 +79,16 @@ fn the_image_started_as_docker_run_starts_it_answers_from_outside() {
 #[test]
 fn a_certificate_without_use_tls_serves_plaintext_as_the_reference_does() {
     let ns = Netns::new(&[]);
-    let dir = tempdir(&format!("deployed-tls-{}", ns.name));
-    std::fs::create_dir_all(dir.join("ratelimit/config")).unwrap();
-    std::fs::write(dir.join("ratelimit/config/image.yaml"), POLICY).unwrap();
+    let (dir, mut env) = image(&format!("deployed-tls-{}", ns.name));
     let certs = spillway_testkit::tls::envoy_gateway_certs(&dir);
-    let env = [
-        ("RUNTIME_ROOT", dir.display().to_string()),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit".to_owned()),
-        (
-            "GRPC_SERVER_TLS_CERT",
-            certs.server.cert.display().to_string(),
-        ),
-        (
-            "GRPC_SERVER_TLS_KEY",
-            certs.server.key.display().to_string(),
-        ),
-    ];
+    env.push((
+        "GRPC_SERVER_TLS_CERT",
+        certs.server.cert.display().to_string(),
+    ));
+    env.push((
+        "GRPC_SERVER_TLS_KEY",
+        certs.server.key.display().to_string(),
+    ));
     let (_serve, log) = ns.start_ratelimit(&dir, &env);
     let listening = log.last().unwrap();
     assert!(listening.contains("tls=none"), "{listening}");

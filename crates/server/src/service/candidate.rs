@@ -3,9 +3,10 @@
 //! `~candidate|`, in the same store), answering nobody. What it would have decided is
 //! counted per rule, and where it disagrees with the live answer, per kind: `would_deny`
 //! (live admitted, the candidate would not) and `would_admit` (the reverse). Requests
-//! wait for it in a queue of [`QUEUE`] (`AppState::check` puts them there after the live
-//! answer; one task takes them [`BATCH`] at a time); past that they are dropped and
-//! counted, so a candidate never holds up the live traffic.
+//! wait for it in a queue of [`QUEUE`] (`Service::shadow` puts them there after the live
+//! answer; a thread of the lowest priority takes them [`BATCH`] at a time, `queue.rs`);
+//! past that they are dropped and counted, so a candidate never holds up the live
+//! traffic.
 
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
