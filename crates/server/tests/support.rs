@@ -3,17 +3,20 @@
 
 #![allow(dead_code)]
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use spillway_core::{ManualClock, MemoryStore, Timestamp};
 use spillway_redis::{RedisStore, TimeSource};
 use spillway_server::{AnyStore, App, Config, Running};
+use spillway_testkit::tls::{Pair, client_config, https, presented};
 use tonic::transport::Channel;
 
 /// 2023-11-14T22:13:20Z: a whole minute, hour and day are easy to reason about from here.
@@ -229,4 +232,65 @@ pub async fn start(
         .await?
         .start()
         .await
+}
+
+// === TLS: what the TLS test files share ===
+
+pub const TLS_POLICY: &str = "
+domain: tls
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+";
+
+pub fn serving(server: &Pair) -> impl FnOnce(&mut Config) {
+    let (cert, key) = (server.cert.clone(), server.key.clone());
+    move |s: &mut Config| {
+        s.tls.cert = Some(cert);
+        s.tls.key = Some(key);
+        s.listen.header_read_timeout = Duration::from_millis(300);
+    }
+}
+
+pub async fn grpc_over_tls(
+    addr: SocketAddr,
+    config: rustls::ClientConfig,
+) -> Result<String, String> {
+    let channel = spillway_server::tls::grpc_channel(&addr.to_string(), config)
+        .await
+        .map_err(|e| format!("connect: {e:?}"))?;
+    let answer = RateLimitServiceClient::new(channel)
+        .should_rate_limit(request("tls", &[&[("user", "g1")]]))
+        .await
+        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
+    let code = answer.into_inner().overall_code;
+    Ok(Code::try_from(code)
+        .map_or("?", |c| c.as_str_name())
+        .to_owned())
+}
+
+/// `GET /metrics` over TLS on `addr`, trusting `ca`, presenting `client` when given.
+pub async fn scrape(addr: SocketAddr, ca: &Path, client: Option<&Pair>) -> String {
+    https(addr, client_config(ca, client, &[]), "GET", "/metrics", "")
+        .await
+        .unwrap()
+        .1
+}
+
+/// The certificate a new handshake on `addr` presents.
+pub async fn served(addr: SocketAddr, ca: &Path) -> Vec<u8> {
+    presented(addr, client_config(ca, None, &[])).await
+}
+
+/// Polls `condition` every 20 ms for up to 10 s (the watcher's debounce is 100 ms).
+pub async fn eventually<F: std::future::Future<Output = bool>>(
+    mut condition: impl FnMut() -> F,
+) -> bool {
+    for _ in 0..500 {
+        if condition().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
 }
