@@ -26,7 +26,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use spillway_core::{MemoryStore, SystemClock};
 use spillway_redis::RedisStore;
-use spillway_server::listen::{Timeouts, serve};
+use spillway_server::listen::{Limits, serve};
 use spillway_server::{AnyStore, App, Config};
 use tokio_util::sync::CancellationToken;
 
@@ -194,9 +194,9 @@ async fn trivial_grpc(shutdown: CancellationToken) -> SocketAddr {
 async fn on_the_accept_loop(app: axum::Router, shutdown: CancellationToken) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let timeouts = Timeouts {
-        header_read: Duration::from_secs(5),
+    let timeouts = Limits {
         drain: Duration::from_secs(1),
+        ..Limits::new("trivial")
     };
     tokio::spawn(serve(listener, app, shutdown, timeouts, None));
     addr

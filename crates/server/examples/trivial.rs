@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use spillway_server::listen::{Timeouts, serve};
+use spillway_server::listen::{Limits, serve};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
@@ -18,9 +18,9 @@ async fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let http = args.next().unwrap_or_else(|| "127.0.0.1:9999".into());
     let grpc = args.next().unwrap_or_else(|| "127.0.0.1:9998".into());
-    let timeouts = Timeouts {
-        header_read: Duration::from_secs(5),
+    let timeouts = Limits {
         drain: Duration::from_secs(1),
+        ..Limits::new("trivial")
     };
     let (http, grpc) = (
         tokio::net::TcpListener::bind(&http).await?,

@@ -65,6 +65,12 @@ pub struct Listen {
     /// The longest a gRPC call may take, its request body included; a shorter
     /// `grpc-timeout` from the caller wins.
     pub grpc_request_timeout: Duration,
+    /// A connection with no request in flight for this long is closed (HTTP/2: GOAWAY
+    /// first); zero: never.
+    pub idle_timeout: Duration,
+    /// Connections each listener keeps open at once; one more is closed as soon as it
+    /// is accepted. `None`: no cap but the file descriptor limit.
+    pub max_connections: Option<usize>,
     /// How long requests in flight may take to finish on shutdown.
     pub drain_timeout: Duration,
 }

@@ -1,18 +1,28 @@
 //! Serving a router on a listener: HTTP/1 and HTTP/2 (gRPC) on one accept loop, over
 //! TLS when asked (`tls.rs`), a timeout on each of the first byte, the TLS handshake
-//! and the headers so a slow client cannot hold a connection open for free, and a
-//! graceful shutdown that stops accepting and lets requests in flight finish.
+//! and the headers so a slow client cannot hold a connection open for free, an idle
+//! timeout for a connection with no request in flight, an optional cap on open
+//! connections, and a graceful shutdown that stops accepting and lets requests in
+//! flight finish.
 
+use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use crate::metrics;
@@ -25,8 +35,6 @@ pub struct ListenerTls {
     /// Client certificates required at the handshake (with a client CA): gRPC. The
     /// HTTP listeners verify one when presented and let health probes in without.
     pub strict: bool,
-    /// The listener's name in metrics and logs.
-    pub name: &'static str,
 }
 
 /// Spawns [`serve`] of `app` over TLS from `files`, client certificates required at
@@ -43,26 +51,49 @@ pub fn spawn_mutual_tls(
     let tls = ListenerTls {
         certs: Certs::load(files)?,
         strict: true,
-        name,
     };
-    let timeouts = Timeouts {
-        header_read: Duration::from_secs(5),
+    let limits = Limits {
         drain: Duration::from_millis(100),
+        ..Limits::new(name)
     };
-    tokio::spawn(serve(listener, app, shutdown, timeouts, Some(tls)));
+    tokio::spawn(serve(listener, app, shutdown, limits, Some(tls)));
     Ok(())
 }
 
 /// Streams one HTTP/2 connection may have open at once.
 pub const MAX_CONCURRENT_STREAMS: u32 = 100;
 
-/// Timeouts of one listener.
+/// What one listener allows a client: how long it may take, how long it may stay
+/// idle, and how many connections may be open at once.
 #[derive(Clone, Copy, Debug)]
-pub struct Timeouts {
-    /// How long a client may take to send a request's headers.
+pub struct Limits {
+    /// The listener's name in metrics and logs (`http`, `grpc`, `admin`, `metrics`).
+    pub name: &'static str,
+    /// How long a client may take to send a request's headers (and its first byte,
+    /// and the TLS handshake).
     pub header_read: Duration,
+    /// A connection with no request in flight for this long is closed (HTTP/2: GOAWAY,
+    /// then closed); `Duration::ZERO`: never.
+    pub idle: Duration,
+    /// Connections open at once; one more is closed as soon as it is accepted.
+    /// `None`: no cap (the file descriptor limit is the cap).
+    pub max_connections: Option<usize>,
     /// How long requests in flight may take to finish after shutdown begins.
     pub drain: Duration,
+}
+
+impl Limits {
+    /// The service's defaults (`header_read_timeout`, `idle_timeout`,
+    /// `drain_timeout`, no cap) on the listener `name`.
+    pub fn new(name: &'static str) -> Limits {
+        Limits {
+            name,
+            header_read: Duration::from_secs(5),
+            idle: Duration::from_secs(300),
+            max_connections: None,
+            drain: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Serves `app` on `listener` until `shutdown` is cancelled, then drains.
@@ -70,14 +101,14 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     shutdown: CancellationToken,
-    timeouts: Timeouts,
+    limits: Limits,
     tls: Option<ListenerTls>,
 ) {
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(timeouts.header_read);
+        .header_read_timeout(limits.header_read);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -86,7 +117,9 @@ pub async fn serve(
         // a pool's streams are all in use. A stalled stream is ended by the gRPC
         // router's deadline, so one client cannot hold them for ever.
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
-    let graceful = GracefulShutdown::new();
+    let connections = TaskTracker::new();
+    let cap = limits.max_connections.map(|n| Arc::new(Semaphore::new(n)));
+    let name = limits.name;
 
     loop {
         let (stream, _peer) = tokio::select! {
@@ -95,75 +128,233 @@ pub async fn serve(
                 Err(e) => {
                     // Out of file descriptors, or a connection reset before accept:
                     // back off a little instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    tracing::warn!(listener = name, error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 }
             },
             () = shutdown.cancelled() => break,
         };
-        let _ = stream.set_nodelay(true);
-        let (builder, app, watcher) = (builder.clone(), app.clone(), graceful.watcher());
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            // hyper's header timeout starts with the first bytes (after it has sniffed
-            // HTTP/1 or 2): a client that connects and sends nothing gets the same time
-            // to send its first byte, then is closed.
-            let mut first = [0u8; 1];
-            if tokio::time::timeout(timeouts.header_read, stream.peek(&mut first))
-                .await
-                .is_err()
-            {
-                tracing::debug!("connection closed: nothing sent within the header timeout");
-                return;
-            }
-            let Some(tls) = tls else {
-                let conn = builder
-                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
-                    .into_owned();
-                if let Err(e) = watcher.watch(conn).await {
-                    tracing::debug!(error = %e, "connection ended with an error");
+        // At the cap, the new connection is closed at once (the kernel's backlog is
+        // not left to fill), and the ones open keep being served.
+        let permit = match &cap {
+            None => None,
+            Some(cap) => match Arc::clone(cap).try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    metrics::connection_refused(name);
+                    drop(stream);
+                    continue;
                 }
-                return;
-            };
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let (builder, app, tls, shutdown) =
+            (builder.clone(), app.clone(), tls.clone(), shutdown.clone());
+        connections.spawn(async move {
+            let _permit = permit;
+            metrics::connection_opened(name);
+            connection(stream, builder, app, tls, limits, shutdown).await;
+            metrics::connection_closed(name);
+        });
+    }
+    drop(listener);
+    connections.close();
+    tokio::select! {
+        () = connections.wait() => {}
+        () = tokio::time::sleep(limits.drain) => {
+            tracing::warn!(listener = name, after = ?limits.drain, "requests still in flight at the end of the drain");
+        }
+    }
+}
+
+/// One accepted connection, from its first byte to its close.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    builder: Builder<TokioExecutor>,
+    app: Router,
+    tls: Option<ListenerTls>,
+    limits: Limits,
+    shutdown: CancellationToken,
+) {
+    let name = limits.name;
+    // hyper's header timeout starts with the first bytes (after it has sniffed HTTP/1
+    // or 2): a client that connects and sends nothing gets the same time to send its
+    // first byte, then is closed.
+    let mut first = [0u8; 1];
+    if tokio::time::timeout(limits.header_read, stream.peek(&mut first))
+        .await
+        .is_err()
+    {
+        tracing::debug!(
+            listener = name,
+            "connection closed: nothing sent within the header timeout"
+        );
+        return;
+    }
+    let (io, presented) = match tls {
+        None => (Either::Left(stream), None),
+        Some(tls) => {
             let handshake = tls.certs.acceptor(tls.strict).accept(stream);
-            let stream = match tokio::time::timeout(timeouts.header_read, handshake).await {
+            let stream = match tokio::time::timeout(limits.header_read, handshake).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => {
                     let reason = crate::tls::failure_reason(&e);
-                    metrics::tls_handshake_failure(tls.name, reason);
-                    tracing::debug!(listener = tls.name, reason, error = %e, "TLS handshake failed");
+                    metrics::tls_handshake_failure(name, reason);
+                    tracing::debug!(listener = name, reason, error = %e, "TLS handshake failed");
                     return;
                 }
                 Err(_) => {
-                    metrics::tls_handshake_failure(tls.name, "timeout");
-                    tracing::debug!(listener = tls.name, "TLS handshake timed out");
+                    metrics::tls_handshake_failure(name, "timeout");
+                    tracing::debug!(listener = name, "TLS handshake timed out");
                     return;
                 }
             };
             // Over mutual TLS, each request says whether its client presented a
             // certificate (the routers let one without reach the health probes only).
-            let presented = ClientCert(stream.get_ref().1.peer_certificates().is_some());
-            let mutual = tls.certs.mutual();
-            let service = tower::service_fn(move |mut request: axum::extract::Request<_>| {
-                if mutual {
-                    request.extensions_mut().insert(presented);
-                }
-                app.clone().oneshot(request)
-            });
-            let conn = builder
-                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
-                .into_owned();
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(timeouts.drain) => {
-            tracing::warn!(after = ?timeouts.drain, "requests still in flight at the end of the drain");
+            let presented = tls
+                .certs
+                .mutual()
+                .then(|| ClientCert(stream.get_ref().1.peer_certificates().is_some()));
+            (Either::Right(stream), presented)
         }
+    };
+
+    // Each request is in flight until its response body is done (or dropped); the
+    // connection is idle while none is.
+    let activity = Arc::new(Activity::new());
+    let service = tower::service_fn({
+        let activity = Arc::clone(&activity);
+        move |mut request: Request<hyper::body::Incoming>| {
+            if let Some(presented) = presented {
+                request.extensions_mut().insert(presented);
+            }
+            let busy = Busy::start(Arc::clone(&activity));
+            let answer = app.clone().oneshot(request);
+            async move {
+                let response = answer.await?;
+                Ok::<_, std::convert::Infallible>(
+                    response.map(|body| Body::new(Tracked { body, _busy: busy })),
+                )
+            }
+        }
+    });
+    let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
+    let mut conn = pin!(conn);
+    let mut closing = false;
+    loop {
+        let idle_check = async {
+            match activity.idle_deadline(limits.idle) {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(listener = name, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            () = shutdown.cancelled(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            () = idle_check, if !closing => {
+                if activity.idle_for(limits.idle) {
+                    closing = true;
+                    metrics::connection_idle_closed(name);
+                    tracing::debug!(listener = name, idle = ?limits.idle, "idle connection closed");
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+/// What one connection is doing: requests in flight, and when the last one started or
+/// ended (on tokio's clock, as every network timeout here).
+struct Activity {
+    born: Instant,
+    in_flight: AtomicUsize,
+    /// Since `born`, in milliseconds.
+    last: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            born: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms, Ordering::Relaxed);
+    }
+
+    /// When the connection will have been idle for `idle`, if nothing happens first;
+    /// `None` when there is no idle timeout.
+    fn idle_deadline(&self, idle: Duration) -> Option<Instant> {
+        if idle.is_zero() {
+            return None;
+        }
+        let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
+        Some(self.born + last + idle)
+    }
+
+    /// No request in flight, and none started or ended for `idle`.
+    fn idle_for(&self, idle: Duration) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0
+            && self
+                .idle_deadline(idle)
+                .is_some_and(|at| at <= Instant::now())
+    }
+}
+
+/// One request in flight on a connection, from its arrival until its response body
+/// ends or is dropped.
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn start(activity: Arc<Activity>) -> Busy {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        activity.touch();
+        Busy(activity)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its request in flight until it is done.
+struct Tracked {
+    body: Body,
+    _busy: Busy,
+}
+
+impl http_body::Body for Tracked {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }

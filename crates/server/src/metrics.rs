@@ -163,6 +163,27 @@ pub fn grpc_deadline_exceeded() {
     counter!("spillway_grpc_deadline_exceeded_total").increment(1);
 }
 
+/// A connection on `listener` was accepted (and is now open).
+pub fn connection_opened(listener: &'static str) {
+    gauge!("spillway_connections", "listener" => listener).increment(1.0);
+}
+
+/// A connection on `listener` closed.
+pub fn connection_closed(listener: &'static str) {
+    gauge!("spillway_connections", "listener" => listener).decrement(1.0);
+}
+
+/// A connection on `listener` was closed as soon as it was accepted: the listener had
+/// `max_connections` open.
+pub fn connection_refused(listener: &'static str) {
+    counter!("spillway_connections_refused_total", "listener" => listener).increment(1);
+}
+
+/// A connection on `listener` was closed after `idle_timeout` with no request.
+pub fn connection_idle_closed(listener: &'static str) {
+    counter!("spillway_connections_idle_closed_total", "listener" => listener).increment(1);
+}
+
 /// A reload of the served TLS certificates: `success` or `error` (the old ones stay).
 pub fn tls_reload(ok: bool) {
     let result = if ok { "success" } else { "error" };

@@ -2,16 +2,21 @@
 //! its length prefix and then nothing was held for ever, with the buffer it announced
 //! (4 MiB for the health service), 200 of them on one connection. Each call now has a
 //! deadline, the health service a small message size, and a connection at most
-//! `MAX_CONCURRENT_STREAMS` streams; a good caller is answered meanwhile.
+//! `MAX_CONCURRENT_STREAMS` streams; a good caller is answered meanwhile. A connection
+//! with no request in flight is closed after `idle_timeout`, and a listener at
+//! `max_connections` closes a new connection at once and serves the ones it has.
 
 mod support;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use bytes::Bytes;
 use h2::client::SendRequest;
 use support::{Backing, Server};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const POLICY: &str = "\
 domain: h2
@@ -129,4 +134,166 @@ async fn a_callers_shorter_grpc_timeout_is_its_deadline() {
     .await;
     let client = connect(s.running.grpc_addr).await;
     assert_eq!(stalled(&client, RLS, 60_000, Some("200m")).await, "4");
+}
+
+/// A health check on `client`: its `grpc-status`.
+async fn health(client: &SendRequest<Bytes>) -> String {
+    let request = http::Request::post(format!("http://spillway{HEALTH}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let mut client = client.clone().ready().await.unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    // An empty HealthCheckRequest: a zero length prefix.
+    body.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    let response = response.await.unwrap();
+    let mut body = response.into_body();
+    while body.data().await.is_some() {}
+    let trailers = body.trailers().await.unwrap().unwrap_or_default();
+    trailers
+        .get("grpc-status")
+        .map_or("none".into(), |s| s.to_str().unwrap().to_owned())
+}
+
+/// Reads `stream` until the server closes it (or 10 s pass: a failure).
+async fn closed_by_server(stream: &mut tokio::net::TcpStream) {
+    let mut buf = [0u8; 4096];
+    let read_to_end = async { while !matches!(stream.read(&mut buf).await, Ok(0) | Err(_)) {} };
+    tokio::time::timeout(Duration::from_secs(10), read_to_end)
+        .await
+        .expect("the server closed the connection within 10 s");
+}
+
+#[tokio::test]
+async fn a_connection_with_no_request_in_flight_is_closed_after_the_idle_timeout() {
+    let idle = Duration::from_millis(300);
+    let s = Server::start_with("h2-idle", &[("h2.yaml", POLICY)], Backing::Memory, |c| {
+        c.listen.idle_timeout = idle;
+        c.listen.grpc_request_timeout = Duration::from_millis(600);
+    })
+    .await;
+
+    // HTTP/2 that sends nothing after its handshake: GOAWAY, then closed.
+    let started = Instant::now();
+    let tcp = tokio::net::TcpStream::connect(s.running.grpc_addr)
+        .await
+        .unwrap();
+    let (_client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), connection)
+        .await
+        .expect("closed within 10 s")
+        .unwrap();
+    assert!(started.elapsed() >= idle, "{:?}", started.elapsed());
+
+    // HTTP/1 kept alive after an answer: closed as well.
+    let mut http1 = tokio::net::TcpStream::connect(s.running.http_addr)
+        .await
+        .unwrap();
+    let host = s.running.http_addr;
+    http1
+        .write_all(format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let answered = Instant::now();
+    closed_by_server(&mut http1).await;
+    assert!(answered.elapsed() >= idle, "{:?}", answered.elapsed());
+
+    // A request in flight (a stalled body, ended by its 600 ms deadline) keeps its
+    // connection: after it, another call on the same connection is answered, which it
+    // could not be after a GOAWAY.
+    let tcp = tokio::net::TcpStream::connect(s.running.grpc_addr)
+        .await
+        .unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+    assert_eq!(stalled(&client, RLS, 60_000, None).await, "4");
+    assert_eq!(health(&client).await, "0");
+    // Then, idle, it is closed too (by the server: the client is still held).
+    tokio::time::timeout(Duration::from_secs(10), connection)
+        .await
+        .expect("closed within 10 s")
+        .unwrap()
+        .unwrap();
+    drop(client);
+
+    let metrics = reqwest::get(format!("http://{}/metrics", s.running.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let closed = |listener: &str| -> f64 {
+        let name = format!("spillway_connections_idle_closed_total{{listener=\"{listener}\"}}");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&name)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(closed("grpc") >= 2.0, "{metrics}");
+    assert!(closed("http") >= 1.0, "{metrics}");
+}
+
+#[tokio::test]
+async fn at_its_connection_cap_a_listener_closes_new_connections_and_serves_its_own() {
+    let s = Server::start_with("h2-cap", &[("h2.yaml", POLICY)], Backing::Memory, |c| {
+        c.listen.max_connections = Some(3);
+    })
+    .await;
+    let grpc = s.running.grpc_addr;
+    // Three connections: the cap. One is a caller's; two only hold their place.
+    let caller = connect(grpc).await;
+    assert_eq!(health(&caller).await, "0");
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let holder = connect(grpc).await;
+        assert_eq!(health(&holder).await, "0");
+        holders.push(holder);
+    }
+    // A fourth is closed at once, whatever it sends.
+    let mut fourth = tokio::net::TcpStream::connect(grpc).await.unwrap();
+    let _ = fourth.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+    closed_by_server(&mut fourth).await;
+    // The caller's connection is still answered.
+    assert_eq!(health(&caller).await, "0");
+
+    let metrics = reqwest::get(format!("http://{}/metrics", s.running.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let refused = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("spillway_connections_refused_total{listener=\"grpc\"}")?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(0.0);
+    assert!(refused >= 1.0, "{metrics}");
+
+    // When a holder leaves, its place is a new caller's (once the server has seen it
+    // go: a connection refused meanwhile is simply tried again).
+    drop(holders);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let tcp = tokio::net::TcpStream::connect(grpc).await.unwrap();
+        if let Ok((client, connection)) = h2::client::handshake(tcp).await {
+            tokio::spawn(connection);
+            if let Ok(Ok(status)) = tokio::time::timeout(
+                Duration::from_secs(2),
+                tokio::spawn(async move { health(&client).await }),
+            )
+            .await
+            {
+                assert_eq!(status, "0");
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "no place freed within 10 s");
+        tokio::task::yield_now().await;
+    }
 }

@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit;
 use spillway_server::Config;
 use spillway_server::config::{Xds, XdsTls};
-use spillway_server::listen::Timeouts;
+use spillway_server::listen::Limits;
 use spillway_server::xds::TYPE_URL;
 use spillway_testkit::ads::{Ads, Snapshot, gateway_config};
 use spillway_testkit::tls::envoy_gateway_certs;
@@ -309,9 +309,9 @@ async fn envoy_gateways_descriptor_shapes_decide_as_generated() {
         listener,
         Ads::new(snapshot, requests_tx).router().into_axum_router(),
         CancellationToken::new(),
-        Timeouts {
-            header_read: Duration::from_secs(5),
+        Limits {
             drain: Duration::from_millis(100),
+            ..Limits::new("ads")
         },
         None,
     ));

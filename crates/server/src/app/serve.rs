@@ -103,9 +103,13 @@ impl App {
         // Registered before the port opens (not serving until the first readiness check), so
         // a health check never finds the names missing.
         api::grpc::set_health(&reporter, false).await;
-        let timeouts = listen::Timeouts {
-            header_read: config.listen.header_read_timeout,
-            drain: config.listen.drain_timeout,
+        let bounds = config.listen.clone();
+        let limits = move |name| listen::Limits {
+            name,
+            header_read: bounds.header_read_timeout,
+            idle: bounds.idle_timeout,
+            max_connections: bounds.max_connections,
+            drain: bounds.drain_timeout,
         };
         let http_app = api::router::router(Arc::clone(&state));
         let grpc_app = api::grpc::router(
@@ -132,20 +136,19 @@ impl App {
         }
         let metrics_app = api::router::metrics_router(&config.metrics.path);
         let on = config.tls_on();
-        let listener_tls = |enabled: bool, strict: bool, name: &'static str| {
+        let listener_tls = |enabled: bool, strict: bool| {
             certs
                 .as_ref()
                 .filter(|_| enabled)
                 .map(|certs| listen::ListenerTls {
                     certs: Arc::clone(certs),
                     strict,
-                    name,
                 })
         };
         let (http_tls, grpc_tls, admin_tls) = (
-            listener_tls(on.http, false, "http"),
-            listener_tls(on.grpc, true, "grpc"),
-            listener_tls(on.admin, false, "admin"),
+            listener_tls(on.http, false),
+            listener_tls(on.grpc, true),
+            listener_tls(on.admin, false),
         );
         let Listeners {
             http,
@@ -160,19 +163,31 @@ impl App {
                 let sync = tokio::spawn(sync(Arc::clone(&state)));
                 let admin = async {
                     if let Some(admin) = admin {
-                        listen::serve(admin, admin_app, shutdown.clone(), timeouts, admin_tls)
-                            .await;
+                        listen::serve(
+                            admin,
+                            admin_app,
+                            shutdown.clone(),
+                            limits("admin"),
+                            admin_tls,
+                        )
+                        .await;
                     }
                 };
                 let prometheus = async {
                     if let Some(listener) = prometheus {
-                        listen::serve(listener, metrics_app, shutdown.clone(), timeouts, None)
-                            .await;
+                        listen::serve(
+                            listener,
+                            metrics_app,
+                            shutdown.clone(),
+                            limits("metrics"),
+                            None,
+                        )
+                        .await;
                     }
                 };
                 tokio::join!(
-                    listen::serve(http, http_app, shutdown.clone(), timeouts, http_tls),
-                    listen::serve(grpc, grpc_app, shutdown.clone(), timeouts, grpc_tls),
+                    listen::serve(http, http_app, shutdown.clone(), limits("http"), http_tls),
+                    listen::serve(grpc, grpc_app, shutdown.clone(), limits("grpc"), grpc_tls),
                     admin,
                     prometheus,
                 );

@@ -213,6 +213,8 @@ fn blank() -> Config {
             grpc: any,
             header_read_timeout: Duration::ZERO,
             grpc_request_timeout: Duration::ZERO,
+            idle_timeout: Duration::ZERO,
+            max_connections: None,
             drain_timeout: Duration::ZERO,
         },
         tls: Tls::default(),

@@ -171,6 +171,27 @@ pub static METRICS: &[Metric] = &[
         "—",
     ),
     metric(
+        "spillway_connections",
+        "gauge",
+        "`listener`: `http`, `grpc`, `admin`, `metrics`",
+        "connections open (each one a file descriptor)",
+        "—",
+    ),
+    metric(
+        "spillway_connections_refused_total",
+        "counter",
+        "`listener`: as above",
+        "connections closed as soon as they were accepted: the listener had max_connections open",
+        "—",
+    ),
+    metric(
+        "spillway_connections_idle_closed_total",
+        "counter",
+        "`listener`: as above",
+        "connections closed after idle_timeout with no request in flight (HTTP/2: GOAWAY first)",
+        "—",
+    ),
+    metric(
         "spillway_tls_reloads_total",
         "counter",
         "`result`: `success`, `error`",
