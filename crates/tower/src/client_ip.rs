@@ -2,12 +2,19 @@
 //! you trust — the address your proxies say they forwarded for.
 //!
 //! Forwarding headers are written by whoever sends the request, so they are believed
-//! only as far as a chain of trusted proxies vouches for them: walking the
-//! `Forwarded` (RFC 7239) or, failing that, `X-Forwarded-For` hops from the right (the
-//! hop nearest to us) leftwards, the first address that is not a trusted proxy is the
-//! client. A client that writes its own `X-Forwarded-For: 1.2.3.4` only adds a hop to
-//! the left of the one its proxy appended, so it cannot pick its key. A hop that is
-//! not an address (`unknown`, an obfuscated `_node`) ends the walk without a key.
+//! only as far as a chain of trusted proxies vouches for them: walking the hops of the
+//! one header your proxies append ([`Forwarding`]: `X-Forwarded-For` by default, or
+//! RFC 7239's `Forwarded`) from the right (the hop nearest to us) leftwards, the first
+//! address that is not a trusted proxy is the client. A client that writes its own
+//! `X-Forwarded-For: 1.2.3.4` only adds a hop to the left of the one its proxy
+//! appended, and a header its proxies do not append (`Forwarded: for=6.6.6.6` behind
+//! nginx) is never read, so it cannot pick its key. A hop that is not an address
+//! (`unknown`, an obfuscated `_node`) ends the walk without a key.
+//!
+//! This is nginx's `set_real_ip_from` + `real_ip_header X-Forwarded-For` +
+//! `real_ip_recursive on`. Envoy's `xff_num_trusted_hops: N` trusts the last N hops by
+//! their count instead of their address; listing the N proxies' addresses here gives
+//! the same client, and a client that adds hops of its own cannot shift it.
 //!
 //! IPv6 clients usually own a whole /64 (or more), so by default they are grouped by
 //! their /64: one subscriber rotating addresses inside it still has one limit.
@@ -20,6 +27,18 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
+/// The header your trusted proxies append the address they received from; the other
+/// one is never read, whoever wrote it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Forwarding {
+    /// `X-Forwarded-For: client, proxy1` (nginx's `$proxy_add_x_forwarded_for`, Envoy,
+    /// HAProxy's `option forwardfor`, AWS and Google load balancers).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239's `Forwarded: for=client, for=proxy1`.
+    Forwarded,
+}
+
 /// How to find the client's address. The default trusts no proxy (the peer address
 /// is the client) and groups IPv6 clients by /64.
 ///
@@ -30,6 +49,7 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 #[derive(Clone, Debug)]
 pub struct ClientIp {
     trusted: Vec<IpNet>,
+    forwarding: Forwarding,
     ipv4_prefix: u8,
     ipv6_prefix: u8,
     /// Settings that did not parse, reported when the layer is built.
@@ -40,6 +60,7 @@ impl Default for ClientIp {
     fn default() -> ClientIp {
         ClientIp {
             trusted: Vec::new(),
+            forwarding: Forwarding::XForwardedFor,
             ipv4_prefix: 32,
             ipv6_prefix: 64,
             errors: Vec::new(),
@@ -65,6 +86,12 @@ impl ClientIp {
                 .errors
                 .push(format!("`{proxy}` is not an IP address or CIDR range")),
         }
+        self
+    }
+
+    /// Which header the trusted proxies append to (default `X-Forwarded-For`).
+    pub fn forwarding(mut self, header: Forwarding) -> ClientIp {
+        self.forwarding = header;
         self
     }
 
@@ -101,7 +128,7 @@ impl ClientIp {
         if !self.is_trusted(client) {
             return Some(client);
         }
-        let hops = forwarded_hops(headers)?;
+        let hops = forwarded_hops(headers, self.forwarding)?;
         for hop in hops.iter().rev() {
             client = canonical(hop_address(hop)?);
             if !self.is_trusted(client) {
@@ -155,21 +182,24 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Every forwarded-for hop, left (client side) to right (nearest). `Forwarded` wins
-/// over `X-Forwarded-For` when both are present; header lines concatenate in order.
-/// `None` when a header line is not text (a hop we cannot read).
-fn forwarded_hops(headers: &HeaderMap) -> Option<Vec<&str>> {
+/// Every forwarded-for hop of `header`, left (client side) to right (nearest); header
+/// lines concatenate in order. `None` when a header line is not text (a hop we cannot
+/// read).
+fn forwarded_hops(headers: &HeaderMap, header: Forwarding) -> Option<Vec<&str>> {
     let mut hops = Vec::new();
-    if headers.contains_key(FORWARDED) {
-        for line in headers.get_all(FORWARDED) {
-            for element in line.to_str().ok()?.split(',') {
-                // An element without `for=` still is a hop: one we cannot place.
-                hops.push(forwarded_for(element).unwrap_or(""));
+    match header {
+        Forwarding::Forwarded => {
+            for line in headers.get_all(FORWARDED) {
+                for element in line.to_str().ok()?.split(',') {
+                    // An element without `for=` still is a hop: one we cannot place.
+                    hops.push(forwarded_for(element).unwrap_or(""));
+                }
             }
         }
-    } else {
-        for line in headers.get_all(&X_FORWARDED_FOR) {
-            hops.extend(line.to_str().ok()?.split(','));
+        Forwarding::XForwardedFor => {
+            for line in headers.get_all(&X_FORWARDED_FOR) {
+                hops.extend(line.to_str().ok()?.split(','));
+            }
         }
     }
     Some(hops)
@@ -242,15 +272,35 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_wins_and_its_forms_parse() {
-        let ip = ClientIp::new().trust("10.0.0.0/8").ipv6_prefix(128);
-        let h = [
-            (
-                "forwarded",
-                r#"for=6.6.6.6, for="[2001:db8::17]:4711";proto=https"#,
-            ),
-            ("x-forwarded-for", "7.7.7.7"),
+    fn only_the_header_the_proxies_append_is_read() {
+        // Behind nginx (X-Forwarded-For only), a client's own `Forwarded` picks nothing.
+        let nginx = ClientIp::new().trust("10.0.0.0/8");
+        let spoof = [
+            ("forwarded", "for=6.6.6.6"),
+            ("x-forwarded-for", "203.0.113.9"),
         ];
+        assert_eq!(ask(&nginx, "10.0.0.1:80", &spoof).unwrap(), "203.0.113.9");
+        // And behind a proxy that appends `Forwarded`, a client's XFF picks nothing.
+        let rfc = ClientIp::new()
+            .trust("10.0.0.0/8")
+            .forwarding(Forwarding::Forwarded);
+        let spoof = [
+            ("forwarded", "for=203.0.113.9"),
+            ("x-forwarded-for", "6.6.6.6"),
+        ];
+        assert_eq!(ask(&rfc, "10.0.0.1:80", &spoof).unwrap(), "203.0.113.9");
+    }
+
+    #[test]
+    fn forwarded_forms_parse() {
+        let ip = ClientIp::new()
+            .trust("10.0.0.0/8")
+            .forwarding(Forwarding::Forwarded)
+            .ipv6_prefix(128);
+        let h = [(
+            "forwarded",
+            r#"for=6.6.6.6, for="[2001:db8::17]:4711";proto=https"#,
+        )];
         assert_eq!(ask(&ip, "10.0.0.1:80", &h).unwrap(), "2001:db8::17");
         let port = [("forwarded", "For=203.0.113.5:8080;by=10.0.0.1")];
         assert_eq!(ask(&ip, "10.0.0.1:80", &port).unwrap(), "203.0.113.5");
@@ -258,16 +308,18 @@ mod tests {
 
     #[test]
     fn an_unreadable_trusted_hop_gives_no_key() {
-        let ip = ClientIp::new().trust("10.0.0.0/8");
-        for h in [
-            ("forwarded", "for=unknown"),
-            ("forwarded", "for=_hidden"),
-            ("forwarded", "proto=https"),
-            ("x-forwarded-for", "not-an-ip"),
-            ("x-forwarded-for", "1.2.3.4,"),
+        let xff = ClientIp::new().trust("10.0.0.0/8");
+        let rfc = xff.clone().forwarding(Forwarding::Forwarded);
+        for (ip, h) in [
+            (&rfc, ("forwarded", "for=unknown")),
+            (&rfc, ("forwarded", "for=_hidden")),
+            (&rfc, ("forwarded", "proto=https")),
+            (&xff, ("x-forwarded-for", "not-an-ip")),
+            (&xff, ("x-forwarded-for", "1.2.3.4,")),
         ] {
-            assert_eq!(ask(&ip, "10.0.0.1:80", &[h]), None, "{h:?}");
+            assert_eq!(ask(ip, "10.0.0.1:80", &[h]), None, "{h:?}");
         }
+        let ip = xff;
         let no_peer = ip.key(&HeaderMap::new(), &Extensions::new());
         assert_eq!(no_peer, None);
     }

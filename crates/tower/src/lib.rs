@@ -77,7 +77,7 @@ mod service;
 mod shared;
 
 pub use body::{LayerBody, ResponseBody};
-pub use client_ip::ClientIp;
+pub use client_ip::{ClientIp, Forwarding};
 pub use error::{Error, Rejection};
 pub use future::ResponseFuture;
 pub use key::KeyExtractor;

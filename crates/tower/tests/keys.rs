@@ -62,6 +62,12 @@ async fn forwarding_headers_count_only_behind_trusted_proxies_and_ipv6_groups_by
     );
     // A client's own entry is left of the one the proxy appended: it cannot pick a key.
     assert_eq!(client.status("/", &from("9.9.9.9, 203.0.113.1")).await, 429);
+    // Nor can it with a header the proxy does not append (nginx appends only XFF).
+    let spoof = [
+        ("forwarded", "for=6.6.6.6"),
+        ("x-forwarded-for", "203.0.113.1"),
+    ];
+    assert_eq!(client.status("/", &spoof).await, 429);
     // One /64, two addresses: one client. Another /64: another client.
     assert_eq!(client.status("/", &from("2001:db8:0:1::a")).await, 200);
     assert_eq!(client.status("/", &from("2001:db8:0:1::b")).await, 429);
