@@ -193,6 +193,8 @@ fn state(
         service: Arc::new(service),
         history: crate::history::History::default(),
         headers: config.headers.clone(),
+        grpc_callers: config.service.grpc_callers,
+        http_callers: config.service.http_callers,
         shutting_down: AtomicBool::new(false),
         body_read_timeout: config.listen.header_read_timeout,
         ui: config.admin.ui,

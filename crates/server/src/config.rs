@@ -173,6 +173,45 @@ pub struct Service {
     pub stop_increment_when_over_limit: bool,
     /// Responses carry the request and the passing rules' `metadata`.
     pub dynamic_metadata: bool,
+    /// What a caller of the gRPC listener may ask beyond its descriptors.
+    pub grpc_callers: Callers,
+    /// What a caller of the HTTP listener (`/v1/check`, `/json`) may ask.
+    pub http_callers: Callers,
+}
+
+/// What the callers of one listener may ask beyond their descriptors: their own limit
+/// in place of a rule's, and a cost. Anyone who reaches a check port can spend anyone's
+/// capacity (`docs/service.md`, "Who may call"); these bound what one request can do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Callers {
+    pub overrides: Overrides,
+    /// The most hits (cost) one descriptor may ask for; more is refused. `None`: up to
+    /// 2^53, the service's own bound.
+    pub max_hits: Option<u64>,
+}
+
+/// A request's own limit (Envoy's per-descriptor `limit`, `/v1/check`'s `limit`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Overrides {
+    /// Used in place of the configured rule, as the reference does.
+    #[default]
+    Allow,
+    /// Dropped: the configured rule decides.
+    Ignore,
+    /// The request is refused (HTTP 400, gRPC `INVALID_ARGUMENT`).
+    Refuse,
+}
+
+impl std::str::FromStr for Overrides {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Overrides, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "allow" => Ok(Overrides::Allow),
+            "ignore" => Ok(Overrides::Ignore),
+            "refuse" => Ok(Overrides::Refuse),
+            other => Err(format!("`{other}` is not allow, ignore or refuse")),
+        }
+    }
 }
 
 /// Which rate limit headers answers carry.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::config::Headers;
+use crate::config::{Callers, Headers};
 use crate::service::request::{CheckRequest, CheckResponse, Code};
 use crate::service::{CheckError, Service};
 
@@ -14,6 +14,10 @@ use crate::service::{CheckError, Service};
 pub struct AppState {
     pub service: Arc<Service>,
     pub headers: Headers,
+    /// What gRPC callers may ask beyond their descriptors (overrides, costs).
+    pub grpc_callers: Callers,
+    /// What `/v1/check` and `/json` callers may ask.
+    pub http_callers: Callers,
     pub shutting_down: AtomicBool,
     /// The last policy load; subscribe to hear of reloads.
     pub load_status: tokio::sync::watch::Sender<LoadStatus>,
@@ -41,9 +45,16 @@ impl AppState {
         self.waiting_for_rules.store(false, Ordering::Relaxed);
     }
 
-    /// Decides `req` for an API; then, without holding up the answer, queues it for the
-    /// candidate policies (if any) to decide in shadow.
-    pub(crate) async fn check(&self, req: CheckRequest) -> Result<CheckResponse, CheckError> {
+    /// Decides `req` for a caller of a listener whose callers may ask what `callers`
+    /// says (a request asking more is refused, or its overrides dropped); then, without
+    /// holding up the answer, queues it for the candidate policies (if any) to decide in
+    /// shadow.
+    pub(crate) async fn check(
+        &self,
+        mut req: CheckRequest,
+        callers: Callers,
+    ) -> Result<CheckResponse, CheckError> {
+        req.bound_by(callers)?;
         let answer = self.service.check(&req).await?;
         self.service.shadow(req, answer.overall == Code::Ok);
         Ok(answer)

@@ -41,7 +41,10 @@ impl RateLimitService for Grpc {
                 request.into_inner(),
                 self.state.service.dynamic_metadata(),
             )?;
-            Ok::<_, CheckError>((self.state.check(req).await?, request_metadata))
+            Ok::<_, CheckError>((
+                self.state.check(req, self.state.grpc_callers).await?,
+                request_metadata,
+            ))
         };
         match checked.await {
             Ok((r, request_metadata)) => Ok(tonic::Response::new(wire::response(

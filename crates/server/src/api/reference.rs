@@ -238,7 +238,10 @@ pub(super) async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Re
     let answer = async {
         let (req, request_metadata) =
             decode_with_metadata(&body, state.service.dynamic_metadata())?;
-        Ok::<_, CheckError>((state.check(req).await?, request_metadata))
+        Ok::<_, CheckError>((
+            state.check(req, state.http_callers).await?,
+            request_metadata,
+        ))
     };
     match answer.await {
         Ok((r, request_metadata)) => {

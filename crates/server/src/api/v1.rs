@@ -142,7 +142,7 @@ pub(super) async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Re
     metrics::request("http");
     let answer = async {
         let req = decode(&body)?;
-        state.check(req).await
+        state.check(req, state.http_callers).await
     };
     match answer.await {
         Ok(r) => v1_response(&state, &r),

@@ -114,6 +114,10 @@ fn where_the_reference_is_spoken_its_defaults_apply() {
     let native = Sources::default().resolve().unwrap();
     assert_eq!(native.profile, Profile::Native);
     assert_eq!(native.config.rules.xds.backoff_initial.as_secs(), 1);
+    assert_eq!(
+        native.config.service.http_callers.overrides,
+        crate::config::Overrides::Refuse
+    );
     let as_ratelimit = Sources {
         called_ratelimit: true,
         ..Sources::default()
@@ -122,6 +126,11 @@ fn where_the_reference_is_spoken_its_defaults_apply() {
     .unwrap();
     assert_eq!(as_ratelimit.profile, Profile::Reference);
     assert_eq!(as_ratelimit.config.rules.xds.backoff_initial.as_secs(), 10);
+    // The reference's /json takes a request's own limit.
+    assert_eq!(
+        as_ratelimit.config.service.http_callers.overrides,
+        crate::config::Overrides::Allow
+    );
     let with_a_variable = Sources {
         env: vars(&[("USE_STATSD", "false")]),
         ..Sources::default()

@@ -8,6 +8,8 @@ use spillway_core::MAX_EXACT;
 use spillway_core::headers::ceil_secs;
 use spillway_policy::Unit;
 
+use crate::config::{Callers, Overrides};
+
 /// The most descriptors one request may carry. Envoy sends a handful; thousands are an
 /// attack on the service's memory and the store's time.
 pub const MAX_DESCRIPTORS: usize = 64;
@@ -198,6 +200,33 @@ impl CheckRequest {
                 return invalid(format!(
                     "descriptor {i} is {len} bytes of keys and values, the most is {}",
                     spillway_core::MAX_KEY_LEN
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Holds the request to what its listener's callers may ask: overrides used,
+    /// dropped or refused, and each descriptor's hits at most `max_hits`.
+    pub fn bound_by(&mut self, callers: Callers) -> Result<(), CheckError> {
+        let invalid = |m: String| Err(CheckError::Invalid(m));
+        for (i, d) in self.descriptors.iter_mut().enumerate() {
+            if d.limit.is_some() {
+                match callers.overrides {
+                    Overrides::Allow => {}
+                    Overrides::Ignore => d.limit = None,
+                    Overrides::Refuse => {
+                        return invalid(format!(
+                            "descriptor {i}: this listener takes no limit in the request \
+                             (its limit_overrides setting is refuse)"
+                        ));
+                    }
+                }
+            }
+            let hits = d.hits.unwrap_or(self.hits);
+            if let Some(max) = callers.max_hits.filter(|&max| hits > max) {
+                return invalid(format!(
+                    "descriptor {i}: hits {hits} is over this listener's max_hits, {max}"
                 ));
             }
         }
