@@ -49,6 +49,7 @@ pub use store::{
     Calls, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisStore, RedisStoreBuilder,
     ServerStats,
 };
+pub use target::redact as redact_url;
 pub use tls::{TlsOptions, Verify};
 
 /// The decision code's Lua source in its script form, as `EVAL` sends it (servers

@@ -223,18 +223,33 @@ fn check_host(h: &str) -> Result<&str, String> {
     }
 }
 
-/// The URL with any password replaced, for error messages.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let auth = &url[s + 3..at];
-            match auth.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
+/// The URL with any password replaced by `***`, for messages, logs and `Debug`: the
+/// login's (`redis://user:secret@host`, every node of a cluster URL) and a query's
+/// `pass=` / `password=` (`unix:///run/redis.sock?pass=secret`).
+pub fn redact(url: &str) -> String {
+    let (url, query) = match url.split_once('?') {
+        Some((url, query)) => (url, Some(query)),
+        None => (url, None),
+    };
+    let mut out = match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+            None => url.to_owned(),
+        },
         _ => url.to_owned(),
+    };
+    if let Some(query) = query {
+        out.push('?');
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if name == "pass" || name == "password" => format!("{name}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push_str(&pairs.join("&"));
     }
+    out
 }
 
 #[cfg(test)]
@@ -250,6 +265,30 @@ mod tests {
                 format!("{h}:{p}")
             }
             other => format!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn passwords_are_redacted_wherever_a_url_has_one() {
+        for (url, shown) in [
+            ("redis://u:pw@h:1/0", "redis://u:***@h:1/0"),
+            ("rediss://:pw@h:1", "rediss://:***@h:1"),
+            ("redis://h:1", "redis://h:1"),
+            ("redis://user@h:1", "redis://user@h:1"),
+            (
+                "redis+cluster://u:p@10.0.0.1:7000,10.0.0.2:7001",
+                "redis+cluster://u:***@10.0.0.1:7000,10.0.0.2:7001",
+            ),
+            (
+                "unix:///run/redis.sock?db=2&pass=secret",
+                "unix:///run/redis.sock?db=2&pass=***",
+            ),
+            (
+                "unix:///run/redis.sock?user=u&password=secret",
+                "unix:///run/redis.sock?user=u&password=***",
+            ),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
         }
     }
 

@@ -89,8 +89,9 @@ pub struct Tls {
     pub listeners: Option<TlsListeners>,
 }
 
-/// Where counters live and how calls to it are guarded.
-#[derive(Clone, Debug)]
+/// Where counters live and how calls to it are guarded. (`Debug` redacts the URL's
+/// password.)
+#[derive(Clone)]
 pub struct Store {
     /// `memory`, or a Redis URL.
     pub url: String,
@@ -128,8 +129,9 @@ pub struct Rules {
     pub xds: Xds,
 }
 
-/// Rules over xDS: where from, and how to reach it.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+/// Rules over xDS: where from, and how to reach it. (`Debug` masks the values of the
+/// stream's headers: they often carry a credential.)
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct Xds {
     /// `host:port` of the ADS server; `None`: rules come from `path`'s files.
     pub server: Option<String>,
@@ -147,6 +149,43 @@ pub struct Xds {
     pub max_message_bytes: usize,
     /// Ready before the first set arrives, serving none until it does.
     pub ready_without_rules: bool,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("url", &spillway_redis::redact_url(&self.url))
+            .field("redis", &self.redis)
+            .field("timeout", &self.timeout)
+            .field("on_error", &self.on_error)
+            .field("breaker_failures", &self.breaker_failures)
+            .field("breaker_cooldown", &self.breaker_cooldown)
+            .field("deny_cache_bytes", &self.deny_cache_bytes)
+            .field("reference_local_cache", &self.reference_local_cache)
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Xds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(name, _)| (name.as_str(), "***"))
+            .collect();
+        f.debug_struct("Xds")
+            .field("server", &self.server)
+            .field("node_id", &self.node_id)
+            .field("node_metadata", &self.node_metadata)
+            .field("headers", &headers)
+            .field("tls", &self.tls)
+            .field("backoff_initial", &self.backoff_initial)
+            .field("backoff_max", &self.backoff_max)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("ready_without_rules", &self.ready_without_rules)
+            .finish()
+    }
 }
 
 /// TLS to the ADS server.

@@ -60,23 +60,46 @@ impl AppState {
         Ok(answer)
     }
 
+    /// Ready, or why not in words any prober may read.
     pub(crate) async fn readiness(&self) -> Result<(), String> {
+        self.why_not_ready().await.map_err(|not| not.said)
+    }
+
+    /// Ready, or why not: what a prober is told, and (for the log) the store's own
+    /// words, which can name nodes and keys.
+    pub(crate) async fn why_not_ready(&self) -> Result<(), NotReady> {
+        let said = |m: &str| NotReady {
+            said: m.to_owned(),
+            detail: m.to_owned(),
+        };
         if self.shutting_down.load(Ordering::Relaxed) {
-            return Err("shutting down".into());
+            return Err(said("shutting down"));
         }
         if self.waiting_for_rules.load(Ordering::Relaxed) {
-            return Err("waiting for the first rules over xDS".into());
+            return Err(said("waiting for the first rules over xDS"));
         }
         if self.ready_needs_a_domain && self.service.policies().domains().is_empty() {
-            return Err("no domain loaded".into());
+            return Err(said("no domain loaded"));
         }
         self.service
             .stores()
             .store()
             .ping()
             .await
-            .map_err(|e| format!("store unreachable: {e}"))
+            .map_err(|e| NotReady {
+                said: "store unreachable".to_owned(),
+                detail: format!("store unreachable: {e}"),
+            })
     }
+}
+
+/// Why the service is not ready.
+#[derive(Debug)]
+pub(crate) struct NotReady {
+    /// What a prober reads.
+    pub said: String,
+    /// What the log says.
+    pub detail: String,
 }
 
 /// What the last load did.

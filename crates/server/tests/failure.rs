@@ -146,3 +146,49 @@ async fn a_shadow_rule_lets_through_when_the_store_fails_even_under_closed() {
     assert_eq!(ok.overall_code, 1, "OK over gRPC too");
     redis.signal("CONT");
 }
+
+/// A caller reads that the store failed, never the store's own words (they can name
+/// nodes, ports and keys with other clients' values): those go to the log. Issue #37.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_and_probes_are_told_the_store_failed_not_what_it_said() {
+    let redis = RedisServer::start();
+    let port = redis.url().rsplit(':').next().unwrap().to_owned();
+    let s = Server::start_with(
+        "failure-words",
+        &[("f.yaml", POLICY)],
+        Backing::Redis(redis.url()),
+        |st| {
+            st.store.on_error = OnStoreError::Closed;
+            st.store.timeout = Duration::from_millis(500);
+        },
+    )
+    .await;
+    redis.signal("KILL");
+    let body = json!({ "domain": "f", "descriptors": [{ "entries": [{ "key": "k", "value": "secret-user" }] }] });
+    let (status, _, answer) = s.check(body).await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        "rate limit store unavailable (error)"
+    );
+    let e = s
+        .ask_status(support::request("f", &[&[("k", "secret-user")]]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert!(
+        e.message().starts_with("rate limit store unavailable ("),
+        "{}",
+        e.message()
+    );
+    for path in ["/readyz", "/healthcheck"] {
+        let r = s.http.get(s.check_url(path)).send().await.unwrap();
+        assert!(!r.status().is_success(), "{path}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains("store unreachable"), "{path}: {text}");
+        assert!(
+            !text.contains(&port) && !text.contains("refused"),
+            "{path}: {text}"
+        );
+    }
+}

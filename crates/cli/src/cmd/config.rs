@@ -101,23 +101,9 @@ fn shown(kind: Kind, name: &str, value: &str) -> String {
         return "***".into();
     }
     if name == "store" {
-        return mask_url_password(value);
+        return spillway_redis::redact_url(value);
     }
     value.to_owned()
-}
-
-/// `redis://user:secret@host` as `redis://user:***@host`.
-fn mask_url_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((login, host)) = rest.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    match login.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_owned(),
-    }
 }
 
 #[cfg(test)]
@@ -125,13 +111,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn passwords_in_urls_are_masked() {
+    fn secrets_and_passwords_in_urls_are_masked() {
         assert_eq!(
-            mask_url_password("redis://u:pw@h:1/0"),
-            "redis://u:***@h:1/0"
+            shown(Kind::Text, "store", "unix:///r.sock?pass=pw"),
+            "unix:///r.sock?pass=***"
         );
-        assert_eq!(mask_url_password("rediss://:pw@h:1"), "rediss://:***@h:1");
-        assert_eq!(mask_url_password("redis://h:1"), "redis://h:1");
         assert_eq!(shown(Kind::Secret, "redis_password", "pw"), "***");
     }
 }

@@ -16,8 +16,8 @@ use crate::tls::TlsOptions;
 use super::calls::choose_calls;
 use super::{Calls, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, Inner, RedisStore};
 
-/// Settings for a [`RedisStore`].
-#[derive(Clone, Debug)]
+/// Settings for a [`RedisStore`]. (`Debug` shows the URL with its password redacted.)
+#[derive(Clone)]
 pub struct RedisStoreBuilder {
     url: String,
     prefix: String,
@@ -26,6 +26,20 @@ pub struct RedisStoreBuilder {
     connect_timeout: Duration,
     access: Access,
     functions: bool,
+}
+
+impl std::fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStoreBuilder")
+            .field("url", &redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("time", &self.time)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("access", &self.access)
+            .field("functions", &self.functions)
+            .finish()
+    }
 }
 
 impl RedisStoreBuilder {

@@ -286,10 +286,21 @@ async fn upkeep(
     shutdown: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut was_ready = true;
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                let ready = state.readiness().await.is_ok();
+                let readiness = state.why_not_ready().await;
+                let ready = readiness.is_ok();
+                // Said once when it changes; probes are told less (`NotReady::said`).
+                match readiness {
+                    Err(not) if was_ready => {
+                        tracing::warn!(target: "spillway_server", why = %not.detail, "not ready");
+                    }
+                    Ok(()) if !was_ready => tracing::info!(target: "spillway_server", "ready"),
+                    _ => {}
+                }
+                was_ready = ready;
                 api::grpc::set_health(&reporter, ready).await;
                 metrics::handle().run_upkeep();
                 state.history.sample(|| metrics::handle().render(), state.service.now());

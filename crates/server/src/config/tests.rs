@@ -363,3 +363,17 @@ fn variables_not_honoured_are_named_with_why() {
     let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["MEMCACHE_HOST_PORT", "REDIS_POOL_SIZE"]);
 }
+
+#[test]
+fn debug_shows_no_secret() {
+    let mut c = Config::default();
+    c.store.url = "unix:///run/redis.sock?pass=hunter2".into();
+    c.rules.xds.headers = vec![("authorization".into(), "Bearer hunter2".into())];
+    c.store.url.push_str("&db=1");
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("pass=***"), "{shown}");
+    assert!(shown.contains("authorization"), "{shown}");
+    c.store.url = "redis://u:hunter2@h:1".into();
+    assert!(!format!("{c:?}").contains("hunter2"));
+}

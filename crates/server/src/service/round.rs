@@ -119,7 +119,9 @@ impl Service {
             Err(Unanswered::Unavailable(failure)) => {
                 self.failed(&failure, true);
                 metrics::fallback("closed");
-                return Err(CheckError::Unavailable(failure.to_string()));
+                // The caller learns the kind; the log has the store's own words (they
+                // can name nodes and keys, which a caller has no business reading).
+                return Err(CheckError::Unavailable(unavailable(&failure)));
             }
         };
         if let Some(failure) = &answer.failure {
@@ -157,6 +159,11 @@ impl Service {
             tracing::warn!(error = %failure, closed, "store failed; answering by each rule's on_store_error");
         }
     }
+}
+
+/// What a caller is told when the store failed and a rule's policy is `closed`.
+pub(crate) fn unavailable(failure: &StoreFailure) -> String {
+    format!("rate limit store unavailable ({})", failure.kind())
 }
 
 /// Whether the hits at `which` (in descriptor order) belong to more than one
