@@ -290,9 +290,18 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
             other => Err(format!("expected a non-negative integer, got {other:?}")),
         })
         .collect::<Result<Vec<u64>, String>>()?;
+    // A reply is believed only as far as it is possible: a `denied_by` past the batch
+    // or a `remaining` above the limit (a server that is not ours, a bug) is an error
+    // here, not an index or a subtraction that panics further on.
     let denied_by = match ints[0] {
         0 => None,
-        i => Some(i as usize - 1),
+        i if i <= requests.len() as u64 => Some(i as usize - 1),
+        i => {
+            return Err(format!(
+                "denied_by {i} names no request of a batch of {}",
+                requests.len()
+            ));
+        }
     };
     let decisions = requests
         .iter()
@@ -306,9 +315,13 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
                 2 => Outcome::CostExceedsCapacity,
                 other => return Err(format!("unknown outcome {other}")),
             };
+            let limit = r.limit.capacity();
+            if d[1] > limit {
+                return Err(format!("remaining {} is above the limit, {limit}", d[1]));
+            }
             Ok(Decision {
                 outcome,
-                limit: r.limit.capacity(),
+                limit,
                 remaining: d[1],
                 reset_after: Duration::from_micros(d[2]),
             })

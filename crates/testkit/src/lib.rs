@@ -22,6 +22,7 @@
 
 pub mod ads;
 pub mod conformance;
+pub mod liar;
 pub mod proxy;
 pub mod redis;
 mod scenarios;

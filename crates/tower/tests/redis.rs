@@ -216,3 +216,35 @@ async fn a_denied_client_costs_no_script_calls_until_its_retry_time() {
         assert_eq!(calls, calls_wanted, "{cache:?}: script calls");
     }
 }
+
+/// A store that lies (`spillway_testkit::liar`): every reply no Redis sends is a store
+/// error the layer's policy answers (here `Closed`: 503), never a panic; a well-formed
+/// lie (a reset of 292,000 years) is believed and answered without an overflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lying_store_is_a_store_error_and_no_panic() {
+    use spillway_testkit::liar::{Liar, Lie};
+    for lie in Lie::ALL {
+        let liar = Liar::start(lie).await;
+        let layer =
+            RateLimitLayer::builder(store(&liar.url(), "lies", Duration::from_millis(200)).await)
+                .clock(clock())
+                .limit(Rule::new(
+                    "per-key",
+                    per_minute(10),
+                    KeyExtractor::header("x-api-key"),
+                ))
+                .on_store_error(OnStoreError::Closed)
+                .deny_cache(0)
+                .build()
+                .unwrap();
+        let client = serve_layer(layer).await;
+        for _ in 0..2 {
+            let status = client.status("/", &[("x-api-key", "victim")]).await;
+            if lie.malformed() {
+                assert_eq!(status, 503, "{lie:?}");
+            } else {
+                assert!(matches!(status, 200 | 429), "{lie:?}: {status}");
+            }
+        }
+    }
+}
