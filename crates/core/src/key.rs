@@ -189,10 +189,12 @@ impl PartialEq for Key {
 }
 
 impl Hash for Key {
-    /// Hashes the text only: equal keys have equal text, and a store that hashes
-    /// `as_str()` finds the same bucket.
+    /// Writes the key's keyed hash ([`hash_text`], computed once when the key was
+    /// made): equal keys have equal text, so equal hashes. Keys come from clients; a
+    /// table of keys under any hasher (hashbrown's fast one included) is then as
+    /// collision-resistant as the keyed hash, without hashing the text again.
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state);
+        state.write_u64(self.hash);
     }
 }
 
@@ -246,6 +248,31 @@ impl fmt::Display for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records what a key writes into a hasher.
+    #[derive(Default)]
+    struct Recorder(Vec<u8>);
+
+    impl Hasher for Recorder {
+        fn finish(&self) -> u64 {
+            0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.extend_from_slice(bytes);
+        }
+    }
+
+    #[test]
+    fn a_table_hashes_a_key_by_its_keyed_hash_never_its_text() {
+        // Whatever hasher a table uses (the deny cache's and quota tables' hashbrown
+        // default is not keyed), it sees only the keyed hash: a client that chooses
+        // keys cannot choose their buckets.
+        let key = Key::new("user_attacker-chosen").unwrap();
+        let mut seen = Recorder::default();
+        key.hash(&mut seen);
+        assert_eq!(seen.0, hash_text(key.text()).to_ne_bytes());
+        assert!(!seen.0.windows(8).any(|w| w == b"attacker"));
+    }
 
     #[test]
     fn a_joined_key_is_the_key_of_its_parts_together() {

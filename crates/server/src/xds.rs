@@ -165,6 +165,14 @@ pub fn policies(
 /// Follows the ADS server until `shutdown`, putting each good set in force.
 pub fn spawn(state: Arc<AppState>, settings: Xds, shutdown: CancellationToken) {
     let server = settings.server.clone().unwrap_or_default();
+    if settings.tls.is_none() && !is_loopback(&server) {
+        tracing::warn!(
+            target: "spillway_server",
+            %server,
+            "rules come over xDS in plaintext from another host: whoever is on the path can \
+             read them and replace them; set xds_server_tls (and a client certificate)"
+        );
+    }
     tokio::spawn(async move {
         let mut client = Client {
             state,
@@ -194,6 +202,19 @@ pub fn spawn(state: Arc<AppState>, settings: Xds, shutdown: CancellationToken) {
             backoff = (backoff * 2).min(client.settings.backoff_max);
         }
     });
+}
+
+/// Whether `host:port` names this host (`localhost`, a loopback address).
+fn is_loopback(server: &str) -> bool {
+    let host = server
+        .rsplit_once(':')
+        .map_or(server, |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 struct Client {
@@ -244,7 +265,7 @@ impl Client {
                 Err(s) => return Err(format!("{:?}: {}", s.code(), s.message())),
             };
             received = true;
-            let reply = self.take(response);
+            let reply = self.take(response).await;
             if tx.send(reply).await.is_err() {
                 return Ok(true);
             }
@@ -252,11 +273,17 @@ impl Client {
     }
 
     /// Puts a response's set in force (or not): the ACK or NACK to send.
-    fn take(&mut self, response: DiscoveryResponse) -> DiscoveryRequest {
+    async fn take(&mut self, mut response: DiscoveryResponse) -> DiscoveryRequest {
         let version = response.version_info.clone();
         let from = format!("xds {} version {version}", self.server);
         let result = if response.type_url == TYPE_URL {
-            policies(&response.resources, self.state.load_options)
+            // Up to max_message_bytes of rules, parsed and checked: on a blocking
+            // thread, not on a worker that answers checks meanwhile.
+            let resources = std::mem::take(&mut response.resources);
+            let options = self.state.load_options;
+            tokio::task::spawn_blocking(move || policies(&resources, options))
+                .await
+                .unwrap_or_else(|e| Err(format!("the rules could not be read: {e}")))
         } else {
             Err(format!(
                 "a response of type `{}` on a stream that asked for RateLimitConfig",
@@ -340,5 +367,23 @@ impl Client {
         crate::tls::grpc_channel_named(server, tls.server_san.as_deref(), config)
             .await
             .map_err(|e| format!("cannot reach {server} over TLS: {e:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_this_hosts_names_are_loopback() {
+        for server in [
+            "127.0.0.1:18000",
+            "localhost:1",
+            "[::1]:18000",
+            "LOCALHOST:2",
+        ] {
+            assert!(super::is_loopback(server), "{server}");
+        }
+        for server in ["10.0.0.1:18000", "envoy-gateway:18001", "[2001:db8::1]:1"] {
+            assert!(!super::is_loopback(server), "{server}");
+        }
     }
 }

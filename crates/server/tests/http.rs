@@ -337,3 +337,41 @@ async fn slow_clients_are_disconnected_after_the_read_timeout() {
     }
     s.running.stop().await;
 }
+
+/// A web page of another site cannot post to the check APIs from its visitors'
+/// browsers (a `text/plain` POST needs no CORS preflight): its `Origin` is refused
+/// before anything is counted. Programs (no `Origin`) and the port's own origin are
+/// answered. Issue #37.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_site_browser_post_is_refused_and_counts_nothing() {
+    let s = Server::start("cross-site", &[("app.yaml", POLICY)], Backing::Memory).await;
+    let body = one("fw", "browser").to_string();
+    let post = |path: &str, origin: Option<&str>| {
+        let mut r = s
+            .http
+            .post(s.check_url(path))
+            .header("content-type", "text/plain")
+            .body(body.clone());
+        if let Some(origin) = origin {
+            r = r.header("origin", origin);
+        }
+        r.send()
+    };
+    for origin in [
+        "https://evil.example",
+        "null",
+        "http://localhost.evil.example:8080",
+    ] {
+        for path in ["/v1/check", "/json"] {
+            let r = post(path, Some(origin)).await.unwrap();
+            assert_eq!(r.status(), 403, "{path} from {origin}");
+            let answer: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(answer["error"]["kind"], "cross_site", "{answer}");
+        }
+    }
+    // Nothing was counted: the limit of 2 is whole.
+    let own = format!("http://{}", s.running.http_addr);
+    assert_eq!(post("/v1/check", Some(&own)).await.unwrap().status(), 200);
+    assert_eq!(post("/v1/check", None).await.unwrap().status(), 200);
+    assert_eq!(post("/v1/check", None).await.unwrap().status(), 429);
+}

@@ -34,6 +34,9 @@ pub enum Refused {
     /// The admin listener was asked under a name it does not answer to (`Host`), or
     /// by a page of another site (`Origin`): 403. DNS rebinding and cross-site posts.
     HostNotAllowed(String),
+    /// A browser's request from a page of another site (its `Origin`) to a check API:
+    /// 403. A page could otherwise spend anyone's capacity from its visitors' browsers.
+    CrossSite(String),
 }
 
 /// A check's answer on `/v1/check` and `/json`: 200, or 429 over the limit.
@@ -96,6 +99,13 @@ pub fn refused(r: Refused) -> Response {
             format!(
                 "the admin listener answers to loopback names, IP addresses and admin_hosts, \
                  not {what}"
+            ),
+        ),
+        Refused::CrossSite(origin) => (
+            StatusCode::FORBIDDEN,
+            "cross_site",
+            format!(
+                "the check APIs answer programs, not web pages of other sites (Origin: {origin})"
             ),
         ),
         Refused::Unauthorized => {

@@ -38,6 +38,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             Arc::clone(&state),
             read_body,
         ))
+        .layer(middleware::from_fn(same_site))
         .layer(middleware::from_fn(client_cert))
         .with_state(state)
 }
@@ -155,6 +156,30 @@ async fn admin_host(State(hosts): State<Arc<[String]>>, request: Request, next: 
         let name = origin.split_once("://").map_or("", |(_, rest)| rest);
         if origin != "null" && !allowed_host(authority_host(name), &hosts) {
             return respond::refused(Refused::HostNotAllowed(format!("Origin: {origin}")));
+        }
+    }
+    next.run(request).await
+}
+
+/// The check APIs answer programs (Envoy, applications, curl: none sends `Origin`) and
+/// pages of their own origin; a browser's request from a page of another site — a
+/// "simple" `text/plain` POST needs no preflight — is refused before its body is read.
+async fn same_site(request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if let Some(origin) = headers.get(axum::http::header::ORIGIN)
+        && !is_health(request.uri().path())
+    {
+        let origin = origin.to_str().unwrap_or("(not text)");
+        let host = headers
+            .get(axum::http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| request.uri().authority().map(|a| a.as_str()))
+            .map(authority_host);
+        let from = origin
+            .split_once("://")
+            .map(|(_, rest)| authority_host(rest));
+        if origin == "null" || from.is_none() || from != host {
+            return respond::refused(Refused::CrossSite(origin.to_owned()));
         }
     }
     next.run(request).await
