@@ -674,10 +674,13 @@ end
 -- === distinct_sketch: per sub-window a HyperLogLog and a Bloom filter, in rings =====
 -- Redis's own HLLs (PFCOUNT of several keys merges them) count, with the registers and
 -- estimator the memory store copies (crates/core/src/algorithm/hll.rs); a Bloom filter
--- per sub-window (a string of bits, BITFIELD) tells a counted member from a new one
+-- per sub-window (a hash of 64-byte blocks) tells a counted member from a new one
 -- (crates/core/src/algorithm/bloom.rs). Rust computes the member's 7 bit positions (Lua
 -- 5.1 cannot do the 64-bit hashes) and sends them before the member: 7 × u32 LE, then
--- the member's bytes. KEYS: the state key, P HLL keys, P filter keys. The state key
+-- the member's bytes. The filter is blocked: a member's 7 bits are in one block of 512
+-- bits, and a filter key is a hash of the blocks set so far (field: the block's
+-- number; value: its 64 bytes), so a group that sees one member holds one block, not
+-- the whole filter. KEYS: the state key, P HLL keys, P filter keys. The state key
 -- holds the newest sub-window charged and, per ring slot, the sub-window its keys hold
 -- (+1; 0 = none): 8 + 8P bytes. Slot i holds sub-windows ≡ i (mod P), so at sub-window
 -- j the live ones (j−P+1 ..= j) are in different slots, and j's slot holds either j or
@@ -727,13 +730,24 @@ local function define_distinct_sketch()
     return at, string.sub(arg, 4 * HASHES + 1)
   end
 
-  -- The bits of filter key `key` at positions `at`, 0 or 1 each.
+  -- A position's block (the hash field), byte (1-based) and bit value in that byte.
+  local BLOCK = 512
+  local function block_of(p) return tostring((p - imod(p, BLOCK)) / BLOCK) end
+  local function byte_bit(p)
+    local o = imod(p, BLOCK)
+    local b = imod(o, 8)
+    return (o - b) / 8 + 1, 2 ^ b
+  end
+
+  -- The bits of filter key `key` at positions `at` (one block), 0 or 1 each.
   local function bits_at(key, at)
-    local args = {}
+    local block = redis.call('HGET', key, block_of(at[1]))
+    local out = {}
     for k, p in ipairs(at) do
-      args[3 * k - 2], args[3 * k - 1], args[3 * k] = 'GET', 'u1', p
+      local i, v = byte_bit(p)
+      out[k] = (block and bit.band(string.byte(block, i), v) ~= 0) and 1 or 0
     end
-    return redis.call('BITFIELD', key, unpack(args))
+    return out
   end
 
   -- The HLL keys of the slots live from sub-window `from` on, the current slot's when
@@ -859,21 +873,33 @@ local function define_distinct_sketch()
     local i = slot(r, j)
     local hll, bloom = s.ring[i], s.ring[filter(r, i)]
     if s.held[i] ~= j + 1 then
-      -- A new filter at its full size (10 bits per member of the limit, whole 64-bit
-      -- words, as bloom::bits), allocated once rather than grown bit by bit.
+      -- A sub-window's filter starts empty: blocks are added as members set bits.
       redis.call('DEL', hll, bloom)
-      redis.call('SETRANGE', bloom, cdiv(r.cap * 10, 64) * 8 - 1, '\0')
       s.held[i] = j + 1
     end
-    local members, sets = {}, {}
+    -- Each block touched, read once, its bits set, written once.
+    local members, blocks, order = {}, {}, {}
     for k, p in ipairs(s.pending) do
       members[k] = p[2]
+      local field = block_of(p[1][1])
+      local bytes = blocks[field]
+      if not bytes then
+        local stored = redis.call('HGET', bloom, field)
+        bytes = stored and { string.byte(stored, 1, BLOCK / 8) } or {}
+        if not stored then for b = 1, BLOCK / 8 do bytes[b] = 0 end end
+        blocks[field], order[#order + 1] = bytes, field
+      end
       for _, pos in ipairs(p[1]) do
-        sets[#sets + 1], sets[#sets + 2], sets[#sets + 3], sets[#sets + 4] = 'SET', 'u1', pos, 1
+        local b, v = byte_bit(pos)
+        bytes[b] = bit.bor(bytes[b], v)
       end
     end
+    local fields = {}
+    for _, field in ipairs(order) do
+      fields[#fields + 1], fields[#fields + 2] = field, string.char(unpack(blocks[field]))
+    end
     redis.call('PFADD', hll, unpack(members))
-    redis.call('BITFIELD', bloom, unpack(sets))
+    redis.call('HSET', bloom, unpack(fields))
     local ttl = cdiv(sub0(finish(r, j), now), 1000) + margin
     redis.call('PEXPIRE', hll, ttl)
     redis.call('PEXPIRE', bloom, ttl)

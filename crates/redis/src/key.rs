@@ -3,7 +3,7 @@
 //! `spillway:{api|api_key=k1}#burst:gcra:1s` for the limit `burst` of a service
 //! descriptor (group `api|api_key=k1`, member `#burst`). Algorithms have short tags
 //! (`fw`, `sl`, `sw<precision>`, `tb<limit>.<burst>`, `gcra`, `dx<precision>`,
-//! `dh<precision>.<limit>`) and windows a compact
+//! `db<precision>.<limit>`) and windows a compact
 //! unit (`60s`, `1500ms`, `7us`): the name is most of a small state's bytes in Redis.
 //!
 //! The `{…}` hash tag is the key's [group](Key::group), so every key of one group lands
@@ -44,7 +44,8 @@ pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
         Algorithm::Distinct { precision } if distinct::is_exact(limit.limit()) => {
             write!(out, ":dx{precision}")
         }
-        Algorithm::Distinct { precision } => write!(out, ":dh{precision}.{}", limit.limit()),
+        // `db`: HyperLogLogs and blocked Bloom filters (`dh` before: flat filters, which an upgrade leaves to expire).
+        Algorithm::Distinct { precision } => write!(out, ":db{precision}.{}", limit.limit()),
     };
     let w = limit.window_micros();
     let _ = if w.is_multiple_of(1_000_000) {
@@ -58,13 +59,13 @@ pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
 }
 
 /// The ring of a sketched `distinct` limit whose state is at `state`: per sub-window
-/// slot a HyperLogLog, `<state>:0` … `<state>:P−1`, then a Bloom filter, `<state>:b0` …
-/// `<state>:bP−1`, all in the state's slot. No other key ends like them: a state key's
+/// slot a HyperLogLog, `<state>:0` … `<state>:P−1`, then a blocked Bloom filter (a
+/// hash of 64-byte blocks), `<state>:f0` … `<state>:fP−1`, all in the state's slot. No other key ends like them: a state key's
 /// second-to-last field is an algorithm tag, here it is the window.
 pub fn ring_keys(state: &str, limit: &Limit) -> impl Iterator<Item = String> {
     let slots = ring_len(limit) / 2;
     let hll = (0..slots).map(move |i| format!("{state}:{i}"));
-    hll.chain((0..slots).map(move |i| format!("{state}:b{i}")))
+    hll.chain((0..slots).map(move |i| format!("{state}:f{i}")))
 }
 
 /// How many ring keys `limit` has beside its state key: 2P for a sketched `distinct`
@@ -194,12 +195,12 @@ mod tests {
         assert_eq!(
             ring,
             [
-                "rl:{k}:dh3.1000:60s:0",
-                "rl:{k}:dh3.1000:60s:1",
-                "rl:{k}:dh3.1000:60s:2",
-                "rl:{k}:dh3.1000:60s:b0",
-                "rl:{k}:dh3.1000:60s:b1",
-                "rl:{k}:dh3.1000:60s:b2",
+                "rl:{k}:db3.1000:60s:0",
+                "rl:{k}:db3.1000:60s:1",
+                "rl:{k}:db3.1000:60s:2",
+                "rl:{k}:db3.1000:60s:f0",
+                "rl:{k}:db3.1000:60s:f1",
+                "rl:{k}:db3.1000:60s:f2",
             ]
         );
         assert!(

@@ -43,7 +43,7 @@ mod tls;
 
 pub use access::{Access, Password};
 pub use error::Error;
-pub use key::redis_key;
+pub use key::{redis_key, ring_keys};
 pub use script::TimeSource;
 pub use store::{
     Calls, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisStore, RedisStoreBuilder,

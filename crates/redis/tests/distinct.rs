@@ -24,7 +24,23 @@ fn sketched(precision: u32) -> Limit {
     .unwrap()
 }
 
+/// A key's bytes: a string's, or a filter's blocks (a hash) field by field.
 async fn bytes(store: &RedisStore, key: &str) -> Option<Vec<u8>> {
+    let kind = store.query(&cmd(&["TYPE", key])).await.unwrap();
+    if kind == Value::SimpleString("hash".into()) {
+        let Value::Array(items) = store.query(&cmd(&["HGETALL", key])).await.unwrap() else {
+            panic!("HGETALL {key}");
+        };
+        let mut pairs: Vec<Vec<u8>> = items
+            .chunks(2)
+            .map(|p| match (&p[0], &p[1]) {
+                (Value::BulkString(f), Value::BulkString(v)) => [f.as_slice(), v].concat(),
+                other => panic!("HGETALL {key}: {other:?}"),
+            })
+            .collect();
+        pairs.sort();
+        return Some(pairs.concat());
+    }
     match store.query(&cmd(&["GET", key])).await.unwrap() {
         Value::BulkString(b) => Some(b),
         Value::Nil => None,
@@ -61,7 +77,7 @@ async fn the_ring_has_ttls_checks_write_nothing_and_reset_clears_it() {
         let (key, limit) = (Key::new("api-key-1").unwrap(), sketched(3));
         let state = store.key_for(&key, &limit);
         let ring: Vec<String> = (0..3).map(|i| format!("{state}:{i}")).collect();
-        let filters: Vec<String> = (0..3).map(|i| format!("{state}:b{i}")).collect();
+        let filters: Vec<String> = (0..3).map(|i| format!("{state}:f{i}")).collect();
         // Sub-window 20s wide; start in slot 0 (1,800,000,000 s is a multiple of 60).
         let mut now = Timestamp::from_secs(1_800_000_000);
         let mut admitted = 0;
@@ -150,5 +166,44 @@ async fn a_foreign_value_in_the_ring_fails_the_batch_and_writes_nothing() {
             decide(&store, &key, &limit, next, "b", 1).await,
             "{target}: then decided"
         );
+    }
+}
+
+/// Issue #37: a sketched filter used to be allocated whole for every new group (12.5 MB
+/// of Redis memory for a limit of 10,000,000, 1.3 MB for 1,000,000), so a client that
+/// invents API keys grew Redis by that much a request. Blocks are now added as members
+/// set bits: 1,000 invented keys with one member each on a limit of 1,000,000 cost a
+/// few hundred bytes a group (`MEMORY USAGE` of every key of the group).
+#[tokio::test]
+async fn an_invented_group_costs_redis_a_block_not_the_whole_filter() {
+    for (target, url) in targets() {
+        let store = support::caller_clock_store(&url, "sketch-invented").await;
+        let limit = Limit::new(
+            Algorithm::Distinct { precision: 2 },
+            1_000_000,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let now = Timestamp::from_secs(1_800_000_000);
+        let groups = 1_000;
+        let mut bytes_used = 0i64;
+        for g in 0..groups {
+            let key = Key::new(format!("invented-{g}")).unwrap();
+            assert!(decide(&store, &key, &limit, now, "10.0.0.1", 1).await);
+            let state = store.key_for(&key, &limit);
+            let mut keys = vec![state.clone()];
+            keys.extend(spillway_redis::ring_keys(&state, &limit));
+            for k in &keys {
+                match store.query(&cmd(&["MEMORY", "USAGE", k])).await.unwrap() {
+                    Value::Int(n) => bytes_used += n,
+                    Value::Nil => {}
+                    other => panic!("MEMORY USAGE {k}: {other:?}"),
+                }
+            }
+        }
+        let per_group = bytes_used / groups;
+        println!("{target}: {per_group} bytes of Redis memory per invented group");
+        assert!(per_group <= 64 * 1024, "{target}: {per_group} bytes a group");
+        assert!(per_group <= 2048, "{target}: {per_group} bytes a group");
     }
 }

@@ -26,10 +26,11 @@
 //!   HyperLogLogs' union, within about 0.81% (1.04/√16384) of the truth; a member is
 //!   counted when a live filter holds it. So a counted member is never denied, and a new
 //!   one is admitted while the count is below the limit: past it, only the filter's false
-//!   positives (0.8%) get through (measured by `spillway simulate --algorithms distinct`,
+//!   positives (about 1%) get through (measured by `spillway simulate --algorithms distinct`,
 //!   in docs/algorithms.md). A HyperLogLog alone cannot tell: a new member that raises no
 //!   register looks counted, and past a few thousand members most raise none. Per
-//!   sub-window up to 16 KB + limit × 10 bits here, 12 KB + the same bits in Redis.
+//!   sub-window up to 16 KB + limit × 10 bits here, 12 KB + the same bits in Redis; the
+//!   filters grow a 64-byte block at a time, so a group that saw one member is small.
 //!
 //! `retry_after` is truthful: the first sub-window edge at which the member would be
 //! admitted if nothing else came (exact: once the `limit`-th most recent member's
@@ -54,7 +55,7 @@ pub fn is_exact(limit: u64) -> bool {
 /// The longest member (1 KiB): an IP, an account id, an email address, a path.
 pub const MAX_MEMBER: usize = 1024;
 
-/// The largest distinct limit: its Bloom filters take 10 bits per member (12.5 MB per
+/// The largest distinct limit: its Bloom filters take up to 10 bits per member (12.5 MB per
 /// sub-window at this limit).
 pub const MAX_LIMIT: u64 = 10_000_000;
 

@@ -11,8 +11,8 @@ use crate::connection::Connection;
 use crate::script::LIBRARY;
 
 /// What an ACL user needs, for the error that says it lacks something.
-const SCRIPT_COMMANDS: &str = " (the decision code runs TIME, and GET, SET, SETRANGE, \
-    BITFIELD, DEL, PEXPIRE, PTTL, PFADD and PFCOUNT on its keys: an ACL user needs \
+const SCRIPT_COMMANDS: &str = " (the decision code runs TIME, and GET, SET, HGET, HSET, \
+    DEL, PEXPIRE, PTTL, PFADD and PFCOUNT on its keys: an ACL user needs \
     +fcall +function|load, or +evalsha +eval without functions, and those, with \
     ~<prefix>*)";
 
