@@ -69,7 +69,8 @@ pub use limiter::Limiter;
 pub use mode::{Mode, OnStoreError};
 pub use sharing::Sharing;
 pub use store::{
-    DEFAULT_DENY_CACHE_BYTES, DenyCache, Guard, Guarded, GuardedStore, HashKeys, KeyHash,
-    MAX_BATCH, MemoryStore, MemoryStoreBuilder, Rehash, Request, Source, Store, Unanswered,
+    DEFAULT_DENY_CACHE_BYTES, DEFAULT_MEMORY_STORE_BYTES, DenyCache, Guard, Guarded, GuardedStore,
+    HashKeys, KeyHash, MAX_BATCH, MemoryStore, MemoryStoreBuilder, Rehash, Request, Source, Store,
+    Unanswered,
 };
 pub use time::Timestamp;

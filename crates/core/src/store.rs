@@ -15,7 +15,10 @@ use std::future::Future;
 pub use guarded::{
     DEFAULT_DENY_CACHE_BYTES, DenyCache, Guard, Guarded, GuardedStore, Source, Unanswered,
 };
-pub use memory::{HashKeys, KeyHash, MemoryStore, MemoryStoreBuilder, Rehash};
+pub use memory::{
+    DEFAULT_MAX_BYTES as DEFAULT_MEMORY_STORE_BYTES, HashKeys, KeyHash, MemoryStore,
+    MemoryStoreBuilder, Rehash,
+};
 
 use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp, limit::MAX_EXACT};
 

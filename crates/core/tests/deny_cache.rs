@@ -164,3 +164,29 @@ fn a_denied_hot_key_is_answered_from_the_cache_until_its_retry_time() {
     store.forget(&key, &limit);
     assert!(decide(at(6_000_000)).batch.allowed());
 }
+
+/// Issue #37: the bound counted entries at 96 bytes each, but an entry keeps its key
+/// alive, and a key may be 1 KiB: a flood of long keys held about 11 times the budget.
+/// Each entry now costs its key's text too, and the cache holds no more than its bytes.
+#[test]
+fn long_keys_are_charged_to_the_bound() {
+    let budget = 1 << 20;
+    let cache = spillway_core::DenyCache::with_bytes(budget).unwrap();
+    let limit = Limit::new(Algorithm::FixedWindow, 1, Duration::from_secs(3600)).unwrap();
+    let denied = spillway_core::Decision {
+        outcome: spillway_core::Outcome::Denied {
+            retry_after: Duration::from_secs(60),
+        },
+        limit: 1,
+        remaining: 0,
+        reset_after: Duration::from_secs(60),
+    };
+    for i in 0..20_000 {
+        let key = Key::new(format!("{i:0>1000}")).unwrap();
+        cache.remember(&key, &limit, 1, &denied, 1_000);
+    }
+    assert!(cache.bytes() <= budget, "{} bytes", cache.bytes());
+    // About budget / (96 + 1,000) entries, not budget / 96.
+    assert!(cache.len() < budget / 1_000, "{} entries", cache.len());
+    assert!(cache.len() > budget / 1_200, "{} entries", cache.len());
+}

@@ -127,3 +127,47 @@ fn invalid_requests_are_refused_before_any_state_is_touched() {
     );
     assert!(store.is_empty());
 }
+
+/// Issue #37: the bound used to count keys only, whatever each cost. A key's state can
+/// be large (`sliding_window` of precision 10,000: 80 KB), so a flood of such keys grew
+/// the store by that much a key up to a million keys. It is also bounded in bytes: 1,000
+/// such keys against 8 MiB keep the store within 8 MiB (plus one state per shard, which
+/// may grow in place before the shard's next insert), and the count of bytes is the sum
+/// of the keys' footprints.
+#[test]
+fn heavy_states_are_bounded_in_bytes_and_the_count_is_exact() {
+    let max = 8 << 20;
+    let store = MemoryStore::builder().max_bytes(max).shards(4).build();
+    assert_eq!(store.max_bytes(), max);
+    let limit = Limit::new(
+        Algorithm::SlidingWindow {
+            precision: 10_000,
+            edge: spillway_core::algorithm::Edge::default(),
+        },
+        100,
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let mut keys = Vec::new();
+    let mut peak = 0;
+    for i in 0..1_000u64 {
+        let key = Key::new(format!("heavy:{i}")).unwrap();
+        assert!(
+            store
+                .decide_one(Request::new(&key, &limit, 1), at(i))
+                .unwrap()
+                .allowed()
+        );
+        peak = peak.max(store.bytes());
+        keys.push(key);
+    }
+    let one = keys.iter().rev().find_map(|k| store.footprint(k)).unwrap();
+    assert!(one > 70_000, "a key of precision 10,000 is {one} bytes");
+    assert!(peak <= max + 4 * one, "peak {peak} bytes against {max}");
+    assert!(store.len() < 200, "{} keys held", store.len());
+    let counted: usize = keys.iter().filter_map(|k| store.footprint(k)).sum();
+    assert_eq!(store.bytes(), counted);
+    // Expired, swept: nothing left, and the count says so.
+    store.purge_expired(at(10_000_000_000));
+    assert_eq!((store.len(), store.bytes()), (0, 0));
+}

@@ -203,7 +203,10 @@ async fn an_invented_group_costs_redis_a_block_not_the_whole_filter() {
         }
         let per_group = bytes_used / groups;
         println!("{target}: {per_group} bytes of Redis memory per invented group");
-        assert!(per_group <= 64 * 1024, "{target}: {per_group} bytes a group");
+        assert!(
+            per_group <= 64 * 1024,
+            "{target}: {per_group} bytes a group"
+        );
         assert!(per_group <= 2048, "{target}: {per_group} bytes a group");
     }
 }

@@ -136,7 +136,7 @@ async fn open_store(
     let mut backoff = Duration::from_secs(1);
     loop {
         let store = &config.store;
-        match AnyStore::open(&store.url, store.timeout, &store.redis).await {
+        match AnyStore::open(&store.url, store.timeout, &store.redis, store.memory_bytes).await {
             Ok(store) => return Ok(store),
             Err(e) if e.is_transient() && stop.is_some() => {
                 tracing::warn!(error = %e, retry_in = ?backoff, "store unreachable; waiting for it");
@@ -226,6 +226,7 @@ fn stores(config: &Config, store: AnyStore) -> Stores {
     stores
         .deny_cache(s.deny_cache_bytes)
         .deny_cache_counting(s.reference_local_cache)
+        .share_bytes(s.share_bytes)
 }
 
 // === impl App ===

@@ -105,6 +105,10 @@ pub struct Store {
     pub breaker_cooldown: Duration,
     /// The deny cache's size in bytes (0: off); unused on the memory store.
     pub deny_cache_bytes: usize,
+    /// The most bytes the memory store holds (keys and their states).
+    pub memory_bytes: usize,
+    /// The most bytes the leases, and the sync counts, each hold.
+    pub share_bytes: usize,
     /// The deny cache also answers reference rules until their window ends, as the
     /// reference's local cache does.
     pub reference_local_cache: bool,
@@ -161,6 +165,8 @@ impl std::fmt::Debug for Store {
             .field("breaker_failures", &self.breaker_failures)
             .field("breaker_cooldown", &self.breaker_cooldown)
             .field("deny_cache_bytes", &self.deny_cache_bytes)
+            .field("memory_bytes", &self.memory_bytes)
+            .field("share_bytes", &self.share_bytes)
             .field("reference_local_cache", &self.reference_local_cache)
             .field("key_prefix", &self.key_prefix)
             .finish()

@@ -23,15 +23,17 @@ pub enum AnyStore {
 }
 
 impl AnyStore {
-    /// Connects to the store a URL names: `memory`, or a Redis URL reached with
-    /// `access` (TLS, credentials; unused by `memory`).
+    /// Connects to the store a URL names: `memory` (holding at most `memory_bytes`), or
+    /// a Redis URL reached with `access` (TLS, credentials; unused by `memory`).
     pub async fn open(
         url: &str,
         timeout: Duration,
         access: &Access,
+        memory_bytes: usize,
     ) -> Result<AnyStore, spillway_redis::Error> {
         if url == "memory" {
-            return Ok(AnyStore::Memory(MemoryStore::new()));
+            let store = MemoryStore::builder().max_bytes(memory_bytes).build();
+            return Ok(AnyStore::Memory(store));
         }
         let store = RedisStore::builder(url)
             .timeout(timeout)

@@ -156,7 +156,7 @@ impl<S: Store> GuardedStore<S> {
             timeout: None,
             local: MemoryStore::new(),
             deny: DenyCache::with_bytes(if remote { DEFAULT_DENY_CACHE_BYTES } else { 0 }),
-            quotas: remote.then(Quotas::new),
+            quotas: remote.then(|| Quotas::new(quota::DEFAULT_SHARE_BYTES)),
         }
     }
 
@@ -164,7 +164,17 @@ impl<S: Store> GuardedStore<S> {
     /// whichever the store: `spillway simulate --servers` shares one in-process store
     /// between simulated servers this way.
     pub fn shares(mut self, on: bool) -> GuardedStore<S> {
-        self.quotas = on.then(Quotas::new);
+        self.quotas = on.then(|| Quotas::new(quota::DEFAULT_SHARE_BYTES));
+        self
+    }
+
+    /// Bounds the leases and the sync counts at `bytes` each (default 64 MiB; an
+    /// entry counted at its largest, a key of 1 KiB): past it, new keys are decided
+    /// exactly, by the store.
+    pub fn share_bytes(mut self, bytes: usize) -> GuardedStore<S> {
+        if self.quotas.is_some() {
+            self.quotas = Some(Quotas::new(bytes));
+        }
         self
     }
 

@@ -21,9 +21,11 @@
 //! sweep and an eviction round, each over one shard.
 //!
 //! Bounds: at most `max_keys` keys (rounded down to a multiple of the shard count),
-//! `max_keys / shards` per shard. Inserting into a full shard first drops the entries
-//! whose state has expired; if that frees nothing, it evicts the least recently used
-//! sixteenth of the shard (at least one), chosen exactly by order of last use. Eviction forgets a
+//! `max_keys / shards` per shard, and at most `max_bytes` bytes (entries, key texts and
+//! states), `max_bytes / shards` per shard. Inserting into a shard full in either first
+//! drops the entries whose state has expired; while that is not enough, it evicts the
+//! least recently used sixteenth of the shard (at least one), chosen exactly by order of
+//! last use. Eviction forgets a
 //! key's counts, so size `max_keys` above the number of keys active within one window:
 //! under a flood of new keys (IP floods) the store stays within its bound and sheds
 //! the coldest keys. Every shard also drops expired entries on an insert at most once
@@ -85,6 +87,7 @@ struct Inner<H> {
     shards: Box<[Shard]>,
     hasher: H,
     per_shard: usize,
+    per_shard_bytes: usize,
     sweep_interval: u64,
 }
 
@@ -98,6 +101,7 @@ struct Shard(Mutex<Table>);
 #[derive(Debug, Clone)]
 pub struct MemoryStoreBuilder<H = KeyHash> {
     max_keys: usize,
+    max_bytes: usize,
     shards: usize,
     sweep_interval: Duration,
     hasher: H,
@@ -113,6 +117,7 @@ impl MemoryStoreBuilder {
     ) -> MemoryStoreBuilder<Rehash<H2>> {
         MemoryStoreBuilder {
             max_keys: self.max_keys,
+            max_bytes: self.max_bytes,
             shards: self.shards,
             sweep_interval: self.sweep_interval,
             hasher: Rehash(hasher),
@@ -124,6 +129,15 @@ impl<H: HashKeys> MemoryStoreBuilder<H> {
     /// The most keys held (default 1,000,000). See the module docs for what happens at the bound.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// The most bytes held (default [`DEFAULT_MAX_BYTES`], 512 MiB): entries, key texts
+    /// and states, as [`footprint`](MemoryStore::footprint) counts them. A key's state
+    /// can be large (a `sliding_window` of precision 10,000 is 80 KB), so a bound in
+    /// keys alone does not bound memory; at either bound a shard makes room the same way.
+    pub fn max_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes.max(1);
         self
     }
 
@@ -148,6 +162,7 @@ impl<H: HashKeys> MemoryStoreBuilder<H> {
             shards /= 2;
         }
         let per_shard = self.max_keys / shards;
+        let per_shard_bytes = (self.max_bytes / shards).max(1);
         MemoryStore {
             inner: Arc::new(Inner {
                 shards: (0..shards)
@@ -155,6 +170,7 @@ impl<H: HashKeys> MemoryStoreBuilder<H> {
                     .collect(),
                 hasher: self.hasher,
                 per_shard,
+                per_shard_bytes,
                 sweep_interval: micros(self.sweep_interval),
             }),
         }
@@ -171,6 +187,7 @@ impl MemoryStore {
     pub fn builder() -> MemoryStoreBuilder {
         MemoryStoreBuilder {
             max_keys: 1_000_000,
+            max_bytes: DEFAULT_MAX_BYTES,
             shards: default_shards(),
             sweep_interval: Duration::from_secs(1),
             hasher: KeyHash,
@@ -184,7 +201,21 @@ impl Default for MemoryStore {
     }
 }
 
+/// The memory store's default bound in bytes: 512 MiB.
+pub const DEFAULT_MAX_BYTES: usize = 512 << 20;
+
 impl<H: HashKeys> MemoryStore<H> {
+    /// The most bytes this store holds (a shard may pass its share by one key's state
+    /// growing in place, until its next insert makes room).
+    pub fn max_bytes(&self) -> usize {
+        self.inner.per_shard_bytes * self.inner.shards.len()
+    }
+
+    /// Bytes held now: entries, key texts and states.
+    pub fn bytes(&self) -> usize {
+        self.inner.shards.iter().map(|s| lock(s).bytes()).sum()
+    }
+
     /// The most keys this store holds.
     pub fn max_keys(&self) -> usize {
         self.inner.per_shard * self.inner.shards.len()
@@ -295,7 +326,8 @@ impl<H: HashKeys> MemoryStore<H> {
                 .get_mut()
                 .remove_state(limit.shape(), &mut table.spills)
         {
-            found.remove();
+            let (entry, _) = found.remove();
+            table.removed(&entry);
         }
     }
 }

@@ -226,6 +226,8 @@ fn blank() -> Config {
             breaker_failures: 0,
             breaker_cooldown: Duration::ZERO,
             deny_cache_bytes: 0,
+            memory_bytes: 0,
+            share_bytes: 0,
             reference_local_cache: false,
             key_prefix: String::new(),
         },

@@ -185,6 +185,12 @@ pub static SETTINGS: &[Setting] = &[
         "the deny cache's size (0: off): keys the store denied are answered locally until a known time",
         Text, |c, v| { c.store.deny_cache_bytes = number(v)?; Ok(()) })
         .switches(&[("no-deny-cache", "0")]),
+    row("memory_store_bytes", "store", "536870912", "BYTES",
+        "the memory store's bound (keys, their texts and states): past it, expired keys go first, then the least recently used",
+        Text, |c, v| { c.store.memory_bytes = number(v)?; Ok(()) }),
+    row("share_table_bytes", "store", "67108864", "BYTES",
+        "the bound of the quota leases, and of the sync counts, each (an entry counted at its largest, a 1 KiB key): past it, new keys are decided by the store",
+        Text, |c, v| { c.store.share_bytes = number(v)?; Ok(()) }),
     row("reference_local_cache", "store", "false", BOOL,
         "the deny cache also answers reference rules until their window ends, as the reference's local cache",
         Bool, |c, v| { c.store.reference_local_cache = boolean(v)?; Ok(()) }),

@@ -3,12 +3,13 @@
 //! `~candidate|`, in the same store), answering nobody. What it would have decided is
 //! counted per rule, and where it disagrees with the live answer, per kind: `would_deny`
 //! (live admitted, the candidate would not) and `would_admit` (the reverse). Requests
-//! wait for it in a queue of [`QUEUE`] (`Service::shadow` puts them there after the live
+//! wait for it in a queue of [`QUEUE`] requests and [`QUEUE_BYTES`] (`Service::shadow` puts them there after the live
 //! answer; a thread of the lowest priority takes them [`BATCH`] at a time, `queue.rs`);
 //! past that they are dropped and counted, so a candidate never holds up the live
 //! traffic.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
@@ -34,6 +35,9 @@ pub const KEY_PREFIX: &str = "~candidate|";
 
 /// Requests waiting for the candidate, at most; past that they are dropped.
 pub const QUEUE: usize = 1024;
+/// Bytes of requests waiting for the candidate, at most (a request may be 64 KiB of
+/// descriptors); past that they are dropped.
+pub const QUEUE_BYTES: usize = 4 << 20;
 /// Requests the candidate decides at once (concurrently, on one task).
 pub const BATCH: usize = 64;
 /// After a batch that was not full, how long the next one gathers before it is taken:
@@ -47,6 +51,8 @@ pub(crate) struct Candidate {
     /// Requests waiting for the candidate set: made, with the thread that takes them, at
     /// the first request that needs it.
     queue: OnceLock<mpsc::Sender<ForCandidate>>,
+    /// Bytes of the requests in the queue (see [`QUEUE_BYTES`]).
+    queued: Arc<AtomicUsize>,
 }
 
 impl Candidate {
@@ -54,8 +60,27 @@ impl Candidate {
         Candidate {
             policies: ArcSwap::from_pointee(policies.with_key_prefix(KEY_PREFIX)),
             queue: OnceLock::new(),
+            queued: Arc::new(AtomicUsize::new(0)),
         }
     }
+}
+
+/// Bytes a request holds while it waits: its descriptors' keys and values, and their
+/// vectors.
+pub(crate) fn queued_bytes(req: &CheckRequest) -> usize {
+    std::mem::size_of::<CheckRequest>()
+        + req.domain.len()
+        + req
+            .descriptors
+            .iter()
+            .map(|d| {
+                std::mem::size_of_val(d)
+                    + d.entries
+                        .iter()
+                        .map(|(k, v)| std::mem::size_of::<(String, String)>() + k.len() + v.len())
+                        .sum::<usize>()
+            })
+            .sum::<usize>()
 }
 
 impl Service {
@@ -86,8 +111,15 @@ impl Service {
         };
         let queue = candidate
             .queue
-            .get_or_init(|| queue::spawn(Arc::downgrade(self)));
+            .get_or_init(|| queue::spawn(Arc::downgrade(self), Arc::clone(&candidate.queued)));
+        let bytes = queued_bytes(&req);
+        if candidate.queued.fetch_add(bytes, Ordering::AcqRel) + bytes > QUEUE_BYTES {
+            candidate.queued.fetch_sub(bytes, Ordering::AcqRel);
+            metrics::candidate_dropped();
+            return;
+        }
         if queue.try_send((req, live_allowed)).is_err() {
+            candidate.queued.fetch_sub(bytes, Ordering::AcqRel);
             metrics::candidate_dropped();
         }
     }

@@ -107,9 +107,14 @@ pub(super) async fn target(
         .context("--store or --server is required")?;
     let access = args.redis.access()?;
     args::warn_if_insecure(&access);
-    let store = AnyStore::open(url, args.timeout, &access)
-        .await
-        .context("store")?;
+    let store = AnyStore::open(
+        url,
+        args.timeout,
+        &access,
+        spillway_core::DEFAULT_MEMORY_STORE_BYTES,
+    )
+    .await
+    .context("store")?;
     let redis = match &store {
         AnyStore::Redis(r) => Some(r.clone()),
         AnyStore::Memory(_) => None,

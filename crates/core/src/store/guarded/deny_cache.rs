@@ -21,7 +21,8 @@
 //! their rule, so no two of its limits share a state; same limit, other servers can't
 //! charge a denied state.
 //!
-//! Memory is bounded: at most `capacity` entries; a full shard first drops what has
+//! Memory is bounded in bytes: an entry costs [`ENTRY_BYTES`] and its key's text (a key
+//! may be up to 1 KiB, and the cache keeps it alive); a full shard first drops what has
 //! expired, then refuses new entries (the store answers them, as without a cache).
 //!
 //! The reference's local cache ([`DenyCache::answering_counted_denials`]): the Envoy
@@ -46,9 +47,14 @@ use crate::store::Request;
 /// Shards: a lock per shard, held for one lookup or insert.
 const SHARDS: usize = 64;
 
-/// Bytes one entry takes, as the size bound counts it: the map's slot (key, limit
-/// identity, entry) and its control byte, rounded up.
+/// Bytes one entry takes besides its key's text, as the size bound counts it: the map's
+/// slot (key, limit identity, entry) and its control byte, rounded up.
 pub const ENTRY_BYTES: usize = 96;
+
+/// What an entry for `key` costs the bound.
+fn entry_bytes(key: &Key) -> usize {
+    ENTRY_BYTES + key.text_bytes()
+}
 
 /// What tells limits apart for the cache: everything a decision depends on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,13 +90,38 @@ struct Entry {
     capacity: u64,
 }
 
-/// One lock's entries, by key and the state's shape.
-type Shard = HashMap<(Key, Shape), Entry>;
+/// One lock's entries, by key and the state's shape, and the bytes they cost.
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<(Key, Shape), Entry>,
+    bytes: usize,
+}
+
+impl Shard {
+    fn remove(&mut self, slot: &(Key, Shape)) {
+        if self.map.remove(slot).is_some() {
+            self.bytes -= entry_bytes(&slot.0);
+        }
+    }
+
+    /// Drops the entries that have expired by `now` (µs).
+    fn expire(&mut self, now: u64) {
+        let bytes = &mut self.bytes;
+        self.map.retain(|(key, _), e| {
+            let keep = e.until > now;
+            if !keep {
+                *bytes -= entry_bytes(key);
+            }
+            keep
+        });
+    }
+}
 
 /// Denials known to hold until a time (why they hold: the source of `deny_cache.rs`).
 #[derive(Debug)]
 pub struct DenyCache {
     shards: Box<[Mutex<Shard>]>,
+    /// Bytes each shard may hold.
     per_shard: usize,
     hasher: RandomState,
     /// Also answer fixed windows that count rejected requests (the reference's cache).
@@ -98,12 +129,12 @@ pub struct DenyCache {
 }
 
 impl DenyCache {
-    /// A cache of at most `bytes` (at `ENTRY_BYTES`, 96, an entry); `None` when that holds
-    /// no entry at all.
+    /// A cache of at most `bytes` (an entry costs [`ENTRY_BYTES`] and its key's text);
+    /// `None` when that holds no entry at all.
     pub fn with_bytes(bytes: usize) -> Option<DenyCache> {
-        let per_shard = bytes / ENTRY_BYTES / SHARDS;
-        (per_shard > 0).then(|| DenyCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        let per_shard = bytes / SHARDS;
+        (per_shard >= ENTRY_BYTES).then(|| DenyCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             per_shard,
             hasher: RandomState::new(),
             counted_denials: false,
@@ -139,7 +170,7 @@ impl DenyCache {
         }
         let slot = (key.clone(), limit.shape());
         let mut shard = self.shard(key).lock();
-        let entry = *shard.get(&slot)?;
+        let entry = *shard.map.get(&slot)?;
         if now >= entry.until {
             shard.remove(&slot);
             return None;
@@ -173,13 +204,19 @@ impl DenyCache {
             capacity: decision.limit,
         };
         let mut shard = self.shard(key).lock();
-        if shard.len() >= self.per_shard {
-            shard.retain(|_, e| e.until > now);
-            if shard.len() >= self.per_shard {
+        let slot = (key.clone(), limit.shape());
+        if let Some(held) = shard.map.get_mut(&slot) {
+            *held = entry;
+            return;
+        }
+        if shard.bytes + entry_bytes(key) > self.per_shard {
+            shard.expire(now);
+            if shard.bytes + entry_bytes(key) > self.per_shard {
                 return;
             }
         }
-        shard.insert((key.clone(), limit.shape()), entry);
+        shard.bytes += entry_bytes(key);
+        shard.map.insert(slot, entry);
     }
 
     /// Forgets what is cached for `key`'s state under `limit`: after a reset, and after
@@ -187,7 +224,7 @@ impl DenyCache {
     /// cached retry time later).
     pub fn forget(&self, key: &Key, limit: &Limit) {
         let mut shard = self.shard(key).lock();
-        if !shard.is_empty() {
+        if !shard.map.is_empty() {
             shard.remove(&(key.clone(), limit.shape()));
         }
     }
@@ -229,13 +266,18 @@ impl DenyCache {
     /// Forgets everything (after a policy reload).
     pub fn clear(&self) {
         for shard in self.shards.iter() {
-            shard.lock().clear();
+            *shard.lock() = Shard::default();
         }
     }
 
     /// Entries held (expired ones not yet dropped included).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.lock().map.len()).sum()
+    }
+
+    /// Bytes held, as the bound counts them.
+    pub fn bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().bytes).sum()
     }
 
     /// Whether no entry is held.

@@ -23,7 +23,11 @@
 //!   exact path because its entry went stale, its own unflushed ones: the
 //!   over-admission in a window is at most what the servers admit in `2 × every`.
 //!
-//! Memory is bounded: [`MAX_ENTRIES`]; past it, new keys take the exact path.
+//! Memory is bounded in bytes ([`DEFAULT_SHARE_BYTES`] for the leases and as much for
+//! the sync counts, or what [`GuardedStore::share_bytes`](crate::GuardedStore::share_bytes)
+//! says), counting each entry at its largest (a key of 1 KiB); past it, new keys take
+//! the exact path. The flush ticker walks the sync counts every 10 ms, so the bound also
+//! bounds that walk.
 
 use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
@@ -51,8 +55,12 @@ const TICK: u64 = crate::sharing::MIN_SYNC.as_micros() as u64;
 /// than any store timeout; a request dropped in flight must not block leases for good.
 const ASK_TIMEOUT: u64 = 1_000_000;
 
-/// The most keys held, for leases and for sync counts each.
-pub const MAX_ENTRIES: usize = 1 << 20;
+/// The bytes each table (leases, sync counts) may hold by default: 64 MiB.
+pub const DEFAULT_SHARE_BYTES: usize = 64 << 20;
+
+/// What an entry costs the bound, at its largest: its slot and a key of 1 KiB.
+const WORST_ENTRY_BYTES: usize =
+    std::mem::size_of::<((Key, Shape), Entry)>() + 1 + crate::key::MAX_KEY_LEN;
 
 #[derive(Debug)]
 enum Entry {
@@ -105,11 +113,15 @@ pub(super) struct Quotas {
     /// When expired leases were last dropped (µs).
     pruned: std::sync::atomic::AtomicU64,
     hasher: RandomState,
+    /// Entries each shard may hold.
+    per_shard: usize,
 }
 
 impl Quotas {
-    pub fn new() -> Quotas {
+    /// Tables of at most `bytes` each.
+    pub fn new(bytes: usize) -> Quotas {
         Quotas {
+            per_shard: bytes / SHARDS / WORST_ENTRY_BYTES,
             leases: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             syncs: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             pruned: std::sync::atomic::AtomicU64::new(0),
@@ -257,7 +269,7 @@ impl Quotas {
         };
         let mut shard = self.shard(r.key, false).lock();
         let slot = (r.key.clone(), r.limit.shape());
-        let room = shard.len() < MAX_ENTRIES / SHARDS;
+        let room = shard.len() < self.per_shard;
         let hint = match shard.get_mut(&slot) {
             Some(Entry::Lease { asking, .. }) if *asking != 0 && now < *asking + ASK_TIMEOUT => {
                 return r.cost;
@@ -326,7 +338,7 @@ impl Quotas {
                         *units += spare;
                         *hint = d.remaining - spare;
                         *end = until;
-                    } else if shard.len() < MAX_ENTRIES / SHARDS {
+                    } else if shard.len() < self.per_shard {
                         shard.insert(
                             slot,
                             Entry::Lease {
@@ -348,7 +360,7 @@ impl Quotas {
                         used = used.saturating_sub(r.cost);
                     }
                     let mut shard = self.shard(r.key, true).lock();
-                    let room = shard.len() < MAX_ENTRIES / SHARDS;
+                    let room = shard.len() < self.per_shard;
                     match shard.get_mut(&slot) {
                         Some(Entry::Sync {
                             known,

@@ -27,7 +27,9 @@ use crate::limit::{Kind, MAX_SHAPE_ID, Shape, Shapes};
 pub(super) struct Table {
     pub(super) entries: HashTable<Entry>,
     /// The states of entries that do not hold theirs inline.
-    pub(super) spills: Slab<Spill>,
+    pub(super) spills: Spills,
+    /// Bytes of the entries' key texts (each held once, by its entry).
+    key_bytes: usize,
     /// Uses so far (renumbered when it would overflow): every use takes the next.
     uses: u32,
     pub(super) next_sweep: u64,
@@ -51,6 +53,53 @@ pub(super) struct Spill {
     states: Vec<(Shape, State)>,
     /// When every state is the same as no state (µs).
     idle_at: u64,
+}
+
+impl Spill {
+    /// Bytes it takes, its states' heap included.
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<Spill>() + self.states.iter().map(|(_, s)| s.bytes()).sum::<usize>()
+    }
+}
+
+/// The shard's out-of-line states, and the bytes they take (kept as they change).
+#[derive(Debug, Default)]
+pub(super) struct Spills {
+    slab: Slab<Spill>,
+    bytes: usize,
+}
+
+impl Spills {
+    fn insert(&mut self, spill: Spill) -> usize {
+        self.bytes += spill.bytes();
+        self.slab.insert(spill)
+    }
+
+    fn remove(&mut self, i: usize) {
+        let spill = self.slab.remove(i);
+        self.bytes -= spill.bytes();
+    }
+
+    /// Changes spill `i` with `f`, counting what it grew or shrank by.
+    fn edit<R>(&mut self, i: usize, f: impl FnOnce(&mut Spill) -> R) -> R {
+        let spill = &mut self.slab[i];
+        let before = spill.bytes();
+        let r = f(spill);
+        self.bytes = self.bytes - before + spill.bytes();
+        r
+    }
+}
+
+impl std::ops::Index<usize> for Spills {
+    type Output = Spill;
+    fn index(&self, i: usize) -> &Spill {
+        &self.slab[i]
+    }
+}
+
+/// Bytes an entry's key text takes, as `MemoryStore::footprint` counts them.
+fn key_bytes(key: &ArcStr) -> usize {
+    key.len()
 }
 
 const ID_BITS: u32 = 11;
@@ -88,8 +137,18 @@ impl Table {
         self.uses
     }
 
+    /// Bytes the shard holds: its entries, their key texts, their out-of-line states.
+    pub(super) fn bytes(&self) -> usize {
+        self.entries.len() * std::mem::size_of::<Entry>() + self.key_bytes + self.spills.bytes
+    }
+
+    /// Whether a shard of at most `keys` keys and `bytes` bytes is full.
+    fn full(&self, keys: usize, bytes: usize) -> bool {
+        self.entries.len() >= keys || self.bytes() >= bytes
+    }
+
     /// Inserts a new entry for `key` holding `state` of `shape` (idle at `idle_at` µs),
-    /// making room first if the shard is full.
+    /// making room first if the shard is full (in keys or in bytes).
     #[allow(clippy::too_many_arguments)] // the entry's parts, each one given once
     pub(super) fn insert<H: HashKeys>(
         &mut self,
@@ -105,10 +164,11 @@ impl Table {
             self.purge(now);
             self.next_sweep = now.saturating_add(inner.sweep_interval);
         }
-        if self.entries.len() >= inner.per_shard {
-            self.make_room(inner.per_shard, now);
+        if self.full(inner.per_shard, inner.per_shard_bytes) {
+            self.make_room(inner.per_shard, inner.per_shard_bytes, now);
         }
         let used = self.tick();
+        self.key_bytes += key_bytes(key.text());
         let entry = Entry::new(
             key.text().clone(),
             used,
@@ -126,35 +186,42 @@ impl Table {
     pub(super) fn purge(&mut self, now: u64) -> usize {
         let before = self.entries.len();
         let shapes = Shapes::read();
-        let spills = &mut self.spills;
+        let (spills, key_bytes_held) = (&mut self.spills, &mut self.key_bytes);
         self.entries.retain(|e| {
             let keep = e.idle_at(&shapes, spills) > now;
             if !keep {
                 e.release(spills);
+                *key_bytes_held -= key_bytes(&e.key);
             }
             keep
         });
         before - self.entries.len()
     }
 
-    /// Drops expired entries; if none were, evicts the least recently used sixteenth.
-    fn make_room(&mut self, per_shard: usize, now: u64) {
+    /// Drops expired entries; while the shard is still full (in keys or bytes), evicts
+    /// the least recently used sixteenth.
+    fn make_room(&mut self, per_shard: usize, per_shard_bytes: usize, now: u64) {
         self.purge(now);
-        if self.entries.len() < per_shard {
-            return;
+        while self.full(per_shard, per_shard_bytes) && !self.entries.is_empty() {
+            let evict = (self.entries.len() / 16).max(1);
+            let mut used: Vec<u32> = self.entries.iter().map(|e| e.used).collect();
+            let cutoff = *used.select_nth_unstable(evict - 1).1;
+            let (spills, key_bytes_held) = (&mut self.spills, &mut self.key_bytes);
+            // Use numbers are distinct: exactly `evict` entries are at or below the cutoff.
+            self.entries.retain(|e| {
+                let keep = e.used > cutoff;
+                if !keep {
+                    e.release(spills);
+                    *key_bytes_held -= key_bytes(&e.key);
+                }
+                keep
+            });
         }
-        let evict = (per_shard / 16).max(1);
-        let mut used: Vec<u32> = self.entries.iter().map(|e| e.used).collect();
-        let cutoff = *used.select_nth_unstable(evict - 1).1;
-        let spills = &mut self.spills;
-        // Use numbers are distinct: exactly `evict` entries are at or below the cutoff.
-        self.entries.retain(|e| {
-            let keep = e.used > cutoff;
-            if !keep {
-                e.release(spills);
-            }
-            keep
-        });
+    }
+
+    /// Forgets that `entry` (just taken out of the table) held its key.
+    pub(super) fn removed(&mut self, entry: &Entry) {
+        self.key_bytes -= key_bytes(&entry.key);
     }
 }
 
@@ -199,7 +266,7 @@ impl Entry {
         shape: Shape,
         state: State,
         idle_at: u64,
-        spills: &mut Slab<Spill>,
+        spills: &mut Spills,
     ) -> Entry {
         let mut entry = Entry {
             key,
@@ -228,13 +295,7 @@ impl Entry {
     /// Sets `shape`'s state (idle at `idle_at` µs, or earlier for the others): inline
     /// when it can be, else out of line (moving the inline state there first).
     #[inline]
-    pub(super) fn put(
-        &mut self,
-        shape: Shape,
-        state: State,
-        idle_at: u64,
-        spills: &mut Slab<Spill>,
-    ) {
+    pub(super) fn put(&mut self, shape: Shape, state: State, idle_at: u64, spills: &mut Spills) {
         if self.holds_inline(shape)
             && let Some(packed) = pack(shape, &state)
         {
@@ -242,30 +303,32 @@ impl Entry {
             return;
         }
         let i = self.spill_out(spills);
-        let spill = &mut spills[i];
-        spill.idle_at = spill.idle_at.max(idle_at);
-        match spill.states.iter_mut().find(|(s, _)| *s == shape) {
-            Some((_, s)) => *s = state,
-            None => spill.states.push((shape, state)),
-        }
+        spills.edit(i, |spill| {
+            spill.idle_at = spill.idle_at.max(idle_at);
+            match spill.states.iter_mut().find(|(s, _)| *s == shape) {
+                Some((_, s)) => *s = state,
+                None => spill.states.push((shape, state)),
+            }
+        });
     }
 
     /// `shape`'s state, for a batch to decide on: taken out of line (no state left in its
     /// place), or a copy of the inline one; [`put`](Entry::put) sets it back.
-    pub(super) fn take(&mut self, shape: Shape, spills: &mut Slab<Spill>) -> Option<State> {
+    pub(super) fn take(&mut self, shape: Shape, spills: &mut Spills) -> Option<State> {
         if self.holds_inline(shape) {
             return Some(self.load(shape));
         }
-        let spill = &mut spills[self.spill()?];
-        spill
-            .states
-            .iter_mut()
-            .find(|(s, _)| *s == shape)
-            .map(|(_, state)| std::mem::take(state))
+        spills.edit(self.spill()?, |spill| {
+            spill
+                .states
+                .iter_mut()
+                .find(|(s, _)| *s == shape)
+                .map(|(_, state)| std::mem::take(state))
+        })
     }
 
     /// Moves the states out of line (if they are not already); returns their index.
-    fn spill_out(&mut self, spills: &mut Slab<Spill>) -> usize {
+    fn spill_out(&mut self, spills: &mut Spills) -> usize {
         if let Some(i) = self.spill() {
             return i;
         }
@@ -282,7 +345,7 @@ impl Entry {
     }
 
     /// When every state of the entry is the same as no state (µs).
-    fn idle_at(&self, shapes: &Shapes, spills: &Slab<Spill>) -> u64 {
+    fn idle_at(&self, shapes: &Shapes, spills: &Spills) -> u64 {
         match self.spill() {
             Some(i) => spills[i].idle_at,
             None => {
@@ -293,7 +356,7 @@ impl Entry {
     }
 
     /// Frees the entry's out-of-line states, as it is dropped.
-    fn release(&self, spills: &mut Slab<Spill>) {
+    fn release(&self, spills: &mut Spills) {
         if let Some(i) = self.spill() {
             spills.remove(i);
         }
@@ -301,14 +364,14 @@ impl Entry {
 
     /// Clears `shape`'s state; true when the entry holds nothing any more (its
     /// out-of-line states are then freed).
-    pub(super) fn remove_state(&mut self, shape: Shape, spills: &mut Slab<Spill>) -> bool {
+    pub(super) fn remove_state(&mut self, shape: Shape, spills: &mut Spills) -> bool {
         if self.holds_inline(shape) {
             return true;
         }
         let Some(i) = self.spill() else {
             return false;
         };
-        spills[i].states.retain(|(s, _)| *s != shape);
+        spills.edit(i, |spill| spill.states.retain(|(s, _)| *s != shape));
         let empty = spills[i].states.iter().all(|(_, s)| *s == State::default());
         if empty {
             spills.remove(i);
@@ -317,14 +380,7 @@ impl Entry {
     }
 
     /// Bytes the entry's states take out of line.
-    pub(super) fn spilled_bytes(&self, spills: &Slab<Spill>) -> usize {
-        self.spill().map_or(0, |i| {
-            std::mem::size_of::<Spill>()
-                + spills[i]
-                    .states
-                    .iter()
-                    .map(|(_, s)| s.bytes())
-                    .sum::<usize>()
-        })
+    pub(super) fn spilled_bytes(&self, spills: &Spills) -> usize {
+        self.spill().map_or(0, |i| spills[i].bytes())
     }
 }

@@ -1,6 +1,7 @@
 //! The candidate's queue and the thread that empties it.
 
-use std::sync::Weak;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
 use tokio::sync::mpsc;
 
@@ -13,7 +14,10 @@ use crate::service::Service;
 /// fills, and what does not fit is dropped and counted, instead of taking CPU from
 /// live answers. (A task spawned per request on the live runtime cost the live path
 /// 15-19% of its throughput on two cores; docs/operating.md has the figures.)
-pub(super) fn spawn(service: Weak<Service>) -> mpsc::Sender<ForCandidate> {
+pub(super) fn spawn(
+    service: Weak<Service>,
+    queued: Arc<AtomicUsize>,
+) -> mpsc::Sender<ForCandidate> {
     let (tx, rx) = mpsc::channel(QUEUE);
     let started = std::thread::Builder::new()
         .name("spillway-candidate".into())
@@ -23,7 +27,7 @@ pub(super) fn spawn(service: Weak<Service>) -> mpsc::Sender<ForCandidate> {
                 .enable_all()
                 .build()
             {
-                Ok(runtime) => runtime.block_on(decide(service, rx)),
+                Ok(runtime) => runtime.block_on(decide(service, rx, queued)),
                 Err(e) => tracing::error!(error = %e, "the candidate set cannot run"),
             }
         });
@@ -52,9 +56,15 @@ fn lowest_priority() {
 
 /// Takes queued requests up to [`BATCH`] at a time and decides them together, until
 /// the service is gone.
-async fn decide(service: Weak<Service>, mut queue: mpsc::Receiver<ForCandidate>) {
+async fn decide(
+    service: Weak<Service>,
+    mut queue: mpsc::Receiver<ForCandidate>,
+    queued: Arc<AtomicUsize>,
+) {
     let mut batch = Vec::with_capacity(BATCH);
     while queue.recv_many(&mut batch, BATCH).await > 0 {
+        let taken: usize = batch.iter().map(|(req, _)| super::queued_bytes(req)).sum();
+        queued.fetch_sub(taken, Ordering::AcqRel);
         let Some(service) = service.upgrade() else {
             return;
         };
