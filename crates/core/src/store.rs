@@ -26,6 +26,35 @@ use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp, limit::MAX_EX
 /// almost certainly hostile, and is refused before it reaches a store.
 pub const MAX_BATCH: usize = 64;
 
+/// Above this much [`work`], a batch is heavy: 64 requests of the lightest algorithms
+/// are not; one `sliding_window` of precision 10,000 is.
+pub const HEAVY_WORK: u64 = 64;
+
+/// An estimate of what deciding `requests` costs a remote store, in decisions of a
+/// fixed window: what each algorithm's state makes it read and write (a log's entries,
+/// a sliding window's sub-windows, exact members, a sketch's HyperLogLogs and filters).
+pub fn work(requests: &[Request<'_>]) -> u64 {
+    use crate::Algorithm;
+    requests
+        .iter()
+        .map(|r| match r.limit.algorithm() {
+            Algorithm::SlidingLog => 1 + r.limit.limit() / 64,
+            Algorithm::SlidingWindow { precision, .. } => 1 + u64::from(precision) / 64,
+            Algorithm::Distinct { .. } if crate::algorithm::distinct::is_exact(r.limit.limit()) => {
+                1 + r.limit.limit() / 16
+            }
+            Algorithm::Distinct { precision } => 4 * u64::from(precision),
+            _ => 1,
+        })
+        .sum()
+}
+
+/// Whether `requests` are a heavy batch ([`work`] above [`HEAVY_WORK`]): a remote store
+/// sends it in a call of its own, and its timeouts do not count toward the breaker.
+pub fn is_heavy(requests: &[Request<'_>]) -> bool {
+    work(requests) > HEAVY_WORK
+}
+
 /// One (key, limit, cost) to decide, with the member it brings for a `distinct` limit.
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {

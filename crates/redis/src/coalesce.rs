@@ -66,8 +66,11 @@ impl Failure {
     }
 }
 
-/// A lane: the slot on Cluster, `None` (the one lane) elsewhere.
-pub(crate) type LaneId = Option<Slot>;
+/// A lane: the slot on Cluster (`None`, the one lane, elsewhere), and whether it is for
+/// heavy batches ([`spillway_core::is_heavy`]). A heavy batch goes in a call of its own,
+/// one call at a time on its lane: light batches never wait in a call that carries one,
+/// and Redis, which runs one script at a time, runs light calls between heavy ones.
+pub(crate) type LaneId = (Option<Slot>, bool);
 
 /// The lanes of one store.
 #[derive(Debug, Default)]
@@ -89,10 +92,11 @@ impl Lanes {
         let mut lanes = self.lanes.lock();
         let l = lanes.entry(lane).or_default();
         l.waiting.push_back(batch);
-        if l.calls == CALLS_PER_LANE {
+        let heavy = lane.1;
+        if l.calls == if heavy { 1 } else { CALLS_PER_LANE } {
             return None;
         }
-        let taken = l.take();
+        let taken = l.take(heavy);
         if taken.is_empty() {
             // Only `batch`, and its caller already stopped waiting.
             return None;
@@ -106,7 +110,7 @@ impl Lanes {
     pub(crate) fn next(&self, lane: LaneId) -> Option<Vec<Waiting>> {
         let mut lanes = self.lanes.lock();
         let l = lanes.get_mut(&lane)?;
-        let taken = l.take();
+        let taken = l.take(lane.1);
         if !taken.is_empty() {
             return Some(taken);
         }
@@ -119,8 +123,9 @@ impl Lanes {
 }
 
 impl Lane {
-    /// The batches for one call, oldest first, skipping those nobody waits for.
-    fn take(&mut self) -> Vec<Waiting> {
+    /// The batches for one call, oldest first, skipping those nobody waits for; one
+    /// alone when `heavy`.
+    fn take(&mut self, heavy: bool) -> Vec<Waiting> {
         let mut taken: Vec<Waiting> = Vec::new();
         let mut keys = 0;
         while let Some(w) = self.waiting.front() {
@@ -129,7 +134,8 @@ impl Lane {
                 continue;
             }
             let more = w.section.keys.len();
-            if !taken.is_empty() && (taken.len() == MAX_BATCHES || keys + more > MAX_KEYS) {
+            let most = if heavy { 1 } else { MAX_BATCHES };
+            if !taken.is_empty() && (taken.len() == most || keys + more > MAX_KEYS) {
                 break;
             }
             keys += more;
@@ -174,6 +180,9 @@ mod tests {
         (Waiting { section, answer }, reply)
     }
 
+    /// The one lane of a standalone server, for light batches.
+    const LIGHT: LaneId = (None, false);
+
     /// Keys of the batches handed out, to tell them apart.
     fn sizes(batches: &[Waiting]) -> Vec<usize> {
         batches.iter().map(|w| w.section.keys.len()).collect()
@@ -186,15 +195,15 @@ mod tests {
         for n in 1..=CALLS_PER_LANE {
             let (w, r) = batch(n);
             receivers.push(r);
-            let sent = lanes.submit(None, w).expect("a free lane sends at once");
+            let sent = lanes.submit(LIGHT, w).expect("a free lane sends at once");
             assert_eq!(sizes(&sent), [n], "alone, with nothing waiting");
         }
         // Every call in flight: the next ones wait; another lane does not.
         let (w, _r1) = batch(7);
-        assert!(lanes.submit(None, w).is_none());
+        assert!(lanes.submit(LIGHT, w).is_none());
         let (w, _r2) = batch(8);
-        assert!(lanes.submit(None, w).is_none());
-        let other = Slot::new(42);
+        assert!(lanes.submit(LIGHT, w).is_none());
+        let other = (Slot::new(42), false);
         let (w, _r3) = batch(9);
         assert_eq!(
             sizes(&lanes.submit(other, w).unwrap()),
@@ -203,10 +212,10 @@ mod tests {
         );
 
         // A call ends: the waiting ones go out together, in order, on the same call.
-        assert_eq!(sizes(&lanes.next(None).unwrap()), [7, 8]);
+        assert_eq!(sizes(&lanes.next(LIGHT).unwrap()), [7, 8]);
         // Nothing waits: each ending call frees its place, and the lane is forgotten.
         for _ in 0..CALLS_PER_LANE {
-            assert!(lanes.next(None).is_none());
+            assert!(lanes.next(LIGHT).is_none());
         }
         assert!(lanes.next(other).is_none());
         assert!(lanes.lanes.lock().is_empty());
@@ -219,20 +228,20 @@ mod tests {
         for _ in 0..CALLS_PER_LANE {
             let (w, r) = batch(1);
             held.push(r);
-            lanes.submit(None, w).unwrap();
+            lanes.submit(LIGHT, w).unwrap();
         }
         // 100 one-key batches wait; the third one's caller stops waiting.
         for i in 0..100 {
             let (w, r) = batch(1);
-            assert!(lanes.submit(None, w).is_none());
+            assert!(lanes.submit(LIGHT, w).is_none());
             if i != 2 {
                 held.push(r);
             }
         }
-        let first = lanes.next(None).unwrap();
+        let first = lanes.next(LIGHT).unwrap();
         assert_eq!(first.len(), MAX_BATCHES, "capped at {MAX_BATCHES} batches");
         assert_eq!(
-            lanes.next(None).unwrap().len(),
+            lanes.next(LIGHT).unwrap().len(),
             99 - MAX_BATCHES,
             "the rest"
         );
@@ -245,12 +254,35 @@ mod tests {
         for keys in [MAX_KEYS - 1, 2, MAX_KEYS + 5, 1] {
             let (w, r) = batch(keys);
             held.push(r);
-            assert!(lanes.submit(None, w).is_none());
+            assert!(lanes.submit(LIGHT, w).is_none());
         }
-        assert_eq!(sizes(&lanes.next(None).unwrap()), [MAX_KEYS - 1]);
-        assert_eq!(sizes(&lanes.next(None).unwrap()), [2]);
-        assert_eq!(sizes(&lanes.next(None).unwrap()), [MAX_KEYS + 5]);
-        assert_eq!(sizes(&lanes.next(None).unwrap()), [1]);
+        assert_eq!(sizes(&lanes.next(LIGHT).unwrap()), [MAX_KEYS - 1]);
+        assert_eq!(sizes(&lanes.next(LIGHT).unwrap()), [2]);
+        assert_eq!(sizes(&lanes.next(LIGHT).unwrap()), [MAX_KEYS + 5]);
+        assert_eq!(sizes(&lanes.next(LIGHT).unwrap()), [1]);
+    }
+
+    #[test]
+    fn a_heavy_lane_sends_one_batch_per_call_one_call_at_a_time() {
+        let lanes = Lanes::default();
+        let heavy = (None, true);
+        let mut held = Vec::new();
+        let (w, r) = batch(1);
+        held.push(r);
+        assert_eq!(sizes(&lanes.submit(heavy, w).unwrap()), [1]);
+        // One heavy call in flight: the next heavy ones wait, light ones do not.
+        for keys in [2, 3] {
+            let (w, r) = batch(keys);
+            held.push(r);
+            assert!(lanes.submit(heavy, w).is_none());
+        }
+        let (w, r) = batch(9);
+        held.push(r);
+        assert_eq!(sizes(&lanes.submit(LIGHT, w).unwrap()), [9], "apart");
+        // Each ending call takes the next heavy batch alone.
+        assert_eq!(sizes(&lanes.next(heavy).unwrap()), [2]);
+        assert_eq!(sizes(&lanes.next(heavy).unwrap()), [3]);
+        assert!(lanes.next(heavy).is_none());
     }
 
     #[test]

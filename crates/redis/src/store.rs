@@ -262,11 +262,12 @@ impl Store for RedisStore {
             .iter()
             .map(|r| redis_key(&self.inner.prefix, r.key, r.limit))
             .collect();
-        let lane = if self.is_cluster() {
+        let slot = if self.is_cluster() {
             Some(same_slot(&keys, requests)?)
         } else {
             None
         };
+        let lane = (slot, spillway_core::is_heavy(requests));
         if requests
             .iter()
             .any(|r| r.limit.algorithm().counts_members())

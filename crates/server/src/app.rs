@@ -176,6 +176,7 @@ fn state(
         key_prefix: config.store.key_prefix.clone(),
         stop_increment_when_over_limit: s.stop_increment_when_over_limit,
         dynamic_metadata: s.dynamic_metadata,
+        max_request_work: s.max_request_work,
     };
     let mut service = Service::new(policies, stores(config, store), clock, options);
     let mut candidate_error = None;

@@ -218,6 +218,8 @@ pub struct Service {
     pub stop_increment_when_over_limit: bool,
     /// Responses carry the request and the passing rules' `metadata`.
     pub dynamic_metadata: bool,
+    /// The most store work one request may ask for (`spillway_core::work`).
+    pub max_request_work: u64,
     /// What a caller of the gRPC listener may ask beyond its descriptors.
     pub grpc_callers: Callers,
     /// What a caller of the HTTP listener (`/v1/check`, `/json`) may ask.

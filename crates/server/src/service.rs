@@ -48,7 +48,17 @@ pub struct Options {
     pub stop_increment_when_over_limit: bool,
     /// Answers carry the passing rules' `metadata` (`RESPONSE_DYNAMIC_METADATA`).
     pub dynamic_metadata: bool,
+    /// The most store work one request may ask for ([`spillway_core::work`]); more is
+    /// refused before any store call. Redis runs one script at a time, so one request's
+    /// script is what every other caller may wait behind.
+    pub max_request_work: u64,
 }
+
+/// The default of [`Options::max_request_work`]: 256 decisions of a fixed window, some
+/// milliseconds of Redis on a small machine (16 descriptors on a sliding window of
+/// precision 1,000; one of precision 10,000 fits, 157). 64 descriptors of precision
+/// 10,000 (10,048) held Redis long enough to time out every other caller.
+pub const MAX_REQUEST_WORK: u64 = 256;
 
 impl Options {
     /// `policies` as this service counts them: under its key prefix, and with the
@@ -73,6 +83,7 @@ impl Default for Options {
             key_prefix: String::new(),
             stop_increment_when_over_limit: false,
             dynamic_metadata: false,
+            max_request_work: MAX_REQUEST_WORK,
         }
     }
 }

@@ -14,6 +14,24 @@ impl Service {
     /// hit order.
     pub(super) async fn decide(&self, check: &mut Check<'_>) -> Result<Vec<Decided>, CheckError> {
         let now = check.now;
+        let work: u64 = check
+            .hits
+            .iter()
+            .filter_map(|h| match (&h.rule.limit, &h.key) {
+                (RuleLimit::Limited(limit), Some(key)) => {
+                    Some(spillway_core::work(&[Request::new(key, limit, h.cost)]))
+                }
+                _ => None,
+            })
+            .sum();
+        if work > self.options.max_request_work {
+            return Err(CheckError::Invalid(format!(
+                "this request would cost the store {work} units of work (its descriptors' rules: \
+                 a sliding window's sub-windows, a log's entries, ...), the most one request \
+                 may is {} (max_request_work)",
+                self.options.max_request_work
+            )));
+        }
         if check.one_round && self.stores.store().is_cluster() {
             self.stop_across_slots(&mut check.hits, &check.together, now)
                 .await?;

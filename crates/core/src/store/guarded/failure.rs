@@ -34,6 +34,17 @@ impl<S: Store> GuardedStore<S> {
                 .await
                 .unwrap_or(Err(Error::Timeout(t))),
         };
+        // A heavy batch that timed out says how heavy it is, not that the store is
+        // down: it is answered by its policy, but it does not count toward the breaker,
+        // so one client's heavy requests cannot open it for everyone (the store sends
+        // them in calls of their own, so light batches do not wait in them). Unless it
+        // is the breaker's probe: then it decides, as any probe.
+        if let Err(Error::Timeout(_)) = &result
+            && self.breaker.state() == crate::BreakerState::Closed
+            && crate::store::is_heavy(requests)
+        {
+            return result.map_err(StoreFailure::Failed);
+        }
         self.breaker.record(result, now)
     }
 
