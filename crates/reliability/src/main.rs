@@ -187,10 +187,25 @@ async fn hostile_table() -> anyhow::Result<()> {
     for c in &config {
         println!("{c}");
     }
+    let idle = ((hostile::open_files_limit() as usize).saturating_sub(1_000) / 2).min(20_000);
+    let h2 = hostile::h2_clients(&hostile::H2Case::all(idle)).await?;
+    println!("\n{}", hostile::H2_HEADER);
+    for r in &h2 {
+        println!("{r}");
+    }
+    let lies = hostile::lies().await?;
+    println!("\n{}", hostile::LIES_HEADER);
+    for l in &lies {
+        println!("{l}");
+    }
     let wrong = outcomes.iter().filter(|o| !o.ok()).count()
         + config.iter().filter(|c| !c.ok()).count()
         + slow.iter().filter(|r| r.closed < r.held).count()
-        + tls.iter().filter(|r| !r.ok(tls_timeout)).count();
+        + tls.iter().filter(|r| !r.ok(tls_timeout)).count()
+        + lies.iter().filter(|l| !l.ok()).count()
+        + h2.iter().filter(|r| !r.ok()).count();
+    let cases = outcomes.len() + slow.len() + tls.len() + config.len() + h2.len() + 3 * lies.len();
+    println!("\n{cases} hostile cases");
     let faults = outcomes.iter().filter(|o| o.server_fault).count();
     let panics = hostile::panics_so_far();
     let calls: u64 = outcomes

@@ -27,6 +27,19 @@ async fn every_malformed_request_is_refused_without_a_panic_a_5xx_or_a_store_cal
         3,
         "a control per API"
     );
+    println!("{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lie_of_the_store_is_answered_by_the_policy_without_a_panic() {
+    hostile::count_panics();
+    let panics = hostile::panics_so_far();
+    let outcomes = hostile::lies().await.unwrap();
+    let table: Vec<String> = outcomes.iter().map(ToString::to_string).collect();
+    let table = format!("{}\n{}", hostile::LIES_HEADER, table.join("\n"));
+    assert!(outcomes.iter().all(|o| o.ok()), "{table}");
+    assert_eq!(hostile::panics_so_far(), panics, "{table}");
+    println!("{table}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,6 +74,21 @@ async fn hostile_tls_clients_are_closed_counted_and_do_not_block_others() {
     let table = format!("{}\n{}", hostile::TLS_HEADER, table.join("\n"));
     assert_eq!(reports.len(), hostile::TlsCase::ALL.len());
     assert!(reports.iter().all(|r| r.ok(timeout)), "{table}");
+    assert_eq!(hostile::panics_so_far(), panics, "{table}");
+    println!("{table}");
+}
+
+/// Hostile HTTP/2 clients on the gRPC port; the idle flood as large as this process's
+/// file descriptors allow, up to 20,000 (each takes two here: client and server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_http2_clients_are_ended_and_others_are_served() {
+    hostile::count_panics();
+    let panics = hostile::panics_so_far();
+    let idle = ((hostile::open_files_limit() as usize).saturating_sub(1_000) / 2).min(20_000);
+    let reports = hostile::h2_clients(&hostile::H2Case::all(idle)).await.unwrap();
+    let table: Vec<String> = reports.iter().map(ToString::to_string).collect();
+    let table = format!("{}\n{}", hostile::H2_HEADER, table.join("\n"));
+    assert!(reports.iter().all(|r| r.ok()), "{table}");
     assert_eq!(hostile::panics_so_far(), panics, "{table}");
     println!("{table}");
 }

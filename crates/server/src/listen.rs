@@ -63,6 +63,9 @@ pub fn spawn_mutual_tls(
 /// Streams one HTTP/2 connection may have open at once.
 pub const MAX_CONCURRENT_STREAMS: u32 = 100;
 
+/// The most bytes of headers one HTTP/2 request may have.
+pub const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
+
 /// What one listener allows a client: how long it may take, how long it may stay
 /// idle, and how many connections may be open at once.
 #[derive(Clone, Copy, Debug)]
@@ -116,7 +119,10 @@ pub async fn serve(
         // The least HTTP/2 asks a server to allow; Envoy opens another connection when
         // a pool's streams are all in use. A stalled stream is ended by the gRPC
         // router's deadline, so one client cannot hold them for ever.
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        // A request's headers, at most (h2's default is 16 MiB, which a CONTINUATION
+        // flood fills before it is refused); Envoy's own default is 60 KiB.
+        .max_header_list_size(MAX_HEADER_LIST_BYTES);
     let connections = TaskTracker::new();
     let cap = limits.max_connections.map(|n| Arc::new(Semaphore::new(n)));
     let name = limits.name;
@@ -242,6 +248,9 @@ async fn connection(
     let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
     let mut conn = pin!(conn);
     let mut closing = false;
+    // After an idle close begins, how long the client has to let it finish: HTTP/2's
+    // graceful close waits for a PING's answer, which a hostile client never sends.
+    let mut dropped_at: Option<Instant> = None;
     loop {
         let idle_check = async {
             match activity.idle_deadline(limits.idle) {
@@ -249,7 +258,17 @@ async fn connection(
                 None => std::future::pending().await,
             }
         };
+        let give_up = async {
+            match dropped_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            () = give_up => {
+                tracing::debug!(listener = name, "an idle connection did not close: dropped");
+                return;
+            }
             ended = conn.as_mut() => {
                 if let Err(e) = ended {
                     tracing::debug!(listener = name, error = %e, "connection ended with an error");
@@ -263,6 +282,7 @@ async fn connection(
             () = idle_check, if !closing => {
                 if activity.idle_for(limits.idle) {
                     closing = true;
+                    dropped_at = Some(Instant::now() + limits.header_read);
                     metrics::connection_idle_closed(name);
                     tracing::debug!(listener = name, idle = ?limits.idle, "idle connection closed");
                     conn.as_mut().graceful_shutdown();

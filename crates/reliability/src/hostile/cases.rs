@@ -229,11 +229,12 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// A request that must be refused without reaching the store.
-fn refused(class: &str, api: Api, body: &[u8]) -> Case {
+pub(super) fn refused(class: &str, api: Api, body: &[u8]) -> Case {
     Case {
         class: class.into(),
         api,
         body: body.to_vec(),
+        headers: Vec::new(),
         valid: false,
     }
 }
@@ -244,6 +245,7 @@ fn control(api: Api, body: Vec<u8>) -> Case {
         class: "control: a valid request".into(),
         api,
         body,
+        headers: Vec::new(),
         valid: true,
     }
 }

@@ -4,8 +4,11 @@
 //! a 5xx, and never reach Redis: store calls are counted by Redis itself
 //! (`INFO commandstats`), so a valid control request proves the count works.
 
+mod boundary;
 mod cases;
 mod config;
+mod h2;
+mod lies;
 mod slow;
 mod tls;
 
@@ -20,7 +23,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use spillway_testkit::redis::RedisServer;
 
+pub use boundary::boundary_cases;
 pub use cases::cases;
+pub use h2::{H2_HEADER, H2Case, H2Report, h2_clients, open_files_limit};
+pub use lies::{LIES_HEADER, LieOutcome, lies};
 pub use config::{CONFIG_HEADER, ConfigOutcome, config_cases, run_config};
 pub use slow::{SLOW_HEADER, Slow, SlowReport, slow_clients};
 pub use tls::{TLS_HEADER, TlsCase, TlsReport, tls_clients};
@@ -37,15 +43,18 @@ pub enum Api {
     Json,
     /// gRPC `ShouldRateLimit`, the bytes framed as they are (so they need not decode).
     Grpc,
+    /// The admin listener: this method on this path (a body is sent when there is one).
+    Admin(&'static str, &'static str),
 }
 
-/// One request: what it is, where it goes, its body, and whether it is valid (the
-/// control, which must reach the store).
+/// One request: what it is, where it goes, its body, its headers beside the usual
+/// ones, and whether it is valid (the control, which must reach the store).
 #[derive(Clone, Debug)]
 pub struct Case {
     pub class: String,
     pub api: Api,
     pub body: Vec<u8>,
+    pub headers: Vec<(&'static str, String)>,
     pub valid: bool,
 }
 
@@ -100,10 +109,13 @@ pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
     let panics_before = PANICS.load(Ordering::SeqCst);
     let redis = tokio::task::spawn_blocking(RedisServer::start).await?;
     let settings = service_settings("hostile", Policy::Closed, redis.url())?;
+    // A rule as heavy as a rule gets: a request of 64 descriptors on it is past any
+    // request's budget of store work (`max_request_work`).
+    std::fs::write(settings.rules.path.join("heavy.yaml"), boundary::HEAVY_POLICY)?;
     let running = crate::trial::start(settings.clone()).await?;
-    let sender = Sender::new(running.http_addr, running.grpc_addr)?;
+    let sender = Sender::new(&running)?;
     let mut outcomes = Vec::new();
-    for case in cases() {
+    for case in cases().into_iter().chain(boundary_cases()) {
         let before = script_calls(&redis.url()).await?;
         let (status, message, server_fault) = sender.send(&case).await;
         outcomes.push(Outcome {
@@ -137,13 +149,11 @@ struct Sender {
     h2: Client<HttpConnector, Full<Bytes>>,
     http_addr: std::net::SocketAddr,
     grpc_addr: std::net::SocketAddr,
+    admin_addr: Option<std::net::SocketAddr>,
 }
 
 impl Sender {
-    fn new(
-        http_addr: std::net::SocketAddr,
-        grpc_addr: std::net::SocketAddr,
-    ) -> anyhow::Result<Sender> {
+    fn new(running: &spillway_server::Running) -> anyhow::Result<Sender> {
         Ok(Sender {
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
@@ -151,9 +161,32 @@ impl Sender {
             h2: Client::builder(TokioExecutor::new())
                 .http2_only(true)
                 .build_http(),
-            http_addr,
-            grpc_addr,
+            http_addr: running.http_addr,
+            grpc_addr: running.grpc_addr,
+            admin_addr: running.admin_addr,
         })
+    }
+
+    /// An HTTP request's status, error message, and whether it is a server fault.
+    async fn http(&self, request: reqwest::RequestBuilder, case: &Case) -> (String, String, bool) {
+        let mut request = request.body(case.body.clone());
+        for (name, value) in &case.headers {
+            request = request.header(*name, value);
+        }
+        let Ok(r) = request.send().await else {
+            return ("no answer".into(), String::new(), true);
+        };
+        let status = r.status();
+        let text = r.text().await.unwrap_or_default();
+        let error = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(String::from));
+        let fault = status.is_server_error() || (status.is_client_error() && error.is_none());
+        (
+            status.as_u16().to_string(),
+            error.unwrap_or_default(),
+            fault,
+        )
     }
 
     /// Status, message, and whether it is a server fault.
@@ -165,34 +198,25 @@ impl Sender {
                 } else {
                     "/json"
                 };
-                let sent = self
+                let request = self
                     .http
                     .post(format!("http://{}{path}", self.http_addr))
-                    .header("content-type", "application/json")
-                    .body(case.body.clone())
-                    .send()
-                    .await;
-                let Ok(r) = sent else {
-                    return ("no answer".into(), String::new(), true);
+                    .header("content-type", "application/json");
+                self.http(request, case).await
+            }
+            Api::Admin(method, path) => {
+                let Some(admin) = self.admin_addr else {
+                    return ("no admin listener".into(), String::new(), true);
                 };
-                let status = r.status();
-                let text = r.text().await.unwrap_or_default();
-                let error = serde_json::from_str::<serde_json::Value>(&text)
-                    .ok()
-                    .and_then(|v| v["error"]["message"].as_str().map(String::from));
-                let fault =
-                    status.is_server_error() || (status.is_client_error() && error.is_none());
-                (
-                    status.as_u16().to_string(),
-                    error.unwrap_or_default(),
-                    fault,
-                )
+                let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+                let request = self.http.request(method, format!("http://{admin}{path}"));
+                self.http(request, case).await
             }
             Api::Grpc => self.grpc(&case.body).await,
         }
     }
 
-    async fn grpc(&self, message: &[u8]) -> (String, String, bool) {
+    pub(super) async fn grpc(&self, message: &[u8]) -> (String, String, bool) {
         let mut frame = vec![0u8];
         frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
         frame.extend_from_slice(message);
@@ -244,10 +268,15 @@ fn grpc_name(code: i32) -> &'static str {
 impl fmt::Display for Outcome {
     /// One Markdown table row.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let admin;
         let api = match self.api {
             Api::Check => "`/v1/check`",
             Api::Json => "`/json`",
             Api::Grpc => "gRPC",
+            Api::Admin(method, path) => {
+                admin = format!("admin `{method} {path}`");
+                &admin
+            }
         };
         let mut message: String = self.message.chars().take(90).collect();
         if message.len() < self.message.len() {

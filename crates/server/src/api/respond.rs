@@ -25,6 +25,8 @@ pub enum Refused {
     BodyUnreadable(String),
     /// No route: 404.
     NoSuchEndpoint,
+    /// A route, but not for this method: 405.
+    MethodNotAllowed,
     /// `/readyz` while not ready, and why: 503.
     NotReady(String),
     /// Over mutual TLS, a client without a certificate asked for more than health: 403.
@@ -85,6 +87,11 @@ pub fn refused(r: Refused) -> Response {
             StatusCode::NOT_FOUND,
             "not_found",
             "no such endpoint".to_owned(),
+        ),
+        Refused::MethodNotAllowed => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this endpoint does not take that method".to_owned(),
         ),
         Refused::NotReady(why) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready", why),
         Refused::ClientCertRequired => (

@@ -34,6 +34,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/check", post(v1::check))
         .route("/json", post(reference::check))
         .fallback(|| async { respond::refused(Refused::NoSuchEndpoint) })
+        .method_not_allowed_fallback(|| async { respond::refused(Refused::MethodNotAllowed) })
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             read_body,
@@ -58,6 +59,7 @@ pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>, hosts: Arc<[S
         .route("/v1/history", get(ops::history))
         .route("/rlconfig", get(ops::rlconfig))
         .fallback(|| async { respond::refused(Refused::NoSuchEndpoint) })
+        .method_not_allowed_fallback(|| async { respond::refused(Refused::MethodNotAllowed) })
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             read_body,
@@ -85,6 +87,7 @@ pub fn metrics_router(path: &str) -> Router {
         .route(path, get(ops::prometheus))
         .route("/healthz", get(|| async { "ok\n" }))
         .fallback(|| async { respond::refused(Refused::NoSuchEndpoint) })
+        .method_not_allowed_fallback(|| async { respond::refused(Refused::MethodNotAllowed) })
 }
 
 /// Health and metrics, on both listeners.

@@ -1,0 +1,587 @@
+//! Hostile HTTP/2 clients on the gRPC port (issue #37, point 1), in raw frames: streams
+//! that announce 4 MiB and stall, tens of thousands of idle connections, the rapid
+//! reset, floods of SETTINGS, PING and CONTINUATION frames, a window that overflows or
+//! never opens, a 1 MiB header, garbage. Each against a fresh service; a good caller,
+//! on a connection of its own, asks after each (and during the long ones); the
+//! process's RSS and file descriptors are read before and after.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use spillway_server::{App, Config, Running};
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const RLS: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+const HEALTH: &str = "/grpc.health.v1.Health/Check";
+
+/// The cases, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum H2Case {
+    /// 200 gRPC streams (four connections of 50: within a connection's first window of
+    /// 64 KiB) that announce 4 MiB, send 1 KiB, stall.
+    StalledStreams,
+    /// Many connections that send the preface and SETTINGS, then nothing.
+    IdleConnections(usize),
+    /// 10,000 streams opened and reset at once (CVE-2023-44487).
+    RapidReset,
+    /// 10,000 SETTINGS frames.
+    SettingsFlood,
+    /// 100,000 PINGs, their answers never read.
+    PingFlood,
+    /// HEADERS without END_HEADERS, then CONTINUATION frames without end
+    /// (CVE-2024-27316).
+    ContinuationFlood,
+    /// A header of 1 MiB.
+    HugeHeader,
+    /// WINDOW_UPDATE increments that push the window past 2^31 - 1.
+    WindowOverflow,
+    /// An initial window of 0, then 100 calls whose answers can never be sent.
+    ZeroWindow,
+    /// The preface, then 64 KiB of garbage.
+    GarbageFrames,
+    /// A client stream on an even id, then one reusing a closed id.
+    BadStreamIds,
+}
+
+impl H2Case {
+    /// Every case (`idle` connections for the idle one).
+    pub fn all(idle: usize) -> Vec<H2Case> {
+        vec![
+            H2Case::StalledStreams,
+            H2Case::IdleConnections(idle),
+            H2Case::RapidReset,
+            H2Case::SettingsFlood,
+            H2Case::PingFlood,
+            H2Case::ContinuationFlood,
+            H2Case::HugeHeader,
+            H2Case::WindowOverflow,
+            H2Case::ZeroWindow,
+            H2Case::GarbageFrames,
+            H2Case::BadStreamIds,
+        ]
+    }
+
+    fn describe(self) -> String {
+        match self {
+            H2Case::StalledStreams => {
+                "200 gRPC streams announcing 4 MiB, 1 KiB sent, then stalled".into()
+            }
+            H2Case::IdleConnections(n) => format!("{n} idle connections (preface, SETTINGS, nothing)"),
+            H2Case::RapidReset => "10,000 streams opened and reset (rapid reset)".into(),
+            H2Case::SettingsFlood => "10,000 SETTINGS frames".into(),
+            H2Case::PingFlood => "100,000 PINGs, answers never read".into(),
+            H2Case::ContinuationFlood => "HEADERS then endless CONTINUATION (16 MiB)".into(),
+            H2Case::HugeHeader => "a header of 1 MiB".into(),
+            H2Case::WindowOverflow => "WINDOW_UPDATE past 2^31 - 1".into(),
+            H2Case::ZeroWindow => "initial window 0, 100 calls that cannot be answered".into(),
+            H2Case::GarbageFrames => "the preface, then 64 KiB of garbage".into(),
+            H2Case::BadStreamIds => "an even stream id, then a closed one reused".into(),
+        }
+    }
+}
+
+/// What a case did.
+#[derive(Clone, Debug)]
+pub struct H2Report {
+    pub case: H2Case,
+    /// What the hostile client saw, in words (its streams' ends, or the connection's).
+    pub seen: String,
+    /// How long until the server had ended it all (closed, reset or answered).
+    pub ended_after: Duration,
+    /// The good caller was answered OK during and after.
+    pub others_served: bool,
+    /// What a second run of the case added to RSS (KiB; negative: less): a client's
+    /// leftovers. (The first run's peak stays resident: the allocator keeps what it
+    /// freed.)
+    pub rss_kib: i64,
+    /// File descriptors still held after the case ended.
+    pub fds: i64,
+}
+
+impl H2Report {
+    /// Whether it went as it must: others served, no more than 16 file descriptors
+    /// still held, and a third run adding at most 10 MiB (an idle flood: 10 KiB a
+    /// connection, as the allocator's arenas settle: 166, 81, then 52 MiB for 9,500).
+    pub fn ok(&self) -> bool {
+        let margin = match self.case {
+            H2Case::IdleConnections(n) => 10 * n as i64,
+            _ => 10 * 1024,
+        };
+        self.others_served && self.rss_kib <= margin && self.fds <= 16
+    }
+}
+
+/// A service for the cases: the memory store, short deadlines, so a case ends quickly.
+async fn service() -> anyhow::Result<(Running, std::path::PathBuf)> {
+    let dir = std::env::temp_dir().join(format!("spillway-h2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("reliability.yaml"),
+        crate::Policy::Closed.yaml(),
+    )?;
+    let mut config = Config::ephemeral(&dir);
+    config.rules.watch = false;
+    config.listen.grpc_request_timeout = Duration::from_millis(300);
+    config.listen.header_read_timeout = Duration::from_millis(500);
+    config.listen.idle_timeout = Duration::from_secs(1);
+    let running = App::builder(config).build().await?.start().await?;
+    Ok((running, dir))
+}
+
+/// Runs each case against a fresh service.
+pub async fn h2_clients(cases: &[H2Case]) -> anyhow::Result<Vec<H2Report>> {
+    super::count_panics();
+    let mut reports = Vec::new();
+    for &case in cases {
+        let (running, dir) = service().await?;
+        let sender = super::Sender::new(&running)?;
+        // Warm: the good caller's connection and the service's first answers.
+        let good = good_call(&sender).await;
+        let fds = open_fds();
+        // Three times: memory freed after a run stays resident (the allocator keeps it,
+        // per thread), so what the third adds is what a client leaves behind (a leak
+        // adds again each time).
+        let first = round(case, &running, &sender, good).await;
+        settle(fds).await;
+        let between = round(case, &running, &sender, good).await;
+        settle(fds).await;
+        let rss = rss_kib();
+        let second = round(case, &running, &sender, good).await;
+        let first = (first.0, first.1, first.2 && between.2);
+        let fds_after = settle(fds).await;
+        drop(sender);
+        reports.push(H2Report {
+            case,
+            seen: second.0,
+            ended_after: second.1,
+            others_served: first.2 && second.2,
+            rss_kib: rss_kib() as i64 - rss as i64,
+            fds: fds_after as i64 - fds as i64,
+        });
+        running.stop().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(reports)
+}
+
+/// One run of the hostile client of `case`, the good caller asking every 50 ms
+/// meanwhile and once after: what the client saw, how long it took, and whether the good
+/// caller was answered OK every time.
+async fn round(
+    case: H2Case,
+    running: &Running,
+    sender: &super::Sender,
+    good: bool,
+) -> (String, Duration, bool) {
+    let started = Instant::now();
+    let hostile = run(case, running.grpc_addr);
+    let watch = async {
+        let mut served = good;
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            served &= good_call(sender).await;
+            if served_enough(started) {
+                return served;
+            }
+        }
+    };
+    let (seen, served_during) = tokio::select! {
+        seen = hostile => (seen, true),
+        served = watch => (String::from("still running after 30 s"), served),
+    };
+    let ended_after = started.elapsed();
+    (seen, ended_after, served_during && good_call(sender).await)
+}
+
+/// File descriptors open once the server has let go of the case's connections (their
+/// tasks end a moment after their sockets close), waiting up to 3 s for `fds`.
+async fn settle(fds: u64) -> u64 {
+    let until = Instant::now() + Duration::from_secs(3);
+    while open_fds() > fds + 16 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    open_fds()
+}
+
+fn served_enough(started: Instant) -> bool {
+    started.elapsed() > Duration::from_secs(30)
+}
+
+/// A valid `ShouldRateLimit` on the good caller's own connection: answered OK.
+async fn good_call(sender: &super::Sender) -> bool {
+    let message = super::cases::cases()
+        .into_iter()
+        .find(|c| c.valid && c.api == super::Api::Grpc)
+        .expect("a gRPC control")
+        .body;
+    sender.grpc(&message).await.0 == "0 OK"
+}
+
+/// The hostile client of `case`: what it saw.
+async fn run(case: H2Case, addr: SocketAddr) -> String {
+    match case {
+        H2Case::StalledStreams => {
+            let mut conns = Vec::new();
+            for _ in 0..4 {
+                let Ok(mut c) = connect(addr).await else {
+                    return "could not connect".into();
+                };
+                for i in 0..50u32 {
+                    let id = 1 + 2 * i;
+                    let mut w = headers(id, RLS, false);
+                    let mut data = vec![0u8];
+                    data.extend((4u32 << 20).to_be_bytes());
+                    data.extend(vec![0u8; 1024]);
+                    w.extend(frame(0x0, 0, id, &data));
+                    let _ = c.write_all(&w).await;
+                }
+                conns.push(c);
+            }
+            // Each stream must end (trailers with grpc-status, or a reset).
+            let mut ended = Vec::new();
+            for mut c in conns {
+                ended.push(count_ends(&mut c, 50, Duration::from_secs(10)).await);
+            }
+            format!(
+                "{} of 200 streams ended by the server ({ended:?} a connection)",
+                ended.iter().sum::<usize>()
+            )
+        }
+        H2Case::IdleConnections(n) => {
+            let mut conns = Vec::with_capacity(n);
+            for _ in 0..n {
+                match connect(addr).await {
+                    Ok(c) => conns.push(c),
+                    Err(_) => break,
+                }
+            }
+            let opened = conns.len();
+            // Each must be closed by the server (GOAWAY, then EOF) within its idle
+            // timeout and a margin.
+            let deadline = Instant::now() + Duration::from_secs(15);
+            let mut closed = 0;
+            for mut c in conns {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if until_eof(&mut c, left).await {
+                    closed += 1;
+                }
+            }
+            format!("{opened} opened, {closed} closed by the server")
+        }
+        H2Case::RapidReset => {
+            flood(addr, |i| {
+                let id = 1 + 2 * i;
+                let mut w = headers(id, RLS, false);
+                w.extend(frame(0x3, 0, id, &8u32.to_be_bytes())); // RST_STREAM CANCEL
+                w
+            }, 10_000)
+            .await
+        }
+        H2Case::SettingsFlood => flood(addr, |_| frame(0x4, 0, 0, &[]), 10_000).await,
+        H2Case::PingFlood => flood(addr, |_| frame(0x6, 0, 0, &[0; 8]), 100_000).await,
+        H2Case::ContinuationFlood => {
+            let Ok(mut c) = connect(addr).await else {
+                return "could not connect".into();
+            };
+            let mut w = frame(0x1, 0x0, 1, &hpack(":method", "POST")); // no END_HEADERS
+            let block = hpack("x-filler", &"a".repeat(16_000));
+            for _ in 0..1024 {
+                w.extend(frame(0x9, 0x0, 1, &block));
+            }
+            let _ = c.write_all(&w).await;
+            ended(&mut c).await
+        }
+        H2Case::HugeHeader => {
+            let Ok(mut c) = connect(addr).await else {
+                return "could not connect".into();
+            };
+            let mut block = request_block(HEALTH);
+            block.extend(hpack("x-huge", &"a".repeat(1 << 20)));
+            let mut w = Vec::new();
+            // HEADERS then CONTINUATIONs of 16 KiB, the last with END_HEADERS.
+            let chunks: Vec<&[u8]> = block.chunks(16_384).collect();
+            for (i, chunk) in chunks.iter().enumerate() {
+                let last = i + 1 == chunks.len();
+                let (kind, flags) = if i == 0 { (0x1, 0x1) } else { (0x9, 0x0) };
+                w.extend(frame(kind, flags | if last { 0x4 } else { 0 }, 1, chunk));
+            }
+            let _ = c.write_all(&w).await;
+            ended(&mut c).await
+        }
+        H2Case::WindowOverflow => {
+            let Ok(mut c) = connect(addr).await else {
+                return "could not connect".into();
+            };
+            let w = [
+                frame(0x8, 0, 0, &0x7fff_ffffu32.to_be_bytes()),
+                frame(0x8, 0, 0, &0x7fff_ffffu32.to_be_bytes()),
+            ]
+            .concat();
+            let _ = c.write_all(&w).await;
+            ended(&mut c).await
+        }
+        H2Case::ZeroWindow => {
+            let Ok(mut c) = TcpStream::connect(addr).await else {
+                return "could not connect".into();
+            };
+            // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0.
+            let mut w = PREFACE.to_vec();
+            w.extend(frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+            for i in 0..100u32 {
+                let id = 1 + 2 * i;
+                w.extend(headers(id, HEALTH, false));
+                w.extend(frame(0x0, 0x1, id, &[0, 0, 0, 0, 0]));
+            }
+            let _ = c.write_all(&w).await;
+            // Answers that cannot be sent are held by the server until the connection
+            // goes: the client leaves after 2 s, and what was held must be freed.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            "left after 2 s".into()
+        }
+        H2Case::GarbageFrames => {
+            let Ok(mut c) = TcpStream::connect(addr).await else {
+                return "could not connect".into();
+            };
+            let mut w = PREFACE.to_vec();
+            w.extend((0..65_536u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
+            let _ = c.write_all(&w).await;
+            ended(&mut c).await
+        }
+        H2Case::BadStreamIds => {
+            let Ok(mut c) = connect(addr).await else {
+                return "could not connect".into();
+            };
+            let mut w = headers(2, HEALTH, true);
+            w.extend(headers(1, HEALTH, true));
+            w.extend(headers(1, HEALTH, true));
+            let _ = c.write_all(&w).await;
+            ended(&mut c).await
+        }
+    }
+}
+
+/// One connection that sends `n` frames made by `make`, then reads until the server
+/// closes it or 10 s pass.
+async fn flood(addr: SocketAddr, make: impl Fn(u32) -> Vec<u8>, n: u32) -> String {
+    let Ok(mut c) = connect(addr).await else {
+        return "could not connect".into();
+    };
+    let mut w = Vec::new();
+    for i in 0..n {
+        w.extend(make(i));
+    }
+    // The server may close before it has read it all: a failed write is an answer.
+    let wrote = tokio::time::timeout(Duration::from_secs(10), c.write_all(&w)).await;
+    let written = match wrote {
+        Ok(Ok(())) => "all sent",
+        Ok(Err(_)) => "the server closed while it was sent",
+        Err(_) => "the server stopped reading",
+    };
+    format!("{written}; {}", ended(&mut c).await)
+}
+
+/// Reads until the server closes (or 10 s): what ended the connection.
+async fn ended(c: &mut TcpStream) -> String {
+    let mut buf = vec![0u8; 65_536];
+    let mut goaway = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, c.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => {
+                if goaway.is_none() {
+                    goaway = find_goaway(&buf[..n]);
+                }
+            }
+            Err(_) => return "still open after 10 s".into(),
+        }
+    }
+    match goaway {
+        Some(code) => format!("GOAWAY {}, closed", error_name(code)),
+        None => "closed".into(),
+    }
+}
+
+/// Reads `c` until `streams` streams have ended (an END_STREAM HEADERS or DATA, or a
+/// RST_STREAM) or `within` passes: how many did.
+async fn count_ends(c: &mut TcpStream, streams: usize, within: Duration) -> usize {
+    let mut buf = Vec::new();
+    let mut ended = std::collections::HashSet::new();
+    let deadline = Instant::now() + within;
+    let mut chunk = vec![0u8; 65_536];
+    while ended.len() < streams {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, c.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => break,
+        }
+        // Whole frames, from the start of the buffer.
+        let mut at = 0;
+        while buf.len() >= at + 9 {
+            let len = u32::from_be_bytes([0, buf[at], buf[at + 1], buf[at + 2]]) as usize;
+            if buf.len() < at + 9 + len {
+                break;
+            }
+            let (kind, flags) = (buf[at + 3], buf[at + 4]);
+            let id = u32::from_be_bytes([buf[at + 5], buf[at + 6], buf[at + 7], buf[at + 8]])
+                & 0x7fff_ffff;
+            if id != 0 && (kind == 0x3 || (matches!(kind, 0x0 | 0x1) && flags & 0x1 != 0)) {
+                ended.insert(id);
+            }
+            at += 9 + len;
+        }
+        buf.drain(..at);
+    }
+    ended.len()
+}
+
+/// Whether the server closes `c` within `within`.
+async fn until_eof(c: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, c.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// The error code of the first GOAWAY among whole frames at the start of `bytes`.
+fn find_goaway(bytes: &[u8]) -> Option<u32> {
+    let mut at = 0;
+    while bytes.len() >= at + 9 {
+        let len = u32::from_be_bytes([0, bytes[at], bytes[at + 1], bytes[at + 2]]) as usize;
+        if bytes[at + 3] == 0x7 && bytes.len() >= at + 9 + 8 {
+            let p = at + 9 + 4;
+            return Some(u32::from_be_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]));
+        }
+        at += 9 + len;
+    }
+    None
+}
+
+fn error_name(code: u32) -> &'static str {
+    match code {
+        0 => "NO_ERROR",
+        1 => "PROTOCOL_ERROR",
+        2 => "INTERNAL_ERROR",
+        3 => "FLOW_CONTROL_ERROR",
+        6 => "FRAME_SIZE_ERROR",
+        9 => "COMPRESSION_ERROR",
+        11 => "ENHANCE_YOUR_CALM",
+        _ => "other",
+    }
+}
+
+/// A TCP connection that has sent the preface and an empty SETTINGS.
+async fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let mut c = TcpStream::connect(addr).await?;
+    let mut w = PREFACE.to_vec();
+    w.extend(frame(0x4, 0, 0, &[]));
+    c.write_all(&w).await?;
+    Ok(c)
+}
+
+/// One frame.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = len.to_be_bytes()[1..].to_vec();
+    f.extend([kind, flags]);
+    f.extend(stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A gRPC call's HEADERS on `stream` (END_HEADERS; END_STREAM when `end`).
+fn headers(stream: u32, path: &str, end: bool) -> Vec<u8> {
+    frame(0x1, 0x4 | if end { 0x1 } else { 0 }, stream, &request_block(path))
+}
+
+fn request_block(path: &str) -> Vec<u8> {
+    [
+        hpack(":method", "POST"),
+        hpack(":scheme", "http"),
+        hpack(":path", path),
+        hpack(":authority", "spillway"),
+        hpack("content-type", "application/grpc"),
+        hpack("te", "trailers"),
+    ]
+    .concat()
+}
+
+/// A header as HPACK's literal without indexing, new name, no Huffman.
+fn hpack(name: &str, value: &str) -> Vec<u8> {
+    let mut out = vec![0x00];
+    for s in [name, value] {
+        out.extend(integer(s.len(), 7));
+        out.extend_from_slice(s.as_bytes());
+    }
+    out
+}
+
+/// HPACK's integer with an N-bit prefix (the flag bits above it are 0).
+fn integer(mut n: usize, prefix: u32) -> Vec<u8> {
+    let max = (1usize << prefix) - 1;
+    if n < max {
+        return vec![n as u8];
+    }
+    let mut out = vec![max as u8];
+    n -= max;
+    while n >= 128 {
+        out.push((n % 128 + 128) as u8);
+        n /= 128;
+    }
+    out.push(n as u8);
+    out
+}
+
+fn rss_kib() -> u64 {
+    crate::proc_status("VmRSS")
+        .and_then(|v| v.trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn open_fds() -> u64 {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
+}
+
+/// The soft limit of open files of this process.
+pub fn open_files_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            l.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
+        })
+        .unwrap_or(1024)
+}
+
+impl fmt::Display for H2Report {
+    /// One Markdown table row.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "| {} | {} | {:.1} s | {} | {:+.1} MiB | {:+} | {} |",
+            self.case.describe(),
+            self.seen,
+            self.ended_after.as_secs_f64(),
+            if self.others_served { "yes" } else { "**no**" },
+            self.rss_kib as f64 / 1024.0,
+            self.fds,
+            if self.ok() { "yes" } else { "**no**" }
+        )
+    }
+}
+
+/// The table's header, for [`H2Report`]'s rows.
+pub const H2_HEADER: &str = "| HTTP/2 client (h2c, gRPC port) | what it saw | ended after | others served | RSS after | fds after | as it must |\n|---|---|---|---|---|---|---|";
