@@ -187,8 +187,7 @@ async fn hostile_table() -> anyhow::Result<()> {
     for c in &config {
         println!("{c}");
     }
-    let idle = ((hostile::open_files_limit() as usize).saturating_sub(1_000) / 2).min(20_000);
-    let h2 = hostile::h2_clients(&hostile::H2Case::all(idle)).await?;
+    let h2 = hostile::h2_clients(&hostile::H2Case::all(20_000)).await?;
     println!("\n{}", hostile::H2_HEADER);
     for r in &h2 {
         println!("{r}");

@@ -260,7 +260,10 @@ pub fn boundary_cases() -> Vec<Case> {
         "a post from `Origin: https://evil.example`",
         Api::Admin("POST", "/v1/explain"),
         explain,
-        &[("content-type", "text/plain"), ("origin", "https://evil.example")],
+        &[
+            ("content-type", "text/plain"),
+            ("origin", "https://evil.example"),
+        ],
     ));
     cases.push(with(
         "DNS rebinding on a post",
@@ -270,7 +273,12 @@ pub fn boundary_cases() -> Vec<Case> {
     ));
     for (class, method, path, body) in [
         ("no such page", "GET", "/nothing-here", &b""[..]),
-        ("a path that climbs", "GET", "/ui/../../etc/passwd", &b""[..]),
+        (
+            "a path that climbs",
+            "GET",
+            "/ui/../../etc/passwd",
+            &b""[..],
+        ),
         ("not JSON", "POST", "/v1/explain", &b"not json"[..]),
         (
             "empty domain",
@@ -278,8 +286,18 @@ pub fn boundary_cases() -> Vec<Case> {
             "/v1/explain",
             &br#"{"domain":"","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}"#[..],
         ),
-        ("a method it does not take", "DELETE", "/v1/config", &b""[..]),
-        ("a query that is not a number", "GET", "/v1/top?limit=abc", &b""[..]),
+        (
+            "a method it does not take",
+            "DELETE",
+            "/v1/config",
+            &b""[..],
+        ),
+        (
+            "a query that is not a number",
+            "GET",
+            "/v1/top?limit=abc",
+            &b""[..],
+        ),
     ] {
         cases.push(with(class, Api::Admin(method, path), body, &[]));
     }

@@ -80,7 +80,11 @@ pub async fn lies() -> anyhow::Result<Vec<LieOutcome>> {
             outcome.leaked |= r.text().await?.contains("user_victim");
             let sender = super::Sender::new(&running)?;
             let (code, message, _) = sender.grpc(&grpc_request()).await;
-            outcome.grpc[i] = code.split(' ').next().and_then(|c| c.parse().ok()).unwrap_or(-1);
+            outcome.grpc[i] = code
+                .split(' ')
+                .next()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(-1);
             outcome.leaked |= message.contains("user_victim");
         }
         running.stop().await;
@@ -120,7 +124,11 @@ async fn tower_layer(url: &str) -> anyhow::Result<[u16; 2]> {
         .await?;
     let limit = Limit::new(Algorithm::TokenBucket, 10, Duration::from_secs(60))?;
     let layer = RateLimitLayer::builder(store)
-        .limit(Rule::new("per-key", limit, KeyExtractor::header("x-api-key")))
+        .limit(Rule::new(
+            "per-key",
+            limit,
+            KeyExtractor::header("x-api-key"),
+        ))
         .on_store_error(OnStoreError::Closed)
         .deny_cache(0)
         .build()?;

@@ -25,9 +25,9 @@ use spillway_testkit::redis::RedisServer;
 
 pub use boundary::boundary_cases;
 pub use cases::cases;
-pub use h2::{H2_HEADER, H2Case, H2Report, h2_clients, open_files_limit};
-pub use lies::{LIES_HEADER, LieOutcome, lies};
 pub use config::{CONFIG_HEADER, ConfigOutcome, config_cases, run_config};
+pub use h2::{H2_HEADER, H2Case, H2Report, MAX_CONNECTIONS, h2_clients};
+pub use lies::{LIES_HEADER, LieOutcome, lies};
 pub use slow::{SLOW_HEADER, Slow, SlowReport, slow_clients};
 pub use tls::{TLS_HEADER, TlsCase, TlsReport, tls_clients};
 
@@ -111,7 +111,10 @@ pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
     let settings = service_settings("hostile", Policy::Closed, redis.url())?;
     // A rule as heavy as a rule gets: a request of 64 descriptors on it is past any
     // request's budget of store work (`max_request_work`).
-    std::fs::write(settings.rules.path.join("heavy.yaml"), boundary::HEAVY_POLICY)?;
+    std::fs::write(
+        settings.rules.path.join("heavy.yaml"),
+        boundary::HEAVY_POLICY,
+    )?;
     let running = crate::trial::start(settings.clone()).await?;
     let sender = Sender::new(&running)?;
     let mut outcomes = Vec::new();
