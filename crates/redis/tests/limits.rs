@@ -2,7 +2,7 @@
 //! store (the specification) decides them. Issue #37 (8): a `sliding_window` of
 //! precision 8,000 or 10,000 was accepted by `validate` and failed every decision on
 //! Redis ("too many results to unpack": Lua 5.1 passes at most about 8,000 values at
-//! once).
+//! once). The largest sketched `distinct` limit, 10,000,000, too.
 
 mod support;
 
@@ -45,6 +45,11 @@ fn largest() -> Vec<Limit> {
     // 60 sub-buckets of 200 ms.
     let twelve = Duration::from_secs(12);
     limits.push(Limit::new(distinct, 3, twelve).expect("the largest precision is valid"));
+    // And the largest sketched limit (its filters as large as filters get: 12.5 MB each,
+    // grown a block at a time), at the largest precision.
+    limits.push(
+        Limit::new(distinct, distinct::MAX_LIMIT, twelve).expect("the largest limit is valid"),
+    );
     limits
 }
 
