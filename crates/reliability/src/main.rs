@@ -187,10 +187,16 @@ async fn hostile_table() -> anyhow::Result<()> {
     for c in &config {
         println!("{c}");
     }
-    let h2 = hostile::h2_clients(&hostile::H2Case::all(20_000)).await?;
+    let mut h2 = hostile::h2_clients(&hostile::H2Case::all(20_000), false).await?;
+    h2.extend(hostile::h2_clients(&hostile::H2Case::all(20_000), true).await?);
     println!("\n{}", hostile::H2_HEADER);
     for r in &h2 {
         println!("{r}");
+    }
+    let xds = hostile::xds_pushes().await?;
+    println!("\n{}", hostile::XDS_HEADER);
+    for x in &xds {
+        println!("{x}");
     }
     let lies = hostile::lies().await?;
     println!("\n{}", hostile::LIES_HEADER);
@@ -202,8 +208,15 @@ async fn hostile_table() -> anyhow::Result<()> {
         + slow.iter().filter(|r| r.closed < r.held).count()
         + tls.iter().filter(|r| !r.ok(tls_timeout)).count()
         + lies.iter().filter(|l| !l.ok()).count()
-        + h2.iter().filter(|r| !r.ok()).count();
-    let cases = outcomes.len() + slow.len() + tls.len() + config.len() + h2.len() + 3 * lies.len();
+        + h2.iter().filter(|r| !r.ok()).count()
+        + xds.iter().filter(|x| !x.ok()).count();
+    let cases = outcomes.len()
+        + slow.len()
+        + tls.len()
+        + config.len()
+        + h2.len()
+        + xds.len()
+        + 3 * lies.len();
     println!("\n{cases} hostile cases");
     let faults = outcomes.iter().filter(|o| o.server_fault).count();
     let panics = hostile::panics_so_far();

@@ -78,18 +78,31 @@ async fn hostile_tls_clients_are_closed_counted_and_do_not_block_others() {
     println!("{table}");
 }
 
-/// Hostile HTTP/2 clients on the gRPC port; 20,000 idle connections against a cap of
-/// 5,000 (this process is client and server: about 10,000 file descriptors).
+/// Hostile HTTP/2 clients on the gRPC port, over h2c and over TLS; 20,000 idle
+/// connections against a cap of 5,000 (this process is client and server: about
+/// 10,000 file descriptors).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_http2_clients_are_ended_and_others_are_served() {
     hostile::count_panics();
     let panics = hostile::panics_so_far();
-    let reports = hostile::h2_clients(&hostile::H2Case::all(20_000))
-        .await
-        .unwrap();
+    let cases = hostile::H2Case::all(20_000);
+    let mut reports = hostile::h2_clients(&cases, false).await.unwrap();
+    reports.extend(hostile::h2_clients(&cases, true).await.unwrap());
     let table: Vec<String> = reports.iter().map(ToString::to_string).collect();
     let table = format!("{}\n{}", hostile::H2_HEADER, table.join("\n"));
     assert!(reports.iter().all(|r| r.ok()), "{table}");
+    assert_eq!(hostile::panics_so_far(), panics, "{table}");
+    println!("{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_xds_pushes_are_refused_and_the_rules_in_force_kept() {
+    hostile::count_panics();
+    let panics = hostile::panics_so_far();
+    let outcomes = hostile::xds_pushes().await.unwrap();
+    let table: Vec<String> = outcomes.iter().map(ToString::to_string).collect();
+    let table = format!("{}\n{}", hostile::XDS_HEADER, table.join("\n"));
+    assert!(outcomes.iter().all(|o| o.ok()), "{table}");
     assert_eq!(hostile::panics_so_far(), panics, "{table}");
     println!("{table}");
 }

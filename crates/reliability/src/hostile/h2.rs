@@ -9,15 +9,58 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use spillway_server::{App, Config, Running};
+use spillway_testkit::tls::{Leaf, Pair, Pki, client_config};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const RLS: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 const HEALTH: &str = "/grpc.health.v1.Health/Check";
+
+/// A connection to the gRPC port, plaintext (h2c) or TLS (h2, ALPN).
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+type Conn = Box<dyn Io>;
+
+/// How the hostile client reaches the gRPC port.
+#[derive(Clone)]
+pub enum Transport {
+    /// h2c: HTTP/2 on plain TCP.
+    Plain,
+    /// h2 over TLS, with this client's configuration (its certificate, ALPN `h2`).
+    Tls(Arc<rustls::ClientConfig>),
+}
+
+impl Transport {
+    fn name(&self) -> &'static str {
+        match self {
+            Transport::Plain => "h2c",
+            Transport::Tls(_) => "h2 over TLS",
+        }
+    }
+
+    /// A connection, the TLS handshake done: nothing of HTTP/2 sent yet.
+    async fn open(&self, addr: SocketAddr) -> std::io::Result<Conn> {
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        match self {
+            Transport::Plain => Ok(Box::new(tcp)),
+            Transport::Tls(config) => {
+                let name = rustls::pki_types::ServerName::try_from("localhost")
+                    .expect("a name")
+                    .to_owned();
+                let tls = tokio_rustls::TlsConnector::from(Arc::clone(config))
+                    .connect(name, tcp)
+                    .await?;
+                Ok(Box::new(tls))
+            }
+        }
+    }
+}
 
 /// The gRPC listener's connection cap in these cases.
 pub const MAX_CONNECTIONS: usize = 5_000;
@@ -95,6 +138,8 @@ impl H2Case {
 #[derive(Clone, Debug)]
 pub struct H2Report {
     pub case: H2Case,
+    /// `h2c` or `h2 over TLS`.
+    pub transport: &'static str,
     /// What the hostile client saw, in words (its streams' ends, or the connection's).
     pub seen: String,
     /// How long until the server had ended it all (closed, reset or answered).
@@ -123,8 +168,10 @@ impl H2Report {
     }
 }
 
-/// A service for the cases: the memory store, short deadlines, so a case ends quickly.
-async fn service() -> anyhow::Result<(Running, std::path::PathBuf)> {
+/// A service for the cases: the memory store, short deadlines, so a case ends quickly;
+/// with `tls`, its gRPC listener speaks TLS (client certificates required) and its HTTP
+/// listener, the good caller's, plaintext.
+async fn service(tls: Option<&TlsFiles>) -> anyhow::Result<(Running, std::path::PathBuf)> {
     let dir = std::env::temp_dir().join(format!("spillway-h2-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("reliability.yaml"), crate::Policy::Closed.yaml())?;
@@ -134,37 +181,77 @@ async fn service() -> anyhow::Result<(Running, std::path::PathBuf)> {
     config.listen.header_read_timeout = Duration::from_millis(500);
     config.listen.idle_timeout = Duration::from_secs(1);
     config.listen.max_connections = Some(MAX_CONNECTIONS);
+    if let Some(files) = tls {
+        config.tls.cert = Some(files.server.cert.clone());
+        config.tls.key = Some(files.server.key.clone());
+        config.tls.client_ca = Some(files.ca.clone());
+        config.tls.listeners =
+            Some(spillway_server::config::TlsListeners::parse("grpc").map_err(anyhow::Error::msg)?);
+    }
     let running = App::builder(config).build().await?.start().await?;
     Ok((running, dir))
 }
 
-/// Runs each case against a fresh service.
-pub async fn h2_clients(cases: &[H2Case]) -> anyhow::Result<Vec<H2Report>> {
+/// The certificates of the TLS cases.
+struct TlsFiles {
+    _pki: Pki,
+    ca: std::path::PathBuf,
+    server: Pair,
+    client: Pair,
+}
+
+/// Runs each case against a fresh service: over h2c, or (`tls`) h2 over TLS.
+pub async fn h2_clients(cases: &[H2Case], tls: bool) -> anyhow::Result<Vec<H2Report>> {
     super::count_panics();
+    let files = tls.then(|| {
+        let pki = Pki::new("hostile-h2");
+        TlsFiles {
+            ca: pki.ca(),
+            server: pki.issue("server", Leaf::Good),
+            client: pki.issue("client", Leaf::Good),
+            _pki: pki,
+        }
+    });
+    let transport = match &files {
+        None => Transport::Plain,
+        Some(f) => Transport::Tls(Arc::new(client_config(&f.ca, Some(&f.client), &[b"h2"]))),
+    };
     let mut reports = Vec::new();
     for &case in cases {
-        let (running, dir) = service().await?;
-        let sender = super::Sender::new(&running)?;
+        let (running, dir) = service(files.as_ref()).await?;
+        let good = Good {
+            sender: super::Sender::new(&running)?,
+            http: reqwest::Client::new(),
+            over_http: tls,
+        };
         // Warm: the good caller's connection and the service's first answers.
-        let good = good_call(&sender).await;
+        let warm = good.call().await;
         let fds = open_fds();
         // Three times: memory freed after a run stays resident (the allocator keeps it,
         // per thread), so what the third adds is what a client leaves behind (a leak
         // adds again each time).
-        let first = round(case, &running, &sender, good).await;
-        settle(fds).await;
-        let between = round(case, &running, &sender, good).await;
-        settle(fds).await;
+        let mut served = warm;
+        for _ in 0..2 {
+            served &= round(case, &transport, &running, &good).await.2;
+            settle(fds).await;
+        }
         let rss = rss_kib();
-        let second = round(case, &running, &sender, good).await;
-        let first = (first.0, first.1, first.2 && between.2);
+        let refused_before = refused(&good).await;
+        let (mut seen, ended_after, last) = round(case, &transport, &running, &good).await;
+        if let H2Case::IdleConnections(_) = case {
+            let n = refused(&good).await - refused_before;
+            seen.push_str(&format!(
+                " ({n} at once, over the cap: spillway_connections_refused_total)"
+            ));
+        }
         let fds_after = settle(fds).await;
-        drop(sender);
+        drop(good);
         reports.push(H2Report {
             case,
-            seen: second.0,
-            ended_after: second.1,
-            others_served: first.2 && second.2,
+            transport: transport.name(),
+            seen,
+            ended_after,
+            others_served: served && last,
             rss_kib: rss_kib() as i64 - rss as i64,
             fds: fds_after as i64 - fds as i64,
         });
@@ -174,33 +261,72 @@ pub async fn h2_clients(cases: &[H2Case]) -> anyhow::Result<Vec<H2Report>> {
     Ok(reports)
 }
 
+/// The gRPC listener's connections closed at once over its cap, so far (the metric,
+/// read on the HTTP listener; every service in this process shares the recorder).
+async fn refused(good: &Good) -> u64 {
+    let url = format!("http://{}/metrics", good.sender.http_addr);
+    let text = match good.http.get(url).send().await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    spillway_testkit::metric(
+        &text,
+        "spillway_connections_refused_total{listener=\"grpc\"",
+    )
+}
+
+/// The good caller: a valid `ShouldRateLimit` on its own connection, or (when the gRPC
+/// port speaks TLS) a valid `/v1/check` on the HTTP port.
+struct Good {
+    sender: super::Sender,
+    http: reqwest::Client,
+    over_http: bool,
+}
+
+impl Good {
+    /// Answered OK.
+    async fn call(&self) -> bool {
+        if self.over_http {
+            let body = r#"{"domain":"reliability","descriptors":[{"entries":[{"key":"user","value":"good"}]}]}"#;
+            let sent = self
+                .http
+                .post(format!("http://{}/v1/check", self.sender.http_addr))
+                .body(body)
+                .send()
+                .await;
+            return sent.is_ok_and(|r| r.status() == 200);
+        }
+        good_call(&self.sender).await
+    }
+}
+
 /// One run of the hostile client of `case`, the good caller asking every 50 ms
 /// meanwhile and once after: what the client saw, how long it took, and whether the good
 /// caller was answered OK every time.
 async fn round(
     case: H2Case,
+    transport: &Transport,
     running: &Running,
-    sender: &super::Sender,
-    good: bool,
+    good: &Good,
 ) -> (String, Duration, bool) {
     let started = Instant::now();
-    let hostile = run(case, running.grpc_addr);
+    let served = std::cell::Cell::new(true);
+    let hostile = run(case, transport, running.grpc_addr);
     let watch = async {
-        let mut served = good;
         loop {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            served &= good_call(sender).await;
+            served.set(served.get() && good.call().await);
             if served_enough(started) {
-                return served;
+                return;
             }
         }
     };
-    let (seen, served_during) = tokio::select! {
-        seen = hostile => (seen, true),
-        served = watch => (String::from("still running after 30 s"), served),
+    let seen = tokio::select! {
+        seen = hostile => seen,
+        () = watch => String::from("still running after 30 s"),
     };
     let ended_after = started.elapsed();
-    (seen, ended_after, served_during && good_call(sender).await)
+    (seen, ended_after, served.get() && good.call().await)
 }
 
 /// File descriptors open once the server has let go of the case's connections (their
@@ -228,12 +354,12 @@ async fn good_call(sender: &super::Sender) -> bool {
 }
 
 /// The hostile client of `case`: what it saw.
-async fn run(case: H2Case, addr: SocketAddr) -> String {
+async fn run(case: H2Case, t: &Transport, addr: SocketAddr) -> String {
     match case {
         H2Case::StalledStreams => {
             let mut conns = Vec::new();
             for _ in 0..4 {
-                let Ok(mut c) = connect(addr).await else {
+                let Ok(mut c) = connect(t, addr).await else {
                     return "could not connect".into();
                 };
                 for i in 0..50u32 {
@@ -260,21 +386,29 @@ async fn run(case: H2Case, addr: SocketAddr) -> String {
         H2Case::IdleConnections(n) => {
             // Held while the server keeps them; one it closes (over the cap) is let go
             // at once, so this side holds about as many as the server does.
-            let mut held: Vec<TcpStream> = Vec::new();
+            let mut held: Vec<Conn> = Vec::new();
             let mut refused = 0;
             for i in 0..n {
-                if let Ok(c) = connect(addr).await {
+                if let Ok(c) = connect(t, addr).await {
                     held.push(c);
                 }
                 if i % 256 == 255 {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     let before = held.len();
-                    held.retain(|c| !closed_now(c));
+                    held.retain_mut(|c| !closed_now(c));
                     refused += before - held.len();
                 }
             }
-            let open = held.len();
-            // Each must be closed by the server within its idle timeout and a margin.
+            // Before the idle timeout (1 s): those closed now were over the cap.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            for _ in 0..2 {
+                let before = held.len();
+                held.retain_mut(|c| !closed_now(c));
+                refused += before - held.len();
+            }
+            let kept = held.len();
+            // Each kept must be closed by the server within its idle timeout and a
+            // margin.
             let deadline = Instant::now() + Duration::from_secs(15);
             let mut closed = 0;
             for mut c in held {
@@ -284,11 +418,14 @@ async fn run(case: H2Case, addr: SocketAddr) -> String {
                 }
             }
             format!(
-                "{open} held, {refused} closed at once (over the cap); {closed} of {open} closed when idle"
+                "{} opened, all {} closed by the server",
+                refused + kept,
+                refused + closed
             )
         }
         H2Case::RapidReset => {
             flood(
+                t,
                 addr,
                 |i| {
                     let id = 1 + 2 * i;
@@ -300,10 +437,10 @@ async fn run(case: H2Case, addr: SocketAddr) -> String {
             )
             .await
         }
-        H2Case::SettingsFlood => flood(addr, |_| frame(0x4, 0, 0, &[]), 10_000).await,
-        H2Case::PingFlood => flood(addr, |_| frame(0x6, 0, 0, &[0; 8]), 100_000).await,
+        H2Case::SettingsFlood => flood(t, addr, |_| frame(0x4, 0, 0, &[]), 10_000).await,
+        H2Case::PingFlood => flood(t, addr, |_| frame(0x6, 0, 0, &[0; 8]), 100_000).await,
         H2Case::ContinuationFlood => {
-            let Ok(mut c) = connect(addr).await else {
+            let Ok(mut c) = connect(t, addr).await else {
                 return "could not connect".into();
             };
             let mut w = frame(0x1, 0x0, 1, &hpack(":method", "POST")); // no END_HEADERS
@@ -315,7 +452,7 @@ async fn run(case: H2Case, addr: SocketAddr) -> String {
             ended(&mut c).await
         }
         H2Case::HugeHeader => {
-            let Ok(mut c) = connect(addr).await else {
+            let Ok(mut c) = connect(t, addr).await else {
                 return "could not connect".into();
             };
             let mut block = request_block(HEALTH);
@@ -332,7 +469,7 @@ async fn run(case: H2Case, addr: SocketAddr) -> String {
             ended(&mut c).await
         }
         H2Case::WindowOverflow => {
-            let Ok(mut c) = connect(addr).await else {
+            let Ok(mut c) = connect(t, addr).await else {
                 return "could not connect".into();
             };
             let w = [
@@ -344,7 +481,7 @@ async fn run(case: H2Case, addr: SocketAddr) -> String {
             ended(&mut c).await
         }
         H2Case::ZeroWindow => {
-            let Ok(mut c) = TcpStream::connect(addr).await else {
+            let Ok(mut c) = t.open(addr).await else {
                 return "could not connect".into();
             };
             // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0.
@@ -362,7 +499,7 @@ async fn run(case: H2Case, addr: SocketAddr) -> String {
             "left after 2 s".into()
         }
         H2Case::GarbageFrames => {
-            let Ok(mut c) = TcpStream::connect(addr).await else {
+            let Ok(mut c) = t.open(addr).await else {
                 return "could not connect".into();
             };
             let mut w = PREFACE.to_vec();
@@ -371,7 +508,7 @@ async fn run(case: H2Case, addr: SocketAddr) -> String {
             ended(&mut c).await
         }
         H2Case::BadStreamIds => {
-            let Ok(mut c) = connect(addr).await else {
+            let Ok(mut c) = connect(t, addr).await else {
                 return "could not connect".into();
             };
             let mut w = headers(2, HEALTH, true);
@@ -385,8 +522,8 @@ async fn run(case: H2Case, addr: SocketAddr) -> String {
 
 /// One connection that sends `n` frames made by `make`, then reads until the server
 /// closes it or 10 s pass.
-async fn flood(addr: SocketAddr, make: impl Fn(u32) -> Vec<u8>, n: u32) -> String {
-    let Ok(mut c) = connect(addr).await else {
+async fn flood(t: &Transport, addr: SocketAddr, make: impl Fn(u32) -> Vec<u8>, n: u32) -> String {
+    let Ok(mut c) = connect(t, addr).await else {
         return "could not connect".into();
     };
     let mut w = Vec::new();
@@ -404,7 +541,7 @@ async fn flood(addr: SocketAddr, make: impl Fn(u32) -> Vec<u8>, n: u32) -> Strin
 }
 
 /// Reads until the server closes (or 10 s): what ended the connection.
-async fn ended(c: &mut TcpStream) -> String {
+async fn ended(c: &mut Conn) -> String {
     let mut buf = vec![0u8; 65_536];
     let mut goaway = None;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -428,7 +565,7 @@ async fn ended(c: &mut TcpStream) -> String {
 
 /// Reads `c` until `streams` streams have ended (an END_STREAM HEADERS or DATA, or a
 /// RST_STREAM) or `within` passes: how many did.
-async fn count_ends(c: &mut TcpStream, streams: usize, within: Duration) -> usize {
+async fn count_ends(c: &mut Conn, streams: usize, within: Duration) -> usize {
     let mut buf = Vec::new();
     let mut ended = std::collections::HashSet::new();
     let deadline = Instant::now() + within;
@@ -461,20 +598,19 @@ async fn count_ends(c: &mut TcpStream, streams: usize, within: Duration) -> usiz
 
 /// Whether the server has closed `c` (an EOF or an error waiting to be read), without
 /// waiting.
-fn closed_now(c: &TcpStream) -> bool {
+fn closed_now(c: &mut Conn) -> bool {
     let mut buf = [0u8; 256];
     loop {
-        match c.try_read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
-            Err(_) => return true,
+        match c.read(&mut buf).now_or_never() {
+            Some(Ok(0) | Err(_)) => return true,
+            Some(Ok(_)) => continue,
+            None => return false,
         }
     }
 }
 
 /// Whether the server closes `c` within `within`.
-async fn until_eof(c: &mut TcpStream, within: Duration) -> bool {
+async fn until_eof(c: &mut Conn, within: Duration) -> bool {
     let mut buf = [0u8; 4096];
     let deadline = Instant::now() + within;
     loop {
@@ -520,8 +656,8 @@ fn error_name(code: u32) -> &'static str {
 }
 
 /// A TCP connection that has sent the preface and an empty SETTINGS.
-async fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
-    let mut c = TcpStream::connect(addr).await?;
+async fn connect(t: &Transport, addr: SocketAddr) -> std::io::Result<Conn> {
+    let mut c = t.open(addr).await?;
     let mut w = PREFACE.to_vec();
     w.extend(frame(0x4, 0, 0, &[]));
     c.write_all(&w).await?;
@@ -601,7 +737,8 @@ impl fmt::Display for H2Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "| {} | {} | {:.1} s | {} | {:+.1} MiB | {:+} | {} |",
+            "| {} | {} | {} | {:.1} s | {} | {:+.1} MiB | {:+} | {} |",
+            self.transport,
             self.case.describe(),
             self.seen,
             self.ended_after.as_secs_f64(),
@@ -614,4 +751,4 @@ impl fmt::Display for H2Report {
 }
 
 /// The table's header, for [`H2Report`]'s rows.
-pub const H2_HEADER: &str = "| HTTP/2 client (h2c, gRPC port) | what it saw | ended after | others served | RSS after | fds after | as it must |\n|---|---|---|---|---|---|---|";
+pub const H2_HEADER: &str = "| on the gRPC port | HTTP/2 client | what it saw | ended after | others served | RSS after | fds after | as it must |\n|---|---|---|---|---|---|---|---|";

@@ -11,6 +11,7 @@ mod h2;
 mod lies;
 mod slow;
 mod tls;
+mod xds;
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,6 +31,7 @@ pub use h2::{H2_HEADER, H2Case, H2Report, MAX_CONNECTIONS, h2_clients};
 pub use lies::{LIES_HEADER, LieOutcome, lies};
 pub use slow::{SLOW_HEADER, Slow, SlowReport, slow_clients};
 pub use tls::{TLS_HEADER, TlsCase, TlsReport, tls_clients};
+pub use xds::{XDS_HEADER, XdsOutcome, xds_pushes};
 
 use crate::Policy;
 use crate::trial::service_settings;
@@ -150,7 +152,7 @@ async fn script_calls(url: &str) -> anyhow::Result<u64> {
 struct Sender {
     http: reqwest::Client,
     h2: Client<HttpConnector, Full<Bytes>>,
-    http_addr: std::net::SocketAddr,
+    pub(super) http_addr: std::net::SocketAddr,
     grpc_addr: std::net::SocketAddr,
     admin_addr: Option<std::net::SocketAddr>,
 }
