@@ -457,24 +457,14 @@ fn an_admin_listener_open_to_other_hosts_without_a_token_is_warned_about() {
     let token = dir.join("token");
     std::fs::write(&token, "s3cret\n").unwrap();
     let start = |admin: &str, extra: &[&str]| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-            .args([
-                "serve",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--grpc-addr",
-                "127.0.0.1:0",
-            ])
-            .arg("--config")
-            .arg(&policies)
-            .args(["--admin-addr", admin])
-            .args(extra)
-            .env_clear()
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = support::until_listening(&mut child);
-        let _stop = support::Procs(vec![child]);
+        let mut args = vec![
+            "--config",
+            policies.to_str().unwrap(),
+            "--admin-addr",
+            admin,
+        ];
+        args.extend(extra);
+        let log = startup_log(&args);
         assert!(
             log.last().is_some_and(|l| l.contains("listening")),
             "{log:#?}"
@@ -492,29 +482,33 @@ fn an_admin_listener_open_to_other_hosts_without_a_token_is_warned_about() {
 #[test]
 fn rules_over_plaintext_xds_from_another_host_are_warned_about() {
     let start = |server: &str| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-            .args([
-                "serve",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--grpc-addr",
-                "127.0.0.1:0",
-                "--admin-addr",
-                "127.0.0.1:0",
-                "--xds-server",
-                server,
-            ])
-            .env_clear()
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = support::until_listening(&mut child);
-        let _stop = support::Procs(vec![child]);
-        log.iter()
+        startup_log(&["--admin-addr", "127.0.0.1:0", "--xds-server", server])
+            .iter()
             .any(|l| l.contains("in plaintext from another host"))
     };
     // 192.0.2.0/24 is TEST-NET-1: never anyone's host.
     assert!(start("192.0.2.1:18000"), "another host, no TLS");
     assert!(!start("127.0.0.1:18000"));
     assert!(!start("localhost:18000"));
+}
+
+/// `spillway serve` on loopback ports with `args` and no environment: its log until it
+/// says it is listening (then it is stopped).
+fn startup_log(args: &[&str]) -> Vec<String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args([
+            "serve",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--grpc-addr",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .env_clear()
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = support::until_listening(&mut child);
+    let _stop = support::Procs(vec![child]);
+    log
 }

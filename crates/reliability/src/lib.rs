@@ -24,6 +24,13 @@ pub mod trial;
 pub use fault::Fault;
 pub use trial::{Policy, Report, TABLE_HEADER, Timing};
 
+/// This process's resident memory in KiB (the service runs in it), from /proc.
+pub(crate) fn rss_kib() -> u64 {
+    proc_status("VmRSS")
+        .and_then(|v| v.trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// One field of this process's `/proc/self/status` (`VmRSS`, `Uid`, …), trimmed.
 pub(crate) fn proc_status(field: &str) -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

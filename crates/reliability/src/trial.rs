@@ -132,7 +132,7 @@ pub async fn run(
     let check = load::HttpCheck::new(running.http_addr, "u1")?;
     let call = move || check.call();
 
-    let rss_before = rss_kib();
+    let rss_before = crate::rss_kib();
     let start = Instant::now();
     // The load goes on until `after` past the fault's healing, however long that took
     // (a promotion waits for the cluster's node timeout): no end is set until then.
@@ -144,7 +144,7 @@ pub async fn run(
     let healed = start.elapsed();
     end.send_replace(start + healed + timing.after);
     let samples = load.await?;
-    let rss_after = rss_kib();
+    let rss_after = crate::rss_kib();
 
     running.stop().await;
     let _ = std::fs::remove_dir_all(&settings.rules.path);
@@ -286,13 +286,6 @@ pub(crate) fn service_settings(
 /// A service for `config`, its store opened, listening.
 pub(crate) async fn start(config: Config) -> anyhow::Result<Running> {
     Ok(App::builder(config).build().await?.start().await?)
-}
-
-/// This process's resident memory (the service runs in it), from /proc.
-fn rss_kib() -> u64 {
-    crate::proc_status("VmRSS")
-        .and_then(|v| v.trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 impl fmt::Display for Report {

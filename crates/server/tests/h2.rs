@@ -44,9 +44,7 @@ async fn stalled(
     announced: u32,
     timeout: Option<&str>,
 ) -> String {
-    let mut request = http::Request::post(format!("http://spillway{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers");
+    let mut request = grpc_call(path);
     if let Some(t) = timeout {
         request = request.header("grpc-timeout", t);
     }
@@ -63,19 +61,29 @@ async fn stalled(
         .expect("answered within 10 s")
         .unwrap();
     // Kept open (not reset by a drop) until the answer is read.
-    let status = match response.headers().get("grpc-status") {
-        Some(s) => s.to_str().unwrap().to_owned(),
-        None => {
-            let mut body = response.into_body();
-            while body.data().await.is_some() {}
-            let trailers = body.trailers().await.unwrap().unwrap_or_default();
-            trailers
-                .get("grpc-status")
-                .map_or("none".into(), |s| s.to_str().unwrap().to_owned())
-        }
-    };
+    let status = grpc_status(response).await;
     drop(body);
     status
+}
+
+/// A gRPC call's request head, to `path`.
+fn grpc_call(path: &str) -> http::request::Builder {
+    http::Request::post(format!("http://spillway{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+}
+
+/// The `grpc-status` of an answer: in its headers (trailers-only) or its trailers.
+async fn grpc_status(response: http::Response<h2::RecvStream>) -> String {
+    if let Some(s) = response.headers().get("grpc-status") {
+        return s.to_str().unwrap().to_owned();
+    }
+    let mut body = response.into_body();
+    while body.data().await.is_some() {}
+    let trailers = body.trailers().await.unwrap().unwrap_or_default();
+    trailers
+        .get("grpc-status")
+        .map_or("none".into(), |s| s.to_str().unwrap().to_owned())
 }
 
 #[tokio::test]
@@ -138,23 +146,13 @@ async fn a_callers_shorter_grpc_timeout_is_its_deadline() {
 
 /// A health check on `client`: its `grpc-status`.
 async fn health(client: &SendRequest<Bytes>) -> String {
-    let request = http::Request::post(format!("http://spillway{HEALTH}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
+    let request = grpc_call(HEALTH).body(()).unwrap();
     let mut client = client.clone().ready().await.unwrap();
     let (response, mut body) = client.send_request(request, false).unwrap();
     // An empty HealthCheckRequest: a zero length prefix.
     body.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), true)
         .unwrap();
-    let response = response.await.unwrap();
-    let mut body = response.into_body();
-    while body.data().await.is_some() {}
-    let trailers = body.trailers().await.unwrap().unwrap_or_default();
-    trailers
-        .get("grpc-status")
-        .map_or("none".into(), |s| s.to_str().unwrap().to_owned())
+    grpc_status(response.await.unwrap()).await
 }
 
 /// Reads `stream` until the server closes it (or 10 s pass: a failure).

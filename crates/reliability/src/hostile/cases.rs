@@ -221,11 +221,25 @@ pub fn cases() -> Vec<Case> {
         Api::Grpc,
         &[0x0a, 0x7f, b'a'],
     ));
-    cases.push(control(
-        Api::Grpc,
-        request(vec![descriptor("control")]).encode_to_vec(),
-    ));
+    cases.push(control(Api::Grpc, grpc_request("control")));
     cases
+}
+
+/// A valid `ShouldRateLimit` for `user=value` in the suite's domain, encoded: the
+/// gRPC control, and what the good callers of the other tables send.
+pub(super) fn grpc_request(value: &str) -> Vec<u8> {
+    RateLimitRequest {
+        domain: "reliability".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: value.into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+    .encode_to_vec()
 }
 
 /// A request that must be refused without reaching the store.

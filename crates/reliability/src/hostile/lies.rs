@@ -70,6 +70,8 @@ pub async fn lies() -> anyhow::Result<Vec<LieOutcome>> {
             tower: [0; 2],
             leaked: false,
         };
+        let sender = super::Sender::new(&running)?;
+        let victim = super::cases::grpc_request("victim");
         for i in 0..2 {
             let r = http
                 .post(format!("http://{}/v1/check", running.http_addr))
@@ -78,8 +80,7 @@ pub async fn lies() -> anyhow::Result<Vec<LieOutcome>> {
                 .await?;
             outcome.http[i] = r.status().as_u16();
             outcome.leaked |= r.text().await?.contains("user_victim");
-            let sender = super::Sender::new(&running)?;
-            let (code, message, _) = sender.grpc(&grpc_request()).await;
+            let (code, message, _) = sender.grpc(&victim).await;
             outcome.grpc[i] = code
                 .split(' ')
                 .next()
@@ -95,25 +96,6 @@ pub async fn lies() -> anyhow::Result<Vec<LieOutcome>> {
         outcomes.push(outcome);
     }
     Ok(outcomes)
-}
-
-fn grpc_request() -> Vec<u8> {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-    use prost::Message;
-    RateLimitRequest {
-        domain: "reliability".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user".into(),
-                value: "victim".into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-    .encode_to_vec()
 }
 
 /// Two requests through the tower layer on the liar: their statuses.

@@ -17,12 +17,8 @@ impl Service {
         let work: u64 = check
             .hits
             .iter()
-            .filter_map(|h| match (&h.rule.limit, &h.key) {
-                (RuleLimit::Limited(limit), Some(key)) => {
-                    Some(spillway_core::work(&[Request::new(key, limit, h.cost)]))
-                }
-                _ => None,
-            })
+            .filter_map(request)
+            .map(|r| spillway_core::work(&[r]))
             .sum();
         if work > self.options.max_request_work {
             return Err(CheckError::Invalid(format!(
@@ -193,20 +189,19 @@ fn spans_descriptors(hits: &[Hit<'_>], which: &[usize]) -> bool {
 }
 
 pub(super) fn requests<'h>(hits: &'h [Hit<'_>], which: &[usize]) -> Vec<Request<'h>> {
-    which
-        .iter()
-        .filter_map(|&i| {
-            let hit = &hits[i];
-            match (&hit.rule.limit, &hit.key) {
-                (RuleLimit::Limited(limit), Some(key)) => {
-                    let request = Request::new(key, limit, hit.cost);
-                    Some(match &hit.member {
-                        Some(m) => request.with_member(m.as_bytes()),
-                        None => request,
-                    })
-                }
-                _ => None,
-            }
-        })
-        .collect()
+    which.iter().filter_map(|&i| request(&hits[i])).collect()
+}
+
+/// A hit's store request: `None` when its rule has no limit or no key.
+fn request<'h>(hit: &'h Hit<'_>) -> Option<Request<'h>> {
+    match (&hit.rule.limit, &hit.key) {
+        (RuleLimit::Limited(limit), Some(key)) => {
+            let request = Request::new(key, limit, hit.cost);
+            Some(match &hit.member {
+                Some(m) => request.with_member(m.as_bytes()),
+                None => request,
+            })
+        }
+        _ => None,
+    }
 }
