@@ -167,9 +167,16 @@ async fn callers_and_probes_are_told_the_store_failed_not_what_it_said() {
     let body = json!({ "domain": "f", "descriptors": [{ "entries": [{ "key": "k", "value": "secret-user" }] }] });
     let (status, _, answer) = s.check(body).await;
     assert_eq!(status, 503, "{answer}");
-    assert_eq!(
-        answer["error"]["message"],
-        "rate limit store unavailable (error)"
+    // A killed server is an error, or a timeout while the connection is being replaced:
+    // either way the kind, and nothing of the store's own words.
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        [
+            "rate limit store unavailable (error)",
+            "rate limit store unavailable (timeout)"
+        ]
+        .contains(&message),
+        "{message}"
     );
     let e = s
         .ask_status(support::request("f", &[&[("k", "secret-user")]]))
