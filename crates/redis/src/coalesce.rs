@@ -11,7 +11,7 @@
 //! caller stopped waiting (its timeout) is dropped before it is sent: never charged.
 //!
 //! The script decides the batches of a call in order, each all or nothing, each as
-//! it would alone; one that fails fails alone (see `scripts/decide.lua`).
+//! it would alone; one that fails fails alone (see `scripts/round.lua`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! uses the same Redis, with exactly the decisions of the in-memory store.
 //!
 //! - **One round trip per decision.** A batch of (key, limit, cost) is decided by one
-//!   call of `scripts/decide.lua` — an `FCALL` of the function library the store loads
+//!   call of the decision library (`scripts/*.lua`) — an `FCALL` of the function library the store loads
 //!   where the server has functions (Redis ≥ 7.0, Valkey), an `EVALSHA` of the script
 //!   elsewhere — all or nothing, every algorithm. The Rust
 //!   algorithms in `spillway_core::algorithm` are the script's specification; the

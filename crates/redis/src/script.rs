@@ -1,4 +1,4 @@
-//! The decision code (`scripts/decide.lua`): how it reaches Redis, its arguments and
+//! The decision code (`scripts/*.lua`, joined into one library): how it reaches Redis, its arguments and
 //! its reply.
 //!
 //! The same Lua runs two ways. As a **function library** (Redis ≥ 7.0, Valkey):
@@ -25,14 +25,29 @@ use spillway_core::{
     Request, Timestamp,
 };
 
+/// The decision code's files, joined at build time in the order `prelude.lua` states:
+/// one Lua chunk that defines `decide(keys, argv)`.
+macro_rules! decide_lua {
+    () => {
+        concat!(
+            include_str!("../scripts/prelude.lua"),
+            include_str!("../scripts/algorithm/fixed_window.lua"),
+            include_str!("../scripts/algorithm/sliding_log.lua"),
+            include_str!("../scripts/algorithm/sliding_window.lua"),
+            include_str!("../scripts/algorithm/token_bucket.lua"),
+            include_str!("../scripts/algorithm/gcra.lua"),
+            include_str!("../scripts/algorithm/distinct.lua"),
+            include_str!("../scripts/algorithm/distinct_sketch.lua"),
+            include_str!("../scripts/round.lua"),
+        )
+    };
+}
+
 /// The decision code, embedded at build time: it defines `decide(keys, argv)`.
-pub(crate) const BODY: &str = include_str!("../scripts/decide.lua");
+pub(crate) const BODY: &str = decide_lua!();
 
 /// The script form: the body, then a call of `decide` (sent with `EVAL`/`EVALSHA`).
-pub(crate) const SCRIPT_SOURCE: &str = concat!(
-    include_str!("../scripts/decide.lua"),
-    "\nreturn decide(KEYS, ARGV)\n"
-);
+pub(crate) const SCRIPT_SOURCE: &str = concat!(decide_lua!(), "\nreturn decide(KEYS, ARGV)\n");
 
 /// The decision code as a function library, and as a script for servers without
 /// functions.
