@@ -148,7 +148,11 @@ fn distinct_members_per_key() {
                 std::time::Duration::from_secs(3600),
             )
             .unwrap();
-            let key = store.key_for(&spillway_core::Key::new("api_key=k1").unwrap(), &limit);
+            let key = store.key_for(
+                &spillway_core::Key::new("api_key=k1").unwrap(),
+                &limit,
+                spillway_core::Timestamp::from_secs(0),
+            );
             let ttl = store.query(redis::cmd("PTTL").arg(&key)).await.unwrap();
             (key, ttl)
         });

@@ -63,6 +63,16 @@ impl State {
         State(Inner::Empty)
     }
 
+    /// A fixed window's state: `count` units charged in the window holding `now` of
+    /// windows `window` µs long. How a store that keeps a window's count alone (a
+    /// Redis key per window) hands it to the algorithm.
+    pub(crate) fn fixed_window_count(now: u64, window: u64, count: u64) -> Self {
+        State(Inner::FixedWindow(fixed_window::Window {
+            start: now - now % window,
+            count,
+        }))
+    }
+
     /// Bytes this state occupies: its inline size plus what it holds on the heap.
     pub fn bytes(&self) -> usize {
         std::mem::size_of::<State>()

@@ -103,6 +103,6 @@ impl<S: Store, C: Clock> Limiter<S, C> {
 
     /// Forgets `key`'s state for `limit`.
     pub async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), Error> {
-        self.store.reset(key, limit).await
+        self.store.reset(key, limit, self.clock.now()).await
     }
 }

@@ -55,6 +55,28 @@ pub fn is_heavy(requests: &[Request<'_>]) -> bool {
     work(requests) > HEAVY_WORK
 }
 
+/// The decision of `requests`, every one a fixed window that charges rejected requests
+/// too ([`Rejected::Charged`](crate::Rejected::Charged): the Envoy reference's rules),
+/// given each request's count in its current window before the batch (`before[i]`, the
+/// same for requests of one key and limit shape). Such a batch is charged in full
+/// whatever it decides, so a store may charge first (Redis `INCRBY`, no script) and
+/// decide from what the counts were; the answer is the one [`MemoryStore`] gives.
+///
+/// # Panics
+/// If `before` is not one count per request.
+pub fn decide_counted(requests: &[Request<'_>], before: &[u64], now: Timestamp) -> BatchDecision {
+    assert_eq!(requests.len(), before.len(), "one count per request");
+    round::decide_counted(requests, before, now)
+}
+
+/// Whether `limit` is one whose requests are all charged by a fixed window's count
+/// alone, decided or not: a fixed window charging rejected requests too
+/// ([`decide_counted`]).
+pub fn is_counted(limit: &Limit) -> bool {
+    limit.algorithm() == crate::Algorithm::FixedWindow
+        && limit.rejected() == crate::Rejected::Charged
+}
+
 /// One (key, limit, cost) to decide, with the member it brings for a `distinct` limit.
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
@@ -148,8 +170,15 @@ pub trait Store: Send + Sync {
         true
     }
 
-    /// Forgets `key`'s state for `limit` (and every limit of the same shape).
-    fn reset(&self, key: &Key, limit: &Limit) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Forgets `key`'s state for `limit` (and every limit of the same shape) at `now`:
+    /// a fixed window's count in the window holding `now` (a store may keep a key per
+    /// window), every other algorithm's whole state.
+    fn reset(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
 /// Refuses requests no store should see: too many in a batch, a cost beyond 2^53, a
@@ -227,7 +256,12 @@ impl<S: Store> Store for std::sync::Arc<S> {
         (**self).spans_groups()
     }
 
-    fn reset(&self, key: &Key, limit: &Limit) -> impl Future<Output = Result<(), Error>> + Send {
-        (**self).reset(key, limit)
+    fn reset(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        (**self).reset(key, limit, now)
     }
 }

@@ -189,7 +189,7 @@ async fn a_reset_and_a_reload_forget_the_lease() {
     let decide = || server.decide(&request, &guard, now);
     assert_eq!(decide().await.unwrap().sources, [Source::Store]);
     assert_eq!(decide().await.unwrap().sources, [Source::Share]);
-    server.reset(&key, &limit).await.unwrap();
+    server.reset(&key, &limit, now).await.unwrap();
     assert_eq!(
         decide().await.unwrap().sources,
         [Source::Store],
@@ -246,8 +246,13 @@ impl Store for Slow {
         self.0.check(requests, now).await
     }
 
-    async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), spillway_core::Error> {
-        self.0.reset(key, limit).await
+    async fn reset(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        now: Timestamp,
+    ) -> Result<(), spillway_core::Error> {
+        self.0.reset(key, limit, now).await
     }
 }
 

@@ -174,7 +174,10 @@ fn redis_benchmark(port: &str, limit: &Limit, keys: Keys, callers: usize, reques
         key,
     ];
     let any_key = Key::new("k").unwrap();
-    args.extend(script_argv(&[Request::new(&any_key, limit, 1)]));
+    args.extend(script_argv(
+        &[Request::new(&any_key, limit, 1)],
+        Timestamp::from_secs(1_800_000_000),
+    ));
     let out = Command::new("redis-benchmark")
         .args(&args)
         .output()
@@ -253,8 +256,8 @@ async fn bytes_per_key(url: &str) {
     println!("|---|---|---|---|");
     for (what, limit, requests) in cases {
         let key = Key::new("user:12345").unwrap();
-        store.reset(&key, &limit).await.unwrap();
         let mut now = Timestamp::from_secs(1_800_000_000);
+        store.reset(&key, &limit, now).await.unwrap();
         // Spread the requests over the window so sub-buckets and log entries fill.
         let step = Duration::from_micros(limit.window_micros() / requests);
         for _ in 0..requests {
@@ -264,7 +267,7 @@ async fn bytes_per_key(url: &str) {
                 .unwrap();
             now = now.saturating_add(step);
         }
-        let name = store.key_for(&key, &limit);
+        let name = store.key_for(&key, &limit, now);
         let mut cmd = redis::cmd("MEMORY");
         cmd.arg("USAGE").arg(&name).arg("SAMPLES").arg(0);
         let Value::Int(bytes) = store.query(&cmd).await.unwrap() else {
@@ -276,6 +279,6 @@ async fn bytes_per_key(url: &str) {
             "".into()
         };
         println!("| {what} | `{name}` | {bytes} | {per_entry} |");
-        store.reset(&key, &limit).await.unwrap();
+        store.reset(&key, &limit, now).await.unwrap();
     }
 }

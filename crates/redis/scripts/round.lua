@@ -98,6 +98,7 @@ end
 -- nothing to keep has nothing to delete.
 local function save(r, key, s, now, margin, absent)
   local a = r.algorithm
+  if a.write then return a.write(r, key, s) end
   if a.flush then a.flush(r, s, now, margin) end
   local ttl = a.idle_at(r, s) - now
   if ttl > 0 then

@@ -33,6 +33,13 @@ use sentinel::Sentinel;
 /// suite's `proxy-drop` fault: the store never recovered).
 const SILENT_CALLS_BEFORE_RECONNECT: u32 = 3;
 
+/// What [`Connection::send`] sends.
+#[derive(Clone, Copy)]
+enum Sent<'a> {
+    Command(&'a Cmd),
+    Pipeline(&'a redis::Pipeline),
+}
+
 /// An open connection to one of the three kinds of deployment.
 pub(crate) enum Connection {
     Standalone(Box<Standalone>),
@@ -136,19 +143,33 @@ impl Connection {
 
     /// Sends one command on the shared connection. An error reply is an `Err`.
     pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
-        self.send(cmd).await.and_then(Value::extract_error)
+        self.send(Sent::Command(cmd))
+            .await
+            .and_then(|mut values| Value::extract_error(values.remove(0)))
     }
 
-    async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
+    /// Sends `pipe`'s commands together (on Cluster, all of one slot): one reply per
+    /// command, an error reply among them as a [`Value::ServerError`].
+    pub(crate) async fn query_pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        self.send(Sent::Pipeline(pipe)).await
+    }
+
+    async fn send(&self, sent: Sent<'_>) -> RedisResult<Vec<Value>> {
+        async fn on(c: &mut impl ConnectionLike, sent: Sent<'_>) -> RedisResult<Vec<Value>> {
+            match sent {
+                Sent::Command(cmd) => c.req_packed_command(cmd).await.map(|v| vec![v]),
+                Sent::Pipeline(pipe) => c.req_packed_commands(pipe, 0, pipe.len()).await,
+            }
+        }
         match self {
             Connection::Standalone(s) => {
                 let mut c = s.current.lock().clone();
-                c.req_packed_command(cmd).await
+                on(&mut c, sent).await
             }
-            Connection::Cluster(c) => c.clone().req_packed_command(cmd).await,
+            Connection::Cluster(c) => on(&mut c.clone(), sent).await,
             Connection::Sentinel(s) => {
                 let mut c = s.connection().await.map_err(Opening::into_redis)?;
-                let result = c.req_packed_command(cmd).await;
+                let result = on(&mut c, sent).await;
                 if let Err(e) = &result {
                     s.forget_if_moved(e);
                 }

@@ -2,9 +2,15 @@
 //! `spillway:{user:42}:gcra:60s` for a key that is a group of its own, and
 //! `spillway:{api|api_key=k1}#burst:gcra:1s` for the limit `burst` of a service
 //! descriptor (group `api|api_key=k1`, member `#burst`). Algorithms have short tags
-//! (`fw`, `sl`, `sw<precision>`, `tb<limit>.<burst>`, `gcra`, `dx<precision>`,
-//! `db<precision>.<limit>`) and windows a compact
+//! (`fw<window number>`, `sl`, `sw<precision>`, `tb<limit>.<burst>`, `gcra`,
+//! `dx<precision>`, `db<precision>.<limit>`) and windows a compact
 //! unit (`60s`, `1500ms`, `7us`): the name is most of a small state's bytes in Redis.
+//!
+//! A fixed window has a key per window: `spillway:{user:42}:fw29387462:60s` counts
+//! window 29,387,462 since the epoch (the window holding the caller's `now`), and its
+//! value is the count alone, a plain integer, so that `INCRBY` can charge it with no
+//! script (`counter.rs`) as the Envoy reference does. A window's key is never read once
+//! its window is over: it expires a second after it.
 //!
 //! The `{…}` hash tag is the key's [group](Key::group), so every key of one group lands
 //! in one Redis Cluster slot and a batch over them is one script call. Each part is
@@ -21,10 +27,11 @@
 use std::fmt::Write as _;
 
 use spillway_core::algorithm::distinct;
-use spillway_core::{Algorithm, Key, Limit};
+use spillway_core::{Algorithm, Key, Limit, Timestamp};
 
-/// The Redis key holding `key`'s state for `limit`.
-pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
+/// The Redis key holding `key`'s state for `limit` at `now` (which only a fixed
+/// window's name depends on: it names the window holding `now`).
+pub fn redis_key(prefix: &str, key: &Key, limit: &Limit, now: Timestamp) -> String {
     let mut out = String::with_capacity(prefix.len() + key.as_str().len() + 32);
     out.push_str(prefix);
     out.push('{');
@@ -33,7 +40,7 @@ pub fn redis_key(prefix: &str, key: &Key, limit: &Limit) -> String {
     escape(&mut out, key.member());
     // Short tags: the key name is most of a small state's bytes in Redis.
     let _ = match limit.algorithm() {
-        Algorithm::FixedWindow => write!(out, ":fw"),
+        Algorithm::FixedWindow => write!(out, ":fw{}", now.as_micros() / limit.window_micros()),
         Algorithm::SlidingLog => write!(out, ":sl"),
         Algorithm::SlidingWindow { precision, .. } => write!(out, ":sw{precision}"),
         // A token bucket's level is in units of its rate: see `Limit::shape`.
@@ -104,12 +111,15 @@ mod tests {
     use redis::cluster_routing::Slot;
     use std::time::Duration;
 
+    /// Window 3 of a minute-long fixed window.
+    const NOW: Timestamp = Timestamp::from_secs(200);
+
     fn limit(a: Algorithm) -> Limit {
         Limit::new(a, 10, Duration::from_secs(60)).unwrap()
     }
 
     fn name(identity: &str, a: Algorithm) -> String {
-        redis_key("rl:", &Key::new(identity).unwrap(), &limit(a))
+        redis_key("rl:", &Key::new(identity).unwrap(), &limit(a), NOW)
     }
 
     #[test]
@@ -126,7 +136,7 @@ mod tests {
     fn braces_and_percent_are_escaped() {
         assert_eq!(
             name("a}b%{", Algorithm::FixedWindow),
-            "rl:{a%7Db%25%7B}:fw:60s"
+            "rl:{a%7Db%25%7B}:fw3:60s"
         );
         // Without escaping, "a}:x" would hash by "a" and read like another identity.
         assert_ne!(name("a}:x", Algorithm::Gcra), name("a", Algorithm::Gcra));
@@ -135,14 +145,14 @@ mod tests {
     #[test]
     fn a_group_decides_the_slot_and_is_written_once() {
         let l = limit(Algorithm::Gcra);
-        let a = redis_key("rl:", &Key::grouped("api|k=1", "#burst").unwrap(), &l);
-        let b = redis_key("rl:", &Key::grouped("api|k=1", "#day").unwrap(), &l);
+        let a = redis_key("rl:", &Key::grouped("api|k=1", "#burst").unwrap(), &l, NOW);
+        let b = redis_key("rl:", &Key::grouped("api|k=1", "#day").unwrap(), &l, NOW);
         assert_eq!(a, "rl:{api|k=1}#burst:gcra:60s");
         assert_eq!(Slot::for_key(&a), Slot::for_key(&b));
         assert_eq!(Slot::for_key(&a), Slot::for_key("{api|k=1}"));
         // Braces in a key are only text: they never pick the slot.
         assert_eq!(name("x{a}y", Algorithm::Gcra), "rl:{x%7Ba%7Dy}:gcra:60s");
-        let braced = redis_key("rl:", &Key::grouped("{a}", "}b").unwrap(), &l);
+        let braced = redis_key("rl:", &Key::grouped("{a}", "}b").unwrap(), &l, NOW);
         assert_eq!(braced, "rl:{%7Ba%7D}%7Db:gcra:60s");
     }
 
@@ -176,7 +186,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for key in &keys {
             for a in Algorithm::ALL {
-                let name = redis_key("rl:", key, &limit(a));
+                let name = redis_key("rl:", key, &limit(a), NOW);
                 assert!(seen.insert(name.clone()), "collision for {key:?}: {name}");
             }
         }
@@ -190,7 +200,7 @@ mod tests {
             Duration::from_secs(60),
         )
         .unwrap();
-        let state = redis_key("rl:", &Key::new("k").unwrap(), &sketched);
+        let state = redis_key("rl:", &Key::new("k").unwrap(), &sketched, NOW);
         let ring: Vec<String> = ring_keys(&state, &sketched).collect();
         assert_eq!(
             ring,

@@ -65,10 +65,14 @@ pub fn function_library() -> (&'static str, &'static str) {
 /// The script's ARGV for a call of one batch of `requests` on Redis `TIME`: `1` (one
 /// batch), the number of requests, the number of keys (one per request, and a sketched
 /// `distinct` limit's ring), `server`, then each request's limit (eight integers in one
-/// string), cost and member (empty but for `distinct`). For tools
+/// string), cost and member (empty but for `distinct`, and `now` for a fixed window,
+/// whose key names its window: [`redis_key`] at the same `now`). For tools
 /// that call the script themselves (the benchmark drives `redis-benchmark` with it, so
 /// Redis does exactly the work a lone decision does).
-pub fn script_argv(requests: &[spillway_core::Request<'_>]) -> Vec<String> {
+pub fn script_argv(
+    requests: &[spillway_core::Request<'_>],
+    now: spillway_core::Timestamp,
+) -> Vec<String> {
     let mut argv = vec![
         "1".to_owned(),
         requests.len().to_string(),
@@ -82,7 +86,7 @@ pub fn script_argv(requests: &[spillway_core::Request<'_>]) -> Vec<String> {
     for r in requests {
         argv.push(script::limit_text(r.limit));
         argv.push(r.cost.to_string());
-        argv.push(String::from_utf8_lossy(&script::member_arg(r)).into_owned());
+        argv.push(String::from_utf8_lossy(&script::member_arg(r, now)).into_owned());
     }
     argv
 }

@@ -118,14 +118,14 @@ impl Section {
         source: TimeSource,
         now: Timestamp,
     ) -> Section {
+        let requests = requests
+            .iter()
+            .map(|r| (limit_text(r.limit), r.cost, member_arg(r, now)))
+            .collect();
         let now = match source {
             TimeSource::Server => None,
             TimeSource::Caller => Some(now.as_micros()),
         };
-        let requests = requests
-            .iter()
-            .map(|r| (limit_text(r.limit), r.cost, member_arg(r)))
-            .collect();
         Section {
             keys,
             now,
@@ -136,8 +136,14 @@ impl Section {
 
 /// A request's member as the script reads it: as it is, but for a sketched `distinct`
 /// limit, whose member comes after its Bloom filter positions (7 × u32, little-endian):
-/// Lua 5.1 cannot compute the 64-bit hashes they come from.
-pub(crate) fn member_arg(r: &Request<'_>) -> Vec<u8> {
+/// Lua 5.1 cannot compute the 64-bit hashes they come from; and for a fixed window,
+/// which has none, the caller's `now` (µs): its key names the window holding that
+/// instant (`key.rs`), so the script counts that window whatever clock the batch
+/// decides on.
+pub(crate) fn member_arg(r: &Request<'_>, now: Timestamp) -> Vec<u8> {
+    if r.limit.algorithm() == Algorithm::FixedWindow {
+        return now.as_micros().to_string().into_bytes();
+    }
     let member = r.member_bytes();
     if !r.limit.algorithm().counts_members() || distinct::is_exact(r.limit.limit()) {
         return member.to_vec();

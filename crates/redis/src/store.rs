@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use redis::cluster_routing::Slot;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
-use spillway_core::store::validate;
+use spillway_core::store::{is_counted, validate};
 use spillway_core::{BatchDecision, Error as CoreError, Key, Limit, Request, Store, Timestamp};
 use tokio::sync::oneshot;
 
@@ -29,6 +29,7 @@ use crate::script::{self, LIBRARY, SCRIPT_SOURCE, Section, TimeSource};
 
 mod builder;
 mod calls;
+mod counter;
 mod stats;
 
 pub use builder::RedisStoreBuilder;
@@ -110,9 +111,10 @@ impl RedisStore {
         self.inner.calls.clone()
     }
 
-    /// The Redis key holding `key`'s state for `limit`.
-    pub fn key_for(&self, key: &Key, limit: &Limit) -> String {
-        redis_key(&self.inner.prefix, key, limit)
+    /// The Redis key holding `key`'s state for `limit` at `now` (a fixed window has a
+    /// key per window: the one holding `now`).
+    pub fn key_for(&self, key: &Key, limit: &Limit, now: Timestamp) -> String {
+        redis_key(&self.inner.prefix, key, limit, now)
     }
 
     /// Whether this store talks to a Redis Cluster.
@@ -171,7 +173,7 @@ impl Inner {
         let limit = Limit::new(spillway_core::Algorithm::Gcra, 1, Duration::from_secs(1))
             .expect("a valid limit");
         let peek = [Request::new(&key, &limit, 0)];
-        let keys = vec![redis_key(&self.prefix, &key, &limit)];
+        let keys = vec![redis_key(&self.prefix, &key, &limit, Timestamp::from_secs(0))];
         let section = Section::new(keys, &peek, self.time, Timestamp::from_secs(0));
         let call = std::slice::from_ref(&section);
         let answer = until_answered(|| self.eval_sections(call.iter()));
@@ -260,13 +262,17 @@ impl Store for RedisStore {
         }
         let mut keys: Vec<String> = requests
             .iter()
-            .map(|r| redis_key(&self.inner.prefix, r.key, r.limit))
+            .map(|r| redis_key(&self.inner.prefix, r.key, r.limit, now))
             .collect();
         let slot = if self.is_cluster() {
             Some(same_slot(&keys, requests)?)
         } else {
             None
         };
+        if requests.iter().all(|r| is_counted(r.limit)) {
+            // The reference's rules: plain commands, no script (`counter.rs`).
+            return self.inner.count(&keys, requests, now).await;
+        }
         let lane = (slot, spillway_core::is_heavy(requests));
         if requests
             .iter()
@@ -306,9 +312,9 @@ impl Store for RedisStore {
         !self.is_cluster()
     }
 
-    async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), CoreError> {
+    async fn reset(&self, key: &Key, limit: &Limit, now: Timestamp) -> Result<(), CoreError> {
         let mut cmd = redis::cmd("DEL");
-        let state = self.key_for(key, limit);
+        let state = self.key_for(key, limit, now);
         cmd.arg(ring_keys(&state, limit).collect::<Vec<_>>())
             .arg(state);
         self.query(&cmd).await.map(drop)

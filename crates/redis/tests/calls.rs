@@ -11,6 +11,9 @@ use spillway_core::{Algorithm, Key, Limit, Request, Store, Timestamp};
 use spillway_redis::{Calls, RedisStore, TimeSource, function_library};
 use spillway_testkit::redis::{RedisServer, unique_prefix};
 
+/// The tests of this file count the servers' calls: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn limit(a: Algorithm, n: u64, window: Duration) -> Limit {
     Limit::new(a, n, window).unwrap()
 }
@@ -19,7 +22,8 @@ fn key(k: &str) -> Key {
     Key::new(k).unwrap()
 }
 
-/// The calls each store makes, counted by every node's `INFO commandstats`.
+/// The calls each store makes, counted by every master's `INFO commandstats` (a
+/// replica counts the writes it replays too).
 fn calls_of(url: &str, command: &str) -> u64 {
     let nodes: Vec<String> = match url.strip_prefix("redis+cluster://") {
         Some(list) => list.split(',').map(|n| format!("redis://{n}")).collect(),
@@ -30,11 +34,14 @@ fn calls_of(url: &str, command: &str) -> u64 {
         .iter()
         .map(|node| {
             let out = std::process::Command::new("redis-cli")
-                .args(["-u", node, "INFO", "commandstats"])
+                .args(["-u", node, "INFO", "everything"])
                 .output()
                 .expect("redis-cli runs");
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
+            let info = String::from_utf8_lossy(&out.stdout);
+            if info.lines().any(|l| l.trim() == "role:slave") {
+                return 0;
+            }
+            info.lines()
                 .find_map(|l| l.strip_prefix(&field)?.split(',').next()?.parse().ok())
                 .unwrap_or(0)
         })
@@ -46,6 +53,7 @@ fn calls_of(url: &str, command: &str) -> u64 {
 /// FUNCTION command is renamed away), with EVALSHA — and says which at startup.
 #[tokio::test]
 async fn decisions_are_fcall_where_the_server_has_functions_and_evalsha_elsewhere() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let l = limit(Algorithm::Gcra, 100, Duration::from_secs(1));
     let k = key("{choice}:k");
     let decide = |store: RedisStore| {
@@ -114,4 +122,99 @@ async fn decisions_are_fcall_where_the_server_has_functions_and_evalsha_elsewher
     let evalsha = calls_of(&old.url(), "evalsha");
     decide(store).await;
     assert_eq!(calls_of(&old.url(), "evalsha") - evalsha, 10);
+}
+
+/// A batch of the reference's rules (fixed windows charging every request) is plain
+/// `INCRBY`s, as the reference sends, and a `PEXPIRE` once per new window key: no
+/// script. A batch that mixes them with other rules goes in the script, which reads
+/// and writes the same counts. On every deployment.
+#[tokio::test]
+async fn the_references_rules_are_plain_incrby_and_share_counts_with_the_script() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let reference = Limit::builder(Algorithm::FixedWindow, 3, Duration::from_secs(60))
+        .count_rejected(true)
+        .build()
+        .unwrap();
+    let admitted_only = limit(Algorithm::FixedWindow, 3, Duration::from_secs(60));
+    let gcra = limit(Algorithm::Gcra, 100, Duration::from_secs(1));
+    let now = Timestamp::from_secs(1_800_000_010);
+    for (name, url) in support::targets()
+        .into_iter()
+        .chain([("valkey", spillway_testkit::redis::valkey_url())])
+    {
+        let store = support::caller_clock_store(&url, "incrby").await;
+        let k = key("{incrby}:tenant");
+        let stats = || {
+            ["incrby", "pexpire", "fcall", "evalsha", "get"].map(|c| calls_of(&url, c))
+        };
+        let before = stats();
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            let d = store
+                .check_one(Request::new(&k, &reference, 1), now)
+                .await
+                .unwrap();
+            seen.push((d.allowed(), d.remaining));
+            assert_eq!(d.reset_after, Duration::from_secs(50), "{name}");
+        }
+        let peek = store
+            .check_one(Request::new(&k, &reference, 0), now)
+            .await
+            .unwrap();
+        let after = stats();
+        let delta: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        assert_eq!(
+            seen,
+            [(true, 2), (true, 1), (true, 0), (false, 0), (false, 0)],
+            "{name}"
+        );
+        assert!(!peek.allowed() && peek.remaining == 0, "{name}: over, a peek too: {peek:?}");
+        assert_eq!(
+            delta,
+            [5, 1, 0, 0, 1],
+            "{name}: INCRBY, PEXPIRE, FCALL, EVALSHA, GET"
+        );
+        let state = store.key_for(&k, &reference, now);
+        assert!(state.ends_with(":fw30000000:60s"), "{name}: {state}");
+        let value = store.query(redis::cmd("GET").arg(&state)).await.unwrap();
+        assert_eq!(value, redis::Value::BulkString(b"5".to_vec()), "{name}");
+        let ttl = store.query(redis::cmd("PTTL").arg(&state)).await.unwrap();
+        assert!(
+            matches!(ttl, redis::Value::Int(t) if t > 50_000 && t <= 51_000),
+            "{name}: {ttl:?}"
+        );
+
+        // With another algorithm in the batch, the script decides, on the same count:
+        // the reference rule denies (6 of 3), and the rule counting only admitted
+        // requests reads the same key.
+        let (fcall, evalsha) = (calls_of(&url, "fcall"), calls_of(&url, "evalsha"));
+        let mixed = [
+            Request::new(&k, &reference, 1),
+            Request::new(&k, &gcra, 1),
+        ];
+        let d = store.check(&mixed, now).await.unwrap();
+        assert_eq!(d.denied_by, Some(0), "{name}");
+        assert_eq!(
+            calls_of(&url, "fcall") + calls_of(&url, "evalsha") - fcall - evalsha,
+            1,
+            "{name}: one script call"
+        );
+        let value = store.query(redis::cmd("GET").arg(&state)).await.unwrap();
+        assert_eq!(value, redis::Value::BulkString(b"6".to_vec()), "{name}");
+        let own = store
+            .check_one(Request::new(&k, &admitted_only, 1), now)
+            .await
+            .unwrap();
+        assert!(!own.allowed(), "{name}: {own:?}");
+
+        // The next window is a new key, from 0.
+        let next = now.saturating_add(Duration::from_secs(60));
+        let d = store
+            .check_one(Request::new(&k, &reference, 1), next)
+            .await
+            .unwrap();
+        let nk = store.key_for(&k, &reference, next);
+        let v = store.query(redis::cmd("GET").arg(&nk)).await.unwrap();
+        assert!(d.allowed() && d.remaining == 2, "{name}: {d:?} {nk} {v:?}");
+    }
 }

@@ -75,7 +75,7 @@ async fn the_ring_has_ttls_checks_write_nothing_and_reset_clears_it() {
     for (target, url) in targets() {
         let store = support::caller_clock_store(&url, "sketch").await;
         let (key, limit) = (Key::new("api-key-1").unwrap(), sketched(3));
-        let state = store.key_for(&key, &limit);
+        let state = store.key_for(&key, &limit, Timestamp::from_secs(0));
         let ring: Vec<String> = (0..3).map(|i| format!("{state}:{i}")).collect();
         let filters: Vec<String> = (0..3).map(|i| format!("{state}:f{i}")).collect();
         // Sub-window 20s wide; start in slot 0 (1,800,000,000 s is a multiple of 60).
@@ -131,7 +131,7 @@ async fn the_ring_has_ttls_checks_write_nothing_and_reset_clears_it() {
             "{target}: ttl kept"
         );
 
-        store.reset(&key, &limit).await.unwrap();
+        store.reset(&key, &limit, now).await.unwrap();
         for k in std::iter::once(&state).chain(&ring).chain(&filters) {
             assert_eq!(int(&store, &["EXISTS", k]).await, 0, "{target}: {k} reset");
         }
@@ -145,7 +145,7 @@ async fn a_foreign_value_in_the_ring_fails_the_batch_and_writes_nothing() {
         let (key, limit) = (Key::new("k").unwrap(), sketched(2));
         let now = Timestamp::from_secs(1_800_000_000);
         assert!(decide(&store, &key, &limit, now, "a", 1).await);
-        let state = store.key_for(&key, &limit);
+        let state = store.key_for(&key, &limit, now);
         let ring0 = format!("{state}:0");
         let kept = registers(&store, &ring0).await;
         // The other slot holds another program's value; the next sub-window uses it.
@@ -190,7 +190,7 @@ async fn an_invented_group_costs_redis_a_block_not_the_whole_filter() {
         for g in 0..groups {
             let key = Key::new(format!("invented-{g}")).unwrap();
             assert!(decide(&store, &key, &limit, now, "10.0.0.1", 1).await);
-            let state = store.key_for(&key, &limit);
+            let state = store.key_for(&key, &limit, now);
             let mut keys = vec![state.clone()];
             keys.extend(spillway_redis::ring_keys(&state, &limit));
             for k in &keys {

@@ -8,7 +8,9 @@ use support::{cmd, int};
 use std::time::Duration;
 
 use redis::Value;
-use spillway_core::{Algorithm, Edge, Error, Key, Limit, Request, Store, Timestamp};
+use spillway_core::{
+    Algorithm, Edge, Error, Key, Limit, Rejected, Request, Store, Timestamp,
+};
 use spillway_redis::{RedisStore, SCRIPT, TimeSource, function_library};
 use spillway_testkit::redis::{RedisServer, cluster_url, standalone_url, unique_prefix};
 
@@ -20,7 +22,7 @@ fn key(k: &str) -> Key {
     Key::new(k).unwrap()
 }
 
-/// Two app servers whose clocks disagree by decades share one fixed window when the
+/// Two app servers whose clocks disagree by decades share one sliding log when the
 /// script reads Redis TIME; with their own clocks, each would get a window of its own.
 #[tokio::test]
 async fn server_time_makes_disagreeing_clocks_agree() {
@@ -28,7 +30,7 @@ async fn server_time_makes_disagreeing_clocks_agree() {
     let prefix = unique_prefix("server-time");
     let a = support::server_clock_store(&url, &prefix).await;
     let b = support::server_clock_store(&url, &prefix).await;
-    let per_hour = limit(Algorithm::FixedWindow, 3, Duration::from_secs(3600));
+    let per_hour = limit(Algorithm::SlidingLog, 3, Duration::from_secs(3600));
     let k = key("shared");
     let early = Timestamp::from_secs(1_000_000_000);
     let late = Timestamp::from_secs(4_000_000_000);
@@ -47,7 +49,7 @@ async fn server_time_makes_disagreeing_clocks_agree() {
     assert_eq!(one(early).await.remaining, 0);
     let fourth = one(late).await;
     assert!(!fourth.allowed());
-    // The window is Redis's current hour, not 1970's or 2096's.
+    // The window is Redis's last hour, not 2001's or 2096's.
     assert!(fourth.reset_after <= Duration::from_secs(3600));
 
     // With the callers' clocks, a caller an hour ahead is in the next window: a limit
@@ -63,6 +65,37 @@ async fn server_time_makes_disagreeing_clocks_agree() {
             .allowed() as u32;
     }
     assert_eq!(admitted, 6);
+}
+
+/// A fixed window is the exception: its key names the window holding the caller's
+/// `now` (so that `INCRBY` alone can charge the reference's rules), on server time too,
+/// as the reference decides on its own clock. Two windows, three each.
+#[tokio::test]
+async fn a_fixed_window_is_the_callers_window_even_on_server_time() {
+    let url = standalone_url();
+    let store = support::server_clock_store(&url, &unique_prefix("fw-time")).await;
+    let k = key("shared");
+    let early = Timestamp::from_secs(1_000_000_000);
+    let ahead = early.saturating_add(Duration::from_secs(3600));
+    for rejected in [Rejected::NotCharged, Rejected::Charged] {
+        let per_hour = Limit::builder(Algorithm::FixedWindow, 3, Duration::from_secs(3600))
+            .build()
+            .unwrap()
+            .with_rejected(rejected);
+        let mut admitted = 0;
+        for at in [early, early, early, early, ahead, ahead, ahead, ahead] {
+            let d = store
+                .check_one(Request::new(&k, &per_hour, 1), at)
+                .await
+                .unwrap();
+            admitted += d.allowed() as u32;
+            // The caller's hour, to its end: 1,000,000,000 s is 46m 40s past an hour.
+            assert_eq!(d.reset_after, Duration::from_secs(800), "{rejected:?}");
+        }
+        assert_eq!(admitted, 6, "{rejected:?}");
+        store.reset(&k, &per_hour, early).await.unwrap();
+        store.reset(&k, &per_hour, ahead).await.unwrap();
+    }
 }
 
 /// Every key the script writes carries a TTL, whatever wrote it: admitted and
@@ -117,7 +150,7 @@ async fn every_key_written_has_a_ttl() {
 
 /// The prefix part of a store's key names (everything before the hash tag).
 fn prefix_of(store: &RedisStore, l: &Limit) -> String {
-    let name = store.key_for(&key("x"), l);
+    let name = store.key_for(&key("x"), l, Timestamp::from_secs(0));
     name[..name.find('{').unwrap()].to_owned()
 }
 
@@ -310,7 +343,7 @@ async fn cross_slot_batches_are_refused_with_advice_on_cluster() {
     assert!(err.is_invalid_input());
     assert!(err.to_string().contains("one key group"), "{err}");
     assert_eq!(
-        int(&store, &["EXISTS", &store.key_for(&a, &l)]).await,
+        int(&store, &["EXISTS", &store.key_for(&a, &l, now)]).await,
         0,
         "nothing was charged"
     );
@@ -530,7 +563,7 @@ async fn reset_forgets_one_shape() {
     for l in [&a, &b] {
         store.check_one(Request::new(&k, l, 2), now).await.unwrap();
     }
-    store.reset(&k, &a).await.unwrap();
+    store.reset(&k, &a, now).await.unwrap();
     let after = |l| store.check_one(Request::new(&k, l, 0), now);
     assert_eq!(after(&a).await.unwrap().remaining, 2);
     assert_eq!(after(&b).await.unwrap().remaining, 0);

@@ -101,10 +101,10 @@ impl Store for AnyStore {
         }
     }
 
-    async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), Error> {
+    async fn reset(&self, key: &Key, limit: &Limit, now: Timestamp) -> Result<(), Error> {
         match self {
-            AnyStore::Memory(m) => m.reset(key, limit).await,
-            AnyStore::Redis(r) => r.reset(key, limit).await,
+            AnyStore::Memory(m) => m.reset(key, limit, now).await,
+            AnyStore::Redis(r) => r.reset(key, limit, now).await,
         }
     }
 }

@@ -71,7 +71,7 @@ pub async fn run<S: Store>(store: &S, scenario: &Scenario) -> Result<(), String>
         match step {
             Step::Advance(by) => clock.advance(*by),
             Step::Reset(k, limit) => store
-                .reset(&key(k), limit)
+                .reset(&key(k), limit, clock.now())
                 .await
                 .map_err(|e| at(format!("reset failed: {e}")))?,
             Step::Member {

@@ -362,7 +362,7 @@ impl<H: HashKeys> Store for MemoryStore<H> {
         std::future::ready(self.decide_one(request, now))
     }
 
-    async fn reset(&self, key: &Key, limit: &Limit) -> Result<(), Error> {
+    async fn reset(&self, key: &Key, limit: &Limit, _now: Timestamp) -> Result<(), Error> {
         self.clear(key, limit);
         Ok(())
     }

@@ -32,6 +32,39 @@ pub(crate) fn first_sharing(requests: &[Request<'_>], i: usize) -> usize {
         .unwrap_or(i)
 }
 
+/// The round of `requests`, all of them fixed windows that charge every request
+/// (`Rejected::Charged`), from each one's count in its current window before the
+/// round (`before[i]`: the same for requests sharing a state). A store that charges
+/// such requests with no script (Redis `INCRBY`) learns the counts after charging, and
+/// decides from them exactly as the round would have: every request is charged
+/// whatever the outcome, so the counts after are the counts before plus the costs.
+pub(crate) fn decide_counted(
+    requests: &[Request<'_>],
+    before: &[u64],
+    now: Timestamp,
+) -> BatchDecision {
+    struct Counted(Vec<State>, Vec<usize>);
+    impl Slots for Counted {
+        fn get(&self, i: usize) -> Option<&State> {
+            Some(&self.0[self.1[i]])
+        }
+        fn get_mut(&mut self, i: usize) -> &mut State {
+            &mut self.0[self.1[i]]
+        }
+        fn charged(&mut self, _: usize) {}
+    }
+    let at = now.as_micros();
+    let states = requests
+        .iter()
+        .zip(before)
+        .map(|(r, &count)| State::fixed_window_count(at, r.limit.window_micros(), count))
+        .collect();
+    let leaders = (0..requests.len())
+        .map(|i| first_sharing(requests, i))
+        .collect();
+    decide(&mut Counted(states, leaders), requests, now)
+}
+
 pub(crate) fn decide(
     slots: &mut impl Slots,
     requests: &[Request<'_>],

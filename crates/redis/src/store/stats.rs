@@ -33,6 +33,9 @@ pub struct ServerStats {
     pub decision_calls: u64,
     /// Of which `FCALL`.
     pub function_calls: u64,
+    /// `INCRBY` calls: decisions of the reference's rules, made without the script (one
+    /// per limit of such a batch).
+    pub counted: u64,
     /// Servers asked.
     pub servers: usize,
 }
@@ -44,21 +47,26 @@ impl ServerStats {
             let Some((name, value)) = line.trim().split_once(':') else {
                 continue;
             };
+            // `cmdstat_<command>:calls=N,usec=…`
+            let calls = || {
+                value
+                    .split(',')
+                    .find_map(|f| f.strip_prefix("calls="))
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
             match name {
                 "used_cpu_sys" | "used_cpu_user" => {
                     self.cpu_seconds += value.parse::<f64>().unwrap_or(0.0);
                 }
                 "cmdstat_fcall" | "cmdstat_evalsha" | "cmdstat_eval" => {
-                    let calls = value
-                        .split(',')
-                        .find_map(|f| f.strip_prefix("calls="))
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .unwrap_or(0);
+                    let calls = calls();
                     self.decision_calls += calls;
                     if name == "cmdstat_fcall" {
                         self.function_calls += calls;
                     }
                 }
+                "cmdstat_incrby" => self.counted += calls(),
                 _ => {}
             }
         }

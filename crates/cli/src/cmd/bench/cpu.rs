@@ -73,13 +73,19 @@ impl Meter {
             cost.redis = Some((after.cpu_seconds - before.cpu_seconds) * 1e6 / n);
             let calls = after.decision_calls.saturating_sub(before.decision_calls);
             let functions = after.function_calls.saturating_sub(before.function_calls);
+            let counted = after.counted.saturating_sub(before.counted);
             cost.per_call = (calls > 0).then(|| decisions as f64 / calls as f64);
-            cost.calls = match (functions, calls - functions) {
-                (0, 0) => None,
-                (_, 0) => Some("FCALL"),
-                (0, _) => Some("EVALSHA"),
-                _ => Some("FCALL and EVALSHA"),
+            cost.calls = match (functions, calls - functions, counted) {
+                (0, 0, 0) => None,
+                (0, 0, _) => Some("INCRBY, no script"),
+                (_, 0, 0) => Some("FCALL"),
+                (0, _, 0) => Some("EVALSHA"),
+                (_, _, 0) => Some("FCALL and EVALSHA"),
+                _ => Some("INCRBY and script calls"),
             };
+            if calls == 0 && counted > 0 {
+                cost.per_call = Some(decisions as f64 / counted as f64);
+            }
         }
         Ok(cost)
     }
