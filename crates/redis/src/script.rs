@@ -97,6 +97,10 @@ pub(crate) struct Section {
     /// `now` in µs, or `None` for Redis `TIME`.
     pub(crate) now: Option<u64>,
     pub(crate) requests: Vec<(String, u64, Vec<u8>)>,
+    /// For a batch of the reference's rules, decided with no script
+    /// (`store/counter.rs`): each request's window key's TTL in ms, should the call
+    /// create it. `None` for the script's batches.
+    pub(crate) counted: Option<Vec<u64>>,
 }
 
 impl Section {
@@ -130,6 +134,7 @@ impl Section {
             keys,
             now,
             requests,
+            counted: None,
         }
     }
 }

@@ -22,14 +22,14 @@ use spillway_core::{BatchDecision, Error as CoreError, Key, Limit, Request, Stor
 use tokio::sync::oneshot;
 
 use crate::Error;
-use crate::coalesce::{self, Failure, LaneId, Lanes, Waiting};
+use crate::coalesce::{self, Failure, Kind, LaneId, Lanes, Waiting};
 use crate::connection::Connection;
 use crate::key::{redis_key, ring_keys};
 use crate::script::{self, LIBRARY, SCRIPT_SOURCE, Section, TimeSource};
 
 mod builder;
 mod calls;
-mod counter;
+pub(crate) mod counter;
 mod stats;
 
 pub use builder::RedisStoreBuilder;
@@ -199,12 +199,20 @@ impl Inner {
             inner: Arc::clone(self),
             lane,
         };
-        let reply = self.bounded(self.eval(&batches)).await;
+        let reply = self.bounded(self.eval(lane, &batches)).await;
         coalesce::answer(batches, reply);
     }
 
-    async fn eval(&self, batches: &[Waiting]) -> Result<Value, RedisError> {
-        self.eval_sections(batches.iter().map(|w| &w.section)).await
+    async fn eval(&self, lane: LaneId, batches: &[Waiting]) -> Result<Value, RedisError> {
+        let sections = batches.iter().map(|w| &w.section);
+        if lane.1 == Kind::Counted {
+            // `PEXPIRE … NX` came with functions, in Redis 7.0.
+            let nx = matches!(self.calls, Calls::Function { .. })
+                && !self.functions_lost.load(Ordering::Relaxed);
+            let pipe = counter::pipeline(sections, nx);
+            return self.connection.query_pipeline(&pipe).await.map(Value::Array);
+        }
+        self.eval_sections(sections).await
     }
 
     /// FCALL, and on "function not found" the library loaded again and one more FCALL;
@@ -269,11 +277,16 @@ impl Store for RedisStore {
         } else {
             None
         };
-        if requests.iter().all(|r| is_counted(r.limit)) {
-            // The reference's rules: plain commands, no script (`counter.rs`).
-            return self.inner.count(&keys, requests, now).await;
-        }
-        let lane = (slot, spillway_core::is_heavy(requests));
+        // The reference's rules take plain commands, no script (`counter.rs`).
+        let counted = requests.iter().all(|r| is_counted(r.limit));
+        let kind = if counted {
+            Kind::Counted
+        } else if spillway_core::is_heavy(requests) {
+            Kind::Heavy
+        } else {
+            Kind::Light
+        };
+        let lane = (slot, kind);
         if requests
             .iter()
             .any(|r| r.limit.algorithm().counts_members())
@@ -288,7 +301,11 @@ impl Store for RedisStore {
                 .collect();
         }
         let (answer, reply) = oneshot::channel();
-        let section = Section::new(keys, requests, self.inner.time, now);
+        let section = if counted {
+            counter::section(keys, requests, now)
+        } else {
+            Section::new(keys, requests, self.inner.time, now)
+        };
         if let Some(batches) = self.inner.lanes.submit(lane, Waiting { section, answer }) {
             // A free lane: this decision goes out at once, from this task. Boxed: the
             // call's future is large, and most decisions never start one.
@@ -305,6 +322,9 @@ impl Store for RedisStore {
             }
             Err(_) => return Err(CoreError::Timeout(self.inner.timeout)),
         };
+        if counted {
+            return counter::decide(requests, part, now);
+        }
         script::parse_reply(part, requests)
     }
 

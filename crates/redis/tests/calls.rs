@@ -125,8 +125,8 @@ async fn decisions_are_fcall_where_the_server_has_functions_and_evalsha_elsewher
 }
 
 /// A batch of the reference's rules (fixed windows charging every request) is plain
-/// `INCRBY`s, as the reference sends, and a `PEXPIRE` once per new window key: no
-/// script. A batch that mixes them with other rules goes in the script, which reads
+/// `INCRBY`s, as the reference sends, each with a `PEXPIRE … NX` that gives a new window
+/// key its TTL and leaves an existing one's: no script. A batch that mixes them with other rules goes in the script, which reads
 /// and writes the same counts. On every deployment.
 #[tokio::test]
 async fn the_references_rules_are_plain_incrby_and_share_counts_with_the_script() {
@@ -171,7 +171,7 @@ async fn the_references_rules_are_plain_incrby_and_share_counts_with_the_script(
         assert!(!peek.allowed() && peek.remaining == 0, "{name}: over, a peek too: {peek:?}");
         assert_eq!(
             delta,
-            [5, 1, 0, 0, 1],
+            [5, 5, 0, 0, 1],
             "{name}: INCRBY, PEXPIRE, FCALL, EVALSHA, GET"
         );
         let state = store.key_for(&k, &reference, now);

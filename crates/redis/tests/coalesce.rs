@@ -93,8 +93,9 @@ async fn share_the_next_call_and_fail_alone(server: RedisServer) {
         .await
         .unwrap();
 
-    // Two decisions take both calls a lane may have in flight; the 62 after them wait:
-    // one on a key holding another program's value, 61 on one key with room for 10.
+    // The first decision goes at once; the 63 after it wait (one on a key holding
+    // another program's value, 61 on one key with room for 10) until 16 fill a second
+    // call (`SECOND_CALL_AT`), and the other 47 wait for a third.
     let (a, b, hot) = (key("a"), key("b"), key("hot"));
     let mut keys = vec![&a, &b, &bad];
     keys.extend(std::iter::repeat_n(&hot, 61));
@@ -127,7 +128,7 @@ async fn share_the_next_call_and_fail_alone(server: RedisServer) {
         .collect();
     assert_eq!(hot.iter().filter(|a| **a).count(), 10, "exactly the limit");
     assert!(hot[..10].iter().all(|a| *a), "the first ten: {hot:?}");
-    // The two that went at once, then one call for the 62 that waited.
+    // The one that went at once, the 16 that filled a second call, the 47 left.
     assert_eq!(server.script_calls(), 3);
     let remaining = store
         .check_one(Request::new(&key("hot"), &limit, 0), now)
