@@ -160,7 +160,8 @@ fn a_denied_hot_key_is_answered_from_the_cache_until_its_retry_time() {
     assert!(later.batch.allowed());
     // A reset forgets the cached denial at once.
     assert!(!decide(at(6_000_000)).batch.allowed());
-    rt.block_on(store.store().reset(&key, &limit, at(6_000_000))).unwrap();
+    rt.block_on(store.store().reset(&key, &limit, at(6_000_000)))
+        .unwrap();
     store.forget(&key, &limit);
     assert!(decide(at(6_000_000)).batch.allowed());
 }

@@ -247,7 +247,9 @@ mod tests {
         assert_eq!(sizes(&lanes.submit(other, w).unwrap()), [99], "apart");
         let (w, r) = batch(SECOND_CALL_AT + 1);
         held.push(r);
-        let second = lanes.submit(LIGHT, w).expect("enough waiting for a second call");
+        let second = lanes
+            .submit(LIGHT, w)
+            .expect("enough waiting for a second call");
         assert_eq!(
             sizes(&second),
             (2..=SECOND_CALL_AT + 1).collect::<Vec<_>>(),

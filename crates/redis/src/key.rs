@@ -32,8 +32,74 @@ use spillway_core::{Algorithm, Key, Limit, Timestamp};
 /// The Redis key holding `key`'s state for `limit` at `now` (which only a fixed
 /// window's name depends on: it names the window holding `now`).
 pub fn redis_key(prefix: &str, key: &Key, limit: &Limit, now: Timestamp) -> String {
-    let mut out = String::with_capacity(prefix.len() + key.as_str().len() + 32);
+    name(prefix, None, key, limit, now)
+}
+
+/// How a store names its keys: its prefix and, on Cluster, its virtual shards.
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    pub(crate) prefix: String,
+    pub(crate) shards: Option<Shards>,
+}
+
+impl Layout {
+    /// The Redis key holding `key`'s state for `limit` at `now`.
+    pub(crate) fn key(&self, key: &Key, limit: &Limit, now: Timestamp) -> String {
+        let tag = self.shards.as_ref().map(|s| s.tag(key.group()));
+        name(&self.prefix, tag, key, limit, now)
+    }
+}
+
+/// Virtual shards on Cluster: every group is in one of `n` shards (a hash of its
+/// text), and every key of a shard carries the shard's hash tag, so that one script
+/// call can decide many groups' keys: `spillway:{~2.41}{user:42}:gcra:60s`. The tags
+/// are chosen so that shard i's slot is in the i-th n-th of the 16,384 slots: a
+/// Cluster whose masters hold equal ranges of slots holds equal numbers of shards.
+#[derive(Clone, Debug)]
+pub(crate) struct Shards {
+    tags: Vec<String>,
+}
+
+impl Shards {
+    /// `n` shards (1 ..= 16,384).
+    pub(crate) fn new(n: u16) -> Shards {
+        let n = u32::from(n.clamp(1, 16_384));
+        let tags = (0..n)
+            .map(|i| {
+                let (low, high) = (i * 16_384 / n, (i + 1) * 16_384 / n);
+                (0u32..)
+                    .map(|k| format!("~{i}.{k}"))
+                    .find(|tag| (low..high).contains(&slot_of(tag)))
+                    .expect("some tag hashes into every range of slots")
+            })
+            .collect();
+        Shards { tags }
+    }
+
+    /// The hash tag of `group`'s shard: FNV-1a of its bytes, modulo the shards, the
+    /// same in every process and version.
+    pub(crate) fn tag(&self, group: &str) -> &str {
+        let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        &self.tags[(hash % self.tags.len() as u64) as usize]
+    }
+}
+
+/// The Cluster slot of a hash tag's text: CRC16 (XMODEM) modulo 16,384, as Redis
+/// computes it (redis-rs's `Slot` keeps its number to itself).
+fn slot_of(tag: &str) -> u32 {
+    u32::from(crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes())) % 16_384
+}
+
+fn name(prefix: &str, shard: Option<&str>, key: &Key, limit: &Limit, now: Timestamp) -> String {
+    let mut out = String::with_capacity(prefix.len() + key.as_str().len() + 40);
     out.push_str(prefix);
+    if let Some(tag) = shard {
+        out.push('{');
+        out.push_str(tag);
+        out.push('}');
+    }
     out.push('{');
     escape(&mut out, key.group());
     out.push('}');
@@ -223,6 +289,50 @@ mod tests {
         {
             assert_eq!(ring_keys("x", &limit(a)).count(), 0, "{a:?}");
         }
+    }
+
+    #[test]
+    fn shards_spread_over_the_slots_and_keep_a_group_in_one() {
+        for n in [1, 3, 7, 12, 1000] {
+            let shards = Shards::new(n);
+            assert_eq!(shards.tags.len(), usize::from(n));
+            for (i, tag) in shards.tags.iter().enumerate() {
+                let slot = slot_of(tag);
+                let i = i as u32;
+                let n = u32::from(n);
+                assert!(
+                    (i * 16_384 / n..(i + 1) * 16_384 / n).contains(&slot),
+                    "{tag}"
+                );
+                // Our slot is Redis's (redis-rs computes it the same way).
+                let key = format!("x{{{tag}}}y");
+                assert_eq!(Slot::for_key(&key), Slot::new(slot as u16).unwrap());
+            }
+        }
+        let layout = Layout {
+            prefix: "rl:".into(),
+            shards: Some(Shards::new(3)),
+        };
+        let l = limit(Algorithm::Gcra);
+        let burst = layout.key(&Key::grouped("api|k=1", "#burst").unwrap(), &l, NOW);
+        let day = layout.key(&Key::grouped("api|k=1", "#day").unwrap(), &l, NOW);
+        assert!(burst.starts_with("rl:{~"), "{burst}");
+        assert!(burst.ends_with("}{api|k=1}#burst:gcra:60s"), "{burst}");
+        assert_eq!(Slot::for_key(&burst), Slot::for_key(&day));
+        // Many groups share the 3 slots; which is fixed (FNV-1a), evenly enough.
+        let mut per_shard = std::collections::HashMap::new();
+        for g in 0..3000 {
+            let k = layout.key(&Key::new(format!("user:{g}")).unwrap(), &l, NOW);
+            *per_shard.entry(Slot::for_key(&k)).or_insert(0) += 1;
+        }
+        assert_eq!(per_shard.len(), 3);
+        assert!(
+            per_shard.values().all(|&n| (900..=1100).contains(&n)),
+            "{per_shard:?}"
+        );
+        // The same in every process and version (computed apart, in Python).
+        assert_eq!(Shards::new(3).tags, ["~0.3", "~1.2", "~2.2"]);
+        assert_eq!(Shards::new(3).tag("user:42"), "~2.2");
     }
 
     #[test]

@@ -46,8 +46,8 @@ pub use error::Error;
 pub use key::{redis_key, ring_keys};
 pub use script::TimeSource;
 pub use store::{
-    Calls, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisStore, RedisStoreBuilder,
-    ServerStats,
+    Calls, DEFAULT_CLUSTER_SHARDS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
+    RedisStore, RedisStoreBuilder, ServerStats,
 };
 pub use target::redact as redact_url;
 pub use tls::{TlsOptions, Verify};

@@ -144,9 +144,7 @@ async fn the_references_rules_are_plain_incrby_and_share_counts_with_the_script(
     {
         let store = support::caller_clock_store(&url, "incrby").await;
         let k = key("{incrby}:tenant");
-        let stats = || {
-            ["incrby", "pexpire", "fcall", "evalsha", "get"].map(|c| calls_of(&url, c))
-        };
+        let stats = || ["incrby", "pexpire", "fcall", "evalsha", "get"].map(|c| calls_of(&url, c));
         let before = stats();
         let mut seen = Vec::new();
         for _ in 0..5 {
@@ -168,7 +166,10 @@ async fn the_references_rules_are_plain_incrby_and_share_counts_with_the_script(
             [(true, 2), (true, 1), (true, 0), (false, 0), (false, 0)],
             "{name}"
         );
-        assert!(!peek.allowed() && peek.remaining == 0, "{name}: over, a peek too: {peek:?}");
+        assert!(
+            !peek.allowed() && peek.remaining == 0,
+            "{name}: over, a peek too: {peek:?}"
+        );
         assert_eq!(
             delta,
             [5, 5, 0, 0, 1],
@@ -188,10 +189,7 @@ async fn the_references_rules_are_plain_incrby_and_share_counts_with_the_script(
         // the reference rule denies (6 of 3), and the rule counting only admitted
         // requests reads the same key.
         let (fcall, evalsha) = (calls_of(&url, "fcall"), calls_of(&url, "evalsha"));
-        let mixed = [
-            Request::new(&k, &reference, 1),
-            Request::new(&k, &gcra, 1),
-        ];
+        let mixed = [Request::new(&k, &reference, 1), Request::new(&k, &gcra, 1)];
         let d = store.check(&mixed, now).await.unwrap();
         assert_eq!(d.denied_by, Some(0), "{name}");
         assert_eq!(
@@ -217,4 +215,41 @@ async fn the_references_rules_are_plain_incrby_and_share_counts_with_the_script(
         let v = store.query(redis::cmd("GET").arg(&nk)).await.unwrap();
         assert!(d.allowed() && d.remaining == 2, "{name}: {d:?} {nk} {v:?}");
     }
+}
+
+/// On Cluster, decisions of different key groups in one virtual shard share script
+/// calls, as on one server: 64 decisions at once on 64 groups take a handful of calls
+/// with one shard; with none (a slot per group) they take 64.
+#[tokio::test]
+async fn on_cluster_a_shard_batches_many_groups_in_one_call() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let url = spillway_testkit::redis::cluster_url();
+    let l = limit(Algorithm::Gcra, 100, Duration::from_secs(1));
+    let now = Timestamp::from_secs(1_800_000_000);
+    let mut calls = Vec::new();
+    for shards in [1, 0] {
+        let store = RedisStore::builder(&url)
+            .prefix(unique_prefix("shards"))
+            .time_source(TimeSource::Caller)
+            .timeout(Duration::from_secs(5))
+            .cluster_shards(shards)
+            .build()
+            .await
+            .unwrap();
+        let keys: Vec<Key> = (0..64).map(|i| key(&format!("user:{i}"))).collect();
+        let before = calls_of(&url, "fcall");
+        let decided = futures_util::future::join_all(
+            keys.iter()
+                .map(|k| store.check_one(Request::new(k, &l, 1), now)),
+        )
+        .await;
+        assert!(decided.iter().all(|d| d.as_ref().unwrap().allowed()));
+        calls.push(calls_of(&url, "fcall") - before);
+    }
+    assert!(
+        calls[0] <= 8,
+        "one shard: {} calls for 64 decisions",
+        calls[0]
+    );
+    assert_eq!(calls[1], 64, "a slot per group: a call each");
 }

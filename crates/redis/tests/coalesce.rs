@@ -86,7 +86,8 @@ async fn share_the_next_call_and_fail_alone(server: RedisServer) {
         .unwrap();
     let bad = key("bad");
     let mut set = redis::cmd("SET");
-    set.arg(store.key_for(&bad, &limit, now)).arg("not a window");
+    set.arg(store.key_for(&bad, &limit, now))
+        .arg("not a window");
     store.query(&set).await.unwrap();
     store
         .query(redis::cmd("CONFIG").arg("RESETSTAT"))

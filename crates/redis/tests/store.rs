@@ -8,9 +8,7 @@ use support::{cmd, int};
 use std::time::Duration;
 
 use redis::Value;
-use spillway_core::{
-    Algorithm, Edge, Error, Key, Limit, Rejected, Request, Store, Timestamp,
-};
+use spillway_core::{Algorithm, Edge, Error, Key, Limit, Rejected, Request, Store, Timestamp};
 use spillway_redis::{RedisStore, SCRIPT, TimeSource, function_library};
 use spillway_testkit::redis::{RedisServer, cluster_url, standalone_url, unique_prefix};
 
@@ -158,8 +156,9 @@ fn prefix_of(store: &RedisStore, l: &Limit) -> String {
 /// the keys by their known names instead when clustered).
 async fn scan(store: &RedisStore, pattern: &str) -> Vec<String> {
     if store.is_cluster() {
-        // The test's keys all share the {ttl} tag: one node holds them all.
-        let probe = format!("{}{{ttl}}", &pattern[..pattern.len() - 1]);
+        // The test's keys are all in the key group `ttl`: one slot holds them all.
+        let any = limit(Algorithm::Gcra, 1, Duration::from_secs(1));
+        let probe = store.key_for(&key("ttl"), &any, Timestamp::from_secs(0));
         let mut keys = Vec::new();
         let slot = int(store, &["CLUSTER", "KEYSLOT", &probe]).await;
         let got = store

@@ -136,7 +136,7 @@ async fn open_store(
     let mut backoff = Duration::from_secs(1);
     loop {
         let store = &config.store;
-        match AnyStore::open(&store.url, store.timeout, &store.redis, store.memory_bytes).await {
+        match AnyStore::open(store).await {
             Ok(store) => return Ok(store),
             Err(e) if e.is_transient() && stop.is_some() => {
                 tracing::warn!(error = %e, retry_in = ?backoff, "store unreachable; waiting for it");

@@ -114,6 +114,8 @@ pub struct Store {
     pub reference_local_cache: bool,
     /// Written before every counter key (the reference's `CACHE_KEY_PREFIX`).
     pub key_prefix: String,
+    /// Virtual shards on Redis Cluster (0: a slot per key group).
+    pub cluster_shards: u16,
 }
 
 /// Where the rules come from: policy files, or an xDS server.
@@ -169,6 +171,7 @@ impl std::fmt::Debug for Store {
             .field("share_bytes", &self.share_bytes)
             .field("reference_local_cache", &self.reference_local_cache)
             .field("key_prefix", &self.key_prefix)
+            .field("cluster_shards", &self.cluster_shards)
             .finish()
     }
 }

@@ -3,13 +3,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use spillway_core::{
     BatchDecision, Error, GuardedStore, Key, Limit, MemoryStore, Request, Store, StoreFailure,
     Timestamp,
 };
-use spillway_redis::{Access, RedisStore};
+use spillway_redis::RedisStore;
 
 use crate::metrics;
 
@@ -23,21 +23,20 @@ pub enum AnyStore {
 }
 
 impl AnyStore {
-    /// Connects to the store a URL names: `memory` (holding at most `memory_bytes`), or
-    /// a Redis URL reached with `access` (TLS, credentials; unused by `memory`).
-    pub async fn open(
-        url: &str,
-        timeout: Duration,
-        access: &Access,
-        memory_bytes: usize,
-    ) -> Result<AnyStore, spillway_redis::Error> {
-        if url == "memory" {
-            let store = MemoryStore::builder().max_bytes(memory_bytes).build();
+    /// Connects to the store `settings.url` names: `memory` (holding at most
+    /// `memory_bytes`), or a Redis URL reached with `settings.redis` (TLS, credentials),
+    /// within `settings.timeout` a call, with `cluster_shards` on Cluster.
+    pub async fn open(settings: &crate::config::Store) -> Result<AnyStore, spillway_redis::Error> {
+        if settings.url == "memory" {
+            let store = MemoryStore::builder()
+                .max_bytes(settings.memory_bytes)
+                .build();
             return Ok(AnyStore::Memory(store));
         }
-        let store = RedisStore::builder(url)
-            .timeout(timeout)
-            .access(access.clone())
+        let store = RedisStore::builder(&settings.url)
+            .timeout(settings.timeout)
+            .access(settings.redis.clone())
+            .cluster_shards(settings.cluster_shards)
             .build()
             .await?;
         tracing::info!(calls = %store.calls(), "Redis store: decisions are {}", store.calls());

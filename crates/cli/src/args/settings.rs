@@ -134,12 +134,17 @@ impl<S: Selection> FromArgMatches for SettingFlags<S> {
 }
 
 impl SettingFlags<Redis> {
-    /// The Redis access these flags describe, alone (`check`, `bench`).
-    pub fn access(&self) -> anyhow::Result<spillway_redis::Access> {
+    /// The store settings these flags describe, over the defaults (`check`, `bench`).
+    pub fn store(&self) -> anyhow::Result<spillway_server::config::Store> {
         use spillway_server::config::Profile;
         let config = Partial::defaults(Profile::Native)
             .merge(self.given.clone())
             .build()?;
-        Ok(config.store.redis)
+        Ok(config.store)
+    }
+
+    /// The Redis access these flags describe, alone.
+    pub fn access(&self) -> anyhow::Result<spillway_redis::Access> {
+        Ok(self.store()?.redis)
     }
 }

@@ -154,10 +154,11 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         } else {
             TimeSource::Server
         };
-        let access = args.redis.access()?;
-        args::warn_if_insecure(&access);
+        let settings = args.redis.store()?;
+        args::warn_if_insecure(&settings.redis);
         let store = RedisStore::builder(&args.store)
-            .access(access)
+            .access(settings.redis)
+            .cluster_shards(settings.cluster_shards)
             .prefix(&args.prefix)
             .time_source(time)
             .timeout(args.timeout)

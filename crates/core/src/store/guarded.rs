@@ -354,7 +354,12 @@ impl<S: Store> Store for GuardedStore<S> {
         self.store.spans_groups()
     }
 
-    async fn reset(&self, key: &crate::Key, limit: &crate::Limit, now: Timestamp) -> Result<(), Error> {
+    async fn reset(
+        &self,
+        key: &crate::Key,
+        limit: &crate::Limit,
+        now: Timestamp,
+    ) -> Result<(), Error> {
         self.forget(key, limit);
         self.store.reset(key, limit, now).await?;
         // Again: a denial of the old state may have been cached while the reset ran.

@@ -8,13 +8,16 @@ use crate::Error;
 use crate::access::Access;
 use crate::coalesce::Lanes;
 use crate::connection::Connection;
-use crate::key::check_prefix;
+use crate::key::{Layout, Shards, check_prefix};
 use crate::script::TimeSource;
 use crate::target::{Target, redact};
 use crate::tls::TlsOptions;
 
 use super::calls::choose_calls;
-use super::{Calls, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, Inner, RedisStore};
+use super::{
+    Calls, DEFAULT_CLUSTER_SHARDS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, Inner,
+    RedisStore,
+};
 
 /// Settings for a [`RedisStore`]. (`Debug` shows the URL with its password redacted.)
 #[derive(Clone)]
@@ -26,6 +29,7 @@ pub struct RedisStoreBuilder {
     connect_timeout: Duration,
     access: Access,
     functions: bool,
+    cluster_shards: u16,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -38,6 +42,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("access", &self.access)
             .field("functions", &self.functions)
+            .field("cluster_shards", &self.cluster_shards)
             .finish()
     }
 }
@@ -52,7 +57,18 @@ impl RedisStoreBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             access: Access::default(),
             functions: true,
+            cluster_shards: DEFAULT_CLUSTER_SHARDS,
         }
+    }
+
+    /// On Redis Cluster, the virtual shards keys are spread over (default
+    /// [`DEFAULT_CLUSTER_SHARDS`]; 0: none, a hash slot per key group): every key of a
+    /// shard shares its slot, so decisions of many groups share one script call. Every
+    /// process deciding on one Cluster must use the same number: keys of another number
+    /// are other keys, and counts start afresh when it changes. Ignored elsewhere.
+    pub fn cluster_shards(mut self, shards: u16) -> Self {
+        self.cluster_shards = shards;
+        self
     }
 
     /// The prefix of every key (default `spillway:`). Several applications can share
@@ -126,9 +142,14 @@ impl RedisStoreBuilder {
                 why: "functions turned off".into(),
             }
         };
+        let shards = (connection.is_cluster() && self.cluster_shards > 0)
+            .then(|| Shards::new(self.cluster_shards));
         let inner = Inner {
             connection,
-            prefix: self.prefix,
+            layout: Layout {
+                prefix: self.prefix,
+                shards,
+            },
             time: self.time,
             timeout: self.timeout,
             calls,

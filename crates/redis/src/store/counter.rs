@@ -56,7 +56,10 @@ fn replies_of(cost: u64) -> usize {
 
 /// One pipeline for the counted batches of a call, in order. `nx`: the server takes
 /// `PEXPIRE … NX` (Redis ≥ 7.0, Valkey).
-pub(crate) fn pipeline<'a>(sections: impl Iterator<Item = &'a Section>, nx: bool) -> redis::Pipeline {
+pub(crate) fn pipeline<'a>(
+    sections: impl Iterator<Item = &'a Section>,
+    nx: bool,
+) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     for s in sections {
         let ttls = s.counted.as_deref().unwrap_or_default();
@@ -82,7 +85,13 @@ pub(crate) fn split_reply(value: Value, batches: &[Waiting]) -> Result<Vec<Value
     };
     let sizes: Vec<usize> = batches
         .iter()
-        .map(|w| w.section.requests.iter().map(|(_, c, _)| replies_of(*c)).sum())
+        .map(|w| {
+            w.section
+                .requests
+                .iter()
+                .map(|(_, c, _)| replies_of(*c))
+                .sum()
+        })
         .collect();
     let expected: usize = sizes.iter().sum();
     if items.len() != expected {

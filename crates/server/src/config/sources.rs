@@ -230,6 +230,7 @@ fn blank() -> Config {
             share_bytes: 0,
             reference_local_cache: false,
             key_prefix: String::new(),
+            cluster_shards: 0,
         },
         rules: Rules::default(),
         service: Service::default(),

@@ -81,7 +81,9 @@ impl Meter {
                 (_, 0, 0) => Some("FCALL"),
                 (0, _, 0) => Some("EVALSHA"),
                 (_, _, 0) => Some("FCALL and EVALSHA"),
-                _ => Some("INCRBY and script calls"),
+                (_, 0, _) => Some("FCALL, and INCRBY for reference rules"),
+                (0, _, _) => Some("EVALSHA, and INCRBY for reference rules"),
+                _ => Some("FCALL and EVALSHA, and INCRBY for reference rules"),
             };
             if calls == 0 && counted > 0 {
                 cost.per_call = Some(decisions as f64 / counted as f64);

@@ -105,16 +105,12 @@ pub(super) async fn target(
         .store
         .as_deref()
         .context("--store or --server is required")?;
-    let access = args.redis.access()?;
-    args::warn_if_insecure(&access);
-    let store = AnyStore::open(
-        url,
-        args.timeout,
-        &access,
-        spillway_core::DEFAULT_MEMORY_STORE_BYTES,
-    )
-    .await
-    .context("store")?;
+    let mut settings = args.redis.store()?;
+    args::warn_if_insecure(&settings.redis);
+    settings.url = url.to_owned();
+    settings.timeout = args.timeout;
+    settings.memory_bytes = spillway_core::DEFAULT_MEMORY_STORE_BYTES;
+    let store = AnyStore::open(&settings).await.context("store")?;
     let redis = match &store {
         AnyStore::Redis(r) => Some(r.clone()),
         AnyStore::Memory(_) => None,
