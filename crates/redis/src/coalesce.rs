@@ -153,12 +153,29 @@ impl Lanes {
     }
 }
 
+impl Lanes {
+    /// Adds to `taken`, a call about to go on `lane`, the batches that arrived since
+    /// it was taken, up to a call's caps.
+    pub(crate) fn top_up(&self, lane: LaneId, taken: &mut Vec<Waiting>) {
+        let mut lanes = self.lanes.lock();
+        if let Some(l) = lanes.get_mut(&lane) {
+            let keys = taken.iter().map(|w| w.section.keys.len()).sum();
+            l.take_into(lane.1 == Kind::Heavy, taken, keys);
+        }
+    }
+}
+
 impl Lane {
     /// The batches for one call, oldest first, skipping those nobody waits for; one
     /// alone when `heavy`.
     fn take(&mut self, heavy: bool) -> Vec<Waiting> {
         let mut taken: Vec<Waiting> = Vec::new();
-        let mut keys = 0;
+        self.take_into(heavy, &mut taken, 0);
+        taken
+    }
+
+    /// Moves waiting batches into `taken` (holding `keys` keys) up to a call's caps.
+    fn take_into(&mut self, heavy: bool, taken: &mut Vec<Waiting>, mut keys: usize) {
         while let Some(w) = self.waiting.front() {
             if w.answer.is_closed() {
                 self.waiting.pop_front();
@@ -172,7 +189,6 @@ impl Lane {
             keys += more;
             taken.extend(self.waiting.pop_front());
         }
-        taken
     }
 }
 

@@ -369,7 +369,12 @@ impl Drop for Turn {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let (inner, lane) = (Arc::clone(&self.inner), self.lane);
-                runtime.spawn(async move { inner.send(lane, next).await });
+                runtime.spawn(async move {
+                    let mut next = next;
+                    tokio::task::yield_now().await;
+                    inner.lanes.top_up(lane, &mut next);
+                    inner.send(lane, next).await
+                });
             }
             // No runtime left to send on: the waiting callers see their call dropped.
             Err(_) => {
