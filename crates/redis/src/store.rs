@@ -371,8 +371,14 @@ impl Drop for Turn {
                 let (inner, lane) = (Arc::clone(&self.inner), self.lane);
                 runtime.spawn(async move {
                     let mut next = next;
-                    tokio::task::yield_now().await;
-                    inner.lanes.top_up(lane, &mut next);
+                    for _ in 0..4 {
+                        tokio::task::yield_now().await;
+                        let had = next.len();
+                        inner.lanes.top_up(lane, &mut next);
+                        if next.len() == had {
+                            break;
+                        }
+                    }
                     inner.send(lane, next).await
                 });
             }
