@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use spillway_core::{Algorithm, Key, Limit};
+use spillway_core::{Algorithm, Key, Limit, Timestamp};
 
 /// Redis's hash-tag rule: from the first `{` to the first `}` after it, if not empty.
 fn tag(key: &str) -> Option<&str> {
@@ -35,12 +35,12 @@ fuzz_target!(|input: (
     let keys = [Key::new(&a), Key::new(&b), Key::grouped(&b, &member)];
     let keys: Vec<Key> = keys.into_iter().filter_map(Result::ok).collect();
     for x in &keys {
-        let rx = spillway_redis::redis_key("p:", x, &limit);
+        let rx = spillway_redis::redis_key("p:", x, &limit, Timestamp::from_secs(0));
         let expected = escaped(x.group());
         assert_eq!(tag(&rx), Some(expected.as_str()), "{x:?} -> {rx:?}");
         assert!(rx.starts_with("p:{"), "{rx:?}");
         for y in &keys {
-            let ry = spillway_redis::redis_key("p:", y, &limit);
+            let ry = spillway_redis::redis_key("p:", y, &limit, Timestamp::from_secs(0));
             assert_eq!(x == y, rx == ry, "{x:?} {y:?} -> {rx:?} {ry:?}");
         }
     }

@@ -65,8 +65,10 @@
 --                             and unit are Limit::scaled_rate and e(1), tau
 --                             Limit::gcra_times, computed once in Rust.
 --            cost   units to charge (0 = peek)
---            member what a distinct limit counts (empty for the others); for a
---                   sketched one, after its 7 filter bit positions (u32 LE each)
+--            member what a distinct limit counts; for a sketched one, after its 7
+--                   filter bit positions (u32 LE each); for a fixed window, the
+--                   caller's now in µs (digits), whose window its key names; empty
+--                   for the others
 --
 -- Returns one flat array (no table per batch), per batch in order: either denied_by
 -- (0 = admitted, else the 1-based request), then per request outcome (0 allowed,

@@ -61,9 +61,9 @@ pub(crate) struct Shards {
 }
 
 impl Shards {
-    /// `n` shards (1 ..= 16,384).
+    /// `n` shards (1 ..= [`MAX_CLUSTER_SHARDS`](crate::MAX_CLUSTER_SHARDS)).
     pub(crate) fn new(n: u16) -> Shards {
-        let n = u32::from(n.clamp(1, 16_384));
+        let n = u32::from(n.clamp(1, crate::MAX_CLUSTER_SHARDS));
         let tags = (0..n)
             .map(|i| {
                 let (low, high) = (i * 16_384 / n, (i + 1) * 16_384 / n);

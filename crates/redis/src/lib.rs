@@ -47,7 +47,7 @@ pub use key::{redis_key, ring_keys};
 pub use script::TimeSource;
 pub use store::{
     Calls, DEFAULT_CLUSTER_SHARDS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
-    RedisStore, RedisStoreBuilder, ServerStats,
+    MAX_CLUSTER_SHARDS, RedisStore, RedisStoreBuilder, ServerStats,
 };
 pub use target::redact as redact_url;
 pub use tls::{TlsOptions, Verify};

@@ -54,6 +54,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// shards spread over more masters and move in smaller pieces when resharding.
 pub const DEFAULT_CLUSTER_SHARDS: u16 = 3;
 
+/// The most virtual shards on Cluster: a shard per 16 slots (its tag is found among
+/// about as many candidates as that, at startup).
+pub const MAX_CLUSTER_SHARDS: u16 = 1024;
+
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "spillway:";
 

@@ -582,6 +582,14 @@ async fn bad_settings_and_unreachable_servers_are_clear_errors() {
         .unwrap_err();
     assert!(err.to_string().contains("brace"), "{err}");
 
+    let err = RedisStore::builder(standalone_url())
+        .cluster_shards(spillway_redis::MAX_CLUSTER_SHARDS + 1)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("at most 1024"), "{err}");
+    assert!(!err.is_transient());
+
     // A port nothing listens on: a listener bound and dropped.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

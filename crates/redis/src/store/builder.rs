@@ -16,7 +16,7 @@ use crate::tls::TlsOptions;
 use super::calls::choose_calls;
 use super::{
     Calls, DEFAULT_CLUSTER_SHARDS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, Inner,
-    RedisStore,
+    MAX_CLUSTER_SHARDS, RedisStore,
 };
 
 /// Settings for a [`RedisStore`]. (`Debug` shows the URL with its password redacted.)
@@ -62,7 +62,8 @@ impl RedisStoreBuilder {
     }
 
     /// On Redis Cluster, the virtual shards keys are spread over (default
-    /// [`DEFAULT_CLUSTER_SHARDS`]; 0: none, a hash slot per key group): every key of a
+    /// [`DEFAULT_CLUSTER_SHARDS`], at most [`MAX_CLUSTER_SHARDS`]; 0: none, a hash slot
+    /// per key group): every key of a
     /// shard shares its slot, so decisions of many groups share one script call. Every
     /// process deciding on one Cluster must use the same number: keys of another number
     /// are other keys, and counts start afresh when it changes. Ignored elsewhere.
@@ -125,6 +126,12 @@ impl RedisStoreBuilder {
     /// on every decision.
     pub async fn build(self) -> Result<RedisStore, Error> {
         check_prefix(&self.prefix).map_err(Error::InvalidSetting)?;
+        if self.cluster_shards > MAX_CLUSTER_SHARDS {
+            return Err(Error::InvalidSetting(format!(
+                "{} cluster shards: at most {MAX_CLUSTER_SHARDS}",
+                self.cluster_shards
+            )));
+        }
         if self.timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::InvalidSetting("timeouts must be above zero".into()));
         }

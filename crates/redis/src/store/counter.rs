@@ -15,6 +15,10 @@
 //! batches waiting while the lane's calls are in flight go out in one pipeline, which
 //! is what keeps Redis's per-read costs off each decision.
 //!
+//! Unlike a script's batch, a batch here is not all or nothing when a key holds another
+//! program's value: that request's `INCRBY` fails (the batch answers the error) and the
+//! others of its batch are charged, as the reference's pipeline does.
+//!
 //! The window is the caller's: its `now` names the key (the reference, too, decides
 //! on its own clock). Replicas whose clocks differ by δ move the window's edge by δ
 //! between them; within a window's key the count is exact.

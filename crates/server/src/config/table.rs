@@ -198,7 +198,7 @@ pub static SETTINGS: &[Setting] = &[
         "written before every counter key: services with different prefixes count apart in one store",
         Text, |c, v| { c.store.key_prefix = v.to_owned(); Ok(()) }),
     row("redis_cluster_shards", "store", "3", "N",
-        "on Redis Cluster, the virtual shards keys are spread over, so that one call decides many key groups (0: a slot per group); every process on one Cluster must agree, and counts start afresh when it changes",
+        "on Redis Cluster, the virtual shards keys are spread over, so that one call decides many key groups (0: a slot per group; at most 1024); every process on one Cluster must agree, and counts start afresh when it changes",
         Text, |c, v| { c.store.cluster_shards = number(v)?; Ok(()) }),
     row("redis_tls_ca", "store", "", FILE,
         "PEM CAs to trust for a rediss:// store (default: the system's roots, or SSL_CERT_FILE)",
