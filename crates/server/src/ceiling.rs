@@ -16,7 +16,13 @@ pub fn http() -> axum::Router {
 
 /// Answers `OK` to every `ShouldRateLimit`, without looking at the request.
 pub fn grpc() -> axum::Router {
-    tonic::service::Routes::new(RateLimitServiceServer::new(Ok)).into_axum_router()
+    tonic::service::Routes::new(grpc_service()).into_axum_router()
+}
+
+/// The same answer as a tonic service, for servers other than Spillway's accept loop
+/// (`tonic::transport::Server`, as Limitador serves it: the example `trivial`).
+pub fn grpc_service() -> RateLimitServiceServer<impl RateLimitService> {
+    RateLimitServiceServer::new(Ok)
 }
 
 struct Ok;
