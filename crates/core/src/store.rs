@@ -57,8 +57,9 @@ pub fn is_heavy(requests: &[Request<'_>]) -> bool {
 
 /// The decision of `requests`, every one a fixed window that charges rejected requests
 /// too ([`Rejected::Charged`](crate::Rejected::Charged): the Envoy reference's rules),
-/// given each request's count in its current window before the batch (`before[i]`, the
-/// same for requests of one key and limit shape). Such a batch is charged in full
+/// given each request's count in its current window before the batch (`before[i]`; of
+/// requests sharing a state, same key and limit shape, only the first one's is read).
+/// Such a batch is charged in full
 /// whatever it decides, so a store may charge first (Redis `INCRBY`, no script) and
 /// decide from what the counts were; the answer is the one [`MemoryStore`] gives.
 ///

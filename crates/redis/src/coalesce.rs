@@ -151,9 +151,7 @@ impl Lanes {
         }
         None
     }
-}
 
-impl Lanes {
     /// Adds to `taken`, a call about to go on `lane`, the batches that arrived since
     /// it was taken, up to a call's caps.
     pub(crate) fn top_up(&self, lane: LaneId, taken: &mut Vec<Waiting>) {

@@ -6,16 +6,22 @@
 //! oversized handshake), each counted.
 //! (The published table: `cargo run --release -p spillway-reliability -- hostile`.)
 
+use std::fmt::Display;
 use std::time::Duration;
 
 use spillway_reliability::hostile::{self, HOSTILE_HEADER};
 use spillway_reliability::load::Answer;
 
+/// A Markdown table: `header`, then one row per item.
+fn table(header: &str, rows: &[impl Display]) -> String {
+    let rows: Vec<String> = rows.iter().map(ToString::to_string).collect();
+    format!("{header}\n{}", rows.join("\n"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_malformed_request_is_refused_without_a_panic_a_5xx_or_a_store_call() {
     let (outcomes, panics) = hostile::run().await.unwrap();
-    let table: Vec<String> = outcomes.iter().map(ToString::to_string).collect();
-    let table = format!("{HOSTILE_HEADER}\n{}", table.join("\n"));
+    let table = table(HOSTILE_HEADER, &outcomes);
     assert_eq!(panics, 0, "{table}");
     assert!(outcomes.iter().all(|o| o.ok()), "{table}");
     assert!(
@@ -35,8 +41,7 @@ async fn every_lie_of_the_store_is_answered_by_the_policy_without_a_panic() {
     hostile::count_panics();
     let panics = hostile::panics_so_far();
     let outcomes = hostile::lies().await.unwrap();
-    let table: Vec<String> = outcomes.iter().map(ToString::to_string).collect();
-    let table = format!("{}\n{}", hostile::LIES_HEADER, table.join("\n"));
+    let table = table(hostile::LIES_HEADER, &outcomes);
     assert!(outcomes.iter().all(|o| o.ok()), "{table}");
     assert_eq!(hostile::panics_so_far(), panics, "{table}");
     println!("{table}");
@@ -70,8 +75,7 @@ async fn hostile_tls_clients_are_closed_counted_and_do_not_block_others() {
     let panics = hostile::panics_so_far();
     let timeout = Duration::from_millis(300);
     let reports = hostile::tls_clients(timeout).await.unwrap();
-    let table: Vec<String> = reports.iter().map(ToString::to_string).collect();
-    let table = format!("{}\n{}", hostile::TLS_HEADER, table.join("\n"));
+    let table = table(hostile::TLS_HEADER, &reports);
     assert_eq!(reports.len(), hostile::TlsCase::ALL.len());
     assert!(reports.iter().all(|r| r.ok(timeout)), "{table}");
     assert_eq!(hostile::panics_so_far(), panics, "{table}");
@@ -88,8 +92,7 @@ async fn hostile_http2_clients_are_ended_and_others_are_served() {
     let cases = hostile::H2Case::all(20_000);
     let mut reports = hostile::h2_clients(&cases, false).await.unwrap();
     reports.extend(hostile::h2_clients(&cases, true).await.unwrap());
-    let table: Vec<String> = reports.iter().map(ToString::to_string).collect();
-    let table = format!("{}\n{}", hostile::H2_HEADER, table.join("\n"));
+    let table = table(hostile::H2_HEADER, &reports);
     assert!(reports.iter().all(|r| r.ok()), "{table}");
     assert_eq!(hostile::panics_so_far(), panics, "{table}");
     println!("{table}");
@@ -100,8 +103,7 @@ async fn hostile_xds_pushes_are_refused_and_the_rules_in_force_kept() {
     hostile::count_panics();
     let panics = hostile::panics_so_far();
     let outcomes = hostile::xds_pushes().await.unwrap();
-    let table: Vec<String> = outcomes.iter().map(ToString::to_string).collect();
-    let table = format!("{}\n{}", hostile::XDS_HEADER, table.join("\n"));
+    let table = table(hostile::XDS_HEADER, &outcomes);
     assert!(outcomes.iter().all(|o| o.ok()), "{table}");
     assert_eq!(hostile::panics_so_far(), panics, "{table}");
     println!("{table}");

@@ -34,7 +34,8 @@ pub(crate) fn first_sharing(requests: &[Request<'_>], i: usize) -> usize {
 
 /// The round of `requests`, all of them fixed windows that charge every request
 /// (`Rejected::Charged`), from each one's count in its current window before the
-/// round (`before[i]`: the same for requests sharing a state). A store that charges
+/// round (`before[i]`; of requests sharing a state, only the first one's is read: the
+/// others decide on its state, as in every round). A store that charges
 /// such requests with no script (Redis `INCRBY`) learns the counts after charging, and
 /// decides from them exactly as the round would have: every request is charged
 /// whatever the outcome, so the counts after are the counts before plus the costs.

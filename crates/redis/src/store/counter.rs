@@ -130,13 +130,9 @@ pub(crate) fn decide(
             items.next(); // PEXPIRE's: whether it set a TTL
         }
         let after = count.ok_or_else(|| crate::script::unexpected("too few replies"))?;
-        // Requests of one key and shape share a window key, and its count before the
-        // batch: the first one's.
-        let shares = |k: &Request<'_>| k.key == r.key && k.limit.shape() == r.limit.shape();
-        before[i] = match requests[..i].iter().position(shares) {
-            Some(first) => before[first],
-            None => after - r.cost.min(after),
-        };
+        // For a later request of a shared window key this includes the earlier ones'
+        // charges; `decide_counted` reads only the first's.
+        before[i] = after - r.cost.min(after);
     }
     Ok(decide_counted(requests, &before, now))
 }
