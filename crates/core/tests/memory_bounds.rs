@@ -171,3 +171,49 @@ fn heavy_states_are_bounded_in_bytes_and_the_count_is_exact() {
     store.purge_expired(at(10_000_000_000));
     assert_eq!((store.len(), store.bytes()), (0, 0));
 }
+
+/// A sweep reads every entry of its shard: once an interval has passed, a shard sweeps
+/// only when a sixteenth of its entries are new since its last sweep, so a large shard
+/// taking few inserts does not read itself whole on each.
+#[test]
+fn a_shard_sweeps_only_once_a_sixteenth_of_it_is_new() {
+    let store = MemoryStore::builder()
+        .max_keys(100_000)
+        .shards(1)
+        .sweep_interval(Duration::from_secs(1))
+        .build();
+    let long = Limit::new(Algorithm::FixedWindow, 10, Duration::from_secs(3600)).unwrap();
+    let short = Limit::new(Algorithm::TokenBucket, 10, Duration::from_secs(1)).unwrap();
+    let check = |name: String, limit: &Limit, t: u64| {
+        let key = Key::new(name).unwrap();
+        store
+            .decide_one(Request::new(&key, limit, 1), at(t))
+            .unwrap();
+    };
+    for i in 0..1600 {
+        check(format!("long{i}"), &long, 0);
+    }
+    // Past the interval, the first insert sweeps (1,600 new since the last): nothing has
+    // expired. The short keys' buckets are full again 1 s later.
+    for i in 0..50 {
+        check(format!("short{i}"), &short, 1_500_000);
+    }
+    assert_eq!(store.len(), 1650);
+    // At 3 s the 50 short keys are expired, but few entries are new since the sweep:
+    // the first insert past the interval no longer sweeps.
+    check("later0".into(), &long, 3_000_000);
+    assert_eq!(store.len(), 1651);
+    // Once a sixteenth of the shard (1,651 / 16: 104 entries) is new since the sweep
+    // (the 49 short ones after the first included), one does.
+    let mut swept_at = None;
+    for i in 1..104 {
+        check(format!("later{i}"), &long, 3_000_000);
+        if store.len() < 1651 + i {
+            swept_at = Some(i);
+            break;
+        }
+    }
+    let i = swept_at.expect("swept within a sixteenth");
+    assert!(49 + i + 1 >= 1650 / 16, "swept after {i}: too early");
+    assert_eq!(store.len(), 1600 + i + 1, "the 50 expired are gone");
+}

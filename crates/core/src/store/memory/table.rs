@@ -33,6 +33,8 @@ pub(super) struct Table {
     /// Uses so far (renumbered when it would overflow): every use takes the next.
     uses: u32,
     pub(super) next_sweep: u64,
+    /// Entries inserted since the last sweep.
+    inserted: usize,
 }
 
 #[derive(Debug)]
@@ -160,7 +162,11 @@ impl Table {
         idle_at: u64,
         now: u64,
     ) -> &mut Entry {
-        if now >= self.next_sweep {
+        // A sweep reads every entry: at most once per interval, and only once a
+        // sixteenth of the shard is new since the last, so that its cost per insert
+        // stays bounded however large the shard and however slow the inserts.
+        self.inserted += 1;
+        if now >= self.next_sweep && self.inserted * 16 >= self.entries.len() {
             self.purge(now);
             self.next_sweep = now.saturating_add(inner.sweep_interval);
         }
@@ -184,6 +190,7 @@ impl Table {
 
     /// Drops the entries whose states have all expired by `now`; returns how many.
     pub(super) fn purge(&mut self, now: u64) -> usize {
+        self.inserted = 0;
         let before = self.entries.len();
         let shapes = Shapes::read();
         let (spills, key_bytes_held) = (&mut self.spills, &mut self.key_bytes);

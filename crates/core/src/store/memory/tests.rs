@@ -170,3 +170,22 @@ proptest! {
 fn an_entry_is_24_bytes() {
     assert_eq!(std::mem::size_of::<super::table::Entry>(), 24);
 }
+
+/// A full shard's sweep and eviction read every entry under its lock, so by default no
+/// shard holds more than `KEYS_PER_SHARD` keys: 256 shards for the default million.
+#[test]
+fn by_default_no_shard_holds_more_than_keys_per_shard() {
+    for max_keys in [1_000, 100_000, 1_000_000, 10_000_000] {
+        let store = MemoryStore::builder().max_keys(max_keys).build();
+        let shards = store.inner.shards.len();
+        assert!(shards.is_power_of_two(), "{max_keys}: {shards}");
+        assert!(
+            store.inner.per_shard <= super::KEYS_PER_SHARD,
+            "{max_keys} keys in {shards} shards"
+        );
+    }
+    assert!(MemoryStore::new().inner.shards.len() >= 256);
+    // Asked for, the count is the caller's.
+    let store = MemoryStore::builder().max_keys(1_000_000).shards(8).build();
+    assert_eq!(store.inner.shards.len(), 8);
+}
