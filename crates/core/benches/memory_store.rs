@@ -155,7 +155,13 @@ fn rss_child(case: &str) {
         }
     };
     let limit = Limit::new(algorithm, u64::from(per_hour), hour).unwrap();
-    let limiter = Limiter::new(MemoryStore::builder().max_keys(2 * MANY).build());
+    // Bounded well above a million keys' states (a sliding window of precision 60 is
+    // about 600 B: past the default 512 MiB), so that every key is held.
+    let store = MemoryStore::builder()
+        .max_keys(2 * MANY)
+        .max_bytes(4 << 30)
+        .build();
+    let limiter = Limiter::new(store);
     for k in &keys {
         ready(limiter.check(k, &limit)).unwrap();
     }
