@@ -203,8 +203,8 @@ fn a_shard_sweeps_only_once_a_sixteenth_of_it_is_new() {
     // the first insert past the interval no longer sweeps.
     check("later0".into(), &long, 3_000_000);
     assert_eq!(store.len(), 1651);
-    // Once a sixteenth of the shard (1,651 / 16: 104 entries) is new since the sweep
-    // (the 49 short ones after the first included), one does.
+    // Once a sixteenth of the shard is new since the sweep (the 49 short ones inserted
+    // after it count too), one does: within 1,650 / 16 new entries.
     let mut swept_at = None;
     for i in 1..104 {
         check(format!("later{i}"), &long, 3_000_000);

@@ -30,7 +30,8 @@
 //! key's counts, so size `max_keys` above the number of keys active within one window:
 //! under a flood of new keys (IP floods) the store stays within its bound and sheds
 //! the coldest keys. Every shard also drops expired entries on an insert at most once
-//! per `sweep_interval`; [`MemoryStore::purge_expired`] sweeps every shard on demand.
+//! per `sweep_interval`, once a sixteenth of its entries are new since its last sweep
+//! (a sweep reads them all); [`MemoryStore::purge_expired`] sweeps every shard on demand.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -151,7 +152,8 @@ impl<H: HashKeys> MemoryStoreBuilder<H> {
         self
     }
 
-    /// How often each shard drops expired entries on insert (default 1 s).
+    /// How often, at most, each shard drops expired entries on insert (default 1 s); it
+    /// also waits for a sixteenth of its entries to be new since its last sweep.
     pub fn sweep_interval(mut self, every: Duration) -> Self {
         self.sweep_interval = every;
         self
