@@ -59,15 +59,8 @@ impl Key {
     pub fn joined(parts: &[&str]) -> Result<Key, Error> {
         let len = parts.iter().map(|p| p.len()).sum();
         check_len(len)?;
-        let text = ArcStr::init_with(HEADER + len, |buf| {
-            buf[..HEADER].copy_from_slice(b"00");
-            let mut at = HEADER;
-            for part in parts {
-                buf[at..at + part.len()].copy_from_slice(part.as_bytes());
-                at += part.len();
-            }
-        })
-        .expect("ASCII digits then strs are UTF-8");
+        let text = ArcStr::init_with(HEADER + len, |buf| write_joined(buf, parts))
+            .expect("ASCII digits then strs are UTF-8");
         Ok(Key {
             hash: hash_text(&text),
             text,
@@ -158,6 +151,30 @@ impl Key {
 /// The process's keyed hash of a key's text (with its header): SipHash-1-3 under a
 /// random key drawn once per process, as std's `HashMap` uses. Keys come from clients;
 /// without the secret key an attacker cannot choose keys that collide.
+/// The text `Key::joined(parts)` would hold (its header included), written into `buf`:
+/// `None` when it does not fit or is not a valid key's (empty, or over
+/// [`MAX_KEY_LEN`]), for the caller to build the key as usual.
+pub(crate) fn join_on<'b>(buf: &'b mut [u8], parts: &[&str]) -> Option<&'b str> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len == 0 || len > MAX_KEY_LEN || HEADER + len > buf.len() {
+        return None;
+    }
+    let text = &mut buf[..HEADER + len];
+    write_joined(text, parts);
+    Some(std::str::from_utf8(text).expect("ASCII digits then strs are UTF-8"))
+}
+
+/// A joined key's text into `buf`, exactly its length: the header of a key without a
+/// group, then `parts`.
+fn write_joined(buf: &mut [u8], parts: &[&str]) {
+    buf[..HEADER].copy_from_slice(b"00");
+    let mut at = HEADER;
+    for part in parts {
+        buf[at..at + part.len()].copy_from_slice(part.as_bytes());
+        at += part.len();
+    }
+}
+
 pub(crate) fn hash_text(text: &str) -> u64 {
     static SEED: LazyLock<RandomState> = LazyLock::new(RandomState::new);
     let mut h = SEED.build_hasher();

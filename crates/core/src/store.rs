@@ -159,6 +159,24 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// [`check_one_now`](Store::check_one_now) of a request whose key is
+    /// `Key::joined(parts)`: a store that can find a key by its parts makes it only when
+    /// the key is new (the memory store: a known key costs no allocation). `None` where
+    /// the store must wait.
+    fn check_joined_now(
+        &self,
+        parts: &[&str],
+        limit: &Limit,
+        cost: u64,
+        now: Timestamp,
+    ) -> Option<Result<Decision, Error>> {
+        let key = match Key::joined(parts) {
+            Ok(key) => key,
+            Err(e) => return Some(Err(e)),
+        };
+        self.check_one_now(Request::new(&key, limit, cost), now)
+    }
+
     /// Whether the store is in this process (no round trip to save: the
     /// [`GuardedStore`]'s deny cache stays off for it).
     fn is_local(&self) -> bool {

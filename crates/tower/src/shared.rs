@@ -9,8 +9,8 @@ use http::Response;
 use http::request::Parts;
 use spillway_core::headers::{self, Current, HeaderStyle, Quota, ceil_secs};
 use spillway_core::{
-    Clock, Decision, Guard, GuardedStore, Key, MAX_EXACT, Mode, OnStoreError, Request, Source,
-    Store, StoreFailure, Unanswered, longest_retry,
+    Clock, Decision, Guard, GuardedStore, Key, MAX_EXACT, MAX_KEY_LEN, Mode, OnStoreError, Request,
+    Source, Store, StoreFailure, Unanswered, longest_retry,
 };
 
 use spillway_core::algorithm::distinct::MAX_MEMBER;
@@ -138,12 +138,22 @@ impl<St: Store, C: Clock> Shared<St, C> {
         if !store.is_local() || rule.member.is_some() || self.guards[0].sharing.is_shared() {
             return None;
         }
-        let key = match self.key(0, parts) {
-            Ok(key) => key,
-            Err(missing) => return Some(missing),
+        let (cost, now) = (self.cost_of(rule, parts), self.clock.now());
+        let decided = match rule.key.extract_borrowed(parts) {
+            // The key's parts as they are: the store builds the key only when it is new.
+            Some(value) if rule.name.len() + 1 + value.len() <= MAX_KEY_LEN => {
+                store.check_joined_now(&[&rule.name, ":", &value], &rule.limit, cost, now)?
+            }
+            // No value, or too long a key: the fallback key, or the rejection.
+            _ => {
+                let key = match self.key(0, parts) {
+                    Ok(key) => key,
+                    Err(missing) => return Some(missing),
+                };
+                store.check_one_now(Request::new(&key, &rule.limit, cost), now)?
+            }
         };
-        let request = Request::new(&key, &rule.limit, self.cost_of(rule, parts));
-        Some(match store.check_one_now(request, self.clock.now())? {
+        Some(match decided {
             Ok(decision) => {
                 let denied_by = (!decision.allowed()).then_some(0);
                 self.verdict(std::slice::from_ref(&decision), denied_by)

@@ -48,6 +48,8 @@ mod table;
 
 pub use self::hash::{HashKeys, KeyHash, Rehash};
 
+use arcstr::ArcStr;
+
 use self::batch::Locked;
 use self::table::{Entry, Table};
 use super::round;
@@ -263,37 +265,89 @@ impl<H: HashKeys> MemoryStore<H> {
     pub fn decide_one(&self, r: Request<'_>, now: Timestamp) -> Result<Decision, Error> {
         validate_one(&r)?;
         let hash = self.inner.hash(r.key);
+        let found = |text: &ArcStr| r.key.is(text);
+        let at = (r.limit, r.cost, r.member_bytes(), now);
+        Ok(self.decide_at(hash, found, || r.key.clone(), at))
+    }
+
+    /// [`decide_one`](MemoryStore::decide_one) for the key `Key::joined(parts)`, which
+    /// is built only when the key is new: a known key is found by its text joined on
+    /// the stack (up to 256 bytes; a longer one is built as usual). For a middleware
+    /// that makes its key from each request (`spillway-tower`): a known key costs no
+    /// allocation.
+    pub fn decide_joined(
+        &self,
+        parts: &[&str],
+        limit: &Limit,
+        cost: u64,
+        now: Timestamp,
+    ) -> Result<Decision, Error> {
+        let mut buf = [0u8; JOINED_ON_STACK];
+        let text = match crate::key::join_on(&mut buf, parts) {
+            Some(text) if !limit.algorithm().counts_members() => text,
+            // Too long for the stack, not a valid key, or a limit that needs a member:
+            // as `decide_one` decides (or refuses) it.
+            _ => {
+                let key = Key::joined(parts)?;
+                return self.decide_one(Request::new(&key, limit, cost), now);
+            }
+        };
+        super::validate_cost(cost)?;
+        let hash = self.inner.hasher.hash_text(text);
+        let found = |stored: &ArcStr| stored.as_str() == text;
+        let key = || Key::joined(parts).expect("join_on checked its length");
+        Ok(self.decide_at(hash, found, key, (limit, cost, &[][..], now)))
+    }
+
+    /// One request on the key hashed `hash`, found by `found` (and made by `key` if it
+    /// must be inserted), at `limit`, `cost`, `member`, `now`.
+    #[inline]
+    fn decide_at(
+        &self,
+        hash: u64,
+        found: impl Fn(&ArcStr) -> bool,
+        key: impl FnOnce() -> Key,
+        (limit, cost, member, now): (&Limit, u64, &[u8], Timestamp),
+    ) -> Decision {
         let mut guard = lock(self.inner.shard(hash));
         let used = guard.tick();
         let table = &mut *guard;
-        let shape = r.limit.shape();
-        if let Some(e) = table.entries.find_mut(hash, |e| r.key.is(&e.key)) {
+        let shape = limit.shape();
+        if let Some(e) = table.entries.find_mut(hash, |e| found(&e.key)) {
             e.used = used;
             if e.holds_inline(shape) {
                 let mut state = e.load(shape);
-                let (decision, idle) = r.limit.decide(&mut state, now, r.cost, r.member_bytes());
+                let (decision, idle) = limit.decide(&mut state, now, cost, member);
                 if let Some(idle) = idle {
                     e.put(shape, state, idle.as_micros(), &mut table.spills);
                 }
-                return Ok(decision);
+                return decision;
             }
             let taken = e.take(shape, &mut table.spills);
             let had = taken.is_some();
             let mut state = taken.unwrap_or_default();
-            let (decision, idle) = r.limit.decide(&mut state, now, r.cost, r.member_bytes());
+            let (decision, idle) = limit.decide(&mut state, now, cost, member);
             if had || idle.is_some() {
                 let idle = idle.map_or(0, Timestamp::as_micros);
                 e.put(shape, state, idle, &mut table.spills);
             }
-            return Ok(decision);
+            return decision;
         }
         let mut state = State::empty();
-        let (decision, idle) = r.limit.decide(&mut state, now, r.cost, r.member_bytes());
+        let (decision, idle) = limit.decide(&mut state, now, cost, member);
         if let Some(idle) = idle {
             let us = now.as_micros();
-            table.insert(&self.inner, r.key, hash, shape, state, idle.as_micros(), us);
+            table.insert(
+                &self.inner,
+                &key(),
+                hash,
+                shape,
+                state,
+                idle.as_micros(),
+                us,
+            );
         }
-        Ok(decision)
+        decision
     }
 
     /// Decides a batch all or nothing, holding every shard it touches.
@@ -360,6 +414,16 @@ impl<H: HashKeys> Store for MemoryStore<H> {
         Some(self.decide_one(request, now))
     }
 
+    fn check_joined_now(
+        &self,
+        parts: &[&str],
+        limit: &Limit,
+        cost: u64,
+        now: Timestamp,
+    ) -> Option<Result<Decision, Error>> {
+        Some(self.decide_joined(parts, limit, cost, now))
+    }
+
     /// Decided when called: the future is ready at once, and small.
     fn check_one(
         &self,
@@ -374,6 +438,10 @@ impl<H: HashKeys> Store for MemoryStore<H> {
         Ok(())
     }
 }
+
+/// The longest key text (its 2-byte header included) `decide_joined` joins on the
+/// stack.
+const JOINED_ON_STACK: usize = 256;
 
 /// A full shard holds at most this many keys by default: the work that reads a whole
 /// shard under its lock (a sweep, an eviction round, a table's growth) then takes well

@@ -189,3 +189,80 @@ fn by_default_no_shard_holds_more_than_keys_per_shard() {
     let store = MemoryStore::builder().max_keys(1_000_000).shards(8).build();
     assert_eq!(store.inner.shards.len(), 8);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// `decide_joined` is `decide_one` on `Key::joined` of the same parts: the same
+    /// decisions and errors, on one state whichever way a key is asked (a known key
+    /// found by its parts, a new one inserted by them and then found as a `Key`), on
+    /// keys short enough for the stack and longer, on the default hasher and a rehashing
+    /// one.
+    #[test]
+    fn a_key_asked_by_its_parts_is_the_same_key(
+        rehash in any::<bool>(),
+        ops in prop::collection::vec((0usize..2, 0usize..5, any::<bool>(), 0u64..3, 0u64..400_000), 1..120),
+    ) {
+        let names = ["per-key", "r"];
+        let values = ["a", "user:1", "", &"v".repeat(300), &"w".repeat(1100)];
+        let limits = [
+            Limit::new(Algorithm::Gcra, 3, Duration::from_secs(1)).unwrap(),
+            Limit::new(
+                Algorithm::SlidingWindow { precision: 10, edge: crate::Edge::Strict },
+                4,
+                Duration::from_secs(1),
+            )
+            .unwrap(),
+        ];
+        let asked = if rehash {
+            Asked::Rehash(MemoryStore::builder().hasher(std::hash::RandomState::new()).build())
+        } else {
+            Asked::Default(MemoryStore::new())
+        };
+        let model = MemoryStore::new();
+        let mut t = 1_702_080_000_000_000u64;
+        for (i, (name, value, by_parts, cost, step)) in ops.into_iter().enumerate() {
+            t += step;
+            let now = Timestamp::from_micros(t);
+            let limit = &limits[i % 2];
+            let parts = [names[name], ":", values[value]];
+            let one = |store: &dyn Fn(Request<'_>) -> Result<Decision, crate::Error>| {
+                Key::joined(&parts).and_then(|k| store(Request::new(&k, limit, cost)))
+            };
+            let want = one(&|r| model.decide_one(r, now)).map_err(|e| e.to_string());
+            let got = match (&asked, by_parts) {
+                (Asked::Default(s), true) => s.decide_joined(&parts, limit, cost, now),
+                (Asked::Default(s), false) => one(&|r| s.decide_one(r, now)),
+                (Asked::Rehash(s), true) => s.decide_joined(&parts, limit, cost, now),
+                (Asked::Rehash(s), false) => one(&|r| s.decide_one(r, now)),
+            };
+            prop_assert_eq!(got.map_err(|e| e.to_string()), want);
+        }
+    }
+}
+
+/// The two hashers a store may have, for the test above.
+enum Asked {
+    Default(MemoryStore),
+    Rehash(MemoryStore<super::Rehash<std::hash::RandomState>>),
+}
+
+/// A limit that needs a member is refused by its parts as by its key.
+#[test]
+fn a_distinct_limit_asked_by_parts_is_refused_as_by_key() {
+    let store = MemoryStore::new();
+    let limit = Limit::new(
+        Algorithm::Distinct { precision: 10 },
+        3,
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let now = Timestamp::from_secs(1_700_000_000);
+    let by_parts = store.decide_joined(&["r", ":", "a"], &limit, 1, now);
+    let key = Key::joined(&["r", ":", "a"]).unwrap();
+    let by_key = store.decide_one(Request::new(&key, &limit, 1), now);
+    assert_eq!(
+        by_parts.unwrap_err().to_string(),
+        by_key.unwrap_err().to_string()
+    );
+}
