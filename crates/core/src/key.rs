@@ -148,9 +148,6 @@ impl Key {
     }
 }
 
-/// The process's keyed hash of a key's text (with its header): SipHash-1-3 under a
-/// random key drawn once per process, as std's `HashMap` uses. Keys come from clients;
-/// without the secret key an attacker cannot choose keys that collide.
 /// The text `Key::joined(parts)` would hold (its header included), written into `buf`:
 /// `None` when it does not fit or is not a valid key's (empty, or over
 /// [`MAX_KEY_LEN`]), for the caller to build the key as usual.
@@ -175,6 +172,9 @@ fn write_joined(buf: &mut [u8], parts: &[&str]) {
     }
 }
 
+/// The process's keyed hash of a key's text (with its header): SipHash-1-3 under a
+/// random key drawn once per process, as std's `HashMap` uses. Keys come from clients;
+/// without the secret key an attacker cannot choose keys that collide.
 pub(crate) fn hash_text(text: &str) -> u64 {
     static SEED: LazyLock<RandomState> = LazyLock::new(RandomState::new);
     let mut h = SEED.build_hasher();

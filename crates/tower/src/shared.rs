@@ -138,19 +138,23 @@ impl<St: Store, C: Clock> Shared<St, C> {
         if !store.is_local() || rule.member.is_some() || self.guards[0].sharing.is_shared() {
             return None;
         }
-        let (cost, now) = (self.cost_of(rule, parts), self.clock.now());
+        let now = self.clock.now();
         let decided = match rule.key.extract_borrowed(parts) {
             // The key's parts as they are: the store builds the key only when it is new.
             Some(value) if rule.name.len() + 1 + value.len() <= MAX_KEY_LEN => {
-                store.check_joined_now(&[&rule.name, ":", &value], &rule.limit, cost, now)?
+                let parts_of_key = [&rule.name, ":", &*value];
+                let cost = self.cost_of(rule, parts);
+                store.check_joined_now(&parts_of_key, &rule.limit, cost, now)?
             }
-            // No value, or too long a key: the fallback key, or the rejection.
+            // No value, or too long a key: the fallback key, or the rejection (asking
+            // no cost of a request without a key, as before).
             _ => {
                 let key = match self.key(0, parts) {
                     Ok(key) => key,
                     Err(missing) => return Some(missing),
                 };
-                store.check_one_now(Request::new(&key, &rule.limit, cost), now)?
+                let request = Request::new(&key, &rule.limit, self.cost_of(rule, parts));
+                store.check_one_now(request, now)?
             }
         };
         Some(match decided {
