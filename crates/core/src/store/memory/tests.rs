@@ -180,7 +180,7 @@ fn by_default_no_shard_holds_more_than_keys_per_shard() {
         let shards = store.inner.shards.len();
         assert!(shards.is_power_of_two(), "{max_keys}: {shards}");
         assert!(
-            store.inner.per_shard <= super::KEYS_PER_SHARD,
+            store.inner.per_shard <= super::builder::KEYS_PER_SHARD,
             "{max_keys} keys in {shards} shards"
         );
     }
