@@ -98,9 +98,9 @@ pub(crate) struct Section {
     pub(crate) now: Option<u64>,
     pub(crate) requests: Vec<(String, u64, Vec<u8>)>,
     /// For a batch of the reference's rules, decided with no script
-    /// (`store/counter.rs`): each request's window key's TTL in ms, should the call
-    /// create it. `None` for the script's batches.
-    pub(crate) counted: Option<Vec<u64>>,
+    /// (`store/counter.rs`): each request's window key's TTL and whether the call sets
+    /// it. `None` for the script's batches.
+    pub(crate) counted: Option<Vec<crate::store::counter::Window>>,
 }
 
 impl Section {

@@ -93,6 +93,8 @@ struct Inner {
     /// older server): calls go as scripts from then on.
     functions_lost: AtomicBool,
     lanes: Lanes,
+    /// Window keys of the reference's rules whose TTL this process has seen set.
+    expiring: counter::Expiring,
 }
 
 // === impl RedisStore ===
@@ -217,10 +219,7 @@ impl Inner {
     async fn eval(&self, lane: LaneId, batches: &[Waiting]) -> Result<Value, RedisError> {
         let sections = batches.iter().map(|w| &w.section);
         if lane.1 == Kind::Counted {
-            // `PEXPIRE … NX` came with functions, in Redis 7.0.
-            let nx = matches!(self.calls, Calls::Function { .. })
-                && !self.functions_lost.load(Ordering::Relaxed);
-            let pipe = counter::pipeline(sections, nx);
+            let pipe = counter::pipeline(sections, self.expire_nx());
             return self
                 .connection
                 .query_pipeline(&pipe)
@@ -228,6 +227,38 @@ impl Inner {
                 .map(Value::Array);
         }
         self.eval_sections(sections).await
+    }
+
+    /// Whether the server takes `PEXPIRE … NX`, which came with functions, in Redis 7.0.
+    fn expire_nx(&self) -> bool {
+        matches!(self.calls, Calls::Function { .. }) && !self.functions_lost.load(Ordering::Relaxed)
+    }
+
+    /// Sends the `PEXPIRE`s of the window keys a counted batch found gone (`lost`,
+    /// [`counter::decide`]) by `deadline` (the decision's own), and once they are set
+    /// remembers them. If this fails the keys stay unknown, so the next decision on
+    /// each sends its `PEXPIRE` again.
+    async fn expire_again(
+        &self,
+        requests: &[Request<'_>],
+        windows: &[counter::Window],
+        lost: &[usize],
+        now: Timestamp,
+        deadline: tokio::time::Instant,
+    ) {
+        let keys: Vec<String> = requests
+            .iter()
+            .map(|r| self.layout.key(r.key, r.limit, now))
+            .collect();
+        let pipe = counter::expire_again(&keys, windows, lost, self.expire_nx());
+        match tokio::time::timeout_at(deadline, self.connection.query_pipeline(&pipe)).await {
+            Ok(Ok(_)) => counter::expired_again(windows, lost, &self.expiring),
+            failed => tracing::warn!(
+                answer = ?failed.map(drop),
+                "a window key found gone was created again and its TTL could not be set \
+                 by the decision's deadline; the next decision on it sends the TTL again"
+            ),
+        }
     }
 
     /// FCALL, and on "function not found" the library loaded again and one more FCALL;
@@ -316,8 +347,11 @@ impl Store for RedisStore {
                 .collect();
         }
         let (answer, reply) = oneshot::channel();
+        let mut windows = Vec::new();
+        let deadline = tokio::time::Instant::now() + self.inner.timeout;
         let section = if counted {
-            counter::section(keys, requests, now)
+            windows = counter::windows(&keys, requests, now, &self.inner.expiring);
+            counter::section(keys, requests, now, windows.clone())
         } else {
             Section::new(keys, requests, self.inner.time, now)
         };
@@ -326,7 +360,7 @@ impl Store for RedisStore {
             // call's future is large, and most decisions never start one.
             Box::pin(self.inner.send(lane, batches)).await;
         }
-        let part = match tokio::time::timeout(self.inner.timeout, reply).await {
+        let part = match tokio::time::timeout_at(deadline, reply).await {
             Ok(Ok(part)) => part.map_err(Failure::error)?,
             // The runtime dropped the call (shutting down).
             Ok(Err(_)) => {
@@ -338,7 +372,14 @@ impl Store for RedisStore {
             Err(_) => return Err(CoreError::Timeout(self.inner.timeout)),
         };
         if counted {
-            return counter::decide(requests, part, now);
+            let expiring = &self.inner.expiring;
+            let (decision, lost) = counter::decide(requests, &windows, part, now, expiring)?;
+            if !lost.is_empty() {
+                self.inner
+                    .expire_again(requests, &windows, &lost, now, deadline)
+                    .await;
+            }
+            return Ok(decision);
         }
         script::parse_reply(part, requests)
     }

@@ -162,6 +162,7 @@ impl RedisStoreBuilder {
             calls,
             functions_lost: AtomicBool::new(false),
             lanes: Lanes::default(),
+            expiring: Default::default(),
         };
         inner
             .probe(self.connect_timeout)

@@ -5,11 +5,17 @@
 //! store give. Such a batch is charged in full whatever it decides, so charging first
 //! loses nothing; what a script would add is its call's cost.
 //!
-//! Each `INCRBY` is followed by `PEXPIRE … NX` (plain `PEXPIRE` on a server without
-//! functions, older than 7.0, which lacks `NX`): a window's key (`key.rs`: one per
-//! window, its value the count) gets its TTL — a second past its window's end — when
-//! it is created, in the same round trip, and keeps it. With `NX` an existing key's
-//! `PEXPIRE` changes nothing, so nothing reaches the replicas but the `INCRBY`.
+//! A window's key (`key.rs`: one per window, its value the count) gets its TTL — a
+//! second past its window's end — in the round trip that creates it: its `INCRBY` is
+//! followed by `PEXPIRE … NX` (plain `PEXPIRE` on a server without functions, older
+//! than 7.0, which lacks `NX`; with `NX` an existing key's TTL stays, and nothing
+//! reaches the replicas but the `INCRBY`). Once this process has seen a key's TTL set,
+//! its next `INCRBY`s go alone ([`Expiring`]): half the commands for a key decided
+//! more than once a window. Should such a key have been lost meanwhile (a failover to
+//! a replica that lacked it, a flush), its `INCRBY` creates it again without a TTL;
+//! that `INCRBY` answers its own cost, so the decision sends the `PEXPIRE` at once,
+//! before it answers ([`decide`] says which). A key never lives without a TTL but
+//! for that one round trip.
 //!
 //! Batches coalesce as the script's do (`coalesce.rs`, a lane of their own): the
 //! batches waiting while the lane's calls are in flight go out in one pipeline, which
@@ -23,6 +29,9 @@
 //! on its own clock). Replicas whose clocks differ by δ move the window's edge by δ
 //! between them; within a window's key the count is exact.
 
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use redis::Value;
 use spillway_core::store::decide_counted;
 use spillway_core::{BatchDecision, Error as CoreError, Request, Timestamp};
@@ -30,32 +39,115 @@ use spillway_core::{BatchDecision, Error as CoreError, Request, Timestamp};
 use crate::coalesce::Waiting;
 use crate::script::Section;
 
+/// Window keys whose TTL this process has seen set, by a keyed hash of their text: a
+/// direct-mapped table of [`Expiring::SLOTS`] tags (512 KiB), where a key overwrites
+/// whichever shares its slot. A key it does not know (never seen, overwritten, or a
+/// hash collision the other way) only costs its `PEXPIRE … NX` again; one it wrongly
+/// knows (two keys of one tag: a 64-bit collision) is still caught by its `INCRBY`'s
+/// answer ([`decide`]).
+#[derive(Debug)]
+pub(crate) struct Expiring {
+    slots: Box<[AtomicU64]>,
+    seed: RandomState,
+}
+
+impl Expiring {
+    /// Keys remembered: enough for the window keys of 65,536 busy clients at once.
+    pub(crate) const SLOTS: usize = 1 << 16;
+
+    /// A key's tag: never 0, which marks an empty slot.
+    fn tag(&self, key: &str) -> u64 {
+        self.seed.hash_one(key) | 1
+    }
+
+    fn slot(&self, tag: u64) -> &AtomicU64 {
+        &self.slots[(tag >> 1) as usize & (Self::SLOTS - 1)]
+    }
+
+    fn has_ttl(&self, tag: u64) -> bool {
+        self.slot(tag).load(Ordering::Relaxed) == tag
+    }
+
+    fn set(&self, tag: u64) {
+        self.slot(tag).store(tag, Ordering::Relaxed);
+    }
+
+    fn forget(&self, tag: u64) {
+        let _ = self
+            .slot(tag)
+            .compare_exchange(tag, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+impl Default for Expiring {
+    fn default() -> Self {
+        Expiring {
+            slots: (0..Self::SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            seed: RandomState::new(),
+        }
+    }
+}
+
+/// What a counted request's commands are: its window key's TTL, should the call create
+/// the key, and whether its `PEXPIRE` goes with its `INCRBY` (the key is not known to
+/// have a TTL).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Window {
+    ttl_ms: u64,
+    tag: u64,
+    expire: bool,
+}
+
+/// The windows of counted `requests` on their window `keys` at the caller's `now`.
+pub(crate) fn windows(
+    keys: &[String],
+    requests: &[Request<'_>],
+    now: Timestamp,
+    expiring: &Expiring,
+) -> Vec<Window> {
+    keys.iter()
+        .zip(requests)
+        .map(|(key, r)| {
+            let tag = expiring.tag(key);
+            Window {
+                ttl_ms: ttl_ms(r, now),
+                tag,
+                expire: !expiring.has_ttl(tag),
+            }
+        })
+        .collect()
+}
+
+/// A window key's TTL in ms: a second past its window's end.
+fn ttl_ms(r: &Request<'_>, now: Timestamp) -> u64 {
+    let (at, window) = (now.as_micros(), r.limit.window_micros());
+    (window - at % window).div_ceil(1000) + 1000
+}
+
 /// A batch of counted requests (every one
 /// [`is_counted`](spillway_core::store::is_counted)) on their window `keys` at the
-/// caller's `now`.
-pub(crate) fn section(keys: Vec<String>, requests: &[Request<'_>], now: Timestamp) -> Section {
-    let at = now.as_micros();
-    let ttls = requests
-        .iter()
-        .map(|r| {
-            let window = r.limit.window_micros();
-            (window - at % window).div_ceil(1000) + 1000
-        })
-        .collect();
+/// caller's `now`, with their [`windows`].
+pub(crate) fn section(
+    keys: Vec<String>,
+    requests: &[Request<'_>],
+    now: Timestamp,
+    windows: Vec<Window>,
+) -> Section {
     Section {
         keys,
-        now: Some(at),
+        now: Some(now.as_micros()),
         requests: requests
             .iter()
             .map(|r| (String::new(), r.cost, Vec::new()))
             .collect(),
-        counted: Some(ttls),
+        counted: Some(windows),
     }
 }
 
-/// The commands of one request: `INCRBY` and `PEXPIRE`, or a peek's `GET`.
-fn replies_of(cost: u64) -> usize {
-    if cost == 0 { 1 } else { 2 }
+/// The commands of one request: `INCRBY`, and `PEXPIRE` unless its key is known to
+/// have a TTL, or a peek's `GET`.
+fn replies_of(cost: u64, w: &Window) -> usize {
+    if cost > 0 && w.expire { 2 } else { 1 }
 }
 
 /// One pipeline for the counted batches of a call, in order. `nx`: the server takes
@@ -66,20 +158,49 @@ pub(crate) fn pipeline<'a>(
 ) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     for s in sections {
-        let ttls = s.counted.as_deref().unwrap_or_default();
-        for ((key, (_, cost, _)), ttl) in s.keys.iter().zip(&s.requests).zip(ttls) {
+        let windows = s.counted.as_deref().unwrap_or_default();
+        for ((key, (_, cost, _)), w) in s.keys.iter().zip(&s.requests).zip(windows) {
             if *cost == 0 {
                 pipe.cmd("GET").arg(key);
                 continue;
             }
             pipe.cmd("INCRBY").arg(key).arg(*cost);
-            let expire = pipe.cmd("PEXPIRE").arg(key).arg(*ttl);
-            if nx {
-                expire.arg("NX");
+            if w.expire {
+                expire(&mut pipe, key, w.ttl_ms, nx);
             }
         }
     }
     pipe
+}
+
+/// Adds `PEXPIRE key ttl_ms [NX]` to `pipe`.
+fn expire(pipe: &mut redis::Pipeline, key: &str, ttl_ms: u64, nx: bool) {
+    let cmd = pipe.cmd("PEXPIRE").arg(key).arg(ttl_ms);
+    if nx {
+        cmd.arg("NX");
+    }
+}
+
+/// The `PEXPIRE`s of the window keys whose `INCRBY` found them gone ([`decide`]'s
+/// `lost`, indices into `keys` and `windows`).
+pub(crate) fn expire_again(
+    keys: &[String],
+    windows: &[Window],
+    lost: &[usize],
+    nx: bool,
+) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for &i in lost {
+        expire(&mut pipe, &keys[i], windows[i].ttl_ms, nx);
+    }
+    pipe
+}
+
+/// Remembers that the window keys `lost` ([`decide`]) have their TTL again.
+pub(crate) fn expired_again(windows: &[Window], lost: &[usize], expiring: &Expiring) {
+    for &i in lost {
+        expiring.set(windows[i].tag);
+    }
 }
 
 /// Splits a pipeline's replies (an array) into one part per batch, in order.
@@ -90,10 +211,12 @@ pub(crate) fn split_reply(value: Value, batches: &[Waiting]) -> Result<Vec<Value
     let sizes: Vec<usize> = batches
         .iter()
         .map(|w| {
+            let windows = w.section.counted.as_deref().unwrap_or_default();
             w.section
                 .requests
                 .iter()
-                .map(|(_, c, _)| replies_of(*c))
+                .zip(windows)
+                .map(|((_, c, _), w)| replies_of(*c, w))
                 .sum()
         })
         .collect();
@@ -111,12 +234,18 @@ pub(crate) fn split_reply(value: Value, batches: &[Waiting]) -> Result<Vec<Value
         .collect())
 }
 
-/// The decision of `requests` from their batch's part of the replies.
+/// The decision of `requests` from their batch's part of the replies, and the
+/// requests (indices) whose window key the `INCRBY` found gone although this process
+/// had seen its TTL set ([`Expiring`]): created again, without a TTL, which the caller
+/// must send ([`expire_again`]) before it answers. Remembers the keys whose TTL this
+/// call set.
 pub(crate) fn decide(
     requests: &[Request<'_>],
+    windows: &[Window],
     part: Value,
     now: Timestamp,
-) -> Result<BatchDecision, CoreError> {
+    expiring: &Expiring,
+) -> Result<(BatchDecision, Vec<usize>), CoreError> {
     let Value::Array(items) = part else {
         return Err(crate::script::unexpected(format!(
             "expected an array, got {part:?}"
@@ -124,17 +253,25 @@ pub(crate) fn decide(
     };
     let mut items = items.into_iter();
     let mut before = vec![0; requests.len()];
-    for (i, r) in requests.iter().enumerate() {
+    let mut lost = Vec::new();
+    for (i, (r, w)) in requests.iter().zip(windows).enumerate() {
         let count = items.next().map(|reply| count_of(r, reply)).transpose()?;
-        if r.cost > 0 {
-            items.next(); // PEXPIRE's: whether it set a TTL
-        }
         let after = count.ok_or_else(|| crate::script::unexpected("too few replies"))?;
+        if r.cost > 0 && w.expire {
+            // PEXPIRE's: 1 (set) or 0 (NX: the key had one); either way it has a TTL.
+            if let Some(Value::Int(_)) = items.next() {
+                expiring.set(w.tag);
+            }
+        } else if r.cost > 0 && after == r.cost {
+            // Nothing before this charge: the key was gone, and is back without a TTL.
+            expiring.forget(w.tag);
+            lost.push(i);
+        }
         // For a later request of a shared window key this includes the earlier ones'
         // charges; `decide_counted` reads only the first's.
         before[i] = after - r.cost.min(after);
     }
-    Ok(decide_counted(requests, &before, now))
+    Ok((decide_counted(requests, &before, now), lost))
 }
 
 /// The count a reply says: `INCRBY`'s integer, or `GET`'s (none: 0). An error reply
@@ -157,4 +294,33 @@ fn count_of(r: &Request<'_>, reply: Value) -> Result<u64, CoreError> {
         _ => None,
     };
     parsed.ok_or_else(|| crate::script::unexpected(format!("a count of {reply:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_known_once_set_until_forgotten_or_overwritten() {
+        let expiring = Expiring::default();
+        let a = expiring.tag("spillway:{t1}:fw30000000:60s");
+        assert!(!expiring.has_ttl(a), "unknown at first");
+        expiring.set(a);
+        assert!(expiring.has_ttl(a));
+        expiring.forget(a);
+        assert!(!expiring.has_ttl(a), "forgotten");
+
+        // A key of another tag in the same slot takes it: the first is unknown again
+        // (its next decision sends its PEXPIRE), never mistaken for the second.
+        expiring.set(a);
+        let b = (1..)
+            .map(|n| expiring.tag(&format!("spillway:{{t{n}}}:fw30000000:60s")))
+            .find(|&t| t != a && std::ptr::eq(expiring.slot(t), expiring.slot(a)))
+            .expect("a key sharing the slot");
+        expiring.set(b);
+        assert!(expiring.has_ttl(b) && !expiring.has_ttl(a));
+        // Forgetting a key no longer in its slot leaves the other.
+        expiring.forget(a);
+        assert!(expiring.has_ttl(b));
+    }
 }
