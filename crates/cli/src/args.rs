@@ -57,3 +57,37 @@ pub struct ClientTls {
     #[arg(long, env = "SPILLWAY_CLIENT_KEY", value_name = "FILE")]
     pub client_key: Option<PathBuf>,
 }
+
+/// How a command that reads the admin listener (`explain`) presents its token, when
+/// the service has `admin_token_file`.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "The admin listener's token")]
+pub struct AdminToken {
+    /// A file whose first line is the admin token (as the service's admin_token_file),
+    /// sent as `Authorization: Bearer TOKEN`.
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    pub token_file: Option<PathBuf>,
+
+    /// The admin token itself, from the environment only (never on the command line,
+    /// where `ps` would show it).
+    #[arg(long = "token-from-env", env = "SPILLWAY_ADMIN_TOKEN", hide = true)]
+    pub token: Option<String>,
+}
+
+impl AdminToken {
+    /// The token to send, if one was given.
+    pub fn read(&self) -> anyhow::Result<Option<spillway_redis::Password>> {
+        if let Some(path) = &self.token_file {
+            let token = spillway_redis::Password::from_file(path).map_err(|e| match e {
+                spillway_redis::Error::InvalidSetting(why) => anyhow::anyhow!("--token-file: {why}"),
+                other => anyhow::anyhow!("--token-file: {other}"),
+            })?;
+            return Ok(Some(token));
+        }
+        Ok(self
+            .token
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .map(spillway_redis::Password::new))
+    }
+}

@@ -121,16 +121,20 @@ impl ClientTls {
     }
 }
 
-/// `POST url` with a JSON body, within `timeout`: the status and the JSON answer.
+/// `POST url` with a JSON body (and `token` as `Authorization: Bearer`), within
+/// `timeout`: the status and the JSON answer.
 pub async fn post_json(
     client: &HttpClient,
     url: &str,
     body: &serde_json::Value,
+    token: Option<&spillway_redis::Password>,
     timeout: Duration,
 ) -> anyhow::Result<(hyper::StatusCode, serde_json::Value)> {
-    let request = hyper::Request::post(url)
-        .header("content-type", "application/json")
-        .body(Full::from(serde_json::to_vec(body)?))?;
+    let mut request = hyper::Request::post(url).header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {}", token.expose()));
+    }
+    let request = request.body(Full::from(serde_json::to_vec(body)?))?;
     let exchange = async {
         let response = client
             .request(request)

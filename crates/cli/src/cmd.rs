@@ -68,16 +68,28 @@ fn entries(args: &[String]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// `POST {server}{path}` of one descriptor of `entries` with `cost`, as `/v1/check` and
-/// `/v1/explain` take it: the JSON answer. A status other than 2xx or 429 is an error
-/// naming the service's message.
+/// One descriptor of `entries` with `cost`, as `/v1/check` and `/v1/explain` take it.
+fn descriptor_body(domain: &str, entries: &[(String, String)], cost: u64) -> serde_json::Value {
+    let entries: Vec<_> = entries
+        .iter()
+        .map(|(k, v)| serde_json::json!({ "key": k, "value": v }))
+        .collect();
+    serde_json::json!({
+        "domain": domain,
+        "descriptors": [{ "entries": entries }],
+        "cost": cost,
+    })
+}
+
+/// `POST {server}{path}` of `body` ([`descriptor_body`]), with the admin `token` if
+/// given: the JSON answer. A status other than 2xx or 429 is an error naming the
+/// service's message (and, for a 401, how to give the token).
 async fn post_descriptor(
     server: &str,
     tls: &crate::args::ClientTls,
+    token: Option<&spillway_redis::Password>,
     path: &str,
-    domain: &str,
-    entries: &[(String, String)],
-    cost: u64,
+    body: &serde_json::Value,
     timeout: std::time::Duration,
 ) -> anyhow::Result<serde_json::Value> {
     let crate::client::Server::Http {
@@ -87,17 +99,19 @@ async fn post_descriptor(
     else {
         anyhow::bail!("--server `{server}` is not http://host:port or https://host:port");
     };
-    let body = serde_json::json!({
-        "domain": domain,
-        "descriptors": [{ "entries": entries.iter().map(|(k, v)| serde_json::json!({ "key": k, "value": v })).collect::<Vec<_>>() }],
-        "cost": cost,
-    });
     let client = tls.http_client(&base, over_tls)?;
     let endpoint = format!("{base}{path}");
-    let (status, v) = crate::client::post_json(&client, &endpoint, &body, timeout).await?;
+    let (status, v) = crate::client::post_json(&client, &endpoint, body, token, timeout).await?;
     if !(status.is_success() || status == hyper::StatusCode::TOO_MANY_REQUESTS) {
         let message = v["error"]["message"].as_str().unwrap_or("no message");
-        anyhow::bail!("{endpoint} answered {status}: {message}");
+        let hint = match (status, token) {
+            (hyper::StatusCode::UNAUTHORIZED, None) => {
+                " (give the token with --token-file FILE or SPILLWAY_ADMIN_TOKEN)"
+            }
+            (hyper::StatusCode::UNAUTHORIZED, Some(_)) => " (the token given was refused)",
+            _ => "",
+        };
+        anyhow::bail!("{endpoint} answered {status}: {message}{hint}");
     }
     Ok(v)
 }

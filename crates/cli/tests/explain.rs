@@ -72,3 +72,55 @@ fn explain_prints_the_path_the_limits_and_the_verdict() {
         "{out:?}"
     );
 }
+
+/// With `admin_token_file` set, `explain` sends the token from `--token-file` or
+/// `SPILLWAY_ADMIN_TOKEN`; without one, or with a wrong one, it says how to give it.
+#[test]
+fn explain_sends_the_admin_token_from_a_file_or_the_environment() {
+    let (_runtime, running) = support::server_with(
+        "explain-token",
+        "domain: e\ndescriptors:\n  - key: user\n    limits:\n      - { algorithm: gcra, limit: 5, window: 1s }\n",
+        |c| c.admin.token = Some(spillway_redis::Password::new("s3cret")),
+    );
+    let dir = support::tempdir("explain-token-files");
+    let (good, bad) = (dir.join("token"), dir.join("wrong"));
+    std::fs::write(&good, "s3cret\n").unwrap();
+    std::fs::write(&bad, "guess\n").unwrap();
+    let admin = format!("http://{}", running.admin_addr.unwrap());
+    let explain = |extra: &[&str], env: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_spillway"));
+        cmd.args(["explain", "--server", &admin, "--domain", "e"])
+            .args(extra)
+            .arg("user=u1")
+            .env_remove("SPILLWAY_ADMIN_TOKEN");
+        if let Some(token) = env {
+            cmd.env("SPILLWAY_ADMIN_TOKEN", token);
+        }
+        let out = cmd.output().expect("spillway runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+
+    let (code, text) = explain(&[], None);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("answered 401") && text.contains("--token-file FILE or SPILLWAY_ADMIN_TOKEN"),
+        "{text}"
+    );
+    let file = good.display().to_string();
+    let (code, text) = explain(&["--token-file", &file], None);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.starts_with("domain e: a check would be ADMITTED"), "{text}");
+    let (code, text) = explain(&[], Some("s3cret"));
+    assert_eq!(code, Some(0), "{text}");
+
+    let wrong = bad.display().to_string();
+    let (code, text) = explain(&["--token-file", &wrong], None);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("the token given was refused"), "{text}");
+    let missing = dir.join("absent").display().to_string();
+    let (code, text) = explain(&["--token-file", &missing], None);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("--token-file: cannot read secret file"), "{text}");
+}

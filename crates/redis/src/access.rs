@@ -74,14 +74,14 @@ impl Password {
     pub fn from_file(path: &Path) -> Result<Password, Error> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             Error::InvalidSetting(format!(
-                "cannot read password file `{}`: {e}",
+                "cannot read secret file `{}`: {e}",
                 path.display()
             ))
         })?;
         let line = text.lines().next().unwrap_or("");
         if line.is_empty() {
             return Err(Error::InvalidSetting(format!(
-                "password file `{}` is empty",
+                "secret file `{}` is empty",
                 path.display()
             )));
         }

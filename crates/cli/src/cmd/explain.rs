@@ -15,6 +15,10 @@ Examples:
   # A descriptor of two entries, a request of cost 5, as JSON
   spillway explain --server http://127.0.0.1:6070 --domain api --cost 5 --json api_key=k1 route=upload
 
+  # A service whose admin listener has a token (admin_token_file)
+  spillway explain --token-file /run/secrets/spillway-admin --domain api api_key=k1
+  SPILLWAY_ADMIN_TOKEN=... spillway explain --domain api api_key=k1
+
 Exit status: 0 a check would be admitted, 1 it would be limited, 2 an error.";
 
 #[derive(Debug, clap::Args)]
@@ -44,6 +48,9 @@ pub struct ExplainArgs {
     pub timeout: Duration,
 
     #[command(flatten)]
+    pub token: crate::args::AdminToken,
+
+    #[command(flatten)]
     pub tls: crate::args::ClientTls,
 }
 
@@ -65,15 +72,15 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn ask(args: &ExplainArgs) -> anyhow::Result<Value> {
-    let entries = super::entries(&args.entries);
+    let body = super::descriptor_body(&args.domain, &super::entries(&args.entries), args.cost);
+    let token = args.token.read()?;
     // `/v1/explain` answers 200 whatever the verdict.
     super::post_descriptor(
         &args.server,
         &args.tls,
+        token.as_ref(),
         "/v1/explain",
-        &args.domain,
-        &entries,
-        args.cost,
+        &body,
         args.timeout,
     )
     .await

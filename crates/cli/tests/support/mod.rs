@@ -125,10 +125,20 @@ pub fn tempdir(name: &str) -> PathBuf {
 /// A service serving one policy file, its counters in the test Redis (server time).
 /// The runtime must outlive the service.
 pub fn server(name: &str, policy: &str) -> (tokio::runtime::Runtime, Running) {
+    server_with(name, policy, |_| {})
+}
+
+/// [`server`] with `configure` applied to its configuration first.
+pub fn server_with(
+    name: &str,
+    policy: &str,
+    configure: impl FnOnce(&mut Config),
+) -> (tokio::runtime::Runtime, Running) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempdir(name);
     std::fs::write(dir.join("policy.yaml"), policy).unwrap();
-    let config = Config::ephemeral(dir);
+    let mut config = Config::ephemeral(dir);
+    configure(&mut config);
     let running = runtime.block_on(async {
         // These tests are about the commands, not store latency: a call that takes
         // longer than the 10 ms default on a busy machine (the suite runs the Redis

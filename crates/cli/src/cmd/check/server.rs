@@ -129,16 +129,9 @@ async fn http(
     entries: &[(String, String)],
     cost: u64,
 ) -> anyhow::Result<(String, Answer)> {
-    let v = crate::cmd::post_descriptor(
-        url,
-        &args.tls,
-        "/v1/check",
-        domain,
-        entries,
-        cost,
-        args.timeout,
-    )
-    .await?;
+    let body = crate::cmd::descriptor_body(domain, entries, cost);
+    let v = crate::cmd::post_descriptor(url, &args.tls, None, "/v1/check", &body, args.timeout)
+        .await?;
     let d = &v["descriptors"][0];
     let rule = d.get("rule").filter(|r| !r.is_null());
     Ok((
