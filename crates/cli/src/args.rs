@@ -79,7 +79,9 @@ impl AdminToken {
     pub fn read(&self) -> anyhow::Result<Option<spillway_redis::Password>> {
         if let Some(path) = &self.token_file {
             let token = spillway_redis::Password::from_file(path).map_err(|e| match e {
-                spillway_redis::Error::InvalidSetting(why) => anyhow::anyhow!("--token-file: {why}"),
+                spillway_redis::Error::InvalidSetting(why) => {
+                    anyhow::anyhow!("--token-file: {why}")
+                }
                 other => anyhow::anyhow!("--token-file: {other}"),
             })?;
             return Ok(Some(token));

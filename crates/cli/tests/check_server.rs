@@ -43,12 +43,19 @@ fn check_asks_a_running_server_over_grpc_and_http() {
     let text = String::from_utf8(spillway(&["--server", &grpc, "--domain", "c", "user=g"]).stdout)
         .unwrap();
     assert!(
-        text.starts_with("OVER_LIMIT: user=g — OVER_LIMIT by `hourly`, 0 of 2 per hour remaining"),
+        text.starts_with("user=g: denied by `hourly`; 0 remaining (2 per hour), full again in "),
+        "{text}"
+    );
+    let text = String::from_utf8(spillway(&["--server", &http, "--domain", "c", "user=h"]).stdout)
+        .unwrap();
+    assert!(
+        text.starts_with("user=h: denied by `hourly`, retry in ")
+            && text.contains("; 0 of 2 remaining (2 per hour), full again in "),
         "{text}"
     );
     let none = String::from_utf8(spillway(&["--server", &http, "--domain", "c", "other=x"]).stdout)
         .unwrap();
-    assert_eq!(none.trim(), "OK: other=x — no limit applies");
+    assert_eq!(none.trim(), "other=x: allowed; no limit applies");
 
     for (args, expected) in [
         (
@@ -71,5 +78,63 @@ fn check_asks_a_running_server_over_grpc_and_http() {
         assert_eq!(err.lines().count(), 1, "one line: {err}");
         assert!(err.contains(expected), "`{expected}` in {err}");
     }
+    runtime.block_on(running.stop());
+}
+
+/// "Remaining" never reads above what the rule can hold: a `gcra` of 10 a second with a
+/// burst of 20 holds 20, so a fresh key has 20 of 20, not "20 of 10 per second". The
+/// service and the store say it in one sentence; over gRPC, whose answer carries the
+/// rate but not the burst, without the "of".
+#[test]
+fn remaining_is_counted_against_the_capacity_in_one_sentence_both_ways() {
+    let (runtime, running) = support::server(
+        "check-burst",
+        "domain: b\ndescriptors:\n  - key: user\n    limits:\n      - { name: burst, algorithm: gcra, limit: 10, window: 1s, burst: 20 }\n",
+    );
+    let grpc = format!("grpc://{}", running.grpc_addr);
+    let http = format!("http://{}", running.http_addr);
+    let text = |args: &[&str]| {
+        let out = spillway(args);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+
+    let said = text(&["--server", &http, "--domain", "b", "--peek", "user=u1"]);
+    assert_eq!(
+        said.trim(),
+        "user=u1: would be allowed by `burst`; 20 of 20 remaining (10 per second), full again in 0s"
+    );
+    let said = text(&["--server", &grpc, "--domain", "b", "--peek", "user=u1"]);
+    assert!(
+        said.starts_with("user=u1: would be allowed by `burst`; 20 remaining (10 per second)"),
+        "{said}"
+    );
+    let out = spillway(&["--server", &http, "--domain", "b", "--json", "user=u1"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let d = &v["descriptors"][0];
+    assert_eq!(
+        (&d["remaining"], &d["capacity"], &d["limit"]),
+        (&19.into(), &20.into(), &10.into())
+    );
+
+    // The store says it the same way.
+    let said = text(&[
+        "--store",
+        "memory",
+        "--algorithm",
+        "gcra",
+        "--limit",
+        "10",
+        "--window",
+        "1s",
+        "--burst",
+        "20",
+        "--peek",
+        "user-1",
+    ]);
+    assert_eq!(
+        said.trim(),
+        "user-1: would be allowed; 20 of 20 remaining, full again in 0s"
+    );
     runtime.block_on(running.stop());
 }

@@ -61,8 +61,8 @@ fn the_image_started_as_docker_run_starts_it_answers_from_outside() {
     assert!(curl_at(ns.addr, 8080, "/json", Some(body)).starts_with("200 "));
     assert!(curl_at(ns.addr, 8080, "/json", Some(body)).starts_with("429 "));
     let grpc = format!("grpc://{}:8081", ns.addr);
-    assert!(grpc_check(&grpc, "user=grpc").starts_with("OK: user=grpc"));
-    assert!(grpc_check(&grpc, "user=grpc").starts_with("OVER_LIMIT: user=grpc"));
+    assert!(grpc_check(&grpc, "user=grpc").starts_with("user=grpc: allowed"));
+    assert!(grpc_check(&grpc, "user=grpc").starts_with("user=grpc: denied"));
     // The admin pages stay on the namespace's loopback: not reachable from outside.
     assert!(
         std::net::TcpStream::connect_timeout(
@@ -101,5 +101,5 @@ fn a_certificate_without_use_tls_serves_plaintext_as_the_reference_does() {
     }
     assert_eq!(curl_at(ns.addr, 8080, "/healthcheck", None), "200 OK");
     let grpc = format!("grpc://{}:8081", ns.addr);
-    assert!(grpc_check(&grpc, "user=plain").starts_with("OK: user=plain"));
+    assert!(grpc_check(&grpc, "user=plain").starts_with("user=plain: allowed"));
 }

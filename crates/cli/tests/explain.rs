@@ -111,7 +111,10 @@ fn explain_sends_the_admin_token_from_a_file_or_the_environment() {
     let file = good.display().to_string();
     let (code, text) = explain(&["--token-file", &file], None);
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.starts_with("domain e: a check would be ADMITTED"), "{text}");
+    assert!(
+        text.starts_with("domain e: a check would be ADMITTED"),
+        "{text}"
+    );
     let (code, text) = explain(&[], Some("s3cret"));
     assert_eq!(code, Some(0), "{text}");
 
@@ -122,5 +125,8 @@ fn explain_sends_the_admin_token_from_a_file_or_the_environment() {
     let missing = dir.join("absent").display().to_string();
     let (code, text) = explain(&["--token-file", &missing], None);
     assert_eq!(code, Some(2), "{text}");
-    assert!(text.contains("--token-file: cannot read secret file"), "{text}");
+    assert!(
+        text.contains("--token-file: cannot read secret file"),
+        "{text}"
+    );
 }

@@ -126,7 +126,7 @@ fn check_and_bench_speak_tls_and_certificates_rotate_under_load() {
         );
         assert_eq!(out.status.code(), Some(0), "{server}: {out:?}");
         assert!(
-            String::from_utf8_lossy(&out.stdout).starts_with("OK"),
+            String::from_utf8_lossy(&out.stdout).starts_with("user=u1: allowed"),
             "{out:?}"
         );
         // Without a client certificate: refused, one line saying so.

@@ -73,10 +73,7 @@ impl Password {
     /// or unreadable file is an error naming the file, never the content.
     pub fn from_file(path: &Path) -> Result<Password, Error> {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::InvalidSetting(format!(
-                "cannot read secret file `{}`: {e}",
-                path.display()
-            ))
+            Error::InvalidSetting(format!("cannot read secret file `{}`: {e}", path.display()))
         })?;
         let line = text.lines().next().unwrap_or("");
         if line.is_empty() {

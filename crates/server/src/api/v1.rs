@@ -96,6 +96,8 @@ struct V1Rule<'a> {
     path: &'a str,
     algorithm: &'static str,
     limit: u64,
+    /// The most `remaining` can be: the burst of `token_bucket` and `gcra`, else `limit`.
+    capacity: u64,
     window_ms: u64,
     unit: Option<&'static str>,
     mode: &'static str,
@@ -206,6 +208,7 @@ fn v1_status(s: &Status) -> V1Status<'_> {
             path: &r.path,
             algorithm: r.algorithm,
             limit: r.requests_per_unit,
+            capacity: r.capacity,
             window_ms: ceil_ms(r.window),
             unit: r.unit.map(Unit::name),
             mode: if r.shadow { "shadow" } else { "enforce" },

@@ -113,6 +113,9 @@ pub struct ReportedRule {
     pub path: Arc<str>,
     /// Units per window.
     pub requests_per_unit: u64,
+    /// The most units the rule admits at once, the most `remaining` can be: its burst
+    /// for `token_bucket` and `gcra`, else its limit.
+    pub capacity: u64,
     /// The window as a reference unit, when it is one.
     pub unit: Option<Unit>,
     /// The window.

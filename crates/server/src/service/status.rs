@@ -43,6 +43,10 @@ pub(crate) fn rule_status(
         name: rule.name.clone(),
         path: Arc::clone(&rule.metric),
         requests_per_unit: rule.requests_per_unit,
+        capacity: match &rule.limit {
+            RuleLimit::Limited(l) => l.capacity(),
+            _ => rule.requests_per_unit,
+        },
         unit: rule.unit,
         window: rule.window().unwrap_or_default(),
         algorithm: match &rule.limit {

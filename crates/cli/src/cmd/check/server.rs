@@ -2,7 +2,6 @@
 //! it or over `POST /v1/check`, printed for a person or as JSON (one shape for both).
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -13,15 +12,20 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::google::protobuf::UInt64Value;
 use serde_json::{Value, json};
 
-use super::CheckArgs;
+use super::{Answer, CheckArgs, Verdict};
 use crate::client::Server;
 
 /// One descriptor's answer, whichever API gave it.
-struct Answer {
+struct Reply {
     code: String,
     rule: Option<String>,
     limit: Option<u64>,
+    /// The most `remaining` can be: `/v1/check` says it; Envoy's gRPC answer has no
+    /// field for it (a burst above the limit).
+    capacity: Option<u64>,
     unit: Option<String>,
+    /// The window, when it is no unit of Envoy's (`/v1/check` only).
+    window_ms: Option<u64>,
     remaining: u64,
     reset_after_ms: Option<u64>,
     retry_after_ms: Option<u64>,
@@ -54,7 +58,7 @@ pub async fn run(args: &CheckArgs, url: &str) -> anyhow::Result<ExitCode> {
             json!({ "allowed": allowed, "overall_code": overall, "domain": domain, "descriptors": [to_json(&answer, &entries)] })
         );
     } else {
-        println!("{overall}: {}", describe(&answer, &entries));
+        println!("{}", describe(&answer, &entries, cost));
     }
     Ok(if allowed {
         ExitCode::SUCCESS
@@ -68,7 +72,7 @@ async fn grpc(
     domain: &str,
     entries: &[(String, String)],
     cost: u64,
-) -> anyhow::Result<(String, Answer)> {
+) -> anyhow::Result<(String, Reply)> {
     let mut client = RateLimitServiceClient::new(channel);
     let request = RateLimitRequest {
         domain: domain.into(),
@@ -104,10 +108,12 @@ async fn grpc(
     let limit = s.current_limit.as_ref();
     Ok((
         name(r.overall_code),
-        Answer {
+        Reply {
             code: name(s.code),
             rule: limit.map(|l| l.name.clone()).filter(|n| !n.is_empty()),
             limit: limit.map(|l| u64::from(l.requests_per_unit)),
+            capacity: None,
+            window_ms: None,
             unit: limit.map(|l| {
                 Unit::try_from(l.unit)
                     .map_or("UNKNOWN", |u| u.as_str_name())
@@ -128,18 +134,20 @@ async fn http(
     domain: &str,
     entries: &[(String, String)],
     cost: u64,
-) -> anyhow::Result<(String, Answer)> {
+) -> anyhow::Result<(String, Reply)> {
     let body = crate::cmd::descriptor_body(domain, entries, cost);
-    let v = crate::cmd::post_descriptor(url, &args.tls, None, "/v1/check", &body, args.timeout)
-        .await?;
+    let v =
+        crate::cmd::post_descriptor(url, &args.tls, None, "/v1/check", &body, args.timeout).await?;
     let d = &v["descriptors"][0];
     let rule = d.get("rule").filter(|r| !r.is_null());
     Ok((
         v["overall_code"].as_str().unwrap_or("UNKNOWN").to_owned(),
-        Answer {
+        Reply {
             code: d["code"].as_str().unwrap_or("UNKNOWN").to_owned(),
             rule: rule.and_then(|r| r["name"].as_str()).map(str::to_owned),
             limit: rule.and_then(|r| r["limit"].as_u64()),
+            capacity: rule.and_then(|r| r["capacity"].as_u64()),
+            window_ms: rule.and_then(|r| r["window_ms"].as_u64()),
             unit: rule.and_then(|r| r["unit"].as_str()).map(str::to_owned),
             remaining: d["remaining"].as_u64().unwrap_or(0),
             reset_after_ms: d["reset_after_ms"].as_u64(),
@@ -148,12 +156,13 @@ async fn http(
     ))
 }
 
-fn to_json(a: &Answer, entries: &[(String, String)]) -> Value {
+fn to_json(a: &Reply, entries: &[(String, String)]) -> Value {
     json!({
         "entries": entries.iter().map(|(k, v)| json!({ "key": k, "value": v })).collect::<Vec<_>>(),
         "code": a.code,
         "rule": a.rule,
         "limit": a.limit,
+        "capacity": a.capacity,
         "unit": a.unit,
         "remaining": a.remaining,
         "reset_after_ms": a.reset_after_ms,
@@ -161,31 +170,33 @@ fn to_json(a: &Answer, entries: &[(String, String)]) -> Value {
     })
 }
 
-fn describe(a: &Answer, entries: &[(String, String)]) -> String {
-    let path: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let Some(limit) = a.limit else {
-        return format!("{} — no limit applies", path.join(" "));
+/// The sentence `check` prints from a store too ([`super::Answer`]).
+fn describe(a: &Reply, entries: &[(String, String)], cost: u64) -> String {
+    let subject: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let verdict = match (a.limit, a.code.as_str()) {
+        (None, _) => Verdict::NoLimit,
+        (_, "OK") => Verdict::Allowed,
+        _ => Verdict::Denied {
+            retry_after_ms: a.retry_after_ms,
+        },
     };
-    let mut out = format!("{} — {}", path.join(" "), a.code);
-    if let Some(rule) = &a.rule {
-        out.push_str(&format!(" by `{rule}`"));
+    Answer {
+        subject: &subject.join(" "),
+        verdict,
+        peek: cost == 0,
+        cost,
+        rule: a.rule.as_deref(),
+        remaining: a.remaining,
+        capacity: a.capacity,
+        rate: a.limit.map(|n| match (&a.unit, a.window_ms) {
+            (Some(unit), _) => format!("{n} per {unit}"),
+            (None, Some(ms)) => format!(
+                "{n} per {}",
+                spillway_policy::duration::format(std::time::Duration::from_millis(ms))
+            ),
+            (None, None) => n.to_string(),
+        }),
+        reset_after_ms: a.reset_after_ms,
     }
-    out.push_str(&format!(", {} of {limit}", a.remaining));
-    if let Some(unit) = &a.unit {
-        out.push_str(&format!(" per {unit}"));
-    }
-    out.push_str(" remaining");
-    if let Some(reset) = a.reset_after_ms {
-        out.push_str(&format!(
-            ", resets in {}",
-            spillway_policy::duration::format(Duration::from_millis(reset))
-        ));
-    }
-    if let Some(retry) = a.retry_after_ms {
-        out.push_str(&format!(
-            ", retry in {}",
-            spillway_policy::duration::format(Duration::from_millis(retry))
-        ));
-    }
-    out
+    .sentence()
 }
