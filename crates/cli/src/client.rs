@@ -92,7 +92,13 @@ impl ClientTls {
                 .connect()
                 .await
         };
-        channel.map_err(|e| anyhow::anyhow!("cannot reach {scheme}://{authority}: {e}"))
+        channel.map_err(|e| {
+            let why = with_causes(&e);
+            anyhow::anyhow!(
+                "cannot reach {scheme}://{authority}: {why}{}",
+                tls_hint(&why)
+            )
+        })
     }
 
     /// An HTTP client for `base` (keeps connections; HTTP/1.1).
@@ -136,10 +142,10 @@ pub async fn post_json(
     }
     let request = request.body(Full::from(serde_json::to_vec(body)?))?;
     let exchange = async {
-        let response = client
-            .request(request)
-            .await
-            .with_context(|| format!("cannot reach {url}"))?;
+        let response = client.request(request).await.map_err(|e| {
+            let why = with_causes(&e);
+            anyhow::anyhow!("cannot reach {url}: {why}{}", tls_hint(&why))
+        })?;
         let status = response.status();
         let bytes = response
             .into_body()
@@ -147,13 +153,90 @@ pub async fn post_json(
             .await
             .with_context(|| format!("{url}: the answer broke off"))?
             .to_bytes();
-        let value = serde_json::from_slice(&bytes)
-            .with_context(|| format!("{url} answered {status} without JSON"))?;
+        let value = serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "{url} answered {status} without JSON: not Spillway's HTTP API (the HTTP port \
+                 is 8080 by default, gRPC's 8081)"
+            )
+        })?;
         Ok::<_, anyhow::Error>((status, value))
     };
     tokio::time::timeout(timeout, exchange)
         .await
         .map_err(|_| anyhow::anyhow!("{url} did not answer within {timeout:?}"))?
+}
+
+/// What a TLS failure most likely means, for the end of its message: a server that
+/// answered a TLS handshake with plaintext does not speak TLS on that port.
+fn tls_hint(why: &str) -> &'static str {
+    if why.contains("InvalidContentType") {
+        " (that port does not speak TLS: use grpc:// or http://)"
+    } else if why.contains("UnknownIssuer") {
+        " (the server's certificate is not signed by a CA given with --ca-file)"
+    } else {
+        ""
+    }
+}
+
+/// An error and the causes its own message leaves out (tonic's transport error says
+/// only "transport error"; its source says "Connection refused").
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// Why a gRPC call failed, said for a person: a server that answered as plain HTTP (a
+/// 404, a body that is not gRPC) is named as what it most likely is, the HTTP port; a
+/// connection the server closed is named with its likely cause (TLS spoken to it in
+/// plaintext, or a client certificate it requires and was not given).
+pub fn grpc_failure(url: &str, status: &tonic::Status, tls: &ClientTls) -> anyhow::Error {
+    let message = status.message();
+    let not_grpc = matches!(
+        status.code(),
+        tonic::Code::Internal | tonic::Code::Unknown | tonic::Code::Unimplemented
+    ) && (message.contains("404") || message.contains("compression flag"));
+    if not_grpc {
+        return anyhow::anyhow!(
+            "{url} does not speak gRPC (it answered as an HTTP server: {message}); \
+             Spillway's gRPC port is 8081 by default, its HTTP port 8080"
+        );
+    }
+    let causes = std::error::Error::source(status)
+        .map(with_causes)
+        .unwrap_or_default();
+    let closed = [
+        "connection closed",
+        "broken pipe",
+        "reset by peer",
+        "operation was canceled",
+        "CertificateRequired",
+    ]
+    .iter()
+    .any(|c| causes.contains(c) || message.contains(c));
+    if closed && (message.contains("transport error") || causes.contains("transport error")) {
+        let likely = if !url.starts_with("grpcs://") {
+            "if that port is TLS, ask it with grpcs://"
+        } else if tls.client_cert.is_none() {
+            "over TLS it may require a client certificate: --client-cert and --client-key"
+        } else {
+            "its log says why (a client certificate its CA did not sign?)"
+        };
+        return anyhow::anyhow!("{url} closed the connection ({causes}): {likely}");
+    }
+    let mut said = format!("{}: {message}", status.code());
+    if !causes.is_empty() && !said.contains(&causes) {
+        said.push_str(&format!(": {causes}"));
+    }
+    anyhow::anyhow!("{url}: {said}")
 }
 
 #[cfg(test)]

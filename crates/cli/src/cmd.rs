@@ -109,6 +109,9 @@ async fn post_descriptor(
                 " (give the token with --token-file FILE or SPILLWAY_ADMIN_TOKEN)"
             }
             (hyper::StatusCode::UNAUTHORIZED, Some(_)) => " (the token given was refused)",
+            (hyper::StatusCode::NOT_FOUND, _) if path == "/v1/explain" => {
+                " (explain asks the admin listener, admin_addr: 127.0.0.1:6070 by default)"
+            }
             _ => "",
         };
         anyhow::bail!("{endpoint} answered {status}: {message}{hint}");

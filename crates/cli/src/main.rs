@@ -39,10 +39,27 @@ fn main() -> ExitCode {
     match cmd::run(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// An error and its causes on one line, each cause said once: an error that already
+/// names its cause in its own message (`cannot listen on …: Address already in use`) is
+/// not followed by that cause again.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 /// The command line, with `serve` put first when the binary is called `ratelimit`: an
@@ -72,6 +89,18 @@ pub(crate) fn called_ratelimit() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_says_each_cause_once() {
+        let os = || std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        let named = anyhow::Error::new(os()).context(format!("cannot listen on :80: {}", os()));
+        assert_eq!(one_line(&named), format!("cannot listen on :80: {}", os()));
+        let unnamed = anyhow::Error::new(os()).context("cannot listen on :80");
+        assert_eq!(
+            one_line(&unnamed),
+            format!("cannot listen on :80: {}", os())
+        );
+    }
 
     #[test]
     fn called_ratelimit_it_serves() {

@@ -42,7 +42,7 @@ pub async fn run(args: &CheckArgs, url: &str) -> anyhow::Result<ExitCode> {
         match Server::parse(url)? {
             Server::Grpc { authority, tls } => {
                 let channel = args.tls.grpc_channel(&authority, tls).await?;
-                grpc(channel, domain, &entries, cost).await
+                grpc(channel, url, &args.tls, domain, &entries, cost).await
             }
             Server::Http { .. } => http(args, url, domain, &entries, cost).await,
         }
@@ -69,6 +69,8 @@ pub async fn run(args: &CheckArgs, url: &str) -> anyhow::Result<ExitCode> {
 
 async fn grpc(
     channel: tonic::transport::Channel,
+    url: &str,
+    tls: &crate::args::ClientTls,
     domain: &str,
     entries: &[(String, String)],
     cost: u64,
@@ -93,7 +95,7 @@ async fn grpc(
     let r = client
         .should_rate_limit(request)
         .await
-        .map_err(|s| anyhow::anyhow!("{}: {}", s.code(), s.message()))?
+        .map_err(|s| crate::client::grpc_failure(url, &s, tls))?
         .into_inner();
     let name = |c: i32| {
         Code::try_from(c)
