@@ -9,6 +9,7 @@
 //! | `wire.rs` | Envoy's protobuf messages ↔ the service's types (gRPC and `/json`) |
 //! | `headers.rs` | which rate limit headers an answer carries |
 //! | `ops.rs` | `/metrics`, `/healthz`, `/readyz`, `/healthcheck`, `/v1/config`, `/v1/top` |
+//! | `openapi.rs` (+ `openapi.json`) | `/openapi.json`, the HTTP API's document, and docs/reference/api.md |
 //! | `ui.rs` (+ `ui/`) | `/ui`, the console page: its HTML, script and stylesheet, embedded |
 //! | `router.rs` | the HTTP routes, and the body read every HTTP request passes first |
 //! | `respond.rs` | every status code: answers, errors, refused requests |
@@ -16,6 +17,7 @@
 pub mod grpc;
 pub mod headers;
 mod metadata;
+pub mod openapi;
 mod ops;
 mod reference;
 mod respond;

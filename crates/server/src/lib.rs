@@ -51,6 +51,7 @@ mod top;
 pub mod xds;
 
 pub use api::decode;
+pub use api::openapi;
 pub use api::router::{admin_app, http_app};
 pub use app::{App, AppBuilder, Listeners, Running, StartError};
 pub use config::{Config, ConfigError};

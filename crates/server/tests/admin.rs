@@ -230,3 +230,58 @@ async fn the_admin_listener_answers_only_under_its_own_names() {
         assert_eq!(r.status(), 200, "{path} answers probes under any name");
     }
 }
+
+/// `/openapi.json` is the document kept in the repository, and every operation it
+/// names is served on the listener its tags say (schemathesis, in the test command,
+/// checks the answers against it).
+#[tokio::test]
+async fn the_openapi_document_is_served_and_every_operation_in_it_is_routed() {
+    let s = Server::start("openapi", &[("shop.yaml", POLICY)], Backing::Memory).await;
+    let admin = s.running.admin_addr.expect("on by default");
+    let served = s
+        .http
+        .get(format!("http://{admin}/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served.status(), 200);
+    assert_eq!(
+        served.text().await.unwrap(),
+        spillway_server::openapi::DOCUMENT
+    );
+
+    let doc: serde_json::Value = serde_json::from_str(spillway_server::openapi::DOCUMENT).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let mut seen = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let query = if path == "/v1/top" {
+                "?domain=shop"
+            } else {
+                ""
+            };
+            for tag in op["tags"].as_array().unwrap() {
+                let url = match tag.as_str().unwrap() {
+                    "check" => s.check_url(&format!("{path}{query}")),
+                    "admin" => format!("http://{admin}{path}{query}"),
+                    other => panic!("{method} {path}: unknown tag {other}"),
+                };
+                let r = match method.as_str() {
+                    "get" => s.http.get(url),
+                    "post" => s.http.post(url).json(&serde_json::json!({
+                        "domain": "shop",
+                        "descriptors": [{ "entries": [{ "key": "user", "value": "u1" }] }]
+                    })),
+                    other => panic!("{other} {path}: a method no route takes"),
+                };
+                let status = r.send().await.unwrap().status();
+                assert!(
+                    status != 404 && status != 405,
+                    "{method} {path} on the {tag} listener: {status}"
+                );
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen >= 17, "{seen} operations asked");
+}

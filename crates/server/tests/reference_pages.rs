@@ -258,3 +258,9 @@ fn the_docs_index_links_both_pages() {
         );
     }
 }
+
+#[test]
+fn the_api_page_is_made_from_the_openapi_document() {
+    let made = spillway_server::openapi::reference_page();
+    assert_generated("api.md", &page("api.md"), &made);
+}

@@ -18,18 +18,20 @@ Examples:
 
   # The reference pages, generated from the code
   spillway config --reference settings > docs/reference/settings.md
-  spillway config --reference metrics > docs/reference/metrics.md";
+  spillway config --reference metrics > docs/reference/metrics.md
+  spillway config --reference api > docs/reference/api.md";
 
 /// A reference page.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Page {
     Settings,
     Metrics,
+    Api,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct ConfigArgs {
-    /// Print a reference page generated from the code instead (settings or metrics).
+    /// Print a reference page generated from the code instead (settings, metrics or api).
     #[arg(long, value_name = "PAGE")]
     pub reference: Option<Page>,
 
@@ -49,6 +51,10 @@ pub fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
         }
         Some(Page::Metrics) => {
             print!("{}", spillway_server::metrics::reference_page());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(Page::Api) => {
+            print!("{}", spillway_server::openapi::reference_page());
             return Ok(ExitCode::SUCCESS);
         }
         None => {}

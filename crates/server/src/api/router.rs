@@ -5,7 +5,8 @@
 //! The check port serves what a caller of the check APIs needs: `/v1/check`, `/json`,
 //! health and `/metrics` (rule names and counts, never keys). The admin listener
 //! serves what shows who is limited and how: `/ui`, `/v1/top`, `/v1/config`,
-//! `/v1/explain`, the reference's `/rlconfig`, and health and `/metrics` again.
+//! `/v1/explain`, the reference's `/rlconfig`, `/openapi.json`, and health and `/metrics`
+//! again.
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use http_body_util::BodyExt;
 use subtle::ConstantTimeEq;
 
 use super::respond::{self, Refused};
-use super::{ops, reference, ui, v1};
+use super::{openapi, ops, reference, ui, v1};
 use crate::metrics;
 use crate::state::AppState;
 use crate::tls::{ClientCert, is_health};
@@ -58,6 +59,7 @@ pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>, hosts: Arc<[S
         .route("/v1/top", get(ops::top))
         .route("/v1/history", get(ops::history))
         .route("/rlconfig", get(ops::rlconfig))
+        .route("/openapi.json", get(openapi::serve))
         .fallback(|| async { respond::refused(Refused::NoSuchEndpoint) })
         .method_not_allowed_fallback(|| async { respond::refused(Refused::MethodNotAllowed) })
         .layer(middleware::from_fn_with_state(

@@ -1,0 +1,237 @@
+//! The OpenAPI 3.1 document of both HTTP listeners (`openapi.json`, kept by hand beside
+//! this file and checked: schemathesis runs it against a live service in the test
+//! command, `tests/openapi.rs` holds it to the routes), served at `/openapi.json` on the
+//! admin listener, and docs/reference/api.md made from it ([`reference_page`]) with the
+//! gRPC side, which OpenAPI cannot describe, written out below.
+
+use std::fmt::Write;
+
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+/// The document, as served.
+pub const DOCUMENT: &str = include_str!("openapi.json");
+
+/// `GET /openapi.json`.
+pub(super) async fn serve() -> Response {
+    ([("content-type", "application/json")], DOCUMENT).into_response()
+}
+
+/// The gRPC side: Envoy's `RateLimitService`, every field Spillway reads and writes.
+const GRPC: &str = "\
+## gRPC: Envoy's `RateLimitService` (the gRPC port, `grpc_addr`, 8081)
+
+`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, as Envoy calls it
+(`transport_api_version: V3`), and `grpc.health.v1.Health/Check`. The messages are
+Envoy's (`envoy/service/ratelimit/v3/rls.proto`, from the `envoy-types` crate); an invalid
+request is `INVALID_ARGUMENT` with what is wrong, a store failure under a `closed` policy
+`UNAVAILABLE`.
+
+What Spillway reads from a `RateLimitRequest`:
+
+| field | how it is read |
+|---|---|
+| `domain` | the policy domain; empty is `INVALID_ARGUMENT`, an undeclared one answers `OK` with no rule |
+| `descriptors[].entries[].key`, `.value` | the path in the domain's tree, in order (1 to 32 entries, 1 to 64 descriptors, at most 1,024 bytes of keys and values a descriptor) |
+| `descriptors[].limit` (`requests_per_unit`, `unit`) | a limit instead of the configuration's, when `grpc_limit_overrides` is `allow` (the default, as the reference); `ignore` drops it, `refuse` answers `INVALID_ARGUMENT` |
+| `descriptors[].hits_addend` | this descriptor's cost; 0 looks without consuming |
+| `hits_addend` | every descriptor's cost; 0 or absent means 1 |
+
+Not read: `descriptors[].limit.name` and any other field.
+
+What Spillway writes in a `RateLimitResponse`:
+
+| field | what it holds |
+|---|---|
+| `overall_code` | `OK`, or `OVER_LIMIT` when an enforcing rule of any descriptor is over its limit (never `UNKNOWN`) |
+| `statuses[]` | one per descriptor, in order |
+| `statuses[].code` | `OK` or `OVER_LIMIT` (a shadow rule over its limit says `OK`) |
+| `statuses[].current_limit` | the deciding rule: `requests_per_unit`, `unit` and `name`; absent when no rule applies |
+| `statuses[].limit_remaining` | units still admitted right now (the reference's rules: 0 when over) |
+| `statuses[].duration_until_reset` | until the rule's state resets, whole seconds rounded up |
+| `response_headers_to_add` | the rate limit headers, when `headers` is on (the reference's `X-RateLimit-*` or the IETF draft's) |
+| `dynamic_metadata` | the descriptors' `metadata`, when `dynamic_metadata` is on |
+
+Not written: `request_headers_to_add`, `raw_body`, `quota`.
+";
+
+/// docs/reference/api.md: every operation of [`DOCUMENT`] with its request and answers,
+/// then the gRPC side (`spillway config --reference api`).
+pub fn reference_page() -> String {
+    let doc: Value = serde_json::from_str(DOCUMENT).expect("openapi.json is JSON");
+    let mut out = String::from(
+        "# The API\n\n\
+         Generated from the OpenAPI 3.1 document (`crates/server/src/api/openapi.json`, \
+         served at `/openapi.json` on the admin listener) by `spillway config --reference \
+         api`; do not edit. Schemathesis runs that document against a live service in the \
+         test command (`scripts/lib/schemathesis.sh`).\n\n",
+    );
+    if let Some(d) = doc["info"]["description"].as_str() {
+        writeln!(out, "{d}\n").unwrap();
+    }
+    out.push_str("## HTTP\n\n| operation | listener | what |\n|---|---|---|\n");
+    let paths = doc["paths"].as_object().into_iter().flatten();
+    for (path, item) in paths.clone() {
+        for (method, op) in item.as_object().into_iter().flatten() {
+            writeln!(
+                out,
+                "| [`{} {path}`](#{}) | {} | {} |",
+                method.to_uppercase(),
+                anchor(&format!("{} {path}", method.to_uppercase())),
+                tags(op),
+                op["summary"].as_str().unwrap_or("")
+            )
+            .unwrap();
+        }
+    }
+    out.push('\n');
+    for (path, item) in paths {
+        for (method, op) in item.as_object().into_iter().flatten() {
+            operation(&mut out, &format!("{} {path}", method.to_uppercase()), op);
+        }
+    }
+    out.push_str("## Schemas\n\n");
+    for (name, schema) in doc["components"]["schemas"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        writeln!(out, "### {name}\n").unwrap();
+        if let Some(d) = schema["description"].as_str() {
+            writeln!(out, "{d}\n").unwrap();
+        }
+        fields(&mut out, schema);
+    }
+    out.push_str(GRPC);
+    out
+}
+
+fn operation(out: &mut String, title: &str, op: &Value) {
+    writeln!(out, "### {title}\n").unwrap();
+    writeln!(
+        out,
+        "{} — {}\n",
+        tags(op),
+        op["description"].as_str().unwrap_or("")
+    )
+    .unwrap();
+    for p in op["parameters"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "Parameter `{}` (in {}{}).\n",
+            p["name"].as_str().unwrap_or(""),
+            p["in"].as_str().unwrap_or(""),
+            if p["required"].as_bool() == Some(true) {
+                ", required"
+            } else {
+                ""
+            }
+        )
+        .unwrap();
+    }
+    if let Some(body) = op["requestBody"]["content"]["application/json"]["schema"].as_object() {
+        writeln!(
+            out,
+            "Request body: {}.\n",
+            type_of(&Value::Object(body.clone()))
+        )
+        .unwrap();
+    }
+    out.push_str("| status | answer |\n|---|---|\n");
+    for (status, r) in op["responses"].as_object().into_iter().flatten() {
+        let body = r["content"]
+            .as_object()
+            .and_then(|c| c.iter().next())
+            .map(|(ctype, c)| format!(" ({ctype}: {})", type_of(&c["schema"])))
+            .unwrap_or_default();
+        let desc = r["description"].as_str().unwrap_or("");
+        writeln!(out, "| {status} | {desc}{body} |").unwrap();
+    }
+    out.push('\n');
+}
+
+/// A schema's fields as a table: name, type, whether required, what it holds.
+fn fields(out: &mut String, schema: &Value) {
+    let Some(props) = schema["properties"].as_object() else {
+        return;
+    };
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    out.push_str("| field | type | required | what |\n|---|---|---|---|\n");
+    for (name, p) in props {
+        writeln!(
+            out,
+            "| `{name}` | {} | {} | {} |",
+            type_of(p),
+            if required.contains(&name.as_str()) {
+                "yes"
+            } else {
+                ""
+            },
+            p["description"].as_str().unwrap_or("").replace('|', "\\|")
+        )
+        .unwrap();
+    }
+    out.push('\n');
+}
+
+/// A schema's type in a few words: a reference's name, `T or null`, an enum's values.
+fn type_of(s: &Value) -> String {
+    if let Some(r) = s["$ref"].as_str() {
+        let name = r.rsplit('/').next().unwrap_or(r);
+        return format!("[{name}](#{})", anchor(name));
+    }
+    if let Some(any) = s["oneOf"].as_array() {
+        return any.iter().map(type_of).collect::<Vec<_>>().join(" or ");
+    }
+    if let Some(values) = s["enum"].as_array() {
+        let shown: Vec<String> = values
+            .iter()
+            .map(|v| match v {
+                Value::Null => "null".to_owned(),
+                v => format!("`{}`", v.as_str().unwrap_or("?")),
+            })
+            .collect();
+        return shown.join(", ");
+    }
+    let kind = match &s["type"] {
+        Value::String(t) => t.clone(),
+        Value::Array(ts) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(" or "),
+        _ => "any".to_owned(),
+    };
+    if kind == "array" {
+        return format!("array of {}", type_of(&s["items"]));
+    }
+    kind
+}
+
+fn tags(op: &Value) -> String {
+    op["tags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The anchor GitHub makes of a heading.
+fn anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '_' => Some(c),
+            ' ' => Some('-'),
+            _ => None,
+        })
+        .collect()
+}
