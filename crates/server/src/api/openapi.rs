@@ -37,7 +37,7 @@ What Spillway reads from a `RateLimitRequest`:
 | `descriptors[].hits_addend` | this descriptor's cost; 0 looks without consuming |
 | `hits_addend` | every descriptor's cost; 0 or absent means 1 |
 
-Not read: `descriptors[].limit.name` and any other field.
+Any other field is not read.
 
 What Spillway writes in a `RateLimitResponse`:
 
@@ -49,8 +49,8 @@ What Spillway writes in a `RateLimitResponse`:
 | `statuses[].current_limit` | the deciding rule: `requests_per_unit`, `unit` and `name`; absent when no rule applies |
 | `statuses[].limit_remaining` | units still admitted right now (the reference's rules: 0 when over) |
 | `statuses[].duration_until_reset` | until the rule's state resets, whole seconds rounded up |
-| `response_headers_to_add` | the rate limit headers, when `headers` is on (the reference's `X-RateLimit-*` or the IETF draft's) |
-| `dynamic_metadata` | the descriptors' `metadata`, when `dynamic_metadata` is on |
+| `response_headers_to_add` | the reference's three rate limit headers (`RateLimit-Limit`, `-Remaining`, `-Reset`, renamed by `reference_*_header`), when `reference_headers` is on |
+| `dynamic_metadata` | the request's and the passing rules' metadata, when `dynamic_metadata` is on |
 
 Not written: `request_headers_to_add`, `raw_body`, `quota`.
 ";
