@@ -500,10 +500,19 @@ fn a_figure_without_its_source_is_found() {
     let stale = "In process, 24.7 ns a check against governor's 49.9 ns.\n";
     assert_eq!(unsourced(&page, stale).len(), 2, "{:?}", figures(stale));
     let linked = "123.45 ns, or 24.7 ns a check: [performance](docs/performance.md).\n";
-    assert_eq!(unsourced(&page, linked), [format!("{}:1: 123.45", page.display())]);
+    assert_eq!(
+        unsourced(&page, linked),
+        [format!("{}:1: 123.45", page.display())]
+    );
     let dated = "## Measured\n\nOn 2026-11-27:\n\n| a |\n\n24.7 ns a check.\n\n## Next\n\n1 ns.\n";
-    assert_eq!(unsourced(&page, dated), [format!("{}:11: 1", page.display())]);
-    assert_eq!(figures("about 9 µs a read, 52,419/s, 2^53 µs, p99"), ["52,419", "9"]);
+    assert_eq!(
+        unsourced(&page, dated),
+        [format!("{}:11: 1", page.display())]
+    );
+    assert_eq!(
+        figures("about 9 µs a read, 52,419/s, 2^53 µs, p99"),
+        ["52,419", "9"]
+    );
 }
 
 /// The measured tables of `text` (a header naming a speed, a latency, a CPU time or a
