@@ -28,7 +28,11 @@ schemathesis_run() { # schemathesis_run SPILLWAY_BINARY
         --http-addr "127.0.0.1:$http" --grpc-addr "127.0.0.1:$((base + 1))" \
         --admin-addr "127.0.0.1:$admin" >target/schemathesis-serve.log 2>&1 &
     pid=$!
-    wait_for "spillway serve on $http" bash -c "exec 3<>/dev/tcp/127.0.0.1/$admin"
+    if ! wait_for "spillway serve on $http" bash -c "exec 3<>/dev/tcp/127.0.0.1/$admin"; then
+        kill "$pid" 2>/dev/null
+        cat target/schemathesis-serve.log
+        return 1
+    fi
     local listener
     for listener in "check $http" "admin $admin"; do
         set -- $listener

@@ -136,7 +136,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("cannot read password file") && e.contains("nope"),
+            e.contains("cannot read secret file") && e.contains("nope"),
             "{e}"
         );
     }
