@@ -1,6 +1,7 @@
-//! The Redis store under load, next to its ceiling: `redis-benchmark` sending EVALSHA of
-//! the same script at the same concurrency (one script call per decision is all the
-//! store does, so that is the most it could reach). Also bytes per key in Redis.
+//! The Redis store under load, next to its ceiling: `redis-benchmark` sending `FCALL` of
+//! the same function library at the same concurrency, one decision a call (what Redis
+//! does for a lone decision; the store's coalesced calls carry several). Also bytes per
+//! key in Redis.
 //!
 //! Run: `cargo bench -p spillway-redis --bench redis_store` (starts its own
 //! redis-server, or uses `SPILLWAY_BENCH_REDIS=redis://…`). `BENCH_SECS` sets the
@@ -20,7 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
 use spillway_core::{Algorithm, Edge, Key, Limit, Request, Store, Timestamp};
-use spillway_redis::{RedisStore, SCRIPT, TimeSource, script_argv};
+use spillway_redis::{RedisStore, TimeSource, script_argv};
 
 const KEYS: usize = 10_000;
 
@@ -64,7 +65,7 @@ fn main() {
 
     println!("Redis at {url}, {secs} s per run, limit 1000 per minute, cost 1\n");
     println!(
-        "| algorithm | keys | callers | spillway decisions/s | p50 µs | p99 µs | redis-benchmark EVALSHA/s | p50 µs | p99 µs | spillway / ceiling |"
+        "| algorithm | keys | callers | spillway decisions/s | p50 µs | p99 µs | redis-benchmark FCALL/s | p50 µs | p99 µs | spillway / ceiling |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let minute = Duration::from_secs(60);
@@ -145,10 +146,10 @@ async fn spillway_run(
     }
 }
 
-/// `redis-benchmark` sending the script's EVALSHA with the same arguments the store
-/// sends, so Redis does the same work per call.
+/// `redis-benchmark` sending `FCALL` of the store's function library (loaded when the
+/// store connected) with the arguments the store sends for one decision.
 fn redis_benchmark(port: &str, limit: &Limit, keys: Keys, callers: usize, requests: u64) -> Run {
-    let sha = redis::Script::new(SCRIPT).get_hash().to_owned();
+    let (_, function) = spillway_redis::function_library();
     // Keys of its own per algorithm: a key holds one algorithm's state.
     let name = limit.algorithm().name();
     let key = match keys {
@@ -168,8 +169,8 @@ fn redis_benchmark(port: &str, limit: &Limit, keys: Keys, callers: usize, reques
         "--precision".into(),
         "3".into(),
         "--csv".into(),
-        "EVALSHA".into(),
-        sha,
+        "FCALL".into(),
+        function.to_owned(),
         "1".into(),
         key,
     ];
@@ -191,7 +192,7 @@ fn redis_benchmark(port: &str, limit: &Limit, keys: Keys, callers: usize, reques
     );
     let row = text
         .lines()
-        .find(|l| l.starts_with("\"EVALSHA"))
+        .find(|l| l.starts_with("\"FCALL"))
         .unwrap_or_else(|| panic!("no result from redis-benchmark: {text}"));
     let cols: Vec<f64> = row
         .split(',')
@@ -260,14 +261,17 @@ async fn bytes_per_key(url: &str) {
         store.reset(&key, &limit, now).await.unwrap();
         // Spread the requests over the window so sub-buckets and log entries fill.
         let step = Duration::from_micros(limit.window_micros() / requests);
+        let mut last = now;
         for _ in 0..requests {
             store
                 .check_one(Request::new(&key, &limit, 1), now)
                 .await
                 .unwrap();
+            last = now;
             now = now.saturating_add(step);
         }
-        let name = store.key_for(&key, &limit, now);
+        // The key of the last request's window (a fixed window has one per window).
+        let name = store.key_for(&key, &limit, last);
         let mut cmd = redis::cmd("MEMORY");
         cmd.arg("USAGE").arg(&name).arg("SAMPLES").arg(0);
         let Value::Int(bytes) = store.query(&cmd).await.unwrap() else {
@@ -279,6 +283,6 @@ async fn bytes_per_key(url: &str) {
             "".into()
         };
         println!("| {what} | `{name}` | {bytes} | {per_entry} |");
-        store.reset(&key, &limit, now).await.unwrap();
+        store.reset(&key, &limit, last).await.unwrap();
     }
 }
