@@ -92,13 +92,7 @@ impl ClientTls {
                 .connect()
                 .await
         };
-        channel.map_err(|e| {
-            let why = with_causes(&e);
-            anyhow::anyhow!(
-                "cannot reach {scheme}://{authority}: {why}{}",
-                tls_hint(&why)
-            )
-        })
+        channel.map_err(|e| cannot_reach(&format!("{scheme}://{authority}"), &e))
     }
 
     /// An HTTP client for `base` (keeps connections; HTTP/1.1).
@@ -142,10 +136,10 @@ pub async fn post_json(
     }
     let request = request.body(Full::from(serde_json::to_vec(body)?))?;
     let exchange = async {
-        let response = client.request(request).await.map_err(|e| {
-            let why = with_causes(&e);
-            anyhow::anyhow!("cannot reach {url}: {why}{}", tls_hint(&why))
-        })?;
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| cannot_reach(url, &e))?;
         let status = response.status();
         let bytes = response
             .into_body()
@@ -166,32 +160,19 @@ pub async fn post_json(
         .map_err(|_| anyhow::anyhow!("{url} did not answer within {timeout:?}"))?
 }
 
-/// What a TLS failure most likely means, for the end of its message: a server that
-/// answered a TLS handshake with plaintext does not speak TLS on that port.
-fn tls_hint(why: &str) -> &'static str {
-    if why.contains("InvalidContentType") {
+/// `what` could not be reached, and why ([`one_line`](crate::one_line)), with what a
+/// TLS failure most likely means: a server that answered a TLS handshake with plaintext
+/// does not speak TLS on that port.
+fn cannot_reach(what: &str, e: &(dyn std::error::Error + 'static)) -> anyhow::Error {
+    let why = crate::one_line(e);
+    let hint = if why.contains("InvalidContentType") {
         " (that port does not speak TLS: use grpc:// or http://)"
     } else if why.contains("UnknownIssuer") {
         " (the server's certificate is not signed by a CA given with --ca-file)"
     } else {
         ""
-    }
-}
-
-/// An error and the causes its own message leaves out (tonic's transport error says
-/// only "transport error"; its source says "Connection refused").
-pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    text
+    };
+    anyhow::anyhow!("cannot reach {what}: {why}{hint}")
 }
 
 /// Why a gRPC call failed, said for a person: a server that answered as plain HTTP (a
@@ -211,7 +192,7 @@ pub fn grpc_failure(url: &str, status: &tonic::Status, tls: &ClientTls) -> anyho
         );
     }
     let causes = std::error::Error::source(status)
-        .map(with_causes)
+        .map(crate::one_line)
         .unwrap_or_default();
     let closed = [
         "connection closed",

@@ -39,7 +39,7 @@ fn main() -> ExitCode {
     match cmd::run(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            eprintln!("error: {}", one_line(e.as_ref()));
             ExitCode::from(2)
         }
     }
@@ -47,17 +47,18 @@ fn main() -> ExitCode {
 
 /// An error and its causes on one line, each cause said once: an error that already
 /// names its cause in its own message (`cannot listen on …: Address already in use`) is
-/// not followed by that cause again.
-fn one_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
+/// not followed by that cause again, and one whose message leaves its cause out
+/// (tonic's "transport error", whose source says "Connection refused") is.
+pub(crate) fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
         if !line.contains(&text) {
-            if !line.is_empty() {
-                line.push_str(": ");
-            }
+            line.push_str(": ");
             line.push_str(&text);
         }
+        cause = c.source();
     }
     line
 }
@@ -94,10 +95,13 @@ mod tests {
     fn an_error_says_each_cause_once() {
         let os = || std::io::Error::from(std::io::ErrorKind::AddrInUse);
         let named = anyhow::Error::new(os()).context(format!("cannot listen on :80: {}", os()));
-        assert_eq!(one_line(&named), format!("cannot listen on :80: {}", os()));
+        assert_eq!(
+            one_line(named.as_ref()),
+            format!("cannot listen on :80: {}", os())
+        );
         let unnamed = anyhow::Error::new(os()).context("cannot listen on :80");
         assert_eq!(
-            one_line(&unnamed),
+            one_line(unnamed.as_ref()),
             format!("cannot listen on :80: {}", os())
         );
     }

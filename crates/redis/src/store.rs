@@ -246,11 +246,11 @@ impl Inner {
         now: Timestamp,
         deadline: tokio::time::Instant,
     ) {
-        let keys: Vec<String> = requests
-            .iter()
-            .map(|r| self.layout.key(r.key, r.limit, now))
-            .collect();
-        let pipe = counter::expire_again(&keys, windows, lost, self.expire_nx());
+        let keys = lost.iter().map(|&i| {
+            let r = &requests[i];
+            (self.layout.key(r.key, r.limit, now), &windows[i])
+        });
+        let pipe = counter::expire_again(keys, self.expire_nx());
         match tokio::time::timeout_at(deadline, self.connection.query_pipeline(&pipe)).await {
             Ok(Ok(_)) => counter::expired_again(windows, lost, &self.expiring),
             failed => tracing::warn!(

@@ -182,16 +182,14 @@ fn expire(pipe: &mut redis::Pipeline, key: &str, ttl_ms: u64, nx: bool) {
 }
 
 /// The `PEXPIRE`s of the window keys whose `INCRBY` found them gone ([`decide`]'s
-/// `lost`, indices into `keys` and `windows`).
-pub(crate) fn expire_again(
-    keys: &[String],
-    windows: &[Window],
-    lost: &[usize],
+/// `lost`), each with its window.
+pub(crate) fn expire_again<'a>(
+    lost: impl Iterator<Item = (String, &'a Window)>,
     nx: bool,
 ) -> redis::Pipeline {
     let mut pipe = redis::pipe();
-    for &i in lost {
-        expire(&mut pipe, &keys[i], windows[i].ttl_ms, nx);
+    for (key, w) in lost {
+        expire(&mut pipe, &key, w.ttl_ms, nx);
     }
     pipe
 }

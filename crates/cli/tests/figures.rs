@@ -1,0 +1,237 @@
+//! One source per figure, checked on README.md and every page of docs/: a measured
+//! figure stated in prose (a speed, a time per operation) says when it was measured, or
+//! is a table's on its page, or links to the page that has it; and every measured table
+//! says when it was measured. A figure restated without its source goes stale unseen.
+//! (The pages' transcripts are run by `docs.rs`, their links checked by `links.rs`.)
+
+mod support;
+
+use std::path::Path;
+
+use support::docs::{pages, root};
+
+/// A paragraph of a page (tables and code blocks apart), the line it starts on, and
+/// whether the section it is in (heading to heading, tables included) names a date.
+struct Paragraph {
+    line: usize,
+    text: String,
+    dated_section: bool,
+}
+
+/// The prose paragraphs of `text` and, apart, its table rows.
+fn prose_and_tables(text: &str) -> (Vec<Paragraph>, String) {
+    let (mut paragraphs, mut tables) = (Vec::new(), String::new());
+    let mut current: Option<Paragraph> = None;
+    let mut fenced = false;
+    let mut section_start = 0;
+    for (i, line) in text.lines().enumerate() {
+        if line.starts_with('#') && !fenced {
+            paragraphs.extend(current.take());
+            date_section(&mut paragraphs[section_start..], text, i);
+            section_start = paragraphs.len();
+            continue;
+        }
+        if line.starts_with("```") {
+            fenced = !fenced;
+            paragraphs.extend(current.take());
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        if line.trim_start().starts_with('|') {
+            tables.push_str(line);
+            tables.push('\n');
+            paragraphs.extend(current.take());
+        } else if line.trim().is_empty() {
+            paragraphs.extend(current.take());
+        } else {
+            let p = current.get_or_insert(Paragraph {
+                line: i + 1,
+                text: String::new(),
+                dated_section: false,
+            });
+            p.text.push_str(line);
+            p.text.push('\n');
+        }
+    }
+    paragraphs.extend(current);
+    let end = text.lines().count();
+    date_section(&mut paragraphs[section_start..], text, end);
+    (paragraphs, tables)
+}
+
+/// Marks `paragraphs`, one section's, as dated when the section's lines (from the first
+/// paragraph's to line `end`, exclusive) name a date.
+fn date_section(paragraphs: &mut [Paragraph], text: &str, end: usize) {
+    let Some(first) = paragraphs.first().map(|p| p.line) else {
+        return;
+    };
+    let section: Vec<&str> = text.lines().skip(first - 1).take(end + 1 - first).collect();
+    let dated_section = dated(&section.join("\n"));
+    for p in paragraphs {
+        p.dated_section = dated_section;
+    }
+}
+
+/// The measured figures `text` states: a number followed by a unit of speed or time per
+/// operation (ns, µs, decisions/s, k/s, N/s), as written ("15.7", "52,419").
+fn figures(text: &str) -> Vec<String> {
+    const UNITS: [&str; 5] = [" decisions/s", "k/s", "/s", "ns", "µs"];
+    let mut found = Vec::new();
+    for unit in UNITS {
+        for (at, _) in text.match_indices(unit) {
+            let after = text[at + unit.len()..].chars().next();
+            if after.is_some_and(char::is_alphanumeric) {
+                continue;
+            }
+            let before = text[..at].trim_end_matches(' ');
+            let number: String = before
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ',')
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            let number = number.trim_matches(|c| c == '.' || c == ',');
+            let start = before.len() - number.len();
+            let prefix = before[..start].chars().next_back();
+            // `2^53 µs` is a bound, `p99` a name: not figures.
+            if number.is_empty()
+                || !number.starts_with(|c: char| c.is_ascii_digit())
+                || prefix.is_some_and(|c| c == '^' || c.is_alphanumeric())
+            {
+                continue;
+            }
+            found.push(number.to_owned());
+        }
+    }
+    found
+}
+
+/// Whether `text` names a date (YYYY-MM-DD): a paragraph that says when it measured.
+fn dated(text: &str) -> bool {
+    text.as_bytes().windows(10).any(|w| {
+        w[..4].iter().all(u8::is_ascii_digit)
+            && w[4] == b'-'
+            && w[5..7].iter().all(u8::is_ascii_digit)
+            && w[7] == b'-'
+            && w[8..].iter().all(u8::is_ascii_digit)
+    })
+}
+
+/// The pages `text` links to (relative `.md` links), read.
+fn linked_pages(page: &Path, text: &str) -> Vec<String> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .map(|target| target.split('#').next().unwrap_or(""))
+        .filter(|target| target.ends_with(".md") && !target.contains("://"))
+        .filter_map(|target| std::fs::read_to_string(page.parent().unwrap().join(target)).ok())
+        .collect()
+}
+
+/// Where a stated figure is sourced: in a section that says when it was measured (a
+/// date), in a table of its own page, or on a page its paragraph links to. The figures
+/// of `text` that are none of these.
+fn unsourced(page: &Path, text: &str) -> Vec<String> {
+    let (paragraphs, tables) = prose_and_tables(text);
+    let mut missing = Vec::new();
+    for p in &paragraphs {
+        if p.dated_section {
+            continue;
+        }
+        let linked = linked_pages(page, &p.text);
+        for figure in figures(&p.text) {
+            if !tables.contains(&figure) && !linked.iter().any(|l| l.contains(&figure)) {
+                missing.push(format!("{}:{}: {figure}", page.display(), p.line));
+            }
+        }
+    }
+    missing
+}
+
+/// One source per figure: a measured figure (a speed, a time per operation) stated in
+/// prose says when it was measured, or is a table's on the same page, or links to the
+/// page that has it. Restated without its source, it goes stale unseen.
+#[test]
+fn every_stated_figure_has_its_source() {
+    let missing: Vec<String> = pages()
+        .iter()
+        .flat_map(|page| unsourced(page, &std::fs::read_to_string(page).unwrap()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "figures without a source (date the paragraph, or link the page that measured \
+         them):\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn a_figure_without_its_source_is_found() {
+    let page = root().join("README.md");
+    let stale = "In process, 24.7 ns a check against governor's 49.9 ns.\n";
+    assert_eq!(unsourced(&page, stale).len(), 2, "{:?}", figures(stale));
+    let linked = "123.45 ns, or 24.7 ns a check: [performance](docs/performance.md).\n";
+    assert_eq!(
+        unsourced(&page, linked),
+        [format!("{}:1: 123.45", page.display())]
+    );
+    let dated = "## Measured\n\nOn 2026-11-27:\n\n| a |\n\n24.7 ns a check.\n\n## Next\n\n1 ns.\n";
+    assert_eq!(
+        unsourced(&page, dated),
+        [format!("{}:11: 1", page.display())]
+    );
+    assert_eq!(
+        figures("about 9 µs a read, 52,419/s, 2^53 µs, p99"),
+        ["52,419", "9"]
+    );
+}
+
+/// The measured tables of `text` (a header naming a speed, a latency, a CPU time or a
+/// memory size) whose section says nothing of when they were measured: `page:line`.
+fn undated_tables(page: &Path, text: &str) -> Vec<String> {
+    const MEASURED: [&str; 8] = ["µs", " ms", "/s", "ns ", "p99", "RSS", "CPU", "decisions"];
+    let lines: Vec<&str> = text.lines().collect();
+    let mut undated = Vec::new();
+    let (mut section, mut fenced, mut in_table) = (0, false, false);
+    for (i, line) in lines.iter().enumerate() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        if fenced {
+            continue;
+        }
+        if line.starts_with('#') {
+            section = i;
+        }
+        let row = line.trim_start().starts_with('|');
+        if row && !in_table && MEASURED.iter().any(|m| line.contains(m)) {
+            let end = lines[i..]
+                .iter()
+                .position(|l| l.starts_with('#'))
+                .map_or(lines.len(), |n| i + n);
+            if !dated(&lines[section..end].join("\n")) {
+                undated.push(format!("{}:{}", page.display(), i + 1));
+            }
+        }
+        in_table = row;
+    }
+    undated
+}
+
+/// Every measured table says when it was measured, in its section.
+#[test]
+fn every_measured_table_is_dated() {
+    let undated: Vec<String> = pages()
+        .iter()
+        .flat_map(|page| undated_tables(page, &std::fs::read_to_string(page).unwrap()))
+        .collect();
+    assert!(
+        undated.is_empty(),
+        "measured tables without a date in their section:\n{}",
+        undated.join("\n")
+    );
+}
