@@ -32,7 +32,7 @@ pub enum Command {
     /// Load-test a store or a running service: throughput, latency percentiles, decisions.
     #[command(after_help = bench::EXAMPLES)]
     Bench(bench::BenchArgs),
-    /// Ask a store for one decision: would KEY be admitted under this limit?
+    /// Ask a store or a running service for one decision: would KEY be admitted?
     #[command(after_help = check::EXAMPLES)]
     Check(check::CheckArgs),
     /// Ask a running service why a request would be admitted or limited, consuming nothing.

@@ -334,3 +334,57 @@ fn the_matcher_has_teeth() {
         "INFO x"
     );
 }
+
+/// What getting started says before any transcript: the Rust it needs is the workspace's
+/// `rust-version`, its build command names the package that builds `spillway`, and its
+/// list of subcommands is `spillway --help`'s, every one. (Its transcripts run above.)
+#[test]
+fn getting_started_states_what_the_workspace_needs() {
+    let page = std::fs::read_to_string(root().join("docs/getting-started.md")).unwrap();
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("the workspace states its rust-version")
+        .trim_matches('"');
+    assert!(
+        page.contains(&format!("**Rust {version} or newer**")),
+        "getting started must ask for the workspace's Rust, {version}"
+    );
+    let cli = std::fs::read_to_string(root().join("crates/cli/Cargo.toml")).unwrap();
+    assert!(
+        cli.contains("name = \"spillway\"") && page.contains("cargo build --release -p spillway\n")
+    );
+
+    let help = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let subcommands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(subcommands.len() >= 7, "{help}");
+    let listed = page
+        .split("lists the subcommands:")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .expect("getting started lists the subcommands");
+    for command in &subcommands {
+        assert!(
+            listed.contains(&format!("`{command}`")),
+            "getting started's list of subcommands lacks `{command}`"
+        );
+    }
+    for named in listed.split('`').skip(1).step_by(2) {
+        assert!(
+            subcommands.contains(&named),
+            "getting started lists `{named}`, which spillway does not have"
+        );
+    }
+}

@@ -1,7 +1,7 @@
 //! One source per figure, checked on README.md and every page of docs/: a measured
 //! figure stated in prose (a speed, a time per operation) says when it was measured, or
 //! is a table's on its page, or links to the page that has it; and every measured table
-//! says when it was measured. A figure restated without its source goes stale unseen.
+//! says when, on what code (a commit) and by what command it was measured. A figure restated without its source goes stale unseen.
 //! (The pages' transcripts are run by `docs.rs`, their links checked by `links.rs`.)
 
 mod support;
@@ -190,48 +190,126 @@ fn a_figure_without_its_source_is_found() {
     );
 }
 
+/// Whether `text` names a commit: 7 to 12 hex digits with a letter and a digit among them,
+/// as `git rev-parse --short` prints one.
+fn names_commit(text: &str) -> bool {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|word| {
+            (7..=12).contains(&word.len())
+                && word
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                && word.bytes().any(|b| b.is_ascii_digit())
+                && word.bytes().any(|b| b.is_ascii_alphabetic())
+        })
+}
+
+/// Whether `text` names the command that measured: `cargo …`, `scripts/…`, `spillway …`
+/// or `redis-benchmark …` in backticks.
+fn names_command(text: &str) -> bool {
+    [
+        "`cargo ",
+        "`scripts/",
+        "`spillway ",
+        "`redis-benchmark ",
+        "`BENCH_",
+    ]
+    .iter()
+    .any(|start| text.contains(start))
+}
+
 /// The measured tables of `text` (a header naming a speed, a latency, a CPU time or a
-/// memory size) whose section says nothing of when they were measured: `page:line`.
-fn undated_tables(page: &Path, text: &str) -> Vec<String> {
+/// memory size) whose introduction (the text since the last heading or table) does not say
+/// when (a date), on what code (a commit) and how (the command) they were measured:
+/// `page:line: what is missing`.
+fn unsourced_tables(page: &Path, text: &str) -> Vec<String> {
     const MEASURED: [&str; 8] = ["µs", " ms", "/s", "ns ", "p99", "RSS", "CPU", "decisions"];
     let lines: Vec<&str> = text.lines().collect();
-    let mut undated = Vec::new();
-    let (mut section, mut fenced, mut in_table) = (0, false, false);
+    let mut unsourced = Vec::new();
+    let (mut intro, mut fenced, mut in_table) = (0, false, false);
+    let mut table_end: Option<usize> = None;
     for (i, line) in lines.iter().enumerate() {
         if line.starts_with("```") {
             fenced = !fenced;
         }
-        if fenced {
-            continue;
+        let row = !fenced && line.trim_start().starts_with('|');
+        if !fenced && line.starts_with('#') {
+            (intro, table_end) = (i, None);
         }
-        if line.starts_with('#') {
-            section = i;
-        }
-        let row = line.trim_start().starts_with('|');
-        if row && !in_table && MEASURED.iter().any(|m| line.contains(m)) {
-            let end = lines[i..]
-                .iter()
-                .position(|l| l.starts_with('#'))
-                .map_or(lines.len(), |n| i + n);
-            if !dated(&lines[section..end].join("\n")) {
-                undated.push(format!("{}:{}", page.display(), i + 1));
+        if row && !in_table {
+            // A table right after another (only blank lines between) is of the same run,
+            // and shares its introduction; after any other text, that text introduces it.
+            if let Some(end) = table_end.take()
+                && !lines[end..i].iter().all(|l| l.trim().is_empty())
+            {
+                intro = end;
             }
+        }
+        if row && !in_table && MEASURED.iter().any(|m| line.contains(m)) {
+            let said = lines[intro..i].join("\n");
+            let missing: Vec<&str> = [
+                ("date", dated(&said)),
+                ("commit", names_commit(&said)),
+                ("command", names_command(&said)),
+            ]
+            .into_iter()
+            .filter_map(|(what, named)| (!named).then_some(what))
+            .collect();
+            if !missing.is_empty() {
+                unsourced.push(format!(
+                    "{}:{}: no {}",
+                    page.display(),
+                    i + 1,
+                    missing.join(", no ")
+                ));
+            }
+        }
+        if in_table && !row {
+            table_end = Some(i);
         }
         in_table = row;
     }
-    undated
+    unsourced
 }
 
-/// Every measured table says when it was measured, in its section.
+/// Every measured table says, just before it, when, on what code and by what command it
+/// was measured: a table without them cannot be re-run or compared.
 #[test]
-fn every_measured_table_is_dated() {
-    let undated: Vec<String> = pages()
+fn every_measured_table_has_its_date_commit_and_command() {
+    let unsourced: Vec<String> = pages()
         .iter()
-        .flat_map(|page| undated_tables(page, &std::fs::read_to_string(page).unwrap()))
+        .flat_map(|page| unsourced_tables(page, &std::fs::read_to_string(page).unwrap()))
         .collect();
     assert!(
-        undated.is_empty(),
-        "measured tables without a date in their section:\n{}",
-        undated.join("\n")
+        unsourced.is_empty(),
+        "measured tables without their date, commit and command (say them in the text \
+         before the table):\n{}",
+        unsourced.join("\n")
     );
+}
+
+#[test]
+fn a_table_without_its_commit_is_found() {
+    let page = root().join("docs/performance.md");
+    let table = "| path | p99 µs |\n|---|---:|\n| a | 1 |\n";
+    let sourced =
+        format!("## A\n\nOn 2026-11-27 at `f94d917`, `scripts/decision-cost 5`:\n\n{table}");
+    assert!(unsourced_tables(&page, &sourced).is_empty());
+    let same_run = format!("{sourced}\n{table}");
+    assert!(unsourced_tables(&page, &same_run).is_empty());
+    let another_day = format!("{sourced}\nAnd another day:\n\n{table}");
+    assert_eq!(
+        unsourced_tables(&page, &another_day),
+        [format!(
+            "{}:11: no date, no commit, no command",
+            page.display()
+        )]
+    );
+    let no_commit = format!("## A\n\nOn 2026-11-27, `scripts/decision-cost 5`:\n\n{table}");
+    assert_eq!(
+        unsourced_tables(&page, &no_commit),
+        [format!("{}:5: no commit", page.display())]
+    );
+    assert!(!names_commit("2026-11-27, 1000000 decisions, deadbeef"));
+    assert!(names_commit("at 9401cad,"));
 }
