@@ -17,6 +17,11 @@
 //!   emptied but not driven into debt; a sliding log folds the charge into its newest
 //!   entry, moved to `now`. Either way a client that keeps trying stays limited until
 //!   it stops, and the state stays bounded.
+//! - Usage (`Limit::charge_usage`: what a request really cost, reported after it) is
+//!   charged in full, past the capacity: a counter counts on, a GCRA's TAT moves past
+//!   its tolerance, a token bucket's level goes below zero (see `token_bucket`), a
+//!   sliding log keeps the entry (folded into the newest once over). That is a debt:
+//!   a look (cost 0) is denied until the window or the refill has paid it back.
 
 mod kind;
 mod meter;

@@ -34,6 +34,14 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// A place held for a decision made later in a round (a usage charge's).
+    pub(crate) const ALLOWED_UNCHECKED: Decision = Decision {
+        outcome: Outcome::Allowed,
+        limit: 0,
+        remaining: 0,
+        reset_after: Duration::ZERO,
+    };
+
     /// Whether the request fits this limit.
     #[inline]
     pub fn allowed(&self) -> bool {

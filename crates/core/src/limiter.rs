@@ -92,6 +92,20 @@ impl<S: Store, C: Clock> Limiter<S, C> {
         self.store.check(requests, self.clock.now())
     }
 
+    /// Charges `used` units already spent (the tokens a response used, the bytes it
+    /// sent) to `key`'s `limit`, in full even past the limit: the limit goes into debt
+    /// and later checks are denied until it is paid back. The decision says whether it
+    /// is in debt now. Check before the work with [`peek`](Limiter::peek) (or a cost of
+    /// your estimate), then charge what it really cost.
+    pub fn charge_usage<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: &'a Limit,
+        used: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.check_request(Request::usage(key, limit, used))
+    }
+
     /// Reports `key`'s state for `limit` without charging anything (cost 0).
     pub fn peek<'a>(
         &'a self,

@@ -1,6 +1,7 @@
 //! The `Store` trait: where limit state lives. One call decides one batch of
 //! (key, limit, cost) requests atomically: every limit admits and all are charged, or
-//! none is (except `count_rejected` limits, which are charged either way).
+//! none is (except `count_rejected` limits, which are charged either way, and usage
+//! requests, which are charged in full whatever the batch decides).
 //!
 //! Implementations: [`MemoryStore`] here; `spillway-redis` for Redis. Both pass the
 //! conformance scenarios in `spillway-testkit`. [`GuardedStore`] wraps any of them with
@@ -91,6 +92,12 @@ pub struct Request<'a> {
     /// [`MAX_MEMBER`](crate::algorithm::distinct::MAX_MEMBER) bytes; ignored by the
     /// other algorithms.
     pub member: Option<&'a [u8]>,
+    /// Usage already spent, reported after the fact (tokens a response used, bytes it
+    /// sent): charged in full whatever the limit holds, into debt if it passes the
+    /// limit, and never denying the batch. Its decision says whether the limit is in
+    /// debt now (`Denied`, with when it is paid back) or not. See
+    /// [`Limit::charge_usage`].
+    pub usage: bool,
 }
 
 impl<'a> Request<'a> {
@@ -101,6 +108,16 @@ impl<'a> Request<'a> {
             limit,
             cost,
             member: None,
+            usage: false,
+        }
+    }
+
+    /// `cost` units of usage already spent against `limit` for `key`: charged in full,
+    /// even past the limit (see [`Request::usage`](Request#structfield.usage)).
+    pub fn usage(key: &'a Key, limit: &'a Limit, cost: u64) -> Self {
+        Request {
+            usage: true,
+            ..Request::new(key, limit, cost)
         }
     }
 
@@ -216,6 +233,9 @@ pub fn validate(requests: &[Request<'_>]) -> Result<(), Error> {
 #[inline]
 pub(crate) fn validate_one(r: &Request<'_>) -> Result<(), Error> {
     validate_cost(r.cost)?;
+    if r.usage {
+        validate_usage(r.limit, r.cost)?;
+    }
     if !r.limit.algorithm().counts_members() {
         return Ok(());
     }
@@ -236,6 +256,23 @@ pub(crate) fn validate_one(r: &Request<'_>) -> Result<(), Error> {
         ))),
         Some(_) => Ok(()),
     }
+}
+
+/// Refuses usage a limit cannot take: any on a `distinct` limit (it counts members,
+/// not units), and more than [`Limit::max_usage`] in one charge.
+pub(crate) fn validate_usage(limit: &Limit, cost: u64) -> Result<(), Error> {
+    if limit.algorithm().counts_members() {
+        return Err(Error::InvalidRequest(format!(
+            "usage charged to a distinct limit ({limit}): it counts members, not units"
+        )));
+    }
+    let most = limit.max_usage();
+    if cost > most {
+        return Err(Error::InvalidRequest(format!(
+            "usage {cost} is more than {limit} can be charged at once ({most})"
+        )));
+    }
+    Ok(())
 }
 
 #[inline]

@@ -120,6 +120,21 @@ local function arg(i)
   return digits(s, i)
 end
 
+-- Reads ARGV[i] as a request's cost: an integer as `arg` reads it, or, prefixed `u`,
+-- usage already spent (charged in full, into debt: round.rs's pass 3). Returns the cost
+-- and whether it is usage.
+local function cost_arg(i)
+  local s = Argv[i]
+  if s ~= nil and string.byte(s, 1) == 117 then -- 'u'
+    local n = string.sub(s, 2)
+    if not string.find(n, '^%d+$') then
+      fail('ARGV[' .. i .. '] is not a usage: ' .. s)
+    end
+    return digits(n, i), true
+  end
+  return arg(i), false
+end
+
 -- Exact floor(a / b) and a mod b for non-negative integers: fmod is exact in IEEE
 -- arithmetic, so a − r is an exact multiple of b and the division is exact too.
 local function imod(a, b) return math.fmod(a, b) end

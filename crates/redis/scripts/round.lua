@@ -122,10 +122,20 @@ end
 -- A batch of one request (the common case): the round below without its bookkeeping
 -- for several. Appends its reply to `out`.
 -- `value`: the key's value read ahead by MGET (false: none), or nil to GET it.
-local function single(out, key, ring, now, r, cost, member, margin, value)
+-- `usage`: charged in full, whatever the state holds; its decision is a look after it.
+local function single(out, key, ring, now, r, cost, member, margin, value, usage)
   local a = r.algorithm
   local s = load(r, key, ring, value)
   local absent = value == false
+  if usage then
+    if cost > 0 then
+      a.commit(r, s, now, cost, true, member)
+      save(r, key, s, now, margin, absent)
+    end
+    local n, o, remaining, reset, retry = #out, a.check(r, s, now, 0, member)
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = 0, o, remaining, reset, retry
+    return
+  end
   local o, remaining, reset, retry = a.check(r, s, now, cost, member)
   local denied = 0
   if o == 0 then
@@ -179,16 +189,18 @@ local function round(out, k0, at, n, k)
     local r = limits[Argv[at + 1]] or limit(at + 1)
     if r.ring + 1 ~= k then keys_mismatch(k, r.ring + 1) end
     local ring = (r.ring ~= 0) and ring_of(r, k0 + 1) or nil
-    return single(out, Keys[k0 + 1], ring, now, r, arg(at + 2), Argv[at + 3], margin,
-                  ahead[k0 + 1])
+    local cost, usage = cost_arg(at + 2)
+    return single(out, Keys[k0 + 1], ring, now, r, cost, Argv[at + 3], margin,
+                  ahead[k0 + 1], usage)
   end
 
   -- Parse and validate every request before touching any key.
-  local keys, rings, rs, costs, members = {}, {}, {}, {}, {}
+  local keys, rings, rs, costs, members, usage = {}, {}, {}, {}, {}, {}
   local next_key = k0 + 1
   for i = 1, n do
     local b = at + FIELDS * (i - 1)
-    rs[i], costs[i], members[i] = limit(b + 1), arg(b + 2), Argv[b + 3]
+    rs[i], members[i] = limit(b + 1), Argv[b + 3]
+    costs[i], usage[i] = cost_arg(b + 2)
     keys[i], rings[i] = Keys[next_key], ring_of(rs[i], next_key)
     next_key = next_key + 1 + rs[i].ring
   end
@@ -207,12 +219,14 @@ local function round(out, k0, at, n, k)
     end
   end
 
-  -- Pass 1: check.
+  -- Pass 1: check (usage is pass 3's: charged whatever the others decide).
   local decisions, scratch, denied_by = {}, {}, 0
   for i = 1, n do
     local r, key, cost, member = rs[i], keys[i], costs[i], members[i]
     local a, d = r.algorithm, nil
-    if not shared then
+    if usage[i] then
+      d = { 0 }
+    elseif not shared then
       d = { a.check(r, stored[key], now, cost, member) }
     else
       local s = scratch[key]
@@ -233,7 +247,9 @@ local function round(out, k0, at, n, k)
   for i = 1, n do
     local r, key, cost, member = rs[i], keys[i], costs[i], members[i]
     local a = r.algorithm
-    if denied_by == 0 then
+    if usage[i] then
+      -- Pass 3's.
+    elseif denied_by == 0 then
       if not shared then
         if cost > 0 then
           a.commit(r, stored[key], now, cost, true, member)
@@ -261,6 +277,19 @@ local function round(out, k0, at, n, k)
       local d = { a.check(r, stored[key], now, 0, member) }
       d[1] = 0
       decisions[i] = d
+    end
+  end
+
+  -- Pass 3: usage, in full, on the states as the round left them.
+  for i = 1, n do
+    if usage[i] then
+      local r, key, member = rs[i], keys[i], members[i]
+      local a = r.algorithm
+      if costs[i] > 0 then
+        a.commit(r, stored[key], now, costs[i], true, member)
+        dirty[key] = r
+      end
+      decisions[i] = { a.check(r, stored[key], now, 0, member) }
     end
   end
 

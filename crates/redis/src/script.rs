@@ -89,6 +89,31 @@ pub enum TimeSource {
     Caller,
 }
 
+/// A request's cost as the script reads it: units, sent as they are, or usage already
+/// spent, sent `u` then the units (charged in full, into debt).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cost {
+    pub(crate) units: u64,
+    pub(crate) usage: bool,
+}
+
+impl Cost {
+    pub(crate) fn of(r: &Request<'_>) -> Cost {
+        Cost {
+            units: r.cost,
+            usage: r.usage,
+        }
+    }
+
+    fn push(self, cmd: &mut Cmd) {
+        if self.usage {
+            cmd.arg(format!("u{}", self.units));
+        } else {
+            cmd.arg(self.units);
+        }
+    }
+}
+
 /// One batch's part of a call: its keys, its `now`, and each request's limit text,
 /// cost and member (empty but for `distinct`).
 #[derive(Debug)]
@@ -96,7 +121,7 @@ pub(crate) struct Section {
     pub(crate) keys: Vec<String>,
     /// `now` in µs, or `None` for Redis `TIME`.
     pub(crate) now: Option<u64>,
-    pub(crate) requests: Vec<(String, u64, Vec<u8>)>,
+    pub(crate) requests: Vec<(String, Cost, Vec<u8>)>,
     /// For a batch of the reference's rules, decided with no script
     /// (`store/counter.rs`): each request's window key's TTL and whether the call sets
     /// it. `None` for the script's batches.
@@ -108,8 +133,12 @@ impl Section {
     /// one request on one key, on Redis `TIME`, at cost 1, with no member. Four
     /// arguments fewer than the full form, for the batch nearly every decision is.
     fn short(&self) -> Option<&str> {
+        const ONE: Cost = Cost {
+            units: 1,
+            usage: false,
+        };
         match &self.requests[..] {
-            [(limit, 1, member)] if self.keys.len() == 1 && self.now.is_none() => {
+            [(limit, ONE, member)] if self.keys.len() == 1 && self.now.is_none() => {
                 member.is_empty().then_some(limit.as_str())
             }
             _ => None,
@@ -124,7 +153,7 @@ impl Section {
     ) -> Section {
         let requests = requests
             .iter()
-            .map(|r| (limit_text(r.limit), r.cost, member_arg(r, now)))
+            .map(|r| (limit_text(r.limit), Cost::of(r), member_arg(r, now)))
             .collect();
         let now = match source {
             TimeSource::Server => None,
@@ -198,7 +227,9 @@ pub(crate) fn call<'a>(
             None => cmd.arg("server"),
         };
         for (limit, cost, member) in &s.requests {
-            cmd.arg(limit).arg(*cost).arg(&member[..]);
+            cmd.arg(limit);
+            cost.push(&mut cmd);
+            cmd.arg(&member[..]);
         }
     }
     cmd

@@ -1,5 +1,5 @@
-//! Differential property test: random sequences of (advance, batch of limits, costs
-//! and members) give identical decisions from the memory store (the Rust algorithms, the
+//! Differential property test: random sequences of (advance, batch of limits, costs,
+//! members and usage charged after the fact) give identical decisions from the memory store (the Rust algorithms, the
 //! specification) and from the Lua script on a real Redis.
 
 mod support;
@@ -42,11 +42,12 @@ fn limit() -> impl Strategy<Value = Limit> {
 }
 
 /// One step: advance the clock by `advance` µs, then decide a batch of
-/// (limit index, key index, cost, member index); a `distinct` limit's cost is at most 1.
+/// (limit index, key index, cost, member index, usage); a `distinct` limit's cost is at
+/// most 1, and it takes no usage.
 #[derive(Clone, Debug)]
 struct Step {
     advance: u64,
-    batch: Vec<(usize, usize, u64, usize)>,
+    batch: Vec<(usize, usize, u64, usize, bool)>,
 }
 
 const MEMBERS: [&[u8]; 5] = [b"10.0.0.1", b"10.0.0.2", b"alice", b"", b"\x00\xff{}"];
@@ -63,6 +64,7 @@ fn step() -> impl Strategy<Value = Step> {
         0usize..2,
         prop_oneof![6 => 0u64..4, 1 => 0u64..20],
         0..MEMBERS.len(),
+        prop::bool::weighted(0.25),
     );
     (advance, prop::collection::vec(item, 1..4))
         .prop_map(|(advance, batch)| Step { advance, batch })
@@ -106,14 +108,13 @@ fn check_equal_with(
         let requests: Vec<Request<'_>> = step
             .batch
             .iter()
-            .map(|&(l, k, cost, m)| {
+            .map(|&(l, k, cost, m, usage)| {
                 let limit = &limits[l];
-                let cost = if limit.algorithm().counts_members() {
-                    cost.min(1)
-                } else {
-                    cost
-                };
-                Request::new(&keys[k], limit, cost).with_member(members[m])
+                if limit.algorithm().counts_members() {
+                    return Request::new(&keys[k], limit, cost.min(1)).with_member(members[m]);
+                }
+                let request = Request::new(&keys[k], limit, cost).with_member(members[m]);
+                Request { usage, ..request }
             })
             .collect();
         let want = rt.block_on(memory.check(&requests, now)).unwrap();
@@ -224,6 +225,7 @@ fn sketched_distinct_on_redis_decides_as_the_memory_store() {
                 0usize..2,
                 prop_oneof![5 => Just(1u64), 1 => Just(0)],
                 0..pool.len(),
+                Just(false),
             ),
             1..4,
         ),

@@ -3,8 +3,10 @@
 //!
 //! A request of cost c is one entry `(at, c)`, not c entries, so weighted costs cost
 //! O(1) memory and time; requests in the same microsecond share an entry. The log
-//! holds at most `limit` entries (every admitted entry has cost ≥ 1, and rejected
-//! charges fold into the newest entry), 16 bytes each.
+//! holds at most `limit` + 1 entries (every admitted entry has cost ≥ 1; rejected
+//! charges, and usage charged while in debt, fold into the newest entry), 16 bytes
+//! each. Usage charged past the limit is a debt the window pays back as the entries
+//! that made it leave.
 //!
 //! `total` caches the sum of all costs in the log, so a check subtracts only the
 //! entries that have expired since the last commit (which then pops them): O(1)
@@ -120,12 +122,15 @@ impl Meter for Params {
         if cost == 0 {
             return;
         }
+        // Already over the limit (usage charged into debt): fold as a rejected charge.
+        let over = s.total > self.limit;
         s.total = s.total.saturating_add(cost);
         match s.entries.back_mut() {
-            // Same microsecond, or a rejected charge: fold into the newest entry, moved to
-            // now. Moving it later only makes it expire later (stricter, never looser),
-            // and keeps the log at most `limit` entries however long a client keeps trying.
-            Some(newest) if newest.at == now || !admitted => {
+            // Same microsecond, a rejected charge, or usage charged while in debt: fold
+            // into the newest entry, moved to now. Moving it later only makes it expire
+            // later (stricter, never looser), and keeps the log at most `limit` + 1
+            // entries however long a client keeps trying or reporting usage.
+            Some(newest) if newest.at == now || !admitted || over => {
                 newest.at = now;
                 newest.cost = newest.cost.saturating_add(cost);
             }

@@ -10,6 +10,14 @@
 //!
 //! State: `(level, last)` — 16 bytes. The empty state `(0, 0)` refills to a full
 //! bucket at any real `now`, so "no state" needs no special case.
+//!
+//! Debt (usage charged past the level, `Limit::charge_usage`) is kept in the same two
+//! numbers, exactly: a debt of D units at `now` is the bucket that will hold
+//! `t·rate − D` at `last = now + t`, `t = ⌈D / rate⌉`. The level at any time counts
+//! from `last` in both directions (`level + (at − last)·rate`), so before `last` it is
+//! below zero: the debt, shrinking at the rate. A clock behind `last` for any other
+//! reason sees the bucket as it was then: emptier, never fuller (so a clock that steps
+//! back never gains tokens).
 
 use super::meter::{Meter, allow, deny};
 use crate::decision::Decision;
@@ -45,12 +53,39 @@ impl Params {
 }
 
 impl Bucket {
-    /// `(level at now, now)`, with `now` never before the last refill.
-    fn refill(&self, k: &Params, now: u64) -> (u64, u64) {
-        let now = now.max(self.last);
-        let gained = (now - self.last).saturating_mul(k.rate);
-        (k.full.min(self.level.saturating_add(gained)), now)
+    /// The level at `now` in scaled units: below zero while in debt (or for a clock
+    /// behind `last`), at most full.
+    fn level_at(&self, k: &Params, now: u64) -> i128 {
+        let level = i128::from(self.level);
+        if now >= self.last {
+            let gained = i128::from(now - self.last) * i128::from(k.rate);
+            i128::from(k.full).min(level + gained)
+        } else {
+            level - i128::from(self.last - now) * i128::from(k.rate)
+        }
     }
+
+    /// The bucket holding `level` (scaled units, below zero in debt) at `now`.
+    fn holding(k: &Params, level: i128, now: u64) -> Bucket {
+        match u64::try_from(level) {
+            Ok(level) => Bucket { level, last: now },
+            Err(_) => {
+                // In debt: the time it takes to pay back, and what is left over then.
+                let debt = level.unsigned_abs();
+                let rate = u128::from(k.rate);
+                let t = debt.div_ceil(rate);
+                Bucket {
+                    level: (t * rate - debt) as u64,
+                    last: now.saturating_add(t as u64),
+                }
+            }
+        }
+    }
+}
+
+/// Units of a level that may be below zero, as the whole tokens a decision reports.
+fn tokens(level: i128, unit: u64) -> u64 {
+    u64::try_from(level).map_or(0, |l| l / unit)
 }
 
 impl Meter for Params {
@@ -58,32 +93,52 @@ impl Meter for Params {
 
     #[inline]
     fn check(&self, s: &Bucket, now: u64, cost: u64, _member: &[u8]) -> Decision {
-        let (level, _) = s.refill(self, now);
+        let level = s.level_at(self, now);
         // Time for the bucket to refill from `level` to full.
-        let until_full = |level: u64| (self.full - level).div_ceil(self.rate);
+        let until_full = |level: i128| {
+            let missing = (i128::from(self.full) - level) as u128;
+            missing.div_ceil(u128::from(self.rate)) as u64
+        };
         if cost <= self.burst {
-            let need = cost * self.unit;
+            let need = i128::from(cost * self.unit);
             if level >= need {
                 let left = level - need;
-                return allow(self.burst, left / self.unit, until_full(left));
+                return allow(self.burst, tokens(left, self.unit), until_full(left));
             }
             return deny(
                 self.burst,
                 cost,
-                (need - level).div_ceil(self.rate),
-                level / self.unit,
+                ((need - level) as u128).div_ceil(u128::from(self.rate)) as u64,
+                tokens(level, self.unit),
                 until_full(level),
             );
         }
-        deny(self.burst, cost, 0, level / self.unit, until_full(level))
+        deny(
+            self.burst,
+            cost,
+            0,
+            tokens(level, self.unit),
+            until_full(level),
+        )
     }
 
     #[inline]
-    fn commit(&self, s: &mut Bucket, now: u64, cost: u64, _admitted: bool, _member: &[u8]) {
-        let (level, now) = s.refill(self, now);
-        // Admitted: level ≥ need. Rejected (count_rejected): empty the bucket, no debt.
-        let level = level.saturating_sub(cost.saturating_mul(self.unit));
-        *s = Bucket { level, last: now };
+    fn commit(&self, s: &mut Bucket, now: u64, cost: u64, admitted: bool, _member: &[u8]) {
+        // Kept at `now` even behind `last`: the level is a line in time, and the same
+        // line read from either point (above zero; below, `holding` moves `last` on).
+        let level = s.level_at(self, now);
+        let need = i128::from(cost) * i128::from(self.unit);
+        let level = if admitted {
+            // Admitted (level ≥ need), or usage: in full, into debt if need be.
+            level - need
+        } else if level < 0 {
+            // count_rejected while already in debt: already worse than empty.
+            return;
+        } else {
+            // count_rejected: empty the bucket, no debt.
+            (level - need).max(0)
+        };
+        *s = Bucket::holding(self, level, now);
     }
 
     #[inline]

@@ -75,6 +75,50 @@ impl Limit {
         (d, idle.map(Timestamp::from_micros))
     }
 
+    /// Charges `cost` units of usage already spent at `now`: in full, even past the
+    /// limit, so the state goes into debt, and requests are denied until the window or
+    /// the refill has paid it back (a fixed window's debt ends with its window). Returns
+    /// the decision of a look (cost 0) after the charge: `Allowed` while the limit is
+    /// not in debt, `Denied` with when it will not be. The caller has checked the cost
+    /// against [`max_usage`](Limit::max_usage); a `distinct` limit takes no usage.
+    #[inline]
+    pub fn charge_usage(&self, state: &mut State, now: Timestamp, cost: u64) -> Decision {
+        self.decide_usage(state, now, cost).0
+    }
+
+    /// [`charge_usage`](Limit::charge_usage), and when the state becomes the same as
+    /// no state (`None` when nothing was charged: a usage of 0 only looks).
+    #[inline]
+    pub fn decide_usage(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        cost: u64,
+    ) -> (Decision, Option<Timestamp>) {
+        let at = now.as_micros();
+        if cost > 0 {
+            self.params.charge(state, at, cost, true, &[]);
+        }
+        let decision = self.params.check(state, at, 0, &[]);
+        let idle = (cost > 0).then(|| Timestamp::from_micros(self.params.idle_at(state)));
+        (decision, idle)
+    }
+
+    /// The most usage one charge may carry: what keeps a state's numbers exact (below
+    /// 2^53) however deep its debt. A token bucket's or GCRA's debt is kept in scaled
+    /// units or µs of the rate, so a charge is bounded by 2^52 of those; a counter's by
+    /// 2^53 units.
+    pub fn max_usage(&self) -> u64 {
+        use crate::Algorithm;
+        match self.algorithm() {
+            Algorithm::TokenBucket | Algorithm::Gcra => {
+                let (_, unit) = self.scaled_rate();
+                (1u64 << 52) / unit
+            }
+            _ => super::MAX_EXACT,
+        }
+    }
+
     /// When `state` becomes the same as no state if nothing more is charged: the
     /// expiry a store gives it (a Redis PEXPIRE, a memory-store sweep).
     #[inline]

@@ -219,10 +219,10 @@ impl<S: Store> GuardedStore<S> {
         super::validate(requests).map_err(Unanswered::Invalid)?;
         // A share first: units this server holds were counted by the store, whatever a
         // cached denial (of the store's remaining units) says.
-        let quotas = self
-            .quotas
-            .as_ref()
-            .filter(|_| guards.iter().any(|g| g.sharing.is_shared()));
+        // Usage goes to the store as it is: charged in full, never from a share.
+        let quotas = self.quotas.as_ref().filter(|_| {
+            guards.iter().any(|g| g.sharing.is_shared()) && !requests.iter().any(|r| r.usage)
+        });
         if let Some(batch) = quotas.and_then(|q| q.answer(requests, guards, now.as_micros())) {
             return Ok(Guarded {
                 sources: vec![Source::Share; batch.decisions.len()],

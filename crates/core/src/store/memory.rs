@@ -153,7 +153,7 @@ impl<H: HashKeys> MemoryStore<H> {
         validate_one(&r)?;
         let hash = self.inner.hash(r.key);
         let found = |text: &ArcStr| r.key.is(text);
-        let at = (r.limit, r.cost, r.member_bytes(), now);
+        let at = (r.limit, r.cost, r.member_bytes(), now, r.usage);
         Ok(self.decide_at(hash, found, || r.key.clone(), at))
     }
 
@@ -183,19 +183,27 @@ impl<H: HashKeys> MemoryStore<H> {
         let hash = self.inner.hasher.hash_text(text);
         let found = |stored: &ArcStr| stored.as_str() == text;
         let key = || Key::joined(parts).expect("join_on checked its length");
-        Ok(self.decide_at(hash, found, key, (limit, cost, &[][..], now)))
+        Ok(self.decide_at(hash, found, key, (limit, cost, &[][..], now, false)))
     }
 
     /// One request on the key hashed `hash`, found by `found` (and made by `key` if it
-    /// must be inserted), at `limit`, `cost`, `member`, `now`.
+    /// must be inserted), at `limit`, `cost`, `member`, `now`; `usage`: charged in full
+    /// (a [`Request::usage`](Request#structfield.usage)).
     #[inline]
     fn decide_at(
         &self,
         hash: u64,
         found: impl Fn(&ArcStr) -> bool,
         key: impl FnOnce() -> Key,
-        (limit, cost, member, now): (&Limit, u64, &[u8], Timestamp),
+        (limit, cost, member, now, usage): (&Limit, u64, &[u8], Timestamp, bool),
     ) -> Decision {
+        let decide = |state: &mut State| {
+            if usage {
+                limit.decide_usage(state, now, cost)
+            } else {
+                limit.decide(state, now, cost, member)
+            }
+        };
         let mut guard = lock(self.inner.shard(hash));
         let used = guard.tick();
         let table = &mut *guard;
@@ -204,7 +212,7 @@ impl<H: HashKeys> MemoryStore<H> {
             e.used = used;
             if e.holds_inline(shape) {
                 let mut state = e.load(shape);
-                let (decision, idle) = limit.decide(&mut state, now, cost, member);
+                let (decision, idle) = decide(&mut state);
                 if let Some(idle) = idle {
                     e.put(shape, state, idle.as_micros(), &mut table.spills);
                 }
@@ -213,7 +221,7 @@ impl<H: HashKeys> MemoryStore<H> {
             let taken = e.take(shape, &mut table.spills);
             let had = taken.is_some();
             let mut state = taken.unwrap_or_default();
-            let (decision, idle) = limit.decide(&mut state, now, cost, member);
+            let (decision, idle) = decide(&mut state);
             if had || idle.is_some() {
                 let idle = idle.map_or(0, Timestamp::as_micros);
                 e.put(shape, state, idle, &mut table.spills);
@@ -221,7 +229,7 @@ impl<H: HashKeys> MemoryStore<H> {
             return decision;
         }
         let mut state = State::empty();
-        let (decision, idle) = limit.decide(&mut state, now, cost, member);
+        let (decision, idle) = decide(&mut state);
         if let Some(idle) = idle {
             let us = now.as_micros();
             table.insert(
@@ -247,7 +255,8 @@ impl<H: HashKeys> MemoryStore<H> {
             }),
             [one] => {
                 let decision = self.decide_one(*one, now)?;
-                let denied_by = (!decision.allowed()).then_some(0);
+                // Usage is charged whatever it finds: it never denies its batch.
+                let denied_by = (!decision.allowed() && !one.usage).then_some(0);
                 Ok(BatchDecision {
                     decisions: vec![decision],
                     denied_by,

@@ -1,5 +1,6 @@
 //! One decision round over states a store has already locked: check every request,
-//! then charge all of them or none. The Redis script makes the same two passes.
+//! then charge all of them or none, then charge usage in full. The Redis script makes
+//! the same three passes.
 //!
 //! Requests that share a state (same key and limit shape) are checked in order
 //! against a scratch copy that carries the earlier ones' charges, so two requests for
@@ -80,10 +81,15 @@ pub(crate) fn decide(
                 .collect()
         });
 
-    // Pass 1: check.
+    // Pass 1: check (usage is not checked: it is charged in pass 3, whatever the others
+    // decide, and its decision is the look after its charge).
     let mut scratch: Vec<Option<State>> = Vec::new();
     let mut decisions: Vec<Decision> = Vec::with_capacity(requests.len());
     for (i, r) in requests.iter().enumerate() {
+        if r.usage {
+            decisions.push(Decision::ALLOWED_UNCHECKED);
+            continue;
+        }
         let decision = match &leader {
             None => r.limit.check_member(
                 slots.get(i).unwrap_or(&EMPTY),
@@ -112,6 +118,15 @@ pub(crate) fn decide(
     let denied_by = decisions.iter().position(|d| !d.allowed());
     for (i, r) in requests.iter().enumerate() {
         match denied_by {
+            // Usage is pass 3's. One that leads others of its state (the first request
+            // on it) still hands their charges over from the scratch copy.
+            None if r.usage => {
+                if let Some(s) = scratch.get_mut(i).and_then(Option::take) {
+                    *slots.get_mut(i) = s;
+                    slots.charged(i);
+                }
+            }
+            Some(_) if r.usage => {}
             None => match &leader {
                 None if r.cost == 0 => {}
                 None => {
@@ -149,6 +164,15 @@ pub(crate) fn decide(
                 };
             }
             Some(_) => {}
+        }
+    }
+
+    // Pass 3: usage, in full, on the states as the round left them.
+    for (i, r) in requests.iter().enumerate().filter(|(_, r)| r.usage) {
+        let (decision, charged) = r.limit.decide_usage(slots.get_mut(i), now, r.cost);
+        decisions[i] = decision;
+        if charged.is_some() {
+            slots.charged(i);
         }
     }
     BatchDecision {

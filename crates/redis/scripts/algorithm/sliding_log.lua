@@ -75,12 +75,15 @@ local function define_sliding_log()
       s.total = s.total - gone
     end
     if cost == 0 then return end
+    -- Already over the limit (usage charged into debt): fold as a rejected charge.
+    local over = s.total > r.cap
     s.total = s.total + cost
     local n = entries(s)
     if n > 0 then
       local at, c = entry(s, n)
-      -- Same µs, or a rejected charge: fold into the newest entry, moved to now.
-      if at == now or not admitted then
+      -- Same µs, a rejected charge, or usage while in debt: fold into the newest entry,
+      -- moved to now.
+      if at == now or not admitted or over then
         s.data = string.sub(s.data, 1, (n - 1) * ENTRY) .. struct.pack('<dd', now, c + cost)
         return
       end

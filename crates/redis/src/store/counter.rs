@@ -138,7 +138,7 @@ pub(crate) fn section(
         now: Some(now.as_micros()),
         requests: requests
             .iter()
-            .map(|r| (String::new(), r.cost, Vec::new()))
+            .map(|r| (String::new(), crate::script::Cost::of(r), Vec::new()))
             .collect(),
         counted: Some(windows),
     }
@@ -160,11 +160,12 @@ pub(crate) fn pipeline<'a>(
     for s in sections {
         let windows = s.counted.as_deref().unwrap_or_default();
         for ((key, (_, cost, _)), w) in s.keys.iter().zip(&s.requests).zip(windows) {
-            if *cost == 0 {
+            // Usage is charged in full here as every counted request is.
+            if cost.units == 0 {
                 pipe.cmd("GET").arg(key);
                 continue;
             }
-            pipe.cmd("INCRBY").arg(key).arg(*cost);
+            pipe.cmd("INCRBY").arg(key).arg(cost.units);
             if w.expire {
                 expire(&mut pipe, key, w.ttl_ms, nx);
             }
@@ -214,7 +215,7 @@ pub(crate) fn split_reply(value: Value, batches: &[Waiting]) -> Result<Vec<Value
                 .requests
                 .iter()
                 .zip(windows)
-                .map(|((_, c, _), w)| replies_of(*c, w))
+                .map(|((_, c, _), w)| replies_of(c.units, w))
                 .sum()
         })
         .collect();

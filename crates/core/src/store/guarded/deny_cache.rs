@@ -14,8 +14,9 @@
 //! `clear` are called for those (a policy reload clears everything). A reset made by
 //! another process is not seen here; its key stays denied at most until T.
 //!
-//! What can move T later is a charge to the same state under another limit of the same
-//! shape (the state is shared, the limits differ): through this store, the entry is
+//! What can move T later is usage charged after the fact (`Request::usage`: never
+//! answered here, and its charge forgets the entry), or a charge to the same state under
+//! another limit of the same shape (the state is shared, the limits differ): through this store, the entry is
 //! forgotten on every charge; through another process, the cached `retry_after` can be
 //! shorter than the truth (the verdict, denied, still holds). The service's keys name
 //! their rule, so no two of its limits share a state; same limit, other servers can't
@@ -233,6 +234,10 @@ impl DenyCache {
     /// denial (a batch with one request the store would admit must go to the store: its
     /// decision is not known here).
     pub fn answer(&self, requests: &[Request<'_>], now: u64) -> Option<Vec<Decision>> {
+        // Usage must reach the store: it is charged whatever the limit holds.
+        if requests.iter().any(|r| r.usage) {
+            return None;
+        }
         (0..requests.len())
             .map(|i| {
                 let r = &requests[i];
@@ -247,6 +252,14 @@ impl DenyCache {
     /// stale, a denial on its own is cached.
     pub fn learn(&self, requests: &[Request<'_>], batch: &BatchDecision, now: u64) {
         for (i, (r, d)) in requests.iter().zip(&batch.decisions).enumerate() {
+            // Usage charged its state (moving a cached retry time later), and its
+            // decision is a look's, not a unit's: nothing to remember.
+            if r.usage {
+                if r.cost > 0 {
+                    self.forget(r.key, r.limit);
+                }
+                continue;
+            }
             let charged = r.cost > 0 && (batch.allowed() || r.limit.charges_rejected(!d.allowed()));
             // A denial that counted (`count_rejected`) moved nothing but the count: a
             // fixed window denied until its end stays denied (`cacheable`).
