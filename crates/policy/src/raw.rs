@@ -98,6 +98,10 @@ pub(crate) struct NativeLimit {
     pub edge: Option<String>,
     #[serde(default)]
     pub count_rejected: bool,
+    /// A metered budget: hits above 0 are usage reported after the fact, charged in
+    /// full (into debt); a check looks with hits 0.
+    #[serde(default)]
+    pub metered: bool,
     /// Units a server takes from the store at once (`Sharing::Lease`).
     pub lease: Option<u64>,
     /// How often a server adds its hits to the store (`Sharing::Sync`), a duration.

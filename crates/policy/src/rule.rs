@@ -45,6 +45,10 @@ pub struct Rule {
     pub sharing: Sharing,
     /// Reference semantics: `remaining` is 0 whenever over the limit.
     pub reference: bool,
+    /// A metered budget (native limits' `metered: true`): a request's hits above 0 are
+    /// usage reported after the fact (Envoy's stream-done call), charged in full, into
+    /// debt; a check looks with hits 0 and is admitted while nothing is owed.
+    pub metered: bool,
     /// Told apart from the node's other limits in the counter key (native limits only):
     /// the name, or the position. Empty for a reference rule (one per node).
     pub slot: Arc<str>,
@@ -92,6 +96,7 @@ impl Rule {
             replaces: Vec::new(),
             sharing: Sharing::Exact,
             reference: true,
+            metered: false,
             slot: Arc::from(""),
             metric: Arc::from(""),
             metadata: None,
@@ -198,6 +203,9 @@ impl fmt::Display for Rule {
         }
         if self.quota_mode {
             f.write_str(" [quota]")?;
+        }
+        if self.metered {
+            f.write_str(" [metered]")?;
         }
         if let Some(policy) = self.on_store_error {
             write!(f, " [on_store_error: {}]", policy.name())?;

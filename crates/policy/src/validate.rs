@@ -200,6 +200,7 @@ fn node(
             replaces,
             sharing: Sharing::Exact,
             reference: false,
+            metered: false,
             slot: Arc::from(slot),
             metric: Arc::from(metric),
             metadata: metadata.clone(),
@@ -279,6 +280,7 @@ fn node(
                         };
                         rules.push(Rule {
                             sharing,
+                            metered: l.value.metered,
                             ..base(
                                 RuleLimit::Limited(limit.clone()),
                                 limit.limit(),

@@ -167,6 +167,18 @@ fn spillway_format_errors_name_the_field() {
             "{limit: 10, window: 1s, lease: 2, sync: 100ms}",
             "set lease or sync, not both",
         ),
+        (
+            "{limit: 10, window: 1s, algorithm: distinct, metered: true}",
+            "descriptors[0].limits[0].metered: a distinct limit counts members",
+        ),
+        (
+            "{limit: 10, window: 1s, metered: true, count_rejected: true}",
+            ".metered: a metered limit charges every hit above 0 in full",
+        ),
+        (
+            "{limit: 10, window: 1s, metered: true, lease: 2}",
+            ".metered: a metered limit charges the store in full: no lease or sync",
+        ),
     ];
     for (limit, expected) in cases {
         let e = error(&limits(limit));

@@ -116,6 +116,9 @@ struct Hit<'a> {
     /// Present for rules that count.
     key: Option<Key>,
     cost: u64,
+    /// Whether `cost` is usage reported after the fact, charged in full (a metered
+    /// rule's hits above 0, or a request that says `usage`).
+    usage: bool,
     /// What a `distinct` rule counts: the descriptor's last value.
     member: Option<String>,
 }
@@ -272,6 +275,7 @@ impl Service {
                     rule: Cow::Owned(rule),
                     key,
                     cost,
+                    usage: req.usage && cost > 0,
                     member: None,
                 });
             } else if let Some(m) = domain.resolve(&d.entries) {
@@ -286,11 +290,13 @@ impl Service {
                     } else {
                         (None, cost)
                     };
+                    let usage = (req.usage || rule.metered) && cost > 0 && member.is_none();
                     hits.push(Hit {
                         descriptor: i,
                         rule: Cow::Borrowed(rule),
                         key,
                         cost,
+                        usage,
                         member,
                     });
                 }

@@ -104,6 +104,14 @@ pub struct CheckArgs {
     #[arg(long, conflicts_with_all = ["cost", "reset"])]
     pub peek: bool,
 
+    /// Charge N units already spent (usage reported after the fact: the tokens a
+    /// response used): in full, into debt past the limit. Exit 0 while the limit owes
+    /// nothing, 1 while it is in debt. With --server, over HTTP only (`usage: true`);
+    /// over gRPC, a `metered` rule takes --cost as usage.
+    #[arg(long, value_name = "N", value_parser = args::cost,
+          conflicts_with_all = ["cost", "peek", "reset", "member"])]
+    pub usage: Option<u64>,
+
     /// Forget the key's state for this limit instead of deciding.
     #[arg(long)]
     pub reset: bool,
@@ -220,16 +228,23 @@ async fn decide<S: Store>(
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let cost = if args.peek { 0 } else { args.cost };
-    let mut request = Request::new(key, limit, cost);
+    let (cost, usage) = args.charge();
+    let mut request = Request {
+        usage,
+        ..Request::new(key, limit, cost)
+    };
     if let Some(member) = &args.member {
         request = request.with_member(member.as_bytes());
     }
     let d = limiter.check_all(&[request]).await?.decisions[0];
     if args.json {
-        println!("{}", to_json(&d, key, limit, cost));
+        let mut answer = to_json(&d, key, limit, cost);
+        if usage {
+            answer["usage"] = json!(true);
+        }
+        println!("{answer}");
     } else {
-        println!("{}", describe(&d, key, cost));
+        println!("{}", describe(&d, key, cost, usage));
     }
     Ok(if d.allowed() {
         ExitCode::SUCCESS
@@ -262,8 +277,9 @@ fn to_json(d: &Decision, key: &Key, limit: &Limit, cost: u64) -> serde_json::Val
     })
 }
 
-fn describe(d: &Decision, key: &Key, cost: u64) -> String {
+fn describe(d: &Decision, key: &Key, cost: u64, usage: bool) -> String {
     Answer {
+        usage,
         subject: key.as_str(),
         verdict: match d.outcome {
             Outcome::Allowed => Verdict::Allowed,
@@ -299,6 +315,8 @@ pub(crate) struct Answer<'a> {
     /// Cost 0: a look, which charges nothing.
     pub peek: bool,
     pub cost: u64,
+    /// The cost was usage charged in full: the verdict says whether the limit owes.
+    pub usage: bool,
     /// The rule's name (service).
     pub rule: Option<&'a str>,
     pub remaining: u64,
@@ -332,6 +350,14 @@ impl Answer<'_> {
                     self.cost
                 );
             }
+            Verdict::Allowed if self.usage => format!("charged {} used{by}", self.cost),
+            Verdict::Denied {
+                retry_after_ms: Some(retry),
+            } if self.usage => format!(
+                "charged {} used{by}, in debt: paid back in {}",
+                self.cost,
+                format_ms(*retry)
+            ),
             Verdict::Allowed if self.peek => format!("would be allowed{by}"),
             Verdict::Allowed => format!("allowed{by}"),
             Verdict::Denied {
@@ -352,6 +378,18 @@ impl Answer<'_> {
             state.push_str(&format!(", full again in {}", format_ms(reset)));
         }
         format!("{subject}: {verdict}; {state}")
+    }
+}
+
+impl CheckArgs {
+    /// The cost to charge and whether it is usage: `--usage N`, `--peek` (0), or
+    /// `--cost`.
+    pub(crate) fn charge(&self) -> (u64, bool) {
+        match self.usage {
+            Some(n) => (n, true),
+            None if self.peek => (0, false),
+            None => (self.cost, false),
+        }
     }
 }
 

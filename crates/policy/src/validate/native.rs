@@ -69,7 +69,26 @@ pub(super) fn native_limit(
         (None, None) => (Sharing::Exact, ""),
     };
     sharing.check(&limit).map_err(|e| (field, e))?;
+    if l.metered {
+        metered(&limit, sharing)?;
+    }
     Ok((limit, Unit::of_window(window), sharing))
+}
+
+/// Refuses `metered` where usage cannot be charged in full: a `distinct` limit counts
+/// members, not units; `count_rejected` charges denials, which a metered limit never has
+/// (its hits above 0 always land); a lease or sync counts ahead of the store.
+fn metered(limit: &Limit, sharing: Sharing) -> Result<(), (&'static str, String)> {
+    let why = if limit.algorithm().counts_members() {
+        "a distinct limit counts members, not units: it cannot be metered"
+    } else if limit.count_rejected() {
+        "a metered limit charges every hit above 0 in full: count_rejected does not apply"
+    } else if sharing.is_shared() {
+        "a metered limit charges the store in full: no lease or sync"
+    } else {
+        return Ok(());
+    };
+    Err(("metered", why.to_owned()))
 }
 
 /// The core's message without its `invalid limit: ` prefix (the field already says where).

@@ -35,6 +35,9 @@ struct V1Request {
     /// Units each matched limit is charged; 0 looks without consuming.
     #[serde(default = "one")]
     cost: u64,
+    /// The costs are usage reported after the fact: charged in full, into debt.
+    #[serde(default)]
+    usage: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -135,6 +138,7 @@ impl TryFrom<V1Request> for CheckRequest {
             domain: r.domain,
             descriptors,
             hits: r.cost,
+            usage: r.usage,
         })
     }
 }

@@ -40,6 +40,9 @@ pub struct CheckRequest {
     pub descriptors: Vec<Descriptor>,
     /// Hits to add to every matched limit unless a descriptor says otherwise.
     pub hits: u64,
+    /// The hits are usage reported after the fact (what a response cost): charged in
+    /// full to every matched limit, into debt past it (`/v1/check`'s `usage: true`).
+    pub usage: bool,
 }
 
 /// One descriptor: the path in the policy tree.

@@ -196,7 +196,10 @@ pub(super) fn requests<'h>(hits: &'h [Hit<'_>], which: &[usize]) -> Vec<Request<
 fn request<'h>(hit: &'h Hit<'_>) -> Option<Request<'h>> {
     match (&hit.rule.limit, &hit.key) {
         (RuleLimit::Limited(limit), Some(key)) => {
-            let request = Request::new(key, limit, hit.cost);
+            let request = Request {
+                usage: hit.usage,
+                ..Request::new(key, limit, hit.cost)
+            };
             Some(match &hit.member {
                 Some(m) => request.with_member(m.as_bytes()),
                 None => request,

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -37,14 +37,18 @@ pub async fn run(args: &CheckArgs, url: &str) -> anyhow::Result<ExitCode> {
         .as_deref()
         .context("--domain is required with --server")?;
     let entries = crate::cmd::entries(&args.keys);
-    let cost = if args.peek { 0 } else { args.cost };
+    let (cost, usage) = args.charge();
     let ask = async {
         match Server::parse(url)? {
+            Server::Grpc { .. } if usage => bail!(
+                "--usage asks over HTTP: Envoy's protocol has no usage flag (a `metered` \
+                 rule takes --cost as usage over gRPC)"
+            ),
             Server::Grpc { authority, tls } => {
                 let channel = args.tls.grpc_channel(&authority, tls).await?;
                 grpc(channel, url, &args.tls, domain, &entries, cost).await
             }
-            Server::Http { .. } => http(args, url, domain, &entries, cost).await,
+            Server::Http { .. } => http(args, url, domain, &entries, cost, usage).await,
         }
     };
     let (overall, answer) = tokio::time::timeout(args.timeout, ask)
@@ -58,7 +62,7 @@ pub async fn run(args: &CheckArgs, url: &str) -> anyhow::Result<ExitCode> {
             json!({ "allowed": allowed, "overall_code": overall, "domain": domain, "descriptors": [to_json(&answer, &entries)] })
         );
     } else {
-        println!("{}", describe(&answer, &entries, cost));
+        println!("{}", describe(&answer, &entries, cost, usage));
     }
     Ok(if allowed {
         ExitCode::SUCCESS
@@ -136,8 +140,12 @@ async fn http(
     domain: &str,
     entries: &[(String, String)],
     cost: u64,
+    usage: bool,
 ) -> anyhow::Result<(String, Reply)> {
-    let body = crate::cmd::descriptor_body(domain, entries, cost);
+    let mut body = crate::cmd::descriptor_body(domain, entries, cost);
+    if usage {
+        body["usage"] = json!(true);
+    }
     let v =
         crate::cmd::post_descriptor(url, &args.tls, None, "/v1/check", &body, args.timeout).await?;
     let d = &v["descriptors"][0];
@@ -173,7 +181,7 @@ fn to_json(a: &Reply, entries: &[(String, String)]) -> Value {
 }
 
 /// The sentence `check` prints from a store too ([`super::Answer`]).
-fn describe(a: &Reply, entries: &[(String, String)], cost: u64) -> String {
+fn describe(a: &Reply, entries: &[(String, String)], cost: u64, usage: bool) -> String {
     let subject: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let verdict = match (a.limit, a.code.as_str()) {
         (None, _) => Verdict::NoLimit,
@@ -187,6 +195,7 @@ fn describe(a: &Reply, entries: &[(String, String)], cost: u64) -> String {
         verdict,
         peek: cost == 0,
         cost,
+        usage,
         rule: a.rule.as_deref(),
         remaining: a.remaining,
         capacity: a.capacity,
