@@ -3,7 +3,8 @@
 //! docs' `examples/envoy/envoy.yaml` itself, then a config with descriptors from
 //! request headers, `generic_key`, `header_value_match`, nested actions, per-route
 //! `rate_limits` and `failure_mode_deny: true`, then a cost from a request header
-//! (`hits_addend`). Over TLS: `envoy_tls.rs`; as Envoy Gateway runs it: `envoy_gateway.rs`.
+//! (`hits_addend`). Over TLS: `envoy_tls.rs`; as Envoy Gateway runs it: `envoy_gateway.rs`;
+//! usage charged when the stream is done, into a metered budget: `envoy_metering.rs`.
 
 mod support;
 

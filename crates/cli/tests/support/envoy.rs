@@ -23,6 +23,12 @@ pub fn envoy_bin() -> PathBuf {
 
 /// An upstream answering `200 ok` to every request, one connection at a time.
 pub fn upstream() -> u16 {
+    upstream_with("")
+}
+
+/// [`upstream`], with `headers` (`name: value\r\n` lines) in every response: an LLM
+/// backend saying how many tokens it used (`x-tokens-used: 600\r\n`).
+pub fn upstream_with(headers: &'static str) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -40,8 +46,8 @@ pub fn upstream() -> u16 {
                         line.clear();
                         read = reader.read_line(&mut line).unwrap_or(0);
                     }
-                    let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                    if reader.get_mut().write_all(ok).is_err() {
+                    let ok = format!("HTTP/1.1 200 OK\r\n{headers}content-length: 2\r\n\r\nok");
+                    if reader.get_mut().write_all(ok.as_bytes()).is_err() {
                         return;
                     }
                 }

@@ -1,0 +1,137 @@
+//! A metered budget behind a real Envoy (1.40): each request is checked on the request
+//! path with `hits_addend: 0`, and charged the tokens the upstream says it used
+//! (`x-tokens-used`) by the same descriptor sent again when the stream is done
+//! (`apply_on_stream_done`, `hits_addend` from `%RESP(x-tokens-used)%`). Against a
+//! `metered` limit the budget goes into debt and the tenant is refused until it is paid
+//! back; against the same limit unmetered, every charge past what remains is refused and
+//! costs nothing, so the tenant is never refused (the leak docs/metering.md is about).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::envoy::{envoy, example, get, upstream_with};
+use support::{Procs, curl, free_port, spawn_serve, tempdir};
+
+/// `spillway serve` on `policy` (memory store): its gRPC and HTTP ports.
+fn spillway(procs: &mut Procs, policy: &str) -> (u16, u16) {
+    let dir = tempdir(&format!("envoy-metering-{}", free_port()));
+    std::fs::write(dir.join("ai.yaml"), policy).unwrap();
+    let (http, grpc) = (free_port(), free_port());
+    let child = spawn_serve([
+        "--config".as_ref(),
+        dir.as_os_str(),
+        "--http-addr".as_ref(),
+        format!("127.0.0.1:{http}").as_ref(),
+        "--grpc-addr".as_ref(),
+        format!("127.0.0.1:{grpc}").as_ref(),
+    ]);
+    procs.0.push(child);
+    (grpc, http)
+}
+
+/// The example's Envoy with the filter's own `rate_limits`: a look on the request path,
+/// the usage from the response when the stream is done (the form docs/metering.md
+/// shows), and no per-address limit.
+fn config() -> String {
+    let rate_limits = "                      domain: ai
+                      rate_limits:
+                        - actions:
+                            - request_headers: { header_name: x-tenant, descriptor_key: tenant }
+                          hits_addend: { number: 0 }
+                        - actions:
+                            - request_headers: { header_name: x-tenant, descriptor_key: tenant }
+                          hits_addend: { format: \"%RESP(x-tokens-used)%\" }
+                          apply_on_stream_done: true
+";
+    let config = example()
+        .replace("                      domain: api\n", rate_limits)
+        .replace(
+            "                      rate_limits:
+                        - actions:
+                            - remote_address: {}      # descriptor: remote_address=<client ip>
+",
+            "",
+        );
+    assert!(config.contains("apply_on_stream_done") && !config.contains("remote_address: {}"));
+    config
+}
+
+/// The tokens `tenant` has left, as `/v1/check` reports a look (0 while in debt).
+fn remaining(http: u16, tenant: &str) -> u64 {
+    let body = format!(
+        r#"{{"domain":"ai","cost":0,"descriptors":[{{"entries":[{{"key":"tenant","value":"{tenant}"}}]}}]}}"#
+    );
+    let answer = curl(http, "/v1/check", Some(&body));
+    let json: serde_json::Value =
+        serde_json::from_str(answer.split_once(' ').map_or("", |(_, b)| b)).unwrap_or_default();
+    json["descriptors"][0]["remaining"].as_u64().unwrap_or(0)
+}
+
+/// Waits until the stream-done charge has reached Spillway (Envoy sends it after the
+/// response, so a client can be quicker than it): `tenant`'s remaining drops below
+/// `before`, or the budget is in debt.
+fn charged(http: u16, tenant: &str, before: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while remaining(http, tenant) >= before && before > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the usage never reached Spillway"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Four requests, 600 tokens each, against 1,000 tokens per 10 s: 200, 200, then 429
+/// while in debt, and 200 again once the refill has paid the debt back (about 2 s, never
+/// sooner). The same budget unmetered admits all four.
+#[test]
+fn envoy_charges_usage_on_stream_done_into_a_metered_budgets_debt() {
+    let policy = "domain: ai
+descriptors:
+  - key: tenant
+    limits:
+      - { name: tokens, algorithm: token_bucket, limit: 1000, window: 10s, metered: true }
+";
+    for (metered, want) in [(true, [200, 200, 429, 429]), (false, [200; 4])] {
+        let policy = if metered {
+            policy.to_owned()
+        } else {
+            policy.replace(", metered: true", "")
+        };
+        let mut procs = Procs(Vec::new());
+        let (grpc, http) = spillway(&mut procs, &policy);
+        let port = envoy(
+            &mut procs,
+            &config(),
+            grpc,
+            upstream_with("x-tokens-used: 600\r\n"),
+        );
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            let before = remaining(http, "t1");
+            let (status, _) = get(port, "/", &[("x-tenant", "t1")]);
+            statuses.push(status);
+            if status == 200 && metered {
+                charged(http, "t1", before);
+            }
+        }
+        assert_eq!(statuses, want, "metered: {metered}");
+        if !metered {
+            continue;
+        }
+        // In debt by about 200 tokens at 100 a second: admitted again after about 2 s.
+        let in_debt = Instant::now();
+        let deadline = in_debt + Duration::from_secs(10);
+        while remaining(http, "t1") == 0 {
+            assert!(Instant::now() < deadline, "the debt was never paid back");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            in_debt.elapsed() >= Duration::from_millis(1500),
+            "paid back too soon: {:?}",
+            in_debt.elapsed()
+        );
+        assert_eq!(get(port, "/", &[("x-tenant", "t1")]).0, 200);
+    }
+}
