@@ -193,17 +193,21 @@ macro_rules! dispatch {
 
 impl Params {
     /// `algorithm`'s parameters for `limit` per `window` µs with `burst`; `rate` and
-    /// `unit` are the limit's rate reduced by gcd(limit, window) (see `Limit`). The
-    /// caller has validated them.
+    /// `unit` are the limit's rate reduced by gcd(limit, window) (see `Limit`); a fixed
+    /// window's `calendar`, if it counts per calendar period. The caller has validated
+    /// them.
     pub(crate) fn new(
         algorithm: Algorithm,
         limit: u64,
         window: u64,
         burst: u64,
         (rate, unit): (u64, u64),
+        calendar: Option<std::sync::Arc<crate::Calendar>>,
     ) -> Params {
         match algorithm {
-            Algorithm::FixedWindow => Params::FixedWindow(fixed_window::Params::new(limit, window)),
+            Algorithm::FixedWindow => {
+                Params::FixedWindow(fixed_window::Params::new(limit, window, calendar))
+            }
             Algorithm::SlidingLog => Params::SlidingLog(sliding_log::Params::new(limit, window)),
             Algorithm::SlidingWindow { precision, edge } => {
                 Params::SlidingWindow(sliding_window::Params::new(limit, window, precision, edge))
@@ -215,6 +219,14 @@ impl Params {
             Algorithm::Distinct { precision } => {
                 Params::Distinct(distinct::Params::new(limit, window, precision))
             }
+        }
+    }
+
+    /// A fixed window's calendar, when it counts per calendar period.
+    pub(crate) fn calendar(&self) -> Option<&crate::Calendar> {
+        match self {
+            Params::FixedWindow(p) => p.calendar(),
+            _ => None,
         }
     }
 

@@ -44,6 +44,7 @@
 
 pub mod algorithm;
 mod breaker;
+mod calendar;
 mod clock;
 mod decision;
 mod error;
@@ -60,6 +61,7 @@ pub use algorithm::{Algorithm, Edge, State};
 pub use breaker::{
     Breaker, BreakerState, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, StoreFailure,
 };
+pub use calendar::{Calendar, Period};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use decision::{BatchDecision, Decision, Outcome, longest_retry};
 pub use error::Error;

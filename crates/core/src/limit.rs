@@ -90,6 +90,23 @@ impl Limit {
         LimitBuilder::new(algorithm, limit, window)
     }
 
+    /// The calendar whose periods a `fixed_window` limit counts in, if it does
+    /// ([`LimitBuilder::calendar`]).
+    #[inline]
+    pub fn calendar(&self) -> Option<&crate::Calendar> {
+        self.params.calendar()
+    }
+
+    /// The window holding `now` (µs): its start and end, µs. For a `fixed_window`, the
+    /// aligned window or the calendar's period; for every other algorithm, the window
+    /// ending at `now`.
+    pub fn window_at(&self, now: u64) -> (u64, u64) {
+        match &self.params {
+            Params::FixedWindow(p) => p.window_at(now),
+            _ => (now.saturating_sub(self.window), now),
+        }
+    }
+
     /// The algorithm and its parameters.
     #[inline]
     pub fn algorithm(&self) -> Algorithm {
@@ -223,6 +240,9 @@ impl Limit {
 
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(calendar) = self.calendar() {
+            return write!(f, "{} per {calendar} ({})", self.limit, self.algorithm);
+        }
         write!(
             f,
             "{} per {:?} ({})",

@@ -91,8 +91,12 @@ pub(crate) struct NativeLimit {
     pub limit: u64,
     /// A duration (`90s`, `1m`, `250ms`)...
     pub window: Option<String>,
-    /// ...or a reference unit (`second` … `year`).
+    /// ...or a reference unit (`second` … `year`)...
     pub unit: Option<String>,
+    /// ...or a calendar period (`day`, `week`, `month`, `year`), in `time_zone`.
+    pub period: Option<String>,
+    /// The IANA time zone of `period` (default UTC).
+    pub time_zone: Option<String>,
     pub burst: Option<u64>,
     pub precision: Option<u32>,
     pub edge: Option<String>,

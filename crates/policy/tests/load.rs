@@ -179,6 +179,26 @@ fn spillway_format_errors_name_the_field() {
             "{limit: 10, window: 1s, metered: true, lease: 2}",
             ".metered: a metered limit charges the store in full: no lease or sync",
         ),
+        (
+            "{limit: 10, window: 1s, period: month}",
+            ".period: set a window, a unit or a calendar period, one of them",
+        ),
+        (
+            "{limit: 10, period: fortnight}",
+            ".period: unknown period `fortnight`: day, week, month or year",
+        ),
+        (
+            "{limit: 10, period: month, time_zone: Mars/Olympus}",
+            ".time_zone: unknown time zone `Mars/Olympus`",
+        ),
+        (
+            "{limit: 10, window: 1m, time_zone: Europe/Berlin}",
+            ".time_zone: time_zone applies to a calendar period",
+        ),
+        (
+            "{limit: 10, period: month, algorithm: gcra}",
+            "a calendar period applies to fixed_window, not gcra",
+        ),
     ];
     for (limit, expected) in cases {
         let e = error(&limits(limit));
@@ -273,4 +293,26 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// A calendar period in a time zone loads as a fixed window counting per period, and a
+/// metered limit as one whose hits above 0 are usage (`examples/metering/ai.yaml`).
+#[test]
+fn calendar_periods_and_metered_limits_load() {
+    let domain = spillway_policy::parse(
+        "p.yaml",
+        "domain: d\ndescriptors:\n  - key: k\n    limits:\n      - {limit: 5, period: month, time_zone: Europe/Berlin, metered: true}\n",
+    )
+    .unwrap();
+    let rules = domain.resolve(&[("k", "v")]).unwrap().rules;
+    let spillway_policy::RuleLimit::Limited(limit) = &rules[0].limit else {
+        panic!("a limited rule");
+    };
+    assert_eq!(
+        limit.to_string(),
+        "5 per month in Europe/Berlin (fixed_window)"
+    );
+    assert!(rules[0].metered);
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/metering");
+    assert!(spillway_policy::load(&example).is_ok());
 }

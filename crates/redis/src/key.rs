@@ -106,6 +106,10 @@ fn name(prefix: &str, shard: Option<&str>, key: &Key, limit: &Limit, now: Timest
     escape(&mut out, key.member());
     // Short tags: the key name is most of a small state's bytes in Redis.
     let _ = match limit.algorithm() {
+        // A calendar's period is named by its start (s) and, below, the calendar.
+        Algorithm::FixedWindow if limit.calendar().is_some() => {
+            write!(out, ":fw{}", limit.window_at(now.as_micros()).0 / 1_000_000)
+        }
         Algorithm::FixedWindow => write!(out, ":fw{}", now.as_micros() / limit.window_micros()),
         Algorithm::SlidingLog => write!(out, ":sl"),
         Algorithm::SlidingWindow { precision, .. } => write!(out, ":sw{precision}"),
@@ -121,7 +125,9 @@ fn name(prefix: &str, shard: Option<&str>, key: &Key, limit: &Limit, now: Timest
         Algorithm::Distinct { precision } => write!(out, ":db{precision}.{}", limit.limit()),
     };
     let w = limit.window_micros();
-    let _ = if w.is_multiple_of(1_000_000) {
+    let _ = if let Some(calendar) = limit.calendar() {
+        write!(out, ":{}@{}", calendar.period(), calendar.zone())
+    } else if w.is_multiple_of(1_000_000) {
         write!(out, ":{}s", w / 1_000_000)
     } else if w.is_multiple_of(1_000) {
         write!(out, ":{}ms", w / 1_000)

@@ -173,10 +173,15 @@ impl Section {
 /// Lua 5.1 cannot compute the 64-bit hashes they come from; and for a fixed window,
 /// which has none, the caller's `now` (µs): its key names the window holding that
 /// instant (`key.rs`), so the script counts that window whatever clock the batch
-/// decides on.
+/// decides on; for a calendar's period, then the period's end (µs), which Lua cannot
+/// compute.
 pub(crate) fn member_arg(r: &Request<'_>, now: Timestamp) -> Vec<u8> {
     if r.limit.algorithm() == Algorithm::FixedWindow {
-        return now.as_micros().to_string().into_bytes();
+        let now = now.as_micros();
+        if r.limit.calendar().is_some() {
+            return format!("{now} {}", r.limit.window_at(now).1).into_bytes();
+        }
+        return now.to_string().into_bytes();
     }
     let member = r.member_bytes();
     if !r.limit.algorithm().counts_members() || distinct::is_exact(r.limit.limit()) {

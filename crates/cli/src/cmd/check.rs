@@ -10,7 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde_json::json;
 use spillway_core::{
-    Algorithm, Decision, Edge, Key, Limit, Limiter, MemoryStore, Outcome, Request, Store,
+    Algorithm, Calendar, Decision, Edge, Key, Limit, Limiter, MemoryStore, Outcome, Period,
+    Request, Store,
 };
 use spillway_policy::duration;
 use spillway_redis::{RedisStore, TimeSource};
@@ -73,8 +74,17 @@ pub struct CheckArgs {
     pub limit: Option<u64>,
 
     /// Window length (1s, 90s, 1m, 1h, 1d).
-    #[arg(long, value_parser = duration::parse, required_unless_present = "server")]
+    #[arg(long, value_parser = duration::parse, required_unless_present_any = ["server", "period"])]
     pub window: Option<Duration>,
+
+    /// fixed_window: count per calendar period instead of a window (day, week, month,
+    /// year), starting at midnight in --time-zone.
+    #[arg(long, conflicts_with = "window")]
+    pub period: Option<String>,
+
+    /// The IANA time zone of --period (UTC, Europe/Berlin).
+    #[arg(long, requires = "period", default_value = "UTC")]
+    pub time_zone: String,
 
     /// sliding_window: sub-buckets per window.
     #[arg(long, allow_negative_numbers = true, value_parser = args::positive_u32)]
@@ -179,9 +189,19 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 
 fn limit(args: &CheckArgs) -> anyhow::Result<Limit> {
     // clap requires these unless --server is given, and --server returned earlier.
-    let (Some(algorithm), Some(n), Some(window)) = (&args.algorithm, args.limit, args.window)
-    else {
-        bail!("--algorithm, --limit and --window are required with --store");
+    let calendar = args
+        .period
+        .as_deref()
+        .map(|p| {
+            let period = p.parse::<Period>().map_err(anyhow::Error::msg)?;
+            Ok::<_, anyhow::Error>(Calendar::new(period, &args.time_zone)?)
+        })
+        .transpose()?;
+    let window = args
+        .window
+        .or(calendar.as_ref().map(|c| c.period().longest()));
+    let (Some(algorithm), Some(n), Some(window)) = (&args.algorithm, args.limit, window) else {
+        bail!("--algorithm, --limit and --window (or --period) are required with --store");
     };
     let mut algorithm: Algorithm = algorithm.parse()?;
     match &mut algorithm {
@@ -206,6 +226,12 @@ fn limit(args: &CheckArgs) -> anyhow::Result<Limit> {
     }
     if args.burst.is_some() && !matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
         bail!("--burst applies to token_bucket and gcra only");
+    }
+    if let Some(calendar) = calendar {
+        return Ok(Limit::builder(algorithm, n, window)
+            .count_rejected(args.count_rejected)
+            .calendar(calendar)
+            .build()?);
     }
     crate::limit::build(algorithm, n, window, args.burst, args.count_rejected)
 }

@@ -1,25 +1,52 @@
 //! Fixed window: one counter per window aligned to the epoch
-//! (window start = now − now mod W), as the Envoy reference service counts.
+//! (window start = now − now mod W), as the Envoy reference service counts; or per
+//! period of a calendar (`Calendar`: a month from the 1st, in a time zone), whose
+//! windows are as long as the calendar makes them.
 //!
 //! Exact within each aligned window; a client can get up to 2 × limit through in any
 //! W-long span that straddles an edge (the "boundary attack").
 //!
 //! State: `(start, count)` — 16 bytes.
 
+use std::sync::Arc;
+
 use super::meter::{Meter, allow, deny};
+use crate::calendar::Calendar;
 use crate::decision::Decision;
 
 /// A fixed window's parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Params {
     limit: u64,
-    /// µs.
+    /// µs; a calendar's longest period.
     window: u64,
+    /// Windows that are a calendar's periods, instead of aligned to the epoch.
+    calendar: Option<Arc<Calendar>>,
 }
 
 impl Params {
-    pub(crate) fn new(limit: u64, window: u64) -> Params {
-        Params { limit, window }
+    pub(crate) fn new(limit: u64, window: u64, calendar: Option<Arc<Calendar>>) -> Params {
+        Params {
+            limit,
+            window,
+            calendar,
+        }
+    }
+
+    pub(crate) fn calendar(&self) -> Option<&Calendar> {
+        self.calendar.as_deref()
+    }
+
+    /// The window holding `now`: its start and end, µs.
+    #[inline]
+    pub(crate) fn window_at(&self, now: u64) -> (u64, u64) {
+        match &self.calendar {
+            None => {
+                let start = now - now % self.window;
+                (start, start + self.window)
+            }
+            Some(c) => c.bounds(now),
+        }
     }
 }
 
@@ -31,10 +58,16 @@ pub struct Window {
 }
 
 impl Window {
-    /// Window start at `now` (never before the stored window: a key's time only moves forward).
-    fn start_at(&self, p: &Params, now: u64) -> u64 {
-        let start = now - now % p.window;
-        start.max(self.start)
+    /// The window at `now`, its start and end (never before the stored window: a key's
+    /// time only moves forward).
+    #[inline]
+    fn bounds_at(&self, p: &Params, now: u64) -> (u64, u64) {
+        let (start, end) = p.window_at(now);
+        if start >= self.start {
+            (start, end)
+        } else {
+            p.window_at(self.start)
+        }
     }
 
     fn used_in(&self, start: u64) -> u64 {
@@ -47,8 +80,7 @@ impl Meter for Params {
 
     #[inline]
     fn check(&self, s: &Window, now: u64, cost: u64, _member: &[u8]) -> Decision {
-        let start = s.start_at(self, now);
-        let end = start + self.window;
+        let (start, end) = s.bounds_at(self, now);
         let now = now.max(start);
         let used = s.used_in(start);
         let capacity = self.limit;
@@ -68,7 +100,7 @@ impl Meter for Params {
 
     #[inline]
     fn commit(&self, s: &mut Window, now: u64, cost: u64, _admitted: bool, _member: &[u8]) {
-        let start = s.start_at(self, now);
+        let (start, _) = s.bounds_at(self, now);
         if s.start != start {
             *s = Window { start, count: 0 };
         }
@@ -80,7 +112,7 @@ impl Meter for Params {
         if s.count == 0 {
             0
         } else {
-            s.start + self.window
+            self.window_at(s.start).1
         }
     }
 }

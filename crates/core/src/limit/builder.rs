@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Rejected, Shape};
-use crate::Error;
 use crate::algorithm::{Algorithm, Params, distinct};
 use crate::time::micros;
+use crate::{Calendar, Error};
 
 /// Builds a [`Limit`] with optional parameters; [`build`](LimitBuilder::build) validates.
 #[derive(Clone, Debug)]
@@ -16,6 +16,7 @@ pub struct LimitBuilder {
     window: Duration,
     burst: Option<u64>,
     rejected: Rejected,
+    calendar: Option<Calendar>,
 }
 
 impl LimitBuilder {
@@ -26,7 +27,19 @@ impl LimitBuilder {
             window,
             burst: None,
             rejected: Rejected::NotCharged,
+            calendar: None,
         }
+    }
+
+    /// Count per period of `calendar` (a month from the 1st in Europe/Berlin, say)
+    /// instead of per window aligned to the epoch: `fixed_window` only. The window given
+    /// is replaced by the period's longest ([`Period::longest`](crate::Period::longest)),
+    /// what a store sizes its keys' lifetimes by.
+    #[inline]
+    pub fn calendar(mut self, calendar: Calendar) -> Self {
+        self.window = calendar.period().longest();
+        self.calendar = Some(calendar);
+        self
     }
 
     /// The most admitted at once (`token_bucket` bucket size, `gcra` burst).
@@ -66,7 +79,23 @@ impl LimitBuilder {
             window,
             burst,
             rejected,
+            calendar,
         } = self;
+        if calendar.is_some() {
+            if algorithm != Algorithm::FixedWindow {
+                return invalid(format!(
+                    "a calendar period applies to fixed_window, not {}",
+                    algorithm.name()
+                ));
+            }
+            if rejected != Rejected::NotCharged {
+                return invalid(
+                    "count_rejected does not apply to a calendar period (yet): only admitted \
+                     requests and usage are counted there"
+                        .into(),
+                );
+            }
+        }
 
         if window.subsec_nanos() % 1_000 != 0 {
             return invalid(format!(
@@ -162,6 +191,7 @@ impl LimitBuilder {
             window_us,
             burst,
             (rate_per_micro, units_per_token),
+            calendar.map(std::sync::Arc::new),
         );
         let shape = Shape::of(algorithm, limit, window_us, burst, &params);
         Ok(Limit {

@@ -48,7 +48,12 @@ impl Shape {
         params: &Params,
     ) -> Shape {
         let (tag, precision, capacity) = match algorithm {
-            Algorithm::FixedWindow => (0, 0, [0, 0]),
+            // A calendar's periods are other windows than the epoch's, and than another
+            // calendar's: `[its code, 0]`.
+            Algorithm::FixedWindow => match params.calendar() {
+                Some(c) => (0, 0, [c.code(), 0]),
+                None => (0, 0, [0, 0]),
+            },
             Algorithm::SlidingLog => (1, 0, [0, 0]),
             Algorithm::SlidingWindow { precision, .. } => (2, precision, [0, 0]),
             Algorithm::TokenBucket => (3, 0, [limit, burst]),

@@ -1,7 +1,7 @@
 //! A native limit (the `algorithm:` / `limit:` / `window:` form) read into a
 //! [`Limit`] and its [`Sharing`], or the sub-field at fault.
 
-use spillway_core::{Algorithm, Edge, Limit, Sharing};
+use spillway_core::{Algorithm, Calendar, Edge, Limit, Period, Sharing};
 
 use crate::Unit;
 use crate::raw;
@@ -16,16 +16,24 @@ pub(super) fn native_limit(
             .map_err(|e| ("algorithm", message(e)))?,
         None => Algorithm::FixedWindow,
     };
-    let window = match (&l.window, &l.unit) {
-        (Some(_), Some(_)) => return Err(("window", "set window or unit, not both".into())),
-        (None, None) => {
+    let calendar = calendar(l)?;
+    let window = match (&l.window, &l.unit, &calendar) {
+        (Some(_), Some(_), _) => return Err(("window", "set window or unit, not both".into())),
+        (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
             return Err((
-                "window",
-                "a limit needs a window (`90s`, `1m`) or a unit".into(),
+                "period",
+                "set a window, a unit or a calendar period, one of them".into(),
             ));
         }
-        (Some(w), None) => crate::duration::parse(w).map_err(|e| ("window", e))?,
-        (None, Some(u)) => u.parse::<Unit>().map_err(|e| ("unit", e))?.duration(),
+        (None, None, None) => {
+            return Err((
+                "window",
+                "a limit needs a window (`90s`, `1m`), a unit or a calendar period".into(),
+            ));
+        }
+        (Some(w), None, None) => crate::duration::parse(w).map_err(|e| ("window", e))?,
+        (None, Some(u), None) => u.parse::<Unit>().map_err(|e| ("unit", e))?.duration(),
+        (None, None, Some(c)) => c.period().longest(),
     };
     let algorithm = match algorithm {
         Algorithm::SlidingWindow { .. } => Algorithm::SlidingWindow {
@@ -52,7 +60,11 @@ pub(super) fn native_limit(
             other
         }
     };
+    let has_calendar = calendar.is_some();
     let mut b = Limit::builder(algorithm, l.limit, window).count_rejected(l.count_rejected);
+    if let Some(c) = calendar {
+        b = b.calendar(c);
+    }
     if let Some(burst) = l.burst {
         b = b.burst(burst);
     }
@@ -69,6 +81,12 @@ pub(super) fn native_limit(
         (None, None) => (Sharing::Exact, ""),
     };
     sharing.check(&limit).map_err(|e| (field, e))?;
+    if has_calendar && sharing.is_shared() {
+        return Err((
+            field,
+            "a calendar period takes no lease or sync (yet)".into(),
+        ));
+    }
     if l.metered {
         metered(&limit, sharing)?;
     }
@@ -89,6 +107,22 @@ fn metered(limit: &Limit, sharing: Sharing) -> Result<(), (&'static str, String)
         return Ok(());
     };
     Err(("metered", why.to_owned()))
+}
+
+/// The limit's calendar period, when it has one (`period`, and `time_zone`, UTC by
+/// default); a `time_zone` without a `period` is refused.
+fn calendar(l: &raw::NativeLimit) -> Result<Option<Calendar>, (&'static str, String)> {
+    let Some(period) = &l.period else {
+        return match l.time_zone {
+            Some(_) => Err(("time_zone", "time_zone applies to a calendar period".into())),
+            None => Ok(None),
+        };
+    };
+    let period = period.parse::<Period>().map_err(|e| ("period", e))?;
+    let zone = l.time_zone.as_deref().unwrap_or("UTC");
+    Calendar::new(period, zone)
+        .map(Some)
+        .map_err(|e| ("time_zone", message(e)))
 }
 
 /// The core's message without its `invalid limit: ` prefix (the field already says where).

@@ -12,24 +12,31 @@
 local function define_fixed_window()
   local fixed_window = {}
 
-  -- `at`: the caller's now, read from the member by check and commit.
+  -- `at`: the caller's now, read from the member by check and commit; `stop`: the
+  -- window's end, given after it for a calendar's period (Rust computes those), else 0.
   function fixed_window.decode(_, v)
-    if not v then return { count = 0, at = 0, new = true } end
+    if not v then return { count = 0, at = 0, stop = 0, new = true } end
     if #v > 16 or not string.find(v, '^%d+$') then return nil end
-    return { count = tonumber(v), at = 0, new = false }
+    return { count = tonumber(v), at = 0, stop = 0, new = false }
   end
-  function fixed_window.copy(s) return { count = s.count, at = s.at, new = s.new } end
+  function fixed_window.copy(s) return { count = s.count, at = s.at, stop = s.stop, new = s.new } end
 
-  -- The caller's now, which names the key's window.
-  local function caller_now(s, member)
+  -- The caller's now, which names the key's window, and the window's end.
+  local function caller_now(r, s, member)
+    local now, stop = string.match(member, '^(%d+) (%d+)$')
+    if now then
+      s.at, s.stop = digits(now, 0), digits(stop, 0)
+      if s.stop <= s.at then fail('a calendar period must end after the caller\'s now') end
+      return s.at, s.stop
+    end
     if not string.find(member, '^%d+$') then fail('a fixed window needs the caller\'s now') end
     s.at = digits(member, 0)
-    return s.at
+    s.stop = s.at - imod(s.at, r.window) + r.window
+    return s.at, s.stop
   end
 
   function fixed_window.check(r, s, _, cost, member)
-    local now = caller_now(s, member)
-    local stop = now - imod(now, r.window) + r.window
+    local now, stop = caller_now(r, s, member)
     local used = s.count
     if cost <= r.cap and used + cost <= r.cap then
       return allow(r, r.cap - used - cost, stop - now)
@@ -38,7 +45,7 @@ local function define_fixed_window()
   end
 
   function fixed_window.commit(r, s, _, cost, _, member)
-    caller_now(s, member)
+    caller_now(r, s, member)
     s.count = s.count + cost
   end
 
@@ -52,7 +59,7 @@ local function define_fixed_window()
       redis.call('SET', key, count, 'KEEPTTL')
       return
     end
-    local ms = cdiv(r.window - imod(s.at, r.window), 1000) + 1000
+    local ms = cdiv(s.stop - s.at, 1000) + 1000
     if not redis.call('SET', key, count, 'PX', string.format('%d', ms), 'NX') then
       fail('key ' .. key .. ' holds a value that is not state of its algorithm')
     end
