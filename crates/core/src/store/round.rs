@@ -169,6 +169,11 @@ pub(crate) fn decide(
 
     // Pass 3: usage, in full, on the states as the round left them.
     for (i, r) in requests.iter().enumerate().filter(|(_, r)| r.usage) {
+        if r.cost == 0 {
+            // Nothing to charge: a look, which must not create a state.
+            decisions[i] = r.limit.check(slots.get(i).unwrap_or(&EMPTY), now, 0);
+            continue;
+        }
         let (decision, charged) = r.limit.decide_usage(slots.get_mut(i), now, r.cost);
         decisions[i] = decision;
         if charged.is_some() {
