@@ -113,3 +113,85 @@ async fn v1_check_charges_usage_in_full() {
         assert_eq!(status, 200, "{backing:?}: nothing was charged");
     }
 }
+
+/// Several budgets at once, as an AI gateway sets them: 6,000 tokens a minute and
+/// 20,000 a month per tenant, 5,000 a day per user, every one metered. A request is
+/// looked at against all three (all or nothing), and its usage charged to all three.
+/// The user's day runs out first; another user of the same tenant goes on until the
+/// tenant's minute does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_budgets_are_looked_at_together_and_all_charged() {
+    const BUDGETS: &str = "
+domain: ai
+descriptors:
+  - key: tenant
+    limits:
+      - { name: tenant-minute, algorithm: token_bucket, limit: 6000, window: 1m, metered: true }
+      - { name: tenant-month, algorithm: fixed_window, limit: 20000, period: month, time_zone: Europe/Berlin, metered: true }
+    descriptors:
+      - key: user
+        limits:
+          - { name: user-day, algorithm: fixed_window, limit: 5000, period: day, time_zone: Europe/Berlin, metered: true }
+";
+    for backing in backings() {
+        let s = Server::start("metering-budgets", &[("ai.yaml", BUDGETS)], backing.clone()).await;
+        // Both descriptors of one request, each with its own hits, as Envoy sends them.
+        let call = |user: &str, hits: u64| {
+            let mut tenant = descriptor(&[("tenant", "t1")]);
+            tenant.hits_addend = Some(UInt64Value { value: hits });
+            let mut per_user = descriptor(&[("tenant", "t1"), ("user", user)]);
+            per_user.hits_addend = Some(UInt64Value { value: hits });
+            RateLimitRequest {
+                domain: "ai".into(),
+                descriptors: vec![tenant, per_user],
+                hits_addend: 0,
+            }
+        };
+        let mut served = Vec::new();
+        for user in ["alice", "alice", "alice", "bob", "bob", "bob"] {
+            let look = s.ask(call(user, 0)).await;
+            let ok = look.overall_code == Code::Ok as i32;
+            served.push((user, ok));
+            if ok {
+                s.ask(call(user, 2_400)).await;
+            }
+        }
+        // alice: 2,400, then 4,800 of her 5,000 a day; her third look is still admitted
+        // (not in debt) and her third response takes her day to 7,200: in debt. The
+        // tenant's minute (6,000) went into debt with that same response (7,200), so bob
+        // is refused too, though his own day is untouched.
+        assert_eq!(
+            served,
+            [
+                ("alice", true),
+                ("alice", true),
+                ("alice", true),
+                ("bob", false),
+                ("bob", false),
+                ("bob", false)
+            ],
+            "{backing:?}"
+        );
+        // The minute pays its debt back (1,200 at 100 a second: 12 s); the month holds
+        // 12,800 of 20,000 and bob's day is whole: bob is admitted, alice is not (her
+        // day is in debt until Berlin's midnight).
+        s.advance(Duration::from_secs(30));
+        assert_eq!(
+            s.ask(call("bob", 0)).await.overall_code,
+            Code::Ok as i32,
+            "{backing:?}"
+        );
+        let alice = s.ask(call("alice", 0)).await;
+        assert_eq!(alice.overall_code, Code::OverLimit as i32, "{backing:?}");
+        assert_eq!(
+            alice.statuses[0].code,
+            Code::Ok as i32,
+            "the tenant's budgets have room"
+        );
+        assert_eq!(
+            alice.statuses[1].code,
+            Code::OverLimit as i32,
+            "alice's day is spent"
+        );
+    }
+}
