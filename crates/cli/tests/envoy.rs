@@ -11,24 +11,12 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
+use support::Procs;
 use support::envoy::{envoy, envoy_bin, example, get, header, upstream};
-use support::{Procs, free_port, spawn_serve, tempdir};
 
 /// `spillway serve` on `policy` (memory store), its gRPC port.
 fn spillway(procs: &mut Procs, policy: &str) -> u16 {
-    let dir = tempdir(&format!("envoy-policy-{}", free_port()));
-    std::fs::write(dir.join("api.yaml"), policy).unwrap();
-    let (http, grpc) = (free_port(), free_port());
-    let child = spawn_serve([
-        "--config".as_ref(),
-        dir.as_os_str(),
-        "--http-addr".as_ref(),
-        format!("127.0.0.1:{http}").as_ref(),
-        "--grpc-addr".as_ref(),
-        format!("127.0.0.1:{grpc}").as_ref(),
-    ]);
-    procs.0.push(child);
-    grpc
+    support::envoy::spillway(procs, policy).0
 }
 
 /// The docs' example, as written: `remote_address` descriptors, 200s then 429s with

@@ -12,25 +12,8 @@ use std::time::Duration;
 
 use spillway_core::{Clock, SystemClock};
 
-use support::envoy::{envoy, example, get, upstream_with};
-use support::{Procs, curl, free_port, spawn_serve, tempdir};
-
-/// `spillway serve` on `policy` (memory store): its gRPC and HTTP ports.
-fn spillway(procs: &mut Procs, policy: &str) -> (u16, u16) {
-    let dir = tempdir(&format!("envoy-metering-{}", free_port()));
-    std::fs::write(dir.join("ai.yaml"), policy).unwrap();
-    let (http, grpc) = (free_port(), free_port());
-    let child = spawn_serve([
-        "--config".as_ref(),
-        dir.as_os_str(),
-        "--http-addr".as_ref(),
-        format!("127.0.0.1:{http}").as_ref(),
-        "--grpc-addr".as_ref(),
-        format!("127.0.0.1:{grpc}").as_ref(),
-    ]);
-    procs.0.push(child);
-    (grpc, http)
-}
+use support::envoy::{envoy, example, get, spillway, upstream_with};
+use support::{Procs, curl};
 
 /// The example's Envoy with the filter's own `rate_limits`: a look on the request path,
 /// the usage from the response when the stream is done (the form docs/metering.md

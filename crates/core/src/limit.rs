@@ -97,16 +97,6 @@ impl Limit {
         self.params.calendar()
     }
 
-    /// The window holding `now` (µs): its start and end, µs. For a `fixed_window`, the
-    /// aligned window or the calendar's period; for every other algorithm, the window
-    /// ending at `now`.
-    pub fn window_at(&self, now: u64) -> (u64, u64) {
-        match &self.params {
-            Params::FixedWindow(p) => p.window_at(now),
-            _ => (now.saturating_sub(self.window), now),
-        }
-    }
-
     /// The algorithm and its parameters.
     #[inline]
     pub fn algorithm(&self) -> Algorithm {

@@ -107,8 +107,8 @@ fn name(prefix: &str, shard: Option<&str>, key: &Key, limit: &Limit, now: Timest
     // Short tags: the key name is most of a small state's bytes in Redis.
     let _ = match limit.algorithm() {
         // A calendar's period is named by its start (s) and, below, the calendar.
-        Algorithm::FixedWindow if limit.calendar().is_some() => {
-            write!(out, ":fw{}", limit.window_at(now.as_micros()).0 / 1_000_000)
+        Algorithm::FixedWindow if let Some(calendar) = limit.calendar() => {
+            write!(out, ":fw{}", calendar.bounds(now.as_micros()).0 / 1_000_000)
         }
         Algorithm::FixedWindow => write!(out, ":fw{}", now.as_micros() / limit.window_micros()),
         Algorithm::SlidingLog => write!(out, ":sl"),

@@ -178,8 +178,8 @@ impl Section {
 pub(crate) fn member_arg(r: &Request<'_>, now: Timestamp) -> Vec<u8> {
     if r.limit.algorithm() == Algorithm::FixedWindow {
         let now = now.as_micros();
-        if r.limit.calendar().is_some() {
-            return format!("{now} {}", r.limit.window_at(now).1).into_bytes();
+        if let Some(calendar) = r.limit.calendar() {
+            return format!("{now} {}", calendar.bounds(now).1).into_bytes();
         }
         return now.to_string().into_bytes();
     }

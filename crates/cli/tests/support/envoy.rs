@@ -11,6 +11,24 @@ use std::time::Duration;
 
 use super::{Procs, free_port, tempdir};
 
+/// `spillway serve` on `policy` (memory store), in a directory of its own: its gRPC and
+/// HTTP ports.
+pub fn spillway(procs: &mut Procs, policy: &str) -> (u16, u16) {
+    let dir = tempdir(&format!("envoy-policy-{}", free_port()));
+    std::fs::write(dir.join("policy.yaml"), policy).unwrap();
+    let (http, grpc) = (free_port(), free_port());
+    let child = super::spawn_serve([
+        "--config".as_ref(),
+        dir.as_os_str(),
+        "--http-addr".as_ref(),
+        format!("127.0.0.1:{http}").as_ref(),
+        "--grpc-addr".as_ref(),
+        format!("127.0.0.1:{grpc}").as_ref(),
+    ]);
+    procs.0.push(child);
+    (grpc, http)
+}
+
 /// The Envoy binary scripts/test installed.
 pub fn envoy_bin() -> PathBuf {
     std::env::var_os("SPILLWAY_TEST_ENVOY")
