@@ -24,6 +24,18 @@ pub mod trial;
 pub use fault::Fault;
 pub use trial::{Policy, Report, TABLE_HEADER, Timing};
 
+/// Every binary this crate is part of (its tests and `spillway-reliability`) counts what it
+/// allocates, so a case can read the heap it leaves behind exactly: resident memory also
+/// holds what the allocator keeps after a free, and moves by tens of MiB with its arenas.
+#[global_allocator]
+static HEAP: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
+
+/// Bytes allocated and not yet freed in this process (the service runs in it).
+pub(crate) fn heap_bytes() -> i64 {
+    let stats = HEAP.stats();
+    stats.bytes_allocated as i64 - stats.bytes_deallocated as i64
+}
+
 /// This process's resident memory in KiB (the service runs in it), from /proc.
 pub(crate) fn rss_kib() -> u64 {
     proc_status("VmRSS")
