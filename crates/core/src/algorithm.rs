@@ -22,6 +22,10 @@
 //!   its tolerance, a token bucket's level goes below zero (see `token_bucket`), a
 //!   sliding log keeps the entry (folded into the newest once over). That is a debt:
 //!   a look (cost 0) is denied until the window or the refill has paid it back.
+//! - A refund (`Limit::refund`: what a reservation took and did not use) gives units
+//!   back as far as the state still holds them: a token bucket's level rises, never
+//!   above full; a GCRA's TAT moves back, never before now; a fixed window's count
+//!   falls, in the window the units were charged in only. The others refuse refunds.
 
 mod kind;
 mod meter;
@@ -251,6 +255,17 @@ impl Params {
             cost,
             admitted,
             member
+        ))
+    }
+
+    /// Gives back at `now` `cost` units charged at `at`; `state` holds this
+    /// algorithm's state (a store refunds nothing to no state).
+    pub(crate) fn refund(&self, state: &mut State, now: u64, cost: u64, at: u64) {
+        dispatch!(self, |p| p.refund(
+            Slot::get_mut(&mut state.0),
+            now,
+            cost,
+            at
         ))
     }
 

@@ -2,7 +2,29 @@
 //! once and makes one store call.
 
 use crate::store::{Request, Store};
-use crate::{BatchDecision, Clock, CoarseClock, Decision, Error, Key, Limit};
+use crate::{BatchDecision, Clock, CoarseClock, Decision, Error, Key, Limit, Timestamp};
+
+/// Units reserved by [`Limiter::reserve`]: the estimate, and when it was charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// Units charged on the way in.
+    pub estimate: u64,
+    /// When (the caller's clock): a fixed window gives back only in the window of it.
+    pub at: Timestamp,
+}
+
+impl Reservation {
+    /// The request that settles this reservation of `key`'s `limit` once the work
+    /// `used` what it did: usage for the excess, a refund for what was not used (a
+    /// look when they are equal).
+    pub fn settle<'a>(&self, key: &'a Key, limit: &'a Limit, used: u64) -> Request<'a> {
+        if used >= self.estimate {
+            Request::usage(key, limit, used - self.estimate)
+        } else {
+            Request::refund(key, limit, self.estimate - used, self.at)
+        }
+    }
+}
 
 /// Decides requests against limits kept in a [`Store`], at the time its [`Clock`] says.
 ///
@@ -104,6 +126,44 @@ impl<S: Store, C: Clock> Limiter<S, C> {
         used: u64,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
         self.check_request(Request::usage(key, limit, used))
+    }
+
+    /// Reserves `estimate` units of `key`'s `limit` before the work (the tokens a
+    /// response may use): admitted only if the estimate fits, and then charged like any
+    /// request (a limit that cannot [refund](crate::Algorithm::refunds) is refused).
+    /// Settle it with [`commit`](Limiter::commit) once the work says what it
+    /// really cost. A reservation never settled keeps its estimate charged.
+    pub async fn reserve(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        estimate: u64,
+    ) -> Result<(Decision, Option<Reservation>), Error> {
+        let now = self.clock.now();
+        // A limit that could not give the estimate back is refused now, not at commit.
+        crate::store::validate_one(&Request::refund(key, limit, estimate, now))?;
+        let decision = self
+            .store
+            .check_one(Request::new(key, limit, estimate), now)
+            .await?;
+        let reservation = decision
+            .allowed()
+            .then_some(Reservation { estimate, at: now });
+        Ok((decision, reservation))
+    }
+
+    /// Settles `reservation` of `key`'s `limit` with what the work really `used`: the
+    /// excess charged as usage (into debt past the limit), the estimate not used given
+    /// back ([`Limit::refund`]); `used` 0 releases it all. The decision is a look after.
+    pub async fn commit(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        reservation: Reservation,
+        used: u64,
+    ) -> Result<Decision, Error> {
+        let request = reservation.settle(key, limit, used);
+        self.store.check_one(request, self.clock.now()).await
     }
 
     /// Reports `key`'s state for `limit` without charging anything (cost 0).

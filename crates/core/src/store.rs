@@ -98,6 +98,10 @@ pub struct Request<'a> {
     /// debt now (`Denied`, with when it is paid back) or not. See
     /// [`Limit::charge_usage`].
     pub usage: bool,
+    /// With `usage`: the units are given back, not charged: what a reservation made at
+    /// this time took and did not use (see [`Limit::refund`]). Only the algorithms that
+    /// [refund](crate::Algorithm::refunds) take it.
+    pub refund: Option<Timestamp>,
 }
 
 impl<'a> Request<'a> {
@@ -109,6 +113,7 @@ impl<'a> Request<'a> {
             cost,
             member: None,
             usage: false,
+            refund: None,
         }
     }
 
@@ -118,6 +123,15 @@ impl<'a> Request<'a> {
         Request {
             usage: true,
             ..Request::new(key, limit, cost)
+        }
+    }
+
+    /// `cost` units given back to `limit` for `key`, charged at `at` by a reservation
+    /// that did not use them (see [`Request::refund`](Request#structfield.refund)).
+    pub fn refund(key: &'a Key, limit: &'a Limit, cost: u64, at: Timestamp) -> Self {
+        Request {
+            refund: Some(at),
+            ..Request::usage(key, limit, cost)
         }
     }
 
@@ -236,6 +250,9 @@ pub(crate) fn validate_one(r: &Request<'_>) -> Result<(), Error> {
     if r.usage {
         validate_usage(r.limit, r.cost)?;
     }
+    if r.refund.is_some() {
+        validate_refund(r)?;
+    }
     if !r.limit.algorithm().counts_members() {
         return Ok(());
     }
@@ -270,6 +287,24 @@ pub(crate) fn validate_usage(limit: &Limit, cost: u64) -> Result<(), Error> {
     if cost > most {
         return Err(Error::InvalidRequest(format!(
             "usage {cost} is more than {limit} can be charged at once ({most})"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a refund a limit cannot take (see [`Algorithm::refunds`](crate::Algorithm::refunds)),
+/// or one that is not usage.
+fn validate_refund(r: &Request<'_>) -> Result<(), Error> {
+    if !r.usage {
+        return Err(Error::InvalidRequest(
+            "a refund is usage given back: build it with Request::refund".into(),
+        ));
+    }
+    if !r.limit.algorithm().refunds() {
+        return Err(Error::InvalidRequest(format!(
+            "{} cannot give units back (a reservation's unused estimate): only a \
+             fixed_window, token_bucket or gcra limit can",
+            r.limit
         )));
     }
     Ok(())

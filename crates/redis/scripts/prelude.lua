@@ -121,18 +121,20 @@ local function arg(i)
 end
 
 -- Reads ARGV[i] as a request's cost: an integer as `arg` reads it, or, prefixed `u`,
--- usage already spent (charged in full, into debt: round.rs's pass 3). Returns the cost
--- and whether it is usage.
+-- usage already spent (charged in full, into debt: round.rs's pass 3), or, prefixed
+-- `r`, units given back (a reservation's unused estimate: pass 3 too). Returns the
+-- cost, whether it is usage and whether it is a refund.
 local function cost_arg(i)
   local s = Argv[i]
-  if s ~= nil and string.byte(s, 1) == 117 then -- 'u'
+  local b = s ~= nil and string.byte(s, 1)
+  if b == 117 or b == 114 then -- 'u', 'r'
     local n = string.sub(s, 2)
     if not string.find(n, '^%d+$') then
       fail('ARGV[' .. i .. '] is not a usage: ' .. s)
     end
-    return digits(n, i), true
+    return digits(n, i), true, b == 114
   end
-  return arg(i), false
+  return arg(i), false, false
 end
 
 -- Exact floor(a / b) and a mod b for non-negative integers: fmod is exact in IEEE

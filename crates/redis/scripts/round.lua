@@ -119,17 +119,25 @@ local function save(r, key, s, now, margin, absent)
   end
 end
 
+-- Usage of `cost` charged to s in full, or (`refund`) given back.
+local function charge_usage(a, r, s, now, cost, member, refund)
+  if not refund then return a.commit(r, s, now, cost, true, member) end
+  if not a.refund then fail('a refund on a limit that cannot give units back') end
+  a.refund(r, s, now, cost, member)
+end
+
 -- A batch of one request (the common case): the round below without its bookkeeping
 -- for several. Appends its reply to `out`.
 -- `value`: the key's value read ahead by MGET (false: none), or nil to GET it.
--- `usage`: charged in full, whatever the state holds; its decision is a look after it.
-local function single(out, key, ring, now, r, cost, member, margin, value, usage)
+-- `usage`: charged in full, whatever the state holds (`refund`: given back); its
+-- decision is a look after it.
+local function single(out, key, ring, now, r, cost, member, margin, value, usage, refund)
   local a = r.algorithm
   local s = load(r, key, ring, value)
   local absent = value == false
   if usage then
     if cost > 0 then
-      a.commit(r, s, now, cost, true, member)
+      charge_usage(a, r, s, now, cost, member, refund)
       save(r, key, s, now, margin, absent)
     end
     local n, o, remaining, reset, retry = #out, a.check(r, s, now, 0, member)
@@ -189,18 +197,18 @@ local function round(out, k0, at, n, k)
     local r = limits[Argv[at + 1]] or limit(at + 1)
     if r.ring + 1 ~= k then keys_mismatch(k, r.ring + 1) end
     local ring = (r.ring ~= 0) and ring_of(r, k0 + 1) or nil
-    local cost, usage = cost_arg(at + 2)
+    local cost, usage, refund = cost_arg(at + 2)
     return single(out, Keys[k0 + 1], ring, now, r, cost, Argv[at + 3], margin,
-                  ahead[k0 + 1], usage)
+                  ahead[k0 + 1], usage, refund)
   end
 
   -- Parse and validate every request before touching any key.
-  local keys, rings, rs, costs, members, usage = {}, {}, {}, {}, {}, {}
+  local keys, rings, rs, costs, members, usage, refund = {}, {}, {}, {}, {}, {}, {}
   local next_key = k0 + 1
   for i = 1, n do
     local b = at + FIELDS * (i - 1)
     rs[i], members[i] = limit(b + 1), Argv[b + 3]
-    costs[i], usage[i] = cost_arg(b + 2)
+    costs[i], usage[i], refund[i] = cost_arg(b + 2)
     keys[i], rings[i] = Keys[next_key], ring_of(rs[i], next_key)
     next_key = next_key + 1 + rs[i].ring
   end
@@ -280,13 +288,13 @@ local function round(out, k0, at, n, k)
     end
   end
 
-  -- Pass 3: usage, in full, on the states as the round left them.
+  -- Pass 3: usage, in full, on the states as the round left them; refunds.
   for i = 1, n do
     if usage[i] then
       local r, key, member = rs[i], keys[i], members[i]
       local a = r.algorithm
       if costs[i] > 0 then
-        a.commit(r, stored[key], now, costs[i], true, member)
+        charge_usage(a, r, stored[key], now, costs[i], member, refund[i])
         dirty[key] = r
       end
       decisions[i] = { a.check(r, stored[key], now, 0, member) }

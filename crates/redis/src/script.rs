@@ -89,12 +89,14 @@ pub enum TimeSource {
     Caller,
 }
 
-/// A request's cost as the script reads it: units, sent as they are, or usage already
-/// spent, sent `u` then the units (charged in full, into debt).
+/// A request's cost as the script reads it: units, sent as they are; usage already
+/// spent, sent `u` then the units (charged in full, into debt); or units given back (a
+/// reservation's unused estimate), sent `r` then the units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Cost {
     pub(crate) units: u64,
     pub(crate) usage: bool,
+    pub(crate) refund: bool,
 }
 
 impl Cost {
@@ -102,15 +104,16 @@ impl Cost {
         Cost {
             units: r.cost,
             usage: r.usage,
+            refund: r.refund.is_some(),
         }
     }
 
     fn push(self, cmd: &mut Cmd) {
-        if self.usage {
-            cmd.arg(format!("u{}", self.units));
-        } else {
-            cmd.arg(self.units);
-        }
+        match (self.usage, self.refund) {
+            (_, true) => cmd.arg(format!("r{}", self.units)),
+            (true, false) => cmd.arg(format!("u{}", self.units)),
+            (false, false) => cmd.arg(self.units),
+        };
     }
 }
 
@@ -136,6 +139,7 @@ impl Section {
         const ONE: Cost = Cost {
             units: 1,
             usage: false,
+            refund: false,
         };
         match &self.requests[..] {
             [(limit, ONE, member)] if self.keys.len() == 1 && self.now.is_none() => {

@@ -301,6 +301,27 @@ impl Inner {
     }
 }
 
+impl RedisStore {
+    /// `requests` with each refund to a fixed window that has ended since its charge
+    /// made a look: the window's key is another now, and its budget went with it (as
+    /// the memory store gives back only in the window of the charge).
+    fn ended_refunds_look<'a>(&self, requests: &[Request<'a>], now: Timestamp) -> Vec<Request<'a>> {
+        let layout = &self.inner.layout;
+        requests
+            .iter()
+            .map(|r| match r.refund {
+                Some(at)
+                    if r.limit.algorithm() == spillway_core::Algorithm::FixedWindow
+                        && layout.key(r.key, r.limit, at) != layout.key(r.key, r.limit, now) =>
+                {
+                    Request::usage(r.key, r.limit, 0)
+                }
+                _ => *r,
+            })
+            .collect()
+    }
+}
+
 impl Store for RedisStore {
     async fn check(
         &self,
@@ -314,6 +335,13 @@ impl Store for RedisStore {
                 denied_by: None,
             });
         }
+        let settled;
+        let requests = if requests.iter().any(|r| r.refund.is_some()) {
+            settled = self.ended_refunds_look(requests, now);
+            &settled[..]
+        } else {
+            requests
+        };
         let mut keys: Vec<String> = requests
             .iter()
             .map(|r| self.inner.layout.key(r.key, r.limit, now))
@@ -324,7 +352,9 @@ impl Store for RedisStore {
             None
         };
         // The reference's rules take plain commands, no script (`counter.rs`).
-        let counted = requests.iter().all(|r| is_counted(r.limit));
+        let counted = requests
+            .iter()
+            .all(|r| is_counted(r.limit) && r.refund.is_none());
         let kind = if counted {
             Kind::Counted
         } else if spillway_core::is_heavy(requests) {

@@ -107,6 +107,14 @@ impl Meter for Params {
         s.count = s.count.saturating_add(cost);
     }
 
+    /// Off the window the units were charged in, while it is the state's; a window
+    /// that has ended gave its budget back with it.
+    fn refund(&self, s: &mut Window, _now: u64, cost: u64, at: u64) {
+        if self.window_at(at).0 == s.start {
+            s.count = s.count.saturating_sub(cost);
+        }
+    }
+
     #[inline]
     fn idle_at(&self, s: &Window) -> u64 {
         if s.count == 0 {

@@ -94,6 +94,17 @@ impl Algorithm {
         matches!(self, Algorithm::Distinct { .. })
     }
 
+    /// Whether units charged can be given back ([`Request::refund`](crate::Request::refund),
+    /// what a reservation took and did not use): a fixed window, a token bucket, GCRA.
+    /// A sliding log or window keeps no charge apart from the others of its sub-window,
+    /// and `distinct` counts members, not units.
+    pub fn refunds(&self) -> bool {
+        matches!(
+            self,
+            Algorithm::FixedWindow | Algorithm::TokenBucket | Algorithm::Gcra
+        )
+    }
+
     pub(crate) fn has_burst(&self) -> bool {
         matches!(self, Algorithm::TokenBucket | Algorithm::Gcra)
     }

@@ -17,6 +17,13 @@ pub(super) trait Meter {
     /// Charges `cost` at `now`: admitted, or (for `count_rejected`) denied.
     fn commit(&self, s: &mut Self::State, now: u64, cost: u64, admitted: bool, member: &[u8]);
 
+    /// Gives back at `now` `cost` units charged at `at` (what a reservation took and
+    /// did not use), as far as the state still holds them. Only the algorithms that
+    /// [refund](crate::Algorithm::refunds) implement it.
+    fn refund(&self, s: &mut Self::State, now: u64, cost: u64, at: u64) {
+        let _ = (s, now, cost, at);
+    }
+
     /// When `s` becomes the same as no state, if nothing more is charged (µs).
     fn idle_at(&self, s: &Self::State) -> u64;
 }

@@ -141,6 +141,13 @@ impl Meter for Params {
         *s = Bucket::holding(self, level, now);
     }
 
+    /// Back into the bucket at `now`, never above full: tokens that would have
+    /// overflowed while they were out are not given back.
+    fn refund(&self, s: &mut Bucket, now: u64, cost: u64, _at: u64) {
+        let level = s.level_at(self, now) + i128::from(cost) * i128::from(self.unit);
+        *s = Bucket::holding(self, level.min(i128::from(self.full)), now);
+    }
+
     #[inline]
     fn idle_at(&self, s: &Bucket) -> u64 {
         s.last

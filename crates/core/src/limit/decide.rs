@@ -104,6 +104,26 @@ impl Limit {
         (decision, idle)
     }
 
+    /// Gives back at `now` `cost` units charged at `at` and not used (a reservation's
+    /// estimate past what it really cost), as far as the state still holds them (see
+    /// [`Algorithm::refunds`](crate::Algorithm::refunds)): a token bucket never above
+    /// full, a GCRA never idler than now, a fixed window only in the window of `at`.
+    /// Returns the decision of a look after it, and when the state becomes the same as
+    /// no state. The caller has checked the limit refunds and `cost` against
+    /// [`max_usage`](Limit::max_usage).
+    pub fn refund(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        cost: u64,
+        at: Timestamp,
+    ) -> (Decision, Timestamp) {
+        let now = now.as_micros();
+        self.params.refund(state, now, cost, at.as_micros());
+        let decision = self.params.check(state, now, 0, &[]);
+        (decision, Timestamp::from_micros(self.params.idle_at(state)))
+    }
+
     /// The most usage one charge may carry: what keeps a state's numbers exact (below
     /// 2^53) however deep its debt. A token bucket's or GCRA's debt is kept in scaled
     /// units or µs of the rate, so a charge is bounded by 2^52 of those; a counter's by

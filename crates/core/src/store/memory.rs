@@ -153,7 +153,7 @@ impl<H: HashKeys> MemoryStore<H> {
         validate_one(&r)?;
         let hash = self.inner.hash(r.key);
         let found = |text: &ArcStr| r.key.is(text);
-        let at = (r.limit, r.cost, r.member_bytes(), now, r.usage);
+        let at = (r.limit, r.cost, r.member_bytes(), now, (r.usage, r.refund));
         Ok(self.decide_at(hash, found, || r.key.clone(), at))
     }
 
@@ -183,26 +183,33 @@ impl<H: HashKeys> MemoryStore<H> {
         let hash = self.inner.hasher.hash_text(text);
         let found = |stored: &ArcStr| stored.as_str() == text;
         let key = || Key::joined(parts).expect("join_on checked its length");
-        Ok(self.decide_at(hash, found, key, (limit, cost, &[][..], now, false)))
+        Ok(self.decide_at(hash, found, key, (limit, cost, &[][..], now, (false, None))))
     }
 
     /// One request on the key hashed `hash`, found by `found` (and made by `key` if it
     /// must be inserted), at `limit`, `cost`, `member`, `now`; `usage`: charged in full
-    /// (a [`Request::usage`](Request#structfield.usage)).
+    /// (a [`Request::usage`](Request#structfield.usage)), or given back (`refund`).
     #[inline]
     fn decide_at(
         &self,
         hash: u64,
         found: impl Fn(&ArcStr) -> bool,
         key: impl FnOnce() -> Key,
-        (limit, cost, member, now, usage): (&Limit, u64, &[u8], Timestamp, bool),
+        (limit, cost, member, now, charge): (
+            &Limit,
+            u64,
+            &[u8],
+            Timestamp,
+            (bool, Option<Timestamp>),
+        ),
     ) -> Decision {
-        let decide = |state: &mut State| {
-            if usage {
-                limit.decide_usage(state, now, cost)
-            } else {
-                limit.decide(state, now, cost, member)
+        let decide = |state: &mut State| match charge {
+            (_, Some(at)) => {
+                let (decision, idle) = limit.refund(state, now, cost, at);
+                (decision, Some(idle))
             }
+            (true, None) => limit.decide_usage(state, now, cost),
+            (false, None) => limit.decide(state, now, cost, member),
         };
         let mut guard = lock(self.inner.shard(hash));
         let used = guard.tick();

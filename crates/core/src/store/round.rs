@@ -167,11 +167,17 @@ pub(crate) fn decide(
         }
     }
 
-    // Pass 3: usage, in full, on the states as the round left them.
+    // Pass 3: usage, in full, on the states as the round left them; refunds.
     for (i, r) in requests.iter().enumerate().filter(|(_, r)| r.usage) {
-        if r.cost == 0 {
-            // Nothing to charge: a look, which must not create a state.
+        if r.cost == 0 || (r.refund.is_some() && slots.get(i).is_none()) {
+            // Nothing to charge, or to give back to: a look, which must not create a
+            // state.
             decisions[i] = r.limit.check(slots.get(i).unwrap_or(&EMPTY), now, 0);
+            continue;
+        }
+        if let Some(at) = r.refund {
+            decisions[i] = r.limit.refund(slots.get_mut(i), now, r.cost, at).0;
+            slots.charged(i);
             continue;
         }
         let (decision, charged) = r.limit.decide_usage(slots.get_mut(i), now, r.cost);

@@ -49,11 +49,18 @@ local function define_fixed_window()
     s.count = s.count + cost
   end
 
+  -- Off this window's count (Rust sends a refund here only in the window it was
+  -- charged in: a window that has ended gave its budget back with it).
+  function fixed_window.refund(r, s, _, cost, member)
+    caller_now(r, s, member)
+    s.count = sub0(s.count, cost)
+  end
+
   -- Writes the count: a new key with a TTL to a second after its window ends (on
   -- the caller's clock), an existing one keeping its TTL. Never a TTL of its own
   -- making: the key's window decides when it is over, not the clock of the batch.
   function fixed_window.write(r, key, s)
-    if s.count == 0 then return end
+    if s.count == 0 and s.new then return end
     local count = string.format('%d', s.count)
     if not s.new then
       redis.call('SET', key, count, 'KEEPTTL')

@@ -61,6 +61,11 @@ local function define_gcra()
     end
   end
 
+  -- The TAT moved back by the units' emission time rounded down, never before now.
+  function gcra.refund(r, s, now, cost)
+    if s.tat > now then s.tat = max(s.tat - idiv(cost * r.unit, r.rate), now) end
+  end
+
   function gcra.idle_at(r, s) return s.tat end
   return gcra
 end

@@ -66,6 +66,11 @@ local function define_token_bucket()
     end
   end
 
+  -- Back into the bucket at now, never above full.
+  function token_bucket.refund(r, s, now, cost)
+    tb_hold(r, s, min(r.full, tb_level(r, s, now) + cost * r.unit), now)
+  end
+
   function token_bucket.idle_at(r, s)
     return s.last + cdiv(sub0(r.full, s.level), r.rate)
   end
