@@ -100,7 +100,8 @@ async fn reserve_commit_pairs_leave_the_budget_at_the_sum_of_commits_on_every_st
 async fn a_window_that_ended_keeps_its_refund_and_others_are_refused() {
     let window = Limit::new(Algorithm::FixedWindow, 100, Duration::from_secs(60)).unwrap();
     let log = Limit::new(Algorithm::SlidingLog, 100, Duration::from_secs(60)).unwrap();
-    let start = Timestamp::from_secs(1_800_000_000 - 1_800_000_000 % 60);
+    // A minute's start (1,800,000,000 is a multiple of 60).
+    let start = Timestamp::from_secs(1_800_000_000);
     let key = Key::new("tenant").unwrap();
     let mut stores: Vec<(&str, Arc<dyn DynStore>)> = vec![("memory", Arc::new(MemoryStore::new()))];
     for (name, url) in support::targets() {
