@@ -131,7 +131,7 @@ async fn in_process() {
                 ..Default::default()
             }],
             hits: 1,
-            usage: false,
+            ..Default::default()
         })
         .collect();
     println!(

@@ -18,6 +18,7 @@ mod aggregate;
 pub(crate) mod candidate;
 mod explain;
 pub(crate) mod request;
+pub(crate) mod reserve;
 mod round;
 mod status;
 
@@ -99,6 +100,8 @@ pub struct Service {
     top: TopKeys,
     /// Policies decided in shadow beside these (`--candidate-config`).
     candidate: Option<candidate::Candidate>,
+    /// Open reservations, on the memory store (Redis keeps its own).
+    records: reserve::Records,
 }
 
 impl std::fmt::Debug for Service {
@@ -119,6 +122,8 @@ struct Hit<'a> {
     /// Whether `cost` is usage reported after the fact, charged in full (a metered
     /// rule's hits above 0, or a request that says `usage`).
     usage: bool,
+    /// With `usage`: given back, not charged (a reservation's unused estimate).
+    refund: Option<Timestamp>,
     /// What a `distinct` rule counts: the descriptor's last value.
     member: Option<String>,
 }
@@ -155,6 +160,7 @@ impl Service {
             override_path: Arc::from("override"),
             top: TopKeys::default(),
             candidate: None,
+            records: reserve::Records::default(),
         }
     }
 
@@ -276,6 +282,7 @@ impl Service {
                     key,
                     cost,
                     usage: req.usage && cost > 0,
+                    refund: req.refund.filter(|_| req.usage && cost > 0),
                     member: None,
                 });
             } else if let Some(m) = domain.resolve(&d.entries) {
@@ -290,13 +297,22 @@ impl Service {
                     } else {
                         (None, cost)
                     };
-                    let usage = (req.usage || rule.metered) && cost > 0 && member.is_none();
+                    let usage = (req.usage || (rule.metered && !req.reserve))
+                        && cost > 0
+                        && member.is_none();
+                    let mut refund = req.refund.filter(|_| usage);
+                    let mut cost = cost;
+                    if refund.is_some() && !rule_refunds(rule) {
+                        // Rules changed since the reservation: what this one took stays.
+                        (refund, cost) = (None, 0);
+                    }
                     hits.push(Hit {
                         descriptor: i,
                         rule: Cow::Borrowed(rule),
                         key,
                         cost,
                         usage,
+                        refund,
                         member,
                     });
                 }
@@ -313,6 +329,14 @@ impl Service {
 /// Minutes since the epoch.
 fn minute(now: Timestamp) -> u64 {
     now.as_micros() / 60_000_000
+}
+
+/// Whether a rule's limit can give units back (what a reservation did not use).
+pub(crate) fn rule_refunds(rule: &Rule) -> bool {
+    match &rule.limit {
+        RuleLimit::Limited(limit) => limit.algorithm().refunds(),
+        _ => true,
+    }
 }
 
 fn counts(rule: &Rule) -> bool {

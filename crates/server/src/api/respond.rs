@@ -162,6 +162,12 @@ impl CheckError {
     }
 }
 
+/// `/v1/commit` of a reservation not open (committed already, expired, never made):
+/// 404, saying which.
+pub fn no_reservation(message: &str) -> Response {
+    error_body(StatusCode::NOT_FOUND, "no_reservation", message)
+}
+
 /// A JSON error body: `{"error": {"kind": "...", "message": "..."}}`.
 fn error_body(status: StatusCode, kind: &str, message: &str) -> Response {
     let body = serde_json::json!({ "error": { "kind": kind, "message": message } });

@@ -3,6 +3,7 @@
 //! or 429, and the rate limit headers.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -18,13 +19,32 @@ use crate::service::CheckError;
 use crate::service::request::{
     CheckRequest, CheckResponse, Code, Descriptor, Override, Status, ceil_ms,
 };
+use crate::service::reserve::{self, CommitError};
 use crate::state::AppState;
 
 /// A `POST /v1/check` body, decoded (not yet checked against the service's bounds).
 pub fn decode(body: &[u8]) -> Result<CheckRequest, CheckError> {
-    let v1: V1Request = serde_json::from_slice(body)
-        .map_err(|e| CheckError::Invalid(format!("invalid request body: {e}")))?;
+    let v1: V1Request = parse(body)?;
+    if v1.ttl_ms.is_some() {
+        return Err(CheckError::Invalid(
+            "ttl_ms is a reservation's (POST /v1/reserve)".into(),
+        ));
+    }
     CheckRequest::try_from(v1)
+}
+
+/// A `POST /v1/reserve` body: `/v1/check`'s, with the reservation's `ttl_ms`.
+fn decode_reserve(body: &[u8]) -> Result<(CheckRequest, Duration), CheckError> {
+    let v1: V1Request = parse(body)?;
+    let ttl = v1
+        .ttl_ms
+        .map_or(reserve::DEFAULT_TTL, Duration::from_millis);
+    Ok((CheckRequest::try_from(v1)?, ttl))
+}
+
+fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, CheckError> {
+    serde_json::from_slice(body)
+        .map_err(|e| CheckError::Invalid(format!("invalid request body: {e}")))
 }
 
 #[derive(Debug, Deserialize)]
@@ -38,6 +58,17 @@ struct V1Request {
     /// The costs are usage reported after the fact: charged in full, into debt.
     #[serde(default)]
     usage: bool,
+    /// `/v1/reserve` only: how long the reservation waits for its commit.
+    ttl_ms: Option<u64>,
+}
+
+/// A `POST /v1/commit` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct V1Commit {
+    reservation: String,
+    /// What the work really cost; 0 releases the reservation.
+    used: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,6 +105,24 @@ struct V1Response<'a> {
     /// The first descriptor an enforcing rule denied, and that rule's name.
     denied_by: Option<DeniedBy<'a>>,
     descriptors: Vec<V1Status<'a>>,
+    /// `/v1/reserve`, when admitted: the reservation to commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reservation: Option<V1Reservation>,
+    /// `/v1/commit`: what was settled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    settled: Option<V1Settled>,
+}
+
+#[derive(Debug, Serialize)]
+struct V1Reservation {
+    id: String,
+    ttl_ms: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct V1Settled {
+    estimate: u64,
+    used: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -139,6 +188,7 @@ impl TryFrom<V1Request> for CheckRequest {
             descriptors,
             hits: r.cost,
             usage: r.usage,
+            ..CheckRequest::default()
         })
     }
 }
@@ -161,6 +211,56 @@ pub(super) async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Re
     }
 }
 
+/// `POST /v1/reserve`: `/v1/check`'s body (the cost is the estimate) and `ttl_ms`;
+/// answered as `/v1/check` is, with the reservation's id when admitted.
+pub(super) async fn reserve(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    metrics::request("reserve");
+    let answer = async {
+        let (mut req, ttl) = decode_reserve(&body)?;
+        req.bound_by(state.http_callers)?;
+        state.service.reserve(&req, ttl).await
+    };
+    match answer.await {
+        Ok((r, reserved)) => {
+            let reservation = reserved.map(|r| V1Reservation {
+                id: r.id,
+                ttl_ms: r.ttl.as_millis() as u64,
+            });
+            respond_v1(&state, &r, reservation, None)
+        }
+        Err(e) => invalid(e, "reserve"),
+    }
+}
+
+/// `POST /v1/commit`: settles a reservation with what the work `used`; 200 with the
+/// check after it (`allowed: false` while a limit is in debt), 404 for a reservation
+/// committed already or expired.
+pub(super) async fn commit(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    metrics::request("commit");
+    let answer = async {
+        let c: V1Commit = parse(&body)?;
+        Ok::<_, CommitError>(state.service.commit(&c.reservation, c.used).await?)
+    };
+    match answer.await {
+        Ok(c) => {
+            let settled = V1Settled {
+                estimate: c.estimate,
+                used: c.used,
+            };
+            respond_v1(&state, &c.answer, None, Some(settled))
+        }
+        Err(CommitError::Check(e)) => invalid(e, "commit"),
+        Err(e @ CommitError::Unknown(_)) => respond::no_reservation(&e.to_string()),
+    }
+}
+
+fn invalid(e: CheckError, api: &'static str) -> Response {
+    if e.is_invalid() {
+        metrics::invalid_request(api);
+    }
+    respond::v1_error(&e)
+}
+
 /// `POST /v1/explain`: `/v1/check`'s body, answered with what a check would do and
 /// why, consuming nothing (200 whatever the verdict; 400 for a bad body).
 pub(super) async fn explain(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
@@ -181,6 +281,17 @@ pub(super) async fn explain(State(state): State<Arc<AppState>>, body: Bytes) -> 
 }
 
 fn v1_response(state: &AppState, r: &CheckResponse) -> Response {
+    respond_v1(state, r, None, None)
+}
+
+/// A check's answer as `/v1/check` gives it (200 or 429, headers); a commit's is 200
+/// whatever the limits say: the commit landed.
+fn respond_v1(
+    state: &AppState,
+    r: &CheckResponse,
+    reservation: Option<V1Reservation>,
+    settled: Option<V1Settled>,
+) -> Response {
     let allowed = r.overall == Code::Ok;
     let denied_by = r
         .statuses
@@ -198,8 +309,15 @@ fn v1_response(state: &AppState, r: &CheckResponse) -> Response {
         overall_code: code_name(r.overall),
         denied_by,
         descriptors: r.statuses.iter().map(v1_status).collect(),
+        reservation,
+        settled: None,
     };
-    let mut response = (respond::answer_status(r.overall), Json(body)).into_response();
+    let status = match settled {
+        Some(_) => axum::http::StatusCode::OK,
+        None => respond::answer_status(r.overall),
+    };
+    let body = V1Response { settled, ..body };
+    let mut response = (status, Json(body)).into_response();
     append(response.headers_mut(), state.headers.http_headers(r));
     response
 }

@@ -30,7 +30,7 @@ pub fn request(pb: RateLimitRequest) -> Result<CheckRequest, CheckError> {
         // proto3 cannot tell 0 from absent; the reference reads both as 1.
         hits: u64::from(pb.hits_addend.max(1)),
         // Envoy's protocol has no such flag: a metered rule says it (see `Rule::metered`).
-        usage: false,
+        ..CheckRequest::default()
     })
 }
 

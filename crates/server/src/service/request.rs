@@ -43,6 +43,12 @@ pub struct CheckRequest {
     /// The hits are usage reported after the fact (what a response cost): charged in
     /// full to every matched limit, into debt past it (`/v1/check`'s `usage: true`).
     pub usage: bool,
+    /// The hits are a reservation's estimate (`/v1/reserve`): checked like any request
+    /// even by a metered rule, which otherwise takes hits as usage.
+    pub reserve: bool,
+    /// With `usage`: the hits are given back, not charged: what a reservation made at
+    /// this time took and did not use (`/v1/commit`).
+    pub refund: Option<spillway_core::Timestamp>,
 }
 
 /// One descriptor: the path in the policy tree.

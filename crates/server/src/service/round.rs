@@ -198,6 +198,7 @@ fn request<'h>(hit: &'h Hit<'_>) -> Option<Request<'h>> {
         (RuleLimit::Limited(limit), Some(key)) => {
             let request = Request {
                 usage: hit.usage,
+                refund: hit.refund,
                 ..Request::new(key, limit, hit.cost)
             };
             Some(match &hit.member {

@@ -191,7 +191,7 @@ impl Target {
                         ..Default::default()
                     }],
                     hits: 1,
-                    usage: false,
+                    ..Default::default()
                 };
                 match service.check(&req).await {
                     Ok(r) => admitted(r.overall == Code::Ok),
