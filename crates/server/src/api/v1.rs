@@ -238,8 +238,8 @@ pub(super) async fn reserve(State(state): State<Arc<AppState>>, body: Bytes) -> 
 pub(super) async fn commit(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     metrics::request("commit");
     let answer = async {
-        let c: V1Commit = parse(&body)?;
-        Ok::<_, CommitError>(state.service.commit(&c.reservation, c.used).await?)
+        let c: V1Commit = parse(&body).map_err(CommitError::Check)?;
+        state.service.commit(&c.reservation, c.used).await
     };
     match answer.await {
         Ok(c) => {
