@@ -15,7 +15,7 @@ use spillway_core::{
 };
 use tower::Layer;
 
-use crate::shared::{CostFn, ShadowBanFn, Shared};
+use crate::shared::{ActualFn, CostFn, ShadowBanFn, Shared};
 use crate::{KeyExtractor, RateLimit};
 
 mod builder;
@@ -33,6 +33,7 @@ pub struct Rule {
     pub(crate) cost: Option<CostFn>,
     pub(crate) sharing: Sharing,
     pub(crate) member: Option<KeyExtractor>,
+    pub(crate) actual: Option<ActualFn>,
 }
 
 impl Rule {
@@ -45,6 +46,7 @@ impl Rule {
             cost: None,
             sharing: Sharing::Exact,
             member: None,
+            actual: None,
         }
     }
 
@@ -83,6 +85,27 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// Meters this limit: its cost ([`Rule::cost`], or the layer's) is an estimate
+    /// reserved before the inner service is called (admitted only if it fits); once the
+    /// inner service has answered, `actual` reads from the response's headers what the
+    /// work really used (the tokens an LLM call used, say `x-tokens-used`), and the
+    /// difference is settled before the response goes out: the unused estimate given
+    /// back, the excess charged as usage, into debt past the limit (later requests are
+    /// denied until it is paid back). `None` from `actual` keeps the estimate charged.
+    /// A request the layer passed without charging it (shadow mode, a store failure
+    /// under `open`) is charged what it used in full. `fixed_window`, `token_bucket`
+    /// and `gcra` only (the others cannot give units back); checked when the layer is
+    /// built. See docs/metering.md.
+    pub fn metered(
+        mut self,
+        actual: impl Fn(&http::HeaderMap) -> Option<u64> + Send + Sync + 'static,
+    ) -> Rule {
+        self.actual = Some(Arc::new(actual));
+        self
+    }
+}
+
 impl fmt::Debug for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Rule")
@@ -90,6 +113,7 @@ impl fmt::Debug for Rule {
             .field("limit", &self.limit)
             .field("key", &self.key)
             .field("cost", &self.cost.as_ref().map(|_| "Fn"))
+            .field("metered", &self.actual.is_some())
             .finish()
     }
 }

@@ -10,7 +10,7 @@ use http::request::Parts;
 use spillway_core::headers::{self, Current, HeaderStyle, Quota, ceil_secs};
 use spillway_core::{
     Clock, Decision, Guard, GuardedStore, Key, MAX_EXACT, MAX_KEY_LEN, Mode, OnStoreError, Request,
-    Source, Store, StoreFailure, Unanswered, longest_retry,
+    Reservation, Source, Store, StoreFailure, Timestamp, Unanswered, longest_retry,
 };
 
 use spillway_core::algorithm::distinct::MAX_MEMBER;
@@ -20,6 +20,7 @@ use crate::layer::Rule;
 use crate::respond::Headers;
 
 pub(crate) type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
+pub(crate) type ActualFn = Arc<dyn Fn(&http::HeaderMap) -> Option<u64> + Send + Sync>;
 pub(crate) type ShadowBanFn = Arc<dyn Fn(&Parts) -> Response<Bytes> + Send + Sync>;
 
 pub(crate) struct Shared<St, C> {
@@ -71,7 +72,68 @@ pub(crate) enum Refusal {
 }
 
 impl<St: Store, C: Clock> Shared<St, C> {
+    /// Whether a rule is metered ([`Rule::metered`]): its requests are settled after
+    /// the inner service answered.
+    pub fn metered(&self) -> bool {
+        self.rules.iter().any(|r| r.actual.is_some())
+    }
+
+    /// A metered request's verdict, and whether the store charged its estimates (then
+    /// when, for [`settle`](Self::settle)).
+    pub async fn reserve(&self, parts: &Parts) -> (Verdict, Option<Timestamp>) {
+        let at = self.clock.now();
+        let (verdict, charged) = self.decide_charged(parts).await;
+        (verdict, charged.then_some(at))
+    }
+
+    /// Settles a metered request once the inner service answered with `headers`: per
+    /// metered rule, what `actual` reads of them against the estimate reserved at
+    /// `reserved` (given back or charged as usage), or, for a request passed without a
+    /// charge (`None`), what it used in full.
+    pub async fn settle(
+        &self,
+        parts: &Parts,
+        reserved: Option<Timestamp>,
+        headers: &http::HeaderMap,
+    ) {
+        let mut settled = Vec::new();
+        for (i, rule) in self.rules.iter().enumerate() {
+            let (Some(actual), Ok(key)) = (&rule.actual, self.key(i, parts)) else {
+                continue;
+            };
+            if let Some(used) = actual(headers) {
+                settled.push((i, key, used.min(MAX_EXACT)));
+            }
+        }
+        let requests: Vec<Request<'_>> = settled
+            .iter()
+            .map(|(i, key, used)| {
+                let rule = &self.rules[*i];
+                match reserved {
+                    Some(at) => Reservation {
+                        estimate: self.cost_of(rule, parts),
+                        at,
+                    }
+                    .settle(key, &rule.limit, *used),
+                    None => Request::usage(key, &rule.limit, *used),
+                }
+            })
+            .collect();
+        if requests.is_empty() {
+            return;
+        }
+        if let Err(e) = Store::check(&self.store, &requests, self.clock.now()).await {
+            metrics::counter!("spillway_tower_settle_errors_total").increment(1);
+            tracing::warn!(error = %e, "a metered request's usage was not settled");
+        }
+    }
+
     pub async fn decide(&self, parts: &Parts) -> Verdict {
+        self.decide_charged(parts).await.0
+    }
+
+    /// The verdict, and whether the store charged every limit (admitted, answered).
+    async fn decide_charged(&self, parts: &Parts) -> (Verdict, bool) {
         // One rule without a member (most layers): no vector at all, one allocation
         // (the key).
         if let [rule] = &self.rules[..]
@@ -79,7 +141,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
         {
             let key = match self.key(0, parts) {
                 Ok(key) => key,
-                Err(missing) => return missing,
+                Err(missing) => return (missing, false),
             };
             let request = Request::new(&key, &rule.limit, self.cost_of(rule, parts));
             return self.decide_requests(std::slice::from_ref(&request)).await;
@@ -88,7 +150,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
         for i in 0..self.rules.len() {
             match self.key(i, parts) {
                 Ok(key) => keys.push(key),
-                Err(missing) => return missing,
+                Err(missing) => return (missing, false),
             }
         }
         let mut members = Vec::with_capacity(self.rules.len());
@@ -98,7 +160,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 continue;
             };
             let Some(mut member) = source.extract(parts) else {
-                return missing(rule, source);
+                return (missing(rule, source), false);
             };
             let mut end = member.len().min(MAX_MEMBER);
             while !member.is_char_boundary(end) {
@@ -203,20 +265,19 @@ impl<St: Store, C: Clock> Shared<St, C> {
         }
     }
 
-    async fn decide_requests(&self, requests: &[Request<'_>]) -> Verdict {
+    async fn decide_requests(&self, requests: &[Request<'_>]) -> (Verdict, bool) {
         let now = self.clock.now();
         let answer = match self.store.decide(requests, &self.guards, now).await {
             Ok(answer) => answer,
             Err(Unanswered::Unavailable(failure)) => {
                 self.failed(&failure);
-                return Verdict::Refuse(Refusal::Reject(
-                    Rejection::Unavailable,
-                    Headers::default(),
-                ));
+                let refusal = Refusal::Reject(Rejection::Unavailable, Headers::default());
+                return (Verdict::Refuse(refusal), false);
             }
-            Err(Unanswered::Invalid(e)) => return invalid(&e),
+            Err(Unanswered::Invalid(e)) => return (invalid(&e), false),
         };
-        match &answer.failure {
+        let charged = answer.failure.is_none() && answer.batch.denied_by.is_none();
+        let verdict = match &answer.failure {
             None => {
                 match answer.sources.first() {
                     Some(Source::Cache) => {
@@ -233,11 +294,12 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 self.failed(failure);
                 // Admitted without a store: no limit was counted, so no headers.
                 if answer.sources.iter().all(|s| *s == Source::Open) {
-                    return Verdict::Allow(Headers::default());
+                    return (Verdict::Allow(Headers::default()), false);
                 }
                 self.verdict(&answer.batch.decisions, answer.batch.denied_by)
             }
-        }
+        };
+        (verdict, charged)
     }
 
     /// A round the store did not answer, in metrics and (for a failed call) the log.

@@ -166,6 +166,23 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             }
         }
         for rule in &self.rules {
+            if rule.actual.is_some() && !rule.limit.algorithm().refunds() {
+                return Err(Error::InvalidSharing {
+                    limit: rule.name.to_string(),
+                    message: format!(
+                        "a metered limit gives back what a response did not use: \
+                         fixed_window, token_bucket or gcra only, not {}",
+                        rule.limit.algorithm()
+                    ),
+                });
+            }
+            if rule.actual.is_some() && rule.sharing.is_shared() {
+                return Err(Error::InvalidSharing {
+                    limit: rule.name.to_string(),
+                    message: "a metered limit is settled on the store: not with lease or sync"
+                        .into(),
+                });
+            }
             rule.sharing
                 .check(&rule.limit)
                 .map_err(|message| Error::InvalidSharing {
