@@ -296,3 +296,48 @@ fn distinct_is_measured_against_the_truth() {
         assert!(err.contains("distinct"), "{args:?}: {err}");
     }
 }
+
+/// `--usage`: each admitted look is charged a usage after the fact, into debt. The exact
+/// log never lets a window use more than the limit and one usage (a look is admitted
+/// only while the trailing window holds at most the limit); a fixed window, whose
+/// windows a trailing one straddles, twice that. What one window overspends, the next
+/// pays back: over the run, what was used stays near the limit per window.
+#[test]
+fn usage_into_debt_is_bounded_per_window_and_paid_back_over_the_run() {
+    let (limit, most) = (1000u64, 200u64);
+    let reports = json(&[
+        "--pattern",
+        "poisson",
+        "--limit",
+        "1000",
+        "--window",
+        "1m",
+        "--duration",
+        "30m",
+        "--usage",
+        "1-200",
+        "--algorithms",
+        "fixed_window,sliding_log,gcra",
+    ]);
+    for r in &reports {
+        let u = &r["usage"];
+        let (used, max) = (
+            u["used"].as_u64().unwrap(),
+            u["max_used_in_window"].as_u64().unwrap(),
+        );
+        assert!(used > 0 && max > limit, "{r}: the budget went into debt");
+        let bound = match r["algorithm"].as_str().unwrap() {
+            "sliding_log" => limit + most,
+            "fixed_window" => 2 * (limit + most),
+            // A full bucket, a window's refill, one usage past it.
+            _ => 2 * limit + most,
+        };
+        assert!(max <= bound, "{r}: {max} used in a window, bound {bound}");
+        let run = u["long_run_ratio"].as_f64().unwrap();
+        assert!(run < 1.1, "{r}: debt is paid back over the run");
+    }
+    let out = spillway(&["simulate", "--usage", "1-10", "--servers", "2"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = spillway(&["simulate", "--usage", "10-1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MIN 10 is above MAX 1"));
+}

@@ -118,6 +118,12 @@ pub struct SimulateArgs {
     #[arg(long, value_delimiter = ',', value_parser = args::positive)]
     pub members: Vec<u64>,
 
+    /// Metered requests: each only looks (cost 0) and, when admitted, is charged a usage
+    /// drawn between MIN and MAX (seeded; `N` alone: always N) after the fact, into
+    /// debt past the limit. The table then says what was used in any window.
+    #[arg(long, value_name = "MIN-MAX", value_parser = usage_range)]
+    pub usage: Option<(u64, u64)>,
+
     /// Print JSON (an array, one object per algorithm) instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -144,6 +150,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         (None, None) => Sharing::Exact,
     };
     let shared = sharing.is_shared() || args.servers > 1;
+    if shared && args.usage.is_some() {
+        bail!("--usage simulates one server: leave out --servers, --lease and --sync");
+    }
     if shared && (args.svg.is_some() || args.png.is_some()) {
         bail!("--svg and --png chart one server; leave them out with --servers, --lease or --sync");
     }
@@ -152,6 +161,15 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         sharing
             .check(limit)
             .map_err(|e| anyhow::anyhow!("{}: {e}", limit.algorithm().name()))?;
+        if let Some((_, high)) = args.usage
+            && high > limit.max_usage()
+        {
+            bail!(
+                "--usage up to {high} is more than {} can be charged at once ({})",
+                limit.algorithm().name(),
+                limit.max_usage()
+            );
+        }
     }
     let window = limits[0].window_micros();
     let duration = args
@@ -211,11 +229,19 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     // The exact sliding log is the yardstick, whether or not it was asked for.
     let log_limit = Limit::new(Algorithm::SlidingLog, args.limit, limits[0].window())?;
     let progress = progress_bar(arrivals.len() as u64 * (limits.len() as u64 + 1));
-    let log = replay::replay(&log_limit, &arrivals, || progress.inc(1));
+    // One usage per arrival, the same for every algorithm.
+    let usages: Option<Vec<u64>> = args.usage.map(|(low, high)| {
+        let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(args.seed);
+        (0..arrivals.len())
+            .map(|_| rand::Rng::random_range(&mut rng, low..=high))
+            .collect()
+    });
+    let usages = usages.as_deref();
+    let log = replay::replay(&log_limit, &arrivals, usages, || progress.inc(1));
     let mut reports: Vec<Report> = limits
         .iter()
         .map(|limit| {
-            let mut report = replay::replay(limit, &arrivals, || progress.inc(1));
+            let mut report = replay::replay(limit, &arrivals, usages, || progress.inc(1));
             report.compare_with(&log);
             report
         })
@@ -251,7 +277,13 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         );
     } else {
         println!("{title} (seed {})", args.seed);
-        println!("{}", table(&mut reports));
+        match args.usage {
+            Some((low, high)) => {
+                println!("each admitted request then used {low}–{high} units, charged after it");
+                println!("{}", usage_table(&reports));
+            }
+            None => println!("{}", table(&mut reports)),
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -352,6 +384,52 @@ fn shared_table(runs: &[servers::Shared]) -> Table {
         ]);
     }
     table
+}
+
+/// `--usage`'s table: looks admitted, what they used, the most in any window (the
+/// debt one window ran into) and over the run.
+fn usage_table(reports: &[Report]) -> Table {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "algorithm",
+        "admitted",
+        "rejected",
+        "used",
+        "most used in any window",
+        "÷ limit",
+        "over the run ÷ limit",
+        "over vs log",
+        "under vs log",
+    ]);
+    for r in reports {
+        let Some(u) = &r.usage else { continue };
+        table.add_row([
+            r.label.clone(),
+            r.admitted.to_string(),
+            r.rejected.to_string(),
+            u.used.to_string(),
+            format!("{} / {}", u.max_used_in_window, r.limit),
+            format!("{:.2}", u.max_ratio),
+            format!("{:.2}", u.long_run_ratio),
+            r.over_admitted_vs_log.to_string(),
+            r.under_admitted_vs_log.to_string(),
+        ]);
+    }
+    table
+}
+
+/// `--usage`: `MIN-MAX` or `N`, each from 1 to 2^32.
+fn usage_range(s: &str) -> Result<(u64, u64), String> {
+    let (low, high) = s.split_once('-').unwrap_or((s, s));
+    let bound = |v: &str| match args::positive(v.trim())? {
+        n if n <= 1 << 32 => Ok(n),
+        n => Err(format!("must be at most 2^32, got {n}")),
+    };
+    let (low, high) = (bound(low)?, bound(high)?);
+    if low > high {
+        return Err(format!("MIN {low} is above MAX {high}"));
+    }
+    Ok((low, high))
 }
 
 fn table(reports: &mut [Report]) -> Table {
