@@ -123,3 +123,66 @@ descriptors:
         assert_eq!(get(port, "/", &[("x-tenant", "t1")]).0, 200);
     }
 }
+
+/// A period's budget behind Envoy: 1,000 tokens a period of 4 s (a fixed window, the
+/// shape of a calendar month shrunk to fit a test), 600 used a request. The tenant is
+/// admitted twice (the second request drives the period 200 into debt), refused from
+/// the third on, and admitted again when, and not before, the next period starts.
+#[test]
+fn envoy_refuses_a_spent_period_and_admits_again_when_it_rolls_over() {
+    const PERIOD: u64 = 4_000_000;
+    let policy = "domain: ai
+descriptors:
+  - key: tenant
+    limits:
+      - { name: tokens, algorithm: fixed_window, limit: 1000, window: 4s, metered: true }
+";
+    let mut procs = Procs(Vec::new());
+    let (grpc, http) = spillway(&mut procs, policy);
+    let port = envoy(
+        &mut procs,
+        &config(),
+        grpc,
+        upstream_with("x-tokens-used: 600\r\n"),
+    );
+    // The sequence must fit in one period: start it early in one, and on a slow machine
+    // that still crosses into the next, run it again for another tenant.
+    for attempt in 0..3 {
+        let tenant = format!("t{attempt}");
+        while micros() % PERIOD > PERIOD / 4 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let period = micros() / PERIOD;
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            let before = remaining(http, &tenant);
+            let (status, _) = get(port, "/", &[("x-tenant", &tenant)]);
+            statuses.push(status);
+            if status == 200 {
+                charged(http, &tenant, before);
+            }
+        }
+        if micros() / PERIOD != period {
+            continue;
+        }
+        assert_eq!(statuses, [200, 200, 429, 429], "{tenant}");
+        // Refused until the next period, then admitted with the whole budget.
+        for tries in 0.. {
+            if remaining(http, &tenant) > 0 {
+                break;
+            }
+            assert!(tries < 1_000, "the period never rolled over");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let now = micros();
+        assert!(now / PERIOD > period, "admitted before the period ended");
+        assert_eq!(
+            remaining(http, &tenant),
+            1000,
+            "a new period, the whole budget"
+        );
+        assert_eq!(get(port, "/", &[("x-tenant", &tenant)]).0, 200);
+        return;
+    }
+    panic!("three periods in a row were too short for four requests");
+}
