@@ -1,5 +1,5 @@
 //! Differential property test: random sequences of (advance, batch of limits, costs,
-//! members and usage charged after the fact) give identical decisions from the memory store (the Rust algorithms, the
+//! members, usage charged after the fact and refunds) give identical decisions from the memory store (the Rust algorithms, the
 //! specification) and from the Lua script on a real Redis.
 
 mod support;
@@ -42,12 +42,24 @@ fn limit() -> impl Strategy<Value = Limit> {
 }
 
 /// One step: advance the clock by `advance` µs, then decide a batch of
-/// (limit index, key index, cost, member index, usage); a `distinct` limit's cost is at
+/// (limit index, key index, cost, member index, charge); a `distinct` limit's cost is at
 /// most 1, and it takes no usage.
 #[derive(Clone, Debug)]
 struct Step {
     advance: u64,
-    batch: Vec<(usize, usize, u64, usize, bool)>,
+    batch: Vec<(usize, usize, u64, usize, Charge)>,
+}
+
+/// How a request of a batch charges.
+#[derive(Clone, Copy, Debug)]
+enum Charge {
+    /// A request: checked, charged if the batch is admitted.
+    Check,
+    /// Usage, charged in full.
+    Usage,
+    /// Given back, charged this many µs ago (on the limits that refund; usage on the
+    /// others).
+    Refund(u64),
 }
 
 const MEMBERS: [&[u8]; 5] = [b"10.0.0.1", b"10.0.0.2", b"alice", b"", b"\x00\xff{}"];
@@ -64,7 +76,12 @@ fn step() -> impl Strategy<Value = Step> {
         0usize..2,
         prop_oneof![6 => 0u64..4, 1 => 0u64..20],
         0..MEMBERS.len(),
-        prop::bool::weighted(0.25),
+        prop_oneof![
+            6 => Just(Charge::Check),
+            2 => Just(Charge::Usage),
+            1 => Just(Charge::Refund(0)),
+            1 => (0u64..120_000_000).prop_map(Charge::Refund),
+        ],
     );
     (advance, prop::collection::vec(item, 1..4))
         .prop_map(|(advance, batch)| Step { advance, batch })
@@ -108,13 +125,23 @@ fn check_equal_with(
         let requests: Vec<Request<'_>> = step
             .batch
             .iter()
-            .map(|&(l, k, cost, m, usage)| {
+            .map(|&(l, k, cost, m, charge)| {
                 let limit = &limits[l];
                 if limit.algorithm().counts_members() {
                     return Request::new(&keys[k], limit, cost.min(1)).with_member(members[m]);
                 }
                 let request = Request::new(&keys[k], limit, cost).with_member(members[m]);
-                Request { usage, ..request }
+                match charge {
+                    Charge::Check => request,
+                    Charge::Refund(ago) if limit.algorithm().refunds() => {
+                        let at = now.saturating_sub(Duration::from_micros(ago));
+                        Request::refund(&keys[k], limit, cost, at).with_member(members[m])
+                    }
+                    _ => Request {
+                        usage: true,
+                        ..request
+                    },
+                }
             })
             .collect();
         let want = rt.block_on(memory.check(&requests, now)).unwrap();
@@ -225,7 +252,7 @@ fn sketched_distinct_on_redis_decides_as_the_memory_store() {
                 0usize..2,
                 prop_oneof![5 => Just(1u64), 1 => Just(0)],
                 0..pool.len(),
-                Just(false),
+                Just(Charge::Check),
             ),
             1..4,
         ),
