@@ -262,7 +262,6 @@ descriptors:
         let clients: Vec<_> = (0..6)
             .map(|c| {
                 let (user, addr) = (USERS[c % 3], replicas[c % 3].grpc_addr);
-                let call = call.clone();
                 tokio::spawn(async move {
                     let mut grpc = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(format!("http://{addr}"))
                         .await
