@@ -40,7 +40,7 @@ pub static METRICS: &[Metric] = &[
     metric(
         "spillway_requests_total",
         "counter",
-        "`api`: `grpc`, `http` (/v1/check), `json` (/json), `explain`",
+        "`api`: `grpc`, `http` (/v1/check), `reserve` (/v1/reserve), `commit` (/v1/commit), `json` (/json), `explain`",
         "requests received, valid or not",
         "`ratelimit_server.ShouldRateLimit.total_requests`",
     ),
@@ -231,6 +231,13 @@ pub static METRICS: &[Metric] = &[
         "counter",
         "`kind`: `timeout`, `error`, `breaker_open`; `policy`: `open`, `closed`, `local`",
         "the tower layer: store calls that failed, and the policy that answered",
+        "—",
+    ),
+    metric(
+        "spillway_tower_settle_errors_total",
+        "counter",
+        "—",
+        "the tower layer: metered requests whose usage could not be settled (the store failed after the response)",
         "—",
     ),
     metric(
