@@ -108,6 +108,11 @@ async fn what_a_reservation_cannot_be_is_refused_with_why() {
                     "descriptors": [{ "entries": [{ "key": "tenant", "value": "t" }] }] }),
             "ttl_ms",
         ),
+        (
+            json!({ "domain": "ai", "cost": 5, "ttl_ms": null,
+                    "descriptors": [{ "entries": [{ "key": "tenant", "value": "t" }] }] }),
+            "ttl_ms",
+        ),
     ];
     for (body, says) in bad {
         let (status, answer) = s.post("/v1/reserve", &body).await;

@@ -58,7 +58,9 @@ struct V1Request {
     /// The costs are usage reported after the fact: charged in full, into debt.
     #[serde(default)]
     usage: bool,
-    /// `/v1/reserve` only: how long the reservation waits for its commit.
+    /// `/v1/reserve` only: how long the reservation waits for its commit (a number:
+    /// `null` is refused, as the schema says).
+    #[serde(default, deserialize_with = "some_number")]
     ttl_ms: Option<u64>,
 }
 
@@ -92,6 +94,13 @@ struct V1Entry {
 struct V1Override {
     requests_per_unit: u64,
     unit: String,
+}
+
+fn some_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    use serde::de::Error;
+    u64::deserialize(d)
+        .map(Some)
+        .map_err(|e| D::Error::custom(format!("ttl_ms: {e}")))
 }
 
 fn one() -> u64 {
