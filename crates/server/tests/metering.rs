@@ -334,3 +334,70 @@ descriptors:
         }
     }
 }
+
+/// Usage when the store fails, per the rule's `on_store_error`, as docs/metering.md says:
+/// `local` charges it to the in-process fallback (which then refuses, in debt), `open`
+/// answers OK and the usage is lost, `closed` answers UNAVAILABLE (503) and it is lost.
+/// Redis is stopped (SIGSTOP) mid-budget; the breaker opens on the first failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_when_the_store_fails_follows_the_rules_policy() {
+    use spillway_policy::OnStoreError;
+    use spillway_testkit::redis::RedisServer;
+
+    const POLICY: &str = "
+domain: ai
+descriptors:
+  - key: tenant
+    limits:
+      - { name: tokens, algorithm: token_bucket, limit: 1000, window: 1m, metered: true }
+";
+    let usage = |cost: u64| {
+        json!({ "domain": "ai", "cost": cost, "usage": true,
+                "descriptors": [{ "entries": [{ "key": "tenant", "value": "t1" }] }] })
+    };
+    let look = json!({ "domain": "ai", "cost": 0,
+                       "descriptors": [{ "entries": [{ "key": "tenant", "value": "t1" }] }] });
+    for policy in [
+        OnStoreError::Local,
+        OnStoreError::Open,
+        OnStoreError::Closed,
+    ] {
+        let redis = RedisServer::start();
+        let s = Server::start_with(
+            "metering-outage",
+            &[("ai.yaml", POLICY)],
+            support::Backing::Redis(redis.url()),
+            |st| {
+                st.store.on_error = policy;
+                st.store.timeout = Duration::from_millis(300);
+                st.store.breaker_failures = 1;
+                st.store.breaker_cooldown = Duration::from_secs(60);
+            },
+        )
+        .await;
+        let (status, _, _) = s.check(usage(400)).await;
+        assert_eq!(status, 200, "{policy:?}: charged on Redis");
+        redis.signal("STOP");
+        let (status, _, body) = s.check(usage(1500)).await;
+        let degraded = &body["descriptors"][0]["degraded"];
+        match policy {
+            // Charged to the fallback in full: in debt there, and the next look refused.
+            OnStoreError::Local => {
+                assert_eq!((status, degraded), (429, &json!(true)), "{body}");
+                let (status, _, body) = s.check(look.clone()).await;
+                assert_eq!(status, 429, "local: in debt: {body}");
+            }
+            // Lost: answered OK, and looks go on being admitted while the store is down.
+            OnStoreError::Open => {
+                assert_eq!((status, degraded), (200, &json!(true)), "{body}");
+                assert_eq!(s.check(look.clone()).await.0, 200);
+            }
+            OnStoreError::Closed => {
+                assert_eq!(status, 503, "{body}");
+                assert_eq!(body["error"]["kind"], "store_unavailable");
+            }
+        }
+        redis.signal("CONT");
+        s.running.stop().await;
+    }
+}
