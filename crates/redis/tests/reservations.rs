@@ -98,75 +98,42 @@ async fn reserve_commit_pairs_leave_the_budget_at_the_sum_of_commits_on_every_st
 /// give back is refused before anything is charged.
 #[tokio::test]
 async fn a_window_that_ended_keeps_its_refund_and_others_are_refused() {
+    refunds_in_a_window(&MemoryStore::new(), "memory").await;
+    for (name, url) in support::targets() {
+        refunds_in_a_window(&support::caller_clock_store(&url, "refund").await, name).await;
+    }
+}
+
+async fn refunds_in_a_window(store: &impl Store, name: &str) {
     let window = Limit::new(Algorithm::FixedWindow, 100, Duration::from_secs(60)).unwrap();
     let log = Limit::new(Algorithm::SlidingLog, 100, Duration::from_secs(60)).unwrap();
     // A minute's start (1,800,000,000 is a multiple of 60).
     let start = Timestamp::from_secs(1_800_000_000);
     let key = Key::new("tenant").unwrap();
-    let mut stores: Vec<(&str, Arc<dyn DynStore>)> = vec![("memory", Arc::new(MemoryStore::new()))];
-    for (name, url) in support::targets() {
-        stores.push((
-            name,
-            Arc::new(support::caller_clock_store(&url, "refund").await),
-        ));
-    }
-    for (name, store) in stores {
-        // Reserved 80 at 0 s, 30 used: 30 spent in this window.
-        let d = store.one(Request::new(&key, &window, 80), start).await;
-        assert!(d.allowed(), "{name}");
-        let at = start;
-        let d = store
-            .one(
-                Request::refund(&key, &window, 50, at),
-                start.saturating_add(Duration::from_secs(5)),
-            )
-            .await;
-        assert_eq!(d.remaining, 70, "{name}: 80 reserved, 50 given back");
-        // Reserved 60 at 10 s, committed in the next window: nothing to give back.
-        let at = start.saturating_add(Duration::from_secs(10));
-        assert!(
-            store
-                .one(Request::new(&key, &window, 60), at)
-                .await
-                .allowed()
-        );
-        let next = start.saturating_add(Duration::from_secs(61));
-        let d = store
-            .one(Request::refund(&key, &window, 60, at), next)
-            .await;
-        assert_eq!(d.remaining, 100, "{name}: the next window is untouched");
-        let d = store.one(Request::new(&key, &window, 0), next).await;
-        assert_eq!(d.remaining, 100, "{name}: and stays so");
-        // A sliding log cannot give back: refused, nothing charged.
-        let e = store
-            .try_one(Request::refund(&key, &log, 1, start), start)
-            .await
-            .unwrap_err();
-        assert!(e.contains("cannot give units back"), "{name}: {e}");
-    }
-}
-
-/// The stores of the second test behind one object: `Store` is not object safe.
-trait DynStore: Send + Sync {
-    fn try_one<'a>(
-        &'a self,
-        r: Request<'a>,
-        now: Timestamp,
-    ) -> futures_util::future::BoxFuture<'a, Result<spillway_core::Decision, String>>;
-}
-
-impl<S: Store> DynStore for S {
-    fn try_one<'a>(
-        &'a self,
-        r: Request<'a>,
-        now: Timestamp,
-    ) -> futures_util::future::BoxFuture<'a, Result<spillway_core::Decision, String>> {
-        Box::pin(async move { self.check_one(r, now).await.map_err(|e| e.to_string()) })
-    }
-}
-
-impl dyn DynStore {
-    async fn one(&self, r: Request<'_>, now: Timestamp) -> spillway_core::Decision {
-        self.try_one(r, now).await.unwrap()
-    }
+    let one = |r, now| async move { store.check_one(r, now).await.unwrap() };
+    // Reserved 80 at 0 s, 30 used: 30 spent in this window.
+    let d = one(Request::new(&key, &window, 80), start).await;
+    assert!(d.allowed(), "{name}");
+    let at = start;
+    let d = one(
+        Request::refund(&key, &window, 50, at),
+        start.saturating_add(Duration::from_secs(5)),
+    )
+    .await;
+    assert_eq!(d.remaining, 70, "{name}: 80 reserved, 50 given back");
+    // Reserved 60 at 10 s, committed in the next window: nothing to give back.
+    let at = start.saturating_add(Duration::from_secs(10));
+    assert!(one(Request::new(&key, &window, 60), at).await.allowed());
+    let next = start.saturating_add(Duration::from_secs(61));
+    let d = one(Request::refund(&key, &window, 60, at), next).await;
+    assert_eq!(d.remaining, 100, "{name}: the next window is untouched");
+    let d = one(Request::new(&key, &window, 0), next).await;
+    assert_eq!(d.remaining, 100, "{name}: and stays so");
+    // A sliding log cannot give back: refused, nothing charged.
+    let e = store
+        .check_one(Request::refund(&key, &log, 1, start), start)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot give units back"), "{name}: {e}");
 }

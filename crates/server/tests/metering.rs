@@ -41,6 +41,20 @@ fn call(key: &str, hits: u64) -> RateLimitRequest {
     }
 }
 
+/// A tenant's and one of its users' descriptors in one request, each with its own hits,
+/// as Envoy sends them.
+fn budgets(user: &str, hits: u64) -> RateLimitRequest {
+    let mut tenant = descriptor(&[("tenant", "t1")]);
+    tenant.hits_addend = Some(UInt64Value { value: hits });
+    let mut per_user = descriptor(&[("tenant", "t1"), ("user", user)]);
+    per_user.hits_addend = Some(UInt64Value { value: hits });
+    RateLimitRequest {
+        domain: "ai".into(),
+        descriptors: vec![tenant, per_user],
+        hits_addend: 0,
+    }
+}
+
 /// Four requests, each checked with a look and charged 600 tokens when its response
 /// is done: the second response drives the budget into debt and the third request is
 /// refused. Without `metered`, each 600 past what remains is refused and charges
@@ -135,25 +149,13 @@ descriptors:
 ";
     for backing in backings() {
         let s = Server::start("metering-budgets", &[("ai.yaml", BUDGETS)], backing.clone()).await;
-        // Both descriptors of one request, each with its own hits, as Envoy sends them.
-        let call = |user: &str, hits: u64| {
-            let mut tenant = descriptor(&[("tenant", "t1")]);
-            tenant.hits_addend = Some(UInt64Value { value: hits });
-            let mut per_user = descriptor(&[("tenant", "t1"), ("user", user)]);
-            per_user.hits_addend = Some(UInt64Value { value: hits });
-            RateLimitRequest {
-                domain: "ai".into(),
-                descriptors: vec![tenant, per_user],
-                hits_addend: 0,
-            }
-        };
         let mut served = Vec::new();
         for user in ["alice", "alice", "alice", "bob", "bob", "bob"] {
-            let look = s.ask(call(user, 0)).await;
+            let look = s.ask(budgets(user, 0)).await;
             let ok = look.overall_code == Code::Ok as i32;
             served.push((user, ok));
             if ok {
-                s.ask(call(user, 2_400)).await;
+                s.ask(budgets(user, 2_400)).await;
             }
         }
         // alice: 2,400, then 4,800 of her 5,000 a day; her third look is still admitted
@@ -177,11 +179,11 @@ descriptors:
         // day is in debt until Berlin's midnight).
         s.advance(Duration::from_secs(30));
         assert_eq!(
-            s.ask(call("bob", 0)).await.overall_code,
+            s.ask(budgets("bob", 0)).await.overall_code,
             Code::Ok as i32,
             "{backing:?}"
         );
-        let alice = s.ask(call("alice", 0)).await;
+        let alice = s.ask(budgets("alice", 0)).await;
         assert_eq!(alice.overall_code, Code::OverLimit as i32, "{backing:?}");
         assert_eq!(
             alice.statuses[0].code,
@@ -206,9 +208,6 @@ descriptors:
 async fn several_budgets_stay_exact_across_replicas() {
     use rand::{Rng, SeedableRng};
     use spillway_core::{ManualClock, Timestamp};
-    use spillway_redis::{RedisStore, TimeSource};
-    use spillway_server::{AnyStore, Config};
-    use std::sync::Arc;
 
     const BUDGETS: &str = "
 domain: ai
@@ -223,17 +222,6 @@ descriptors:
           - { name: day, algorithm: fixed_window, limit: 200000, period: day, time_zone: Europe/Berlin, metered: true }
 ";
     const USERS: [&str; 3] = ["ann", "ben", "cat"];
-    let call = |user: &str, hits: u64| {
-        let mut tenant = descriptor(&[("tenant", "t1")]);
-        tenant.hits_addend = Some(UInt64Value { value: hits });
-        let mut per_user = descriptor(&[("tenant", "t1"), ("user", user)]);
-        per_user.hits_addend = Some(UInt64Value { value: hits });
-        RateLimitRequest {
-            domain: "ai".into(),
-            descriptors: vec![tenant, per_user],
-            hits_addend: 0,
-        }
-    };
     for url in [
         spillway_testkit::redis::standalone_url(),
         spillway_testkit::redis::cluster_url(),
@@ -244,20 +232,7 @@ descriptors:
         let clock = ManualClock::new(Timestamp::from_secs(support::T0));
         let mut replicas = Vec::new();
         for _ in 0..3 {
-            let store = RedisStore::builder(url.clone())
-                .prefix(prefix.clone())
-                .time_source(TimeSource::Caller)
-                .build()
-                .await
-                .unwrap();
-            let running = support::start(
-                Config::ephemeral(&dir),
-                AnyStore::Redis(store),
-                Arc::new(clock.clone()),
-            )
-            .await
-            .unwrap();
-            replicas.push(running);
+            replicas.push(support::start_on_redis(&url, &prefix, &dir, &clock).await);
         }
         let clients: Vec<_> = (0..6)
             .map(|c| {
@@ -269,7 +244,7 @@ descriptors:
                     let mut rng = rand::rngs::StdRng::seed_from_u64(c as u64);
                     let mut reported = 0;
                     while grpc
-                        .should_rate_limit(call(user, 0))
+                        .should_rate_limit(budgets(user, 0))
                         .await
                         .unwrap()
                         .into_inner()
@@ -277,7 +252,7 @@ descriptors:
                         == Code::Ok as i32
                     {
                         let used = rng.random_range(1..=2_000);
-                        grpc.should_rate_limit(call(user, used)).await.unwrap();
+                        grpc.should_rate_limit(budgets(user, used)).await.unwrap();
                         reported += used;
                     }
                     (user, reported)

@@ -6,13 +6,11 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use spillway_core::{ManualClock, Timestamp};
-use spillway_redis::{RedisStore, TimeSource};
-use spillway_server::{AnyStore, Config};
+
 use support::{Backing, Server, T0, backings};
 
 /// 10,000 tokens a month per tenant (a fixed window on the calendar), and a sliding log
@@ -204,21 +202,7 @@ async fn a_reservation_on_redis_survives_a_restart() {
     let dir = support::tempdir("reserve-restart");
     std::fs::write(dir.join("ai.yaml"), POLICY).unwrap();
     let clock = ManualClock::new(Timestamp::from_secs(T0));
-    let serve = || async {
-        let store = RedisStore::builder(url.clone())
-            .prefix(prefix.clone())
-            .time_source(TimeSource::Caller)
-            .build()
-            .await
-            .unwrap();
-        support::start(
-            Config::ephemeral(&dir),
-            AnyStore::Redis(store),
-            Arc::new(clock.clone()),
-        )
-        .await
-        .unwrap()
-    };
+    let serve = || support::start_on_redis(&url, &prefix, &dir, &clock);
     let http = reqwest::Client::new();
     let post = |running: &spillway_server::Running, path: &str, body: Value| {
         let request = http

@@ -234,6 +234,24 @@ pub async fn start(
         .await
 }
 
+/// A service for the policies in `dir` on the Redis at `url` under `prefix`, reading
+/// `clock`: several with one prefix are replicas, or one started after another stopped.
+pub async fn start_on_redis(url: &str, prefix: &str, dir: &Path, clock: &ManualClock) -> Running {
+    let store = RedisStore::builder(url)
+        .prefix(prefix)
+        .time_source(TimeSource::Caller)
+        .build()
+        .await
+        .expect("connect to the test Redis");
+    start(
+        Config::ephemeral(dir),
+        AnyStore::Redis(store),
+        Arc::new(clock.clone()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("start: {e}"))
+}
+
 // === TLS: what the TLS test files share ===
 
 pub const TLS_POLICY: &str = "

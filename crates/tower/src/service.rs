@@ -50,12 +50,11 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        if self.shared.metered() {
-            return self.metered(parts, body);
-        }
+        let metered = self.shared.metered;
         // Decided at once (the memory store): the inner service, polled ready, is
-        // called now, and nothing is boxed.
-        if let Some(verdict) = self.shared.decide_now(&parts) {
+        // called now, and nothing is boxed. A metered request is settled after the
+        // inner service answered: always the path below.
+        if !metered && let Some(verdict) = self.shared.decide_now(&parts) {
             return match verdict {
                 Verdict::Allow(headers) => {
                     let future = self.inner.call(Request::from_parts(parts, body));
@@ -73,45 +72,19 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
         ResponseFuture::waiting(async move {
-            match shared.decide(&parts).await {
-                Verdict::Allow(headers) => {
-                    let mut response = inner.call(Request::from_parts(parts, body)).await?;
-                    add_headers(response.headers_mut(), headers);
-                    Ok(response)
-                }
-                Verdict::Refuse(refusal) => Ok(shared.answer(refusal, &parts)),
-            }
-        })
-    }
-}
-
-impl<S, St, C> RateLimit<S, St, C> {
-    /// A request of a layer with a metered rule: its estimates reserved, the inner
-    /// service called, then settled with what the response says it used before the
-    /// response goes out.
-    fn metered<ReqBody, ResBody>(
-        &mut self,
-        parts: http::request::Parts,
-        body: ReqBody,
-    ) -> ResponseFuture<S::Future, ResBody, S::Error>
-    where
-        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-        S::Future: Send,
-        St: Store + 'static,
-        C: Clock + 'static,
-        ReqBody: Send + 'static,
-        ResBody: LayerBody + Send + 'static,
-    {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let shared = Arc::clone(&self.shared);
-        ResponseFuture::waiting(async move {
-            let (verdict, reserved) = shared.reserve(&parts).await;
+            let (verdict, reserved) = if metered {
+                shared.reserve(&parts).await
+            } else {
+                (shared.decide(&parts).await, None)
+            };
             match verdict {
                 Verdict::Allow(headers) => {
-                    let request = Request::from_parts(parts.clone(), body);
-                    let mut response = inner.call(request).await?;
-                    shared.settle(&parts, reserved, response.headers()).await;
+                    // A metered request's head, kept to settle it by.
+                    let head = metered.then(|| parts.clone());
+                    let mut response = inner.call(Request::from_parts(parts, body)).await?;
+                    if let Some(parts) = head {
+                        shared.settle(&parts, reserved, response.headers()).await;
+                    }
                     add_headers(response.headers_mut(), headers);
                     Ok(response)
                 }

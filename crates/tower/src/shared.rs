@@ -40,6 +40,9 @@ pub(crate) struct Shared<St, C> {
     pub on_store_error: OnStoreError,
     /// One per rule, all alike (the layer's mode and policy): built once, not per request.
     pub guards: Vec<Guard>,
+    /// A rule is metered ([`Rule::metered`]): requests are settled after the inner
+    /// service answered.
+    pub metered: bool,
 }
 
 /// Flushes the layer's `sync` counts until the layer is dropped.
@@ -72,12 +75,6 @@ pub(crate) enum Refusal {
 }
 
 impl<St: Store, C: Clock> Shared<St, C> {
-    /// Whether a rule is metered ([`Rule::metered`]): its requests are settled after
-    /// the inner service answered.
-    pub fn metered(&self) -> bool {
-        self.rules.iter().any(|r| r.actual.is_some())
-    }
-
     /// A metered request's verdict, and whether the store charged its estimates (then
     /// when, for [`settle`](Self::settle)).
     pub async fn reserve(&self, parts: &Parts) -> (Verdict, Option<Timestamp>) {

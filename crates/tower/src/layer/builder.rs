@@ -212,6 +212,7 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             .headers
             .ietf_policy(self.rules.iter().map(crate::shared::quota))
             .and_then(|v| http::HeaderValue::try_from(v).ok());
+        let metered = self.rules.iter().any(|r| r.actual.is_some());
         let shared = Shared {
             store,
             clock: self.clock,
@@ -225,6 +226,7 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             headers_on_allowed: self.headers_on_allowed,
             on_store_error: self.on_store_error,
             guards,
+            metered,
         };
         let shared = Arc::new(shared);
         if let (true, Ok(runtime)) = (syncs, runtime) {
