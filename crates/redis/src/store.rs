@@ -30,6 +30,7 @@ use crate::script::{self, LIBRARY, SCRIPT_SOURCE, Section, TimeSource};
 mod builder;
 mod calls;
 pub(crate) mod counter;
+mod records;
 mod stats;
 
 pub use builder::RedisStoreBuilder;
@@ -128,39 +129,6 @@ impl RedisStore {
     /// key per window: the one holding `now`).
     pub fn key_for(&self, key: &Key, limit: &Limit, now: Timestamp) -> String {
         self.inner.layout.key(key, limit, now)
-    }
-
-    /// The Redis key of a record of the service's own (`kind`: `reservation`) under
-    /// this store's prefix: `<prefix><kind>:<id>`.
-    pub fn record_key(&self, kind: &str, id: &str) -> String {
-        format!("{}{kind}:{id}", self.inner.layout.prefix)
-    }
-
-    /// Keeps `record` under [`record_key`](RedisStore::record_key) for `ttl`.
-    pub async fn hold_record(
-        &self,
-        kind: &str,
-        id: &str,
-        record: &[u8],
-        ttl: Duration,
-    ) -> Result<(), CoreError> {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(self.record_key(kind, id))
-            .arg(record)
-            .arg("PX")
-            .arg(ttl.as_millis().max(1) as u64);
-        self.query(&cmd).await.map(drop)
-    }
-
-    /// Takes the record [`hold_record`](RedisStore::hold_record) kept, if it has not
-    /// expired: `GETDEL`, so of two callers taking it one gets it.
-    pub async fn take_record(&self, kind: &str, id: &str) -> Result<Option<Vec<u8>>, CoreError> {
-        let mut cmd = redis::cmd("GETDEL");
-        cmd.arg(self.record_key(kind, id));
-        match self.query(&cmd).await? {
-            Value::BulkString(bytes) => Ok(Some(bytes)),
-            _ => Ok(None),
-        }
     }
 
     /// Whether this store talks to a Redis Cluster.

@@ -7,6 +7,7 @@ mod distinct;
 mod pattern;
 mod replay;
 mod servers;
+mod tables;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +15,6 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use indicatif::{ProgressBar, ProgressStyle};
 use spillway_core::{Algorithm, Edge, Limit, Sharing};
 use spillway_policy::duration;
@@ -220,7 +220,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
                 args.servers,
                 args.seed,
             );
-            println!("{}", shared_table(&runs));
+            println!("{}", tables::shared(&runs));
             println!("{}", sharing.bound());
         }
         return Ok(ExitCode::SUCCESS);
@@ -280,9 +280,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         match args.usage {
             Some((low, high)) => {
                 println!("each admitted request then used {low}–{high} units, charged after it");
-                println!("{}", usage_table(&reports));
+                println!("{}", tables::usage(&reports));
             }
-            None => println!("{}", table(&mut reports)),
+            None => println!("{}", tables::decisions(&mut reports)),
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -357,67 +357,6 @@ fn progress_bar(total: u64) -> ProgressBar {
     bar
 }
 
-fn shared_table(runs: &[servers::Shared]) -> Table {
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
-        "algorithm",
-        "sharing",
-        "admitted",
-        "exact",
-        "over (window)",
-        "bound",
-        "under (window)",
-        "bound",
-        "store calls",
-    ]);
-    for r in runs {
-        table.add_row([
-            r.algorithm.to_string(),
-            r.sharing.clone(),
-            r.admitted.to_string(),
-            r.exact_admitted.to_string(),
-            r.over_admitted.to_string(),
-            format!("≤ {}", r.bound_over),
-            r.under_admitted.to_string(),
-            format!("≤ {}", r.bound_under),
-            format!("{} of {}", r.store_calls, r.requests),
-        ]);
-    }
-    table
-}
-
-/// `--usage`'s table: looks admitted, what they used, the most in any window (the
-/// debt one window ran into) and over the run.
-fn usage_table(reports: &[Report]) -> Table {
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
-        "algorithm",
-        "admitted",
-        "rejected",
-        "used",
-        "most used in any window",
-        "÷ limit",
-        "over the run ÷ limit",
-        "over vs log",
-        "under vs log",
-    ]);
-    for r in reports {
-        let Some(u) = &r.usage else { continue };
-        table.add_row([
-            r.label.clone(),
-            r.admitted.to_string(),
-            r.rejected.to_string(),
-            u.used.to_string(),
-            format!("{} / {}", u.max_used_in_window, r.limit),
-            format!("{:.2}", u.max_ratio),
-            format!("{:.2}", u.long_run_ratio),
-            r.over_admitted_vs_log.to_string(),
-            r.under_admitted_vs_log.to_string(),
-        ]);
-    }
-    table
-}
-
 /// `--usage`: `MIN-MAX` or `N`, each from 1 to 2^32.
 fn usage_range(s: &str) -> Result<(u64, u64), String> {
     let (low, high) = s.split_once('-').unwrap_or((s, s));
@@ -430,33 +369,4 @@ fn usage_range(s: &str) -> Result<(u64, u64), String> {
         return Err(format!("MIN {low} is above MAX {high}"));
     }
     Ok((low, high))
-}
-
-fn table(reports: &mut [Report]) -> Table {
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
-        "algorithm",
-        "admitted",
-        "rejected",
-        "max in any window",
-        "÷ limit",
-        "promised",
-        "over vs log",
-        "under vs log",
-        "bytes/key",
-    ]);
-    for r in reports.iter() {
-        table.add_row([
-            r.label.clone(),
-            r.admitted.to_string(),
-            r.rejected.to_string(),
-            format!("{} / {}", r.max_in_window, r.limit),
-            format!("{:.2}", r.max_ratio),
-            r.bound.map_or("≈".to_string(), |b| format!("≤ {b}")),
-            r.over_admitted_vs_log.to_string(),
-            r.under_admitted_vs_log.to_string(),
-            r.bytes_per_key.to_string(),
-        ]);
-    }
-    table
 }
