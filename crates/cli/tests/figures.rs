@@ -1,7 +1,8 @@
 //! One source per figure, checked on README.md and every page of docs/: a measured
-//! figure stated in prose (a speed, a time per operation) says when it was measured, or
-//! is a table's on its page, or links to the page that has it; and every measured table
-//! says when, on what code (a commit) and by what command it was measured. A figure restated without its source goes stale unseen.
+//! figure stated in prose (a speed, a time per operation) sits in a section that says
+//! when, on what code (a commit) and by what command it was measured, or is a table's on
+//! its page, or links to the page that has it; and every measured table says the same
+//! three things before it. A figure restated without its source goes stale unseen.
 //! (The pages' transcripts are run by `docs.rs`, their links checked by `links.rs`.)
 
 mod support;
@@ -11,11 +12,12 @@ use std::path::Path;
 use support::docs::{pages, root};
 
 /// A paragraph of a page (tables and code blocks apart), the line it starts on, and
-/// whether the section it is in (heading to heading, tables included) names a date.
+/// whether the section it is in (heading to heading, tables included) names the date,
+/// commit and command of a measurement.
 struct Paragraph {
     line: usize,
     text: String,
-    dated_section: bool,
+    sourced_section: bool,
 }
 
 /// The prose paragraphs of `text` and, apart, its table rows.
@@ -27,7 +29,7 @@ fn prose_and_tables(text: &str) -> (Vec<Paragraph>, String) {
     for (i, line) in text.lines().enumerate() {
         if line.starts_with('#') && !fenced {
             paragraphs.extend(current.take());
-            date_section(&mut paragraphs[section_start..], text, i);
+            source_section(&mut paragraphs[section_start..], text, i);
             section_start = paragraphs.len();
             continue;
         }
@@ -49,7 +51,7 @@ fn prose_and_tables(text: &str) -> (Vec<Paragraph>, String) {
             let p = current.get_or_insert(Paragraph {
                 line: i + 1,
                 text: String::new(),
-                dated_section: false,
+                sourced_section: false,
             });
             p.text.push_str(line);
             p.text.push('\n');
@@ -57,20 +59,21 @@ fn prose_and_tables(text: &str) -> (Vec<Paragraph>, String) {
     }
     paragraphs.extend(current);
     let end = text.lines().count();
-    date_section(&mut paragraphs[section_start..], text, end);
+    source_section(&mut paragraphs[section_start..], text, end);
     (paragraphs, tables)
 }
 
-/// Marks `paragraphs`, one section's, as dated when the section's lines (from the first
-/// paragraph's to line `end`, exclusive) name a date.
-fn date_section(paragraphs: &mut [Paragraph], text: &str, end: usize) {
+/// Marks `paragraphs`, one section's, as sourced when the section's lines (from the first
+/// paragraph's to line `end`, exclusive) name a date, a commit and a command.
+fn source_section(paragraphs: &mut [Paragraph], text: &str, end: usize) {
     let Some(first) = paragraphs.first().map(|p| p.line) else {
         return;
     };
     let section: Vec<&str> = text.lines().skip(first - 1).take(end + 1 - first).collect();
-    let dated_section = dated(&section.join("\n"));
+    let section = section.join("\n");
+    let sourced_section = dated(&section) && names_commit(&section) && names_command(&section);
     for p in paragraphs {
-        p.dated_section = dated_section;
+        p.sourced_section = sourced_section;
     }
 }
 
@@ -132,14 +135,14 @@ fn linked_pages(page: &Path, text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Where a stated figure is sourced: in a section that says when it was measured (a
-/// date), in a table of its own page, or on a page its paragraph links to. The figures
+/// Where a stated figure is sourced: in a section that says when, on what code and how it
+/// was measured, in a table of its own page, or on a page its paragraph links to. The figures
 /// of `text` that are none of these.
 fn unsourced(page: &Path, text: &str) -> Vec<String> {
     let (paragraphs, tables) = prose_and_tables(text);
     let mut missing = Vec::new();
     for p in &paragraphs {
-        if p.dated_section {
+        if p.sourced_section {
             continue;
         }
         let linked = linked_pages(page, &p.text);
@@ -153,7 +156,7 @@ fn unsourced(page: &Path, text: &str) -> Vec<String> {
 }
 
 /// One source per figure: a measured figure (a speed, a time per operation) stated in
-/// prose says when it was measured, or is a table's on the same page, or links to the
+/// prose says when, on what code and how it was measured, or is a table's on the same page, or links to the
 /// page that has it. Restated without its source, it goes stale unseen.
 #[test]
 fn every_stated_figure_has_its_source() {
@@ -163,8 +166,8 @@ fn every_stated_figure_has_its_source() {
         .collect();
     assert!(
         missing.is_empty(),
-        "figures without a source (date the paragraph, or link the page that measured \
-         them):\n{}",
+        "figures without a source (give their section the date, commit and command, or \
+         link the page that measured them):\n{}",
         missing.join("\n")
     );
 }
@@ -179,10 +182,15 @@ fn a_figure_without_its_source_is_found() {
         unsourced(&page, linked),
         [format!("{}:1: 123.45", page.display())]
     );
-    let dated = "## Measured\n\nOn 2026-11-27:\n\n| a |\n\n24.7 ns a check.\n\n## Next\n\n1 ns.\n";
+    let dated = "## Measured\n\nOn 2026-11-27 at `f94d917`, `cargo bench`:\n\n| a |\n\n24.7 ns a check.\n\n## Next\n\n1 ns.\n";
     assert_eq!(
         unsourced(&page, dated),
         [format!("{}:11: 1", page.display())]
+    );
+    let no_command = "## Measured\n\nOn 2026-11-27 at `f94d917`:\n\n24.7 ns a check.\n";
+    assert_eq!(
+        unsourced(&page, no_command),
+        [format!("{}:5: 24.7", page.display())]
     );
     assert_eq!(
         figures("about 9 µs a read, 52,419/s, 2^53 µs, p99"),

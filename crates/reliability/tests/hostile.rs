@@ -30,8 +30,8 @@ async fn every_malformed_request_is_refused_without_a_panic_a_5xx_or_a_store_cal
     );
     assert_eq!(
         outcomes.iter().filter(|o| o.valid).count(),
-        3,
-        "a control per API"
+        4,
+        "a control per API (check, json, gRPC) and a valid reservation"
     );
     println!("{table}");
 }

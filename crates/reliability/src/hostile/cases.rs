@@ -254,7 +254,7 @@ pub(super) fn refused(class: &str, api: Api, body: &[u8]) -> Case {
 }
 
 /// The valid request that must reach the store: proof the store calls are counted.
-fn control(api: Api, body: Vec<u8>) -> Case {
+pub(super) fn control(api: Api, body: Vec<u8>) -> Case {
     Case {
         class: "control: a valid request".into(),
         api,

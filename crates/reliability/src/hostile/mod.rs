@@ -9,6 +9,7 @@ mod cases;
 mod config;
 mod h2;
 mod lies;
+mod reserve;
 mod slow;
 mod tls;
 mod xds;
@@ -29,6 +30,7 @@ pub use cases::cases;
 pub use config::{CONFIG_HEADER, ConfigOutcome, config_cases, run_config};
 pub use h2::{H2_HEADER, H2Case, H2Report, MAX_CONNECTIONS, h2_clients};
 pub use lies::{LIES_HEADER, LieOutcome, lies};
+pub use reserve::reserve_cases;
 pub use slow::{SLOW_HEADER, Slow, SlowReport, slow_clients};
 pub use tls::{TLS_HEADER, TlsCase, TlsReport, tls_clients};
 pub use xds::{XDS_HEADER, XdsOutcome, xds_pushes};
@@ -43,6 +45,10 @@ pub enum Api {
     Check,
     /// The reference's `POST /json`.
     Json,
+    /// `POST /v1/reserve`.
+    Reserve,
+    /// `POST /v1/commit`.
+    Commit,
     /// gRPC `ShouldRateLimit`, the bytes framed as they are (so they need not decode).
     Grpc,
     /// The admin listener: this method on this path (a body is sent when there is one).
@@ -117,10 +123,18 @@ pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
         settings.rules.path.join("heavy.yaml"),
         boundary::HEAVY_POLICY,
     )?;
+    std::fs::write(
+        settings.rules.path.join("metered.yaml"),
+        reserve::METERED_POLICY,
+    )?;
     let running = crate::trial::start(settings.clone()).await?;
     let sender = Sender::new(&running)?;
     let mut outcomes = Vec::new();
-    for case in cases().into_iter().chain(boundary_cases()) {
+    for case in cases()
+        .into_iter()
+        .chain(boundary_cases())
+        .chain(reserve_cases())
+    {
         let before = script_calls(&redis.url()).await?;
         let (status, message, server_fault) = sender.send(&case).await;
         outcomes.push(Outcome {
@@ -196,29 +210,26 @@ impl Sender {
 
     /// Status, message, and whether it is a server fault.
     async fn send(&self, case: &Case) -> (String, String, bool) {
-        match case.api {
-            Api::Check | Api::Json => {
-                let path = if case.api == Api::Check {
-                    "/v1/check"
-                } else {
-                    "/json"
-                };
-                let request = self
-                    .http
-                    .post(format!("http://{}{path}", self.http_addr))
-                    .header("content-type", "application/json");
-                self.http(request, case).await
-            }
+        let path = match case.api {
+            Api::Check => "/v1/check",
+            Api::Json => "/json",
+            Api::Reserve => "/v1/reserve",
+            Api::Commit => "/v1/commit",
+            Api::Grpc => return self.grpc(&case.body).await,
             Api::Admin(method, path) => {
                 let Some(admin) = self.admin_addr else {
                     return ("no admin listener".into(), String::new(), true);
                 };
                 let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
                 let request = self.http.request(method, format!("http://{admin}{path}"));
-                self.http(request, case).await
+                return self.http(request, case).await;
             }
-            Api::Grpc => self.grpc(&case.body).await,
-        }
+        };
+        let request = self
+            .http
+            .post(format!("http://{}{path}", self.http_addr))
+            .header("content-type", "application/json");
+        self.http(request, case).await
     }
 
     pub(super) async fn grpc(&self, message: &[u8]) -> (String, String, bool) {
@@ -277,6 +288,8 @@ impl fmt::Display for Outcome {
         let api = match self.api {
             Api::Check => "`/v1/check`",
             Api::Json => "`/json`",
+            Api::Reserve => "`/v1/reserve`",
+            Api::Commit => "`/v1/commit`",
             Api::Grpc => "gRPC",
             Api::Admin(method, path) => {
                 admin = format!("admin `{method} {path}`");
