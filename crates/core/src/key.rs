@@ -206,7 +206,7 @@ impl PartialEq for Key {
 }
 
 impl Hash for Key {
-    /// Writes the key's keyed hash ([`hash_text`], computed once when the key was
+    /// Writes the key's keyed hash (`hash_text`'s, computed once when the key was
     /// made): equal keys have equal text, so equal hashes. Keys come from clients; a
     /// table of keys under any hasher (hashbrown's fast one included) is then as
     /// collision-resistant as the keyed hash, without hashing the text again.

@@ -123,7 +123,7 @@ pub const HEAP_MARGIN_KIB: i64 = 256;
 
 impl H2Report {
     /// Whether it went as it must: others served, no more than 16 file descriptors
-    /// still held, and the measured run leaving at most [`HEAP_MARGIN_KIB`] allocated.
+    /// still held, and the measured run leaving at most `HEAP_MARGIN_KIB` allocated.
     pub fn ok(&self) -> bool {
         self.others_served && self.heap_kib <= HEAP_MARGIN_KIB && self.fds <= 16
     }

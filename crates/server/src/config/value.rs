@@ -8,7 +8,8 @@ use spillway_redis::Verify;
 /// The reference's Redis settings as one Redis URL: `REDIS_TYPE` single (`host:port` or
 /// a socket path with `REDIS_SOCKET_TYPE=unix`), sentinel (`master,host:port,...`) or
 /// cluster (`host:port,...`), `REDIS_TLS`. A value that already is a URL is used as it
-/// is. (Credentials stay out of the URL: see [`redis_access`].)
+/// is. (Credentials stay out of the URL: `REDIS_AUTH` sets `redis_username` and
+/// `redis_password`.)
 pub fn redis_url(url: &str, var: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
     if url.contains("://") {
         return Ok(url.to_owned());

@@ -130,7 +130,7 @@ pub struct DenyCache {
 }
 
 impl DenyCache {
-    /// A cache of at most `bytes` (an entry costs [`ENTRY_BYTES`] and its key's text);
+    /// A cache of at most `bytes` (an entry costs `ENTRY_BYTES` and its key's text);
     /// `None` when that holds no entry at all.
     pub fn with_bytes(bytes: usize) -> Option<DenyCache> {
         let per_shard = bytes / SHARDS;
