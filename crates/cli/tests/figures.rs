@@ -226,12 +226,22 @@ fn names_command(text: &str) -> bool {
     .any(|start| text.contains(start))
 }
 
+/// Whether a table's header row names a measure: a unit of time (`µs`, `ms`, `ns`), a
+/// rate (`/s`), a latency percentile, resident memory, CPU, or decisions; as words, so
+/// "means" is not nanoseconds.
+fn measured_header(row: &str) -> bool {
+    const WORDS: [&str; 6] = ["µs", "ms", "ns", "RSS", "CPU", "decisions"];
+    row.contains("/s")
+        || row
+            .split(|c: char| !c.is_alphanumeric() && c != 'µ')
+            .any(|word| WORDS.contains(&word) || word.starts_with("p99"))
+}
+
 /// The measured tables of `text` (a header naming a speed, a latency, a CPU time or a
 /// memory size) whose introduction (the text since the last heading or table) does not say
 /// when (a date), on what code (a commit) and how (the command) they were measured:
 /// `page:line: what is missing`.
 fn unsourced_tables(page: &Path, text: &str) -> Vec<String> {
-    const MEASURED: [&str; 8] = ["µs", " ms", "/s", "ns ", "p99", "RSS", "CPU", "decisions"];
     let lines: Vec<&str> = text.lines().collect();
     let mut unsourced = Vec::new();
     let (mut intro, mut fenced, mut in_table) = (0, false, false);
@@ -253,7 +263,7 @@ fn unsourced_tables(page: &Path, text: &str) -> Vec<String> {
                 intro = end;
             }
         }
-        if row && !in_table && MEASURED.iter().any(|m| line.contains(m)) {
+        if row && !in_table && measured_header(line) {
             let said = lines[intro..i].join("\n");
             let missing: Vec<&str> = [
                 ("date", dated(&said)),
@@ -319,5 +329,8 @@ fn a_table_without_its_commit_is_found() {
         [format!("{}:5: no commit", page.display())]
     );
     assert!(!names_commit("2026-11-27, 1000000 decisions, deadbeef"));
+    assert!(measured_header("| path | p99.9 | CPU µs |"));
+    assert!(measured_header("| run | decisions/s |"));
+    assert!(!measured_header("| word | what it means here |"));
     assert!(names_commit("at 9401cad,"));
 }
