@@ -20,8 +20,15 @@ struct Paragraph {
     sourced_section: bool,
 }
 
-/// The prose paragraphs of `text` and, apart, its table rows.
+/// The prose paragraphs of `text` and, apart, the rows of its measured tables (the
+/// sources). A row of any other table (a list of settings, of failures and what Spillway
+/// does) is prose, a paragraph of its own: a figure it states needs a source too.
 fn prose_and_tables(text: &str) -> (Vec<Paragraph>, String) {
+    let measured: Vec<usize> = tables(text)
+        .into_iter()
+        .filter(|(_, rows)| measured_table(rows))
+        .flat_map(|(start, rows)| start..start + rows.len())
+        .collect();
     let (mut paragraphs, mut tables) = (Vec::new(), String::new());
     let mut current: Option<Paragraph> = None;
     let mut fenced = false;
@@ -42,9 +49,17 @@ fn prose_and_tables(text: &str) -> (Vec<Paragraph>, String) {
             continue;
         }
         if line.trim_start().starts_with('|') {
-            tables.push_str(line);
-            tables.push('\n');
             paragraphs.extend(current.take());
+            if measured.contains(&i) {
+                tables.push_str(line);
+                tables.push('\n');
+            } else {
+                paragraphs.push(Paragraph {
+                    line: i + 1,
+                    text: line.to_owned(),
+                    sourced_section: false,
+                });
+            }
         } else if line.trim().is_empty() {
             paragraphs.extend(current.take());
         } else {
@@ -78,9 +93,11 @@ fn source_section(paragraphs: &mut [Paragraph], text: &str, end: usize) {
 }
 
 /// The measured figures `text` states: a number followed by a unit of speed or time per
-/// operation (ns, µs, decisions/s, k/s, N/s), as written ("15.7", "52,419").
+/// operation (ns, µs, decisions/s, k/s, N/s), or a latency in ms with a decimal point
+/// (a round number of ms is a setting: "a 10 ms timeout"), as written ("15.7",
+/// "52,419").
 fn figures(text: &str) -> Vec<String> {
-    const UNITS: [&str; 5] = [" decisions/s", "k/s", "/s", "ns", "µs"];
+    const UNITS: [&str; 6] = [" decisions/s", "k/s", "/s", "ns", "µs", " ms"];
     let mut found = Vec::new();
     for unit in UNITS {
         for (at, _) in text.match_indices(unit) {
@@ -104,6 +121,7 @@ fn figures(text: &str) -> Vec<String> {
             if number.is_empty()
                 || !number.starts_with(|c: char| c.is_ascii_digit())
                 || prefix.is_some_and(|c| c == '^' || c.is_alphanumeric())
+                || (unit == " ms" && !number.contains('.'))
             {
                 continue;
             }
@@ -196,6 +214,13 @@ fn a_figure_without_its_source_is_found() {
         figures("about 9 µs a read, 52,419/s, 2^53 µs, p99"),
         ["52,419", "9"]
     );
+    assert_eq!(figures("a 10 ms timeout, p99 2.9 ms"), ["2.9"]);
+    // A table of prose (no figure column) is no source: its figures need one.
+    let prose_table = "| failure | what Spillway does |\n|---|---|\n| stalls | max 12.5 ms |\n";
+    assert_eq!(
+        unsourced(&page, prose_table),
+        [format!("{}:3: 12.5", page.display())]
+    );
 }
 
 /// Whether `text` names a commit: 7 to 12 hex digits with a letter and a digit among them,
@@ -226,6 +251,44 @@ fn names_command(text: &str) -> bool {
     .any(|start| text.contains(start))
 }
 
+/// The tables of `text` (outside code blocks): the index of each one's first line, and
+/// its rows.
+fn tables(text: &str) -> Vec<(usize, Vec<&str>)> {
+    let mut found: Vec<(usize, Vec<&str>)> = Vec::new();
+    let (mut fenced, mut in_table) = (false, false);
+    for (i, line) in text.lines().enumerate() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        let row = !fenced && line.trim_start().starts_with('|');
+        match found.last_mut() {
+            Some((_, rows)) if row && in_table => rows.push(line),
+            _ if row => found.push((i, vec![line])),
+            _ => {}
+        }
+        in_table = row;
+    }
+    found
+}
+
+/// Whether a table holds measurements: its header names a measure, or one of its cells
+/// is a figure and nothing else ("72.4 ns", "**30.9 ns**", "809,716/s (15.4×)").
+fn measured_table(rows: &[&str]) -> bool {
+    let figure_cell = |cell: &str| {
+        let cell = cell.trim().trim_matches('*');
+        let head = cell.split(" (").next().unwrap_or_default();
+        let unit = head.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == ',');
+        unit.len() < head.len()
+            && ["ns", "µs", "ms", "/s", "k/s", "decisions/s"].contains(&unit.trim_start())
+    };
+    rows.first().is_some_and(|header| measured_header(header))
+        || rows
+            .iter()
+            .skip(2)
+            .flat_map(|row| row.split('|'))
+            .any(figure_cell)
+}
+
 /// Whether a table's header row names a measure: a unit of time (`µs`, `ms`, `ns`), a
 /// rate (`/s`), a latency percentile, resident memory, CPU, or decisions; as words, so
 /// "means" is not nanoseconds.
@@ -242,6 +305,10 @@ fn measured_header(row: &str) -> bool {
 /// when (a date), on what code (a commit) and how (the command) they were measured:
 /// `page:line: what is missing`.
 fn unsourced_tables(page: &Path, text: &str) -> Vec<String> {
+    let measured: Vec<usize> = tables(text)
+        .into_iter()
+        .filter_map(|(start, rows)| measured_table(&rows).then_some(start))
+        .collect();
     let lines: Vec<&str> = text.lines().collect();
     let mut unsourced = Vec::new();
     let (mut intro, mut fenced, mut in_table) = (0, false, false);
@@ -263,7 +330,7 @@ fn unsourced_tables(page: &Path, text: &str) -> Vec<String> {
                 intro = end;
             }
         }
-        if row && !in_table && measured_header(line) {
+        if row && !in_table && measured.contains(&i) {
             let said = lines[intro..i].join("\n");
             let missing: Vec<&str> = [
                 ("date", dated(&said)),
@@ -332,5 +399,17 @@ fn a_table_without_its_commit_is_found() {
     assert!(measured_header("| path | p99.9 | CPU µs |"));
     assert!(measured_header("| run | decisions/s |"));
     assert!(!measured_header("| word | what it means here |"));
+    let unlabelled = ["| | run 1 |", "|---|---|", "| exact | **52,419/s** |"];
+    assert!(measured_table(&unlabelled));
+    assert!(measured_table(&[
+        "| | a |",
+        "|---|---|",
+        "| lease | 809,716/s (15.4×) |"
+    ]));
+    assert!(!measured_table(&[
+        "| failure | fix |",
+        "|---|---|",
+        "| stalls | a 10 ms timeout |"
+    ]));
     assert!(names_commit("at 9401cad,"));
 }
