@@ -1,7 +1,7 @@
 //! A validated rule: what one matched descriptor is limited by, and how.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -58,6 +58,56 @@ pub struct Rule {
     /// Its descriptor's `metadata`, returned while the rule passes (the reference's
     /// `RESPONSE_DYNAMIC_METADATA`).
     pub metadata: Option<Arc<Metadata>>,
+    /// The service's counters of the rule's decisions, kept with the rule while it is
+    /// loaded.
+    pub counters: Counters,
+}
+
+/// A rule's metric handles, registered with the recorder on the rule's first decision
+/// (by then the service has installed it) and kept with the rule: a decision then counts
+/// with an atomic add, where looking a counter up by its labels cost about 220 ns. Not
+/// part of what the rule says: a clone starts without them, and every two are equal.
+#[derive(Default)]
+pub struct Counters(OnceLock<RuleCounters>);
+
+/// One rule's counters: its decisions by outcome, and its admissions near the limit.
+#[derive(Debug)]
+pub struct RuleCounters {
+    /// Admitted.
+    pub ok: metrics::Counter,
+    /// Refused.
+    pub over_limit: metrics::Counter,
+    /// Admitted by a rule in shadow mode that would have refused it.
+    pub shadow_over_limit: metrics::Counter,
+    /// Admitted past the service's near-limit ratio.
+    pub near_limit: metrics::Counter,
+}
+
+impl Counters {
+    /// The counters, registered by `register` on first use.
+    pub fn get_or_register(&self, register: impl FnOnce() -> RuleCounters) -> &RuleCounters {
+        self.0.get_or_init(register)
+    }
+}
+
+impl Clone for Counters {
+    fn clone(&self) -> Counters {
+        Counters::default()
+    }
+}
+
+impl PartialEq for Counters {
+    fn eq(&self, _: &Counters) -> bool {
+        true
+    }
+}
+
+impl Eq for Counters {}
+
+impl fmt::Debug for Counters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Counters")
+    }
 }
 
 /// A descriptor's `metadata` map, as written.
@@ -100,6 +150,7 @@ impl Rule {
             slot: Arc::from(""),
             metric: Arc::from(""),
             metadata: None,
+            counters: Counters::default(),
         }
     }
 

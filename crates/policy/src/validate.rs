@@ -204,6 +204,7 @@ fn node(
             slot: Arc::from(slot),
             metric: Arc::from(metric),
             metadata: metadata.clone(),
+            counters: Default::default(),
         };
 
     let mut rules = Vec::new();

@@ -5,11 +5,11 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{Label, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use spillway_core::BreakerState;
-use spillway_policy::Rule;
+use spillway_policy::{Rule, RuleCounters};
 
 mod reference;
 pub use reference::{METRICS, Metric, reference_page};
@@ -54,30 +54,56 @@ pub fn domain_not_found() {
     counter!("spillway_domain_not_found_total").increment(1);
 }
 
-/// One rule's decision: `outcome` is `ok`, `over_limit` or `shadow_over_limit`. A rule
-/// is labelled by its config path (`rule`) and, among the limits of one node, by its
-/// name or position as its counter key has it (`limit`: `#burst`, `#1`; empty for a
-/// reference rule, the only one of its node).
-pub fn decision(domain: &Arc<str>, rule: &Rule, outcome: &'static str) {
-    counter!(
-        "spillway_decisions_total",
-        "domain" => Arc::clone(domain),
-        "rule" => Arc::clone(&rule.metric),
-        "limit" => Arc::clone(&rule.slot),
-        "outcome" => outcome
-    )
+/// What a rule decided: `spillway_decisions_total`'s `outcome`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    OverLimit,
+    /// A shadow rule would have refused it.
+    ShadowOverLimit,
+}
+
+/// One rule's decision. A rule is labelled by its config path (`rule`) and, among the
+/// limits of one node, by its name or position as its counter key has it (`limit`:
+/// `#burst`, `#1`; empty for a reference rule, the only one of its node).
+pub fn decision(domain: &Arc<str>, rule: &Rule, outcome: Outcome) {
+    let counters = counters(domain, rule);
+    match outcome {
+        Outcome::Ok => &counters.ok,
+        Outcome::OverLimit => &counters.over_limit,
+        Outcome::ShadowOverLimit => &counters.shadow_over_limit,
+    }
     .increment(1);
 }
 
 /// A rule admitted a request and is past its near-limit ratio.
 pub fn near_limit(domain: &Arc<str>, rule: &Rule) {
-    counter!(
-        "spillway_near_limit_total",
-        "domain" => Arc::clone(domain),
-        "rule" => Arc::clone(&rule.metric),
-        "limit" => Arc::clone(&rule.slot)
-    )
-    .increment(1);
+    counters(domain, rule).near_limit.increment(1);
+}
+
+/// `rule`'s counters, registered on its first decision and kept with it (each of them
+/// shows from then on, at 0 until it counts).
+fn counters<'r>(domain: &Arc<str>, rule: &'r Rule) -> &'r RuleCounters {
+    rule.counters.get_or_register(|| {
+        let labels = || {
+            vec![
+                Label::new("domain", Arc::clone(domain)),
+                Label::new("rule", Arc::clone(&rule.metric)),
+                Label::new("limit", Arc::clone(&rule.slot)),
+            ]
+        };
+        let decisions = |outcome: &'static str| {
+            let mut labels = labels();
+            labels.push(Label::new("outcome", outcome));
+            counter!("spillway_decisions_total", labels)
+        };
+        RuleCounters {
+            ok: decisions("ok"),
+            over_limit: decisions("over_limit"),
+            shadow_over_limit: decisions("shadow_over_limit"),
+            near_limit: counter!("spillway_near_limit_total", labels()),
+        }
+    })
 }
 
 /// How long one store call took.

@@ -168,6 +168,23 @@ impl Server {
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
+    /// Writes policy file `file` and waits until the watcher has loaded (or refused) it:
+    /// what the load said.
+    pub async fn rewrite(&self, file: &str, yaml: &str) -> spillway_server::LoadStatus {
+        let mut changes = self.running.state.load_status.subscribe();
+        let before = changes.borrow_and_update().generation;
+        std::fs::write(self.dir.join(file), yaml).unwrap();
+        // The watcher reports the change; no sleeping on a guess of how long that takes.
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            changes.wait_for(|st| st.generation > before),
+        )
+        .await
+        .expect("the watcher saw the change")
+        .unwrap()
+        .clone()
+    }
+
     pub fn advance(&self, d: Duration) {
         self.clock.advance(d);
     }

@@ -81,9 +81,9 @@ impl Service {
             return; // the reference keeps no stats for unlimited rules
         }
         let outcome = match (status.code, status.shadow_denied) {
-            (Code::OverLimit, _) => "over_limit",
-            (Code::Ok, true) => "shadow_over_limit",
-            (Code::Ok, false) => "ok",
+            (Code::OverLimit, _) => metrics::Outcome::OverLimit,
+            (Code::Ok, true) => metrics::Outcome::ShadowOverLimit,
+            (Code::Ok, false) => metrics::Outcome::Ok,
         };
         metrics::decision(domain, &hit.rule, outcome);
         if let Some(d) = decision.filter(|d| d.allowed()) {
