@@ -9,7 +9,7 @@ use metrics::{Label, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use spillway_core::BreakerState;
-use spillway_policy::{Rule, RuleCounters};
+use spillway_policy::Rule;
 
 mod reference;
 pub use reference::{METRICS, Metric, reference_page};
@@ -67,43 +67,36 @@ pub enum Outcome {
 /// limits of one node, by its name or position as its counter key has it (`limit`:
 /// `#burst`, `#1`; empty for a reference rule, the only one of its node).
 pub fn decision(domain: &Arc<str>, rule: &Rule, outcome: Outcome) {
-    let counters = counters(domain, rule);
-    match outcome {
-        Outcome::Ok => &counters.ok,
-        Outcome::OverLimit => &counters.over_limit,
-        Outcome::ShadowOverLimit => &counters.shadow_over_limit,
-    }
-    .increment(1);
+    let counters = &rule.counters;
+    let (handle, label) = match outcome {
+        Outcome::Ok => (&counters.ok, "ok"),
+        Outcome::OverLimit => (&counters.over_limit, "over_limit"),
+        Outcome::ShadowOverLimit => (&counters.shadow_over_limit, "shadow_over_limit"),
+    };
+    handle
+        .get_or_register(|| {
+            let mut labels = rule_labels(domain, rule);
+            labels.push(Label::new("outcome", label));
+            counter!("spillway_decisions_total", labels)
+        })
+        .increment(1);
 }
 
 /// A rule admitted a request and is past its near-limit ratio.
 pub fn near_limit(domain: &Arc<str>, rule: &Rule) {
-    counters(domain, rule).near_limit.increment(1);
+    rule.counters
+        .near_limit
+        .get_or_register(|| counter!("spillway_near_limit_total", rule_labels(domain, rule)))
+        .increment(1);
 }
 
-/// `rule`'s counters, registered on its first decision and kept with it (each of them
-/// shows from then on, at 0 until it counts).
-fn counters<'r>(domain: &Arc<str>, rule: &'r Rule) -> &'r RuleCounters {
-    rule.counters.get_or_register(|| {
-        let labels = || {
-            vec![
-                Label::new("domain", Arc::clone(domain)),
-                Label::new("rule", Arc::clone(&rule.metric)),
-                Label::new("limit", Arc::clone(&rule.slot)),
-            ]
-        };
-        let decisions = |outcome: &'static str| {
-            let mut labels = labels();
-            labels.push(Label::new("outcome", outcome));
-            counter!("spillway_decisions_total", labels)
-        };
-        RuleCounters {
-            ok: decisions("ok"),
-            over_limit: decisions("over_limit"),
-            shadow_over_limit: decisions("shadow_over_limit"),
-            near_limit: counter!("spillway_near_limit_total", labels()),
-        }
-    })
+/// The labels of a rule's counters (registered once, then kept with the rule).
+fn rule_labels(domain: &Arc<str>, rule: &Rule) -> Vec<Label> {
+    vec![
+        Label::new("domain", Arc::clone(domain)),
+        Label::new("rule", Arc::clone(&rule.metric)),
+        Label::new("limit", Arc::clone(&rule.slot)),
+    ]
 }
 
 /// How long one store call took.

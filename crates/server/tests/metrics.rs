@@ -54,6 +54,11 @@ descriptors:
     has(r##"spillway_decisions_total{domain="m",rule="plan",limit="#1",outcome="ok"} 6"##);
     // 5 per minute, near at 80% = 4 used: the fourth and fifth hit of user `u`.
     has(r#"spillway_near_limit_total{domain="m",rule="user",limit=""} 2"#);
+    // An outcome a rule never had shows no series (each counter registers on first use).
+    assert!(
+        !text.contains(r#"rule="user",limit="",outcome="over_limit""#),
+        "{text}"
+    );
     has(r#"spillway_requests_total{api="http"} 6"#);
     has("spillway_breaker_state 0");
     assert!(!text.contains("first"), "a request value became a label");

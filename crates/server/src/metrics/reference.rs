@@ -62,7 +62,7 @@ pub static METRICS: &[Metric] = &[
         "spillway_decisions_total",
         "counter",
         "as `rule` below, and `outcome`: `ok`, `over_limit`, `shadow_over_limit`",
-        "one rule's decision for one request; a rule's series (every outcome, and its near-limit count) show from its first decision, at 0 until they count",
+        "one rule's decision for one request",
         "`ratelimit.service.rate_limit.<domain>.<path>.total_hits` (the sum), `.within_limit` (`ok`), `.over_limit` (`over_limit`), `.shadow_mode` (`shadow_over_limit`)",
     ),
     metric(
