@@ -43,6 +43,10 @@ pub(crate) struct Shared<St, C> {
     /// A rule is metered ([`Rule::metered`]): requests are settled after the inner
     /// service answered.
     pub metered: bool,
+    /// `spillway_tower_requests_total{outcome="allowed"}`, registered with the recorder
+    /// on the first admission and kept: counting an admitted request is then an atomic
+    /// add, not a lookup of the recorder's registry by name and labels.
+    pub allowed: std::sync::OnceLock<metrics::Counter>,
 }
 
 /// Flushes the layer's `sync` counts until the layer is dropped.
@@ -320,7 +324,11 @@ impl<St: Store, C: Clock> Shared<St, C> {
             })
         };
         let Some(denied) = denied_by else {
-            metrics::counter!("spillway_tower_requests_total", "outcome" => "allowed").increment(1);
+            self.allowed
+                .get_or_init(
+                    || metrics::counter!("spillway_tower_requests_total", "outcome" => "allowed"),
+                )
+                .increment(1);
             return pass();
         };
         let rule = &self.rules[denied];

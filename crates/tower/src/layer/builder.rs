@@ -227,6 +227,7 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             on_store_error: self.on_store_error,
             guards,
             metered,
+            allowed: Default::default(),
         };
         let shared = Arc::new(shared);
         if let (true, Ok(runtime)) = (syncs, runtime) {
