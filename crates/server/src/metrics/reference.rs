@@ -269,7 +269,9 @@ pub fn reference_page() -> String {
          and admin listeners (and on `metrics_addr`, when set). Labels come from the \
          configuration or from the fixed sets below, never from request values, so a flood \
          of distinct keys cannot grow the exposition. The `spillway_tower_*` metrics are the \
-         tower layer's, recorded in the embedding application's own recorder.\n\n\
+         tower layer's, recorded in the embedding application's own recorder: install it \
+         before the layer answers its first request (the layer keeps its counter of admitted \
+         requests from then on).\n\n\
          The last column maps the reference service's statsd names (`ratelimit.service.…`) \
          for dashboards and alerts being moved; `docs/operating.md` has alerts on these names.\n\n\
          Where `rule` appears, the labels are ",
