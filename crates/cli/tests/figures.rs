@@ -305,54 +305,48 @@ fn measured_header(row: &str) -> bool {
 /// when (a date), on what code (a commit) and how (the command) they were measured:
 /// `page:line: what is missing`.
 fn unsourced_tables(page: &Path, text: &str) -> Vec<String> {
-    let measured: Vec<usize> = tables(text)
-        .into_iter()
-        .filter_map(|(start, rows)| measured_table(&rows).then_some(start))
-        .collect();
     let lines: Vec<&str> = text.lines().collect();
+    let mut fenced = false;
+    let headings: Vec<usize> = (0..lines.len())
+        .filter(|&i| {
+            fenced ^= lines[i].starts_with("```");
+            !fenced && lines[i].starts_with('#')
+        })
+        .collect();
     let mut unsourced = Vec::new();
-    let (mut intro, mut fenced, mut in_table) = (0, false, false);
-    let mut table_end: Option<usize> = None;
-    for (i, line) in lines.iter().enumerate() {
-        if line.starts_with("```") {
-            fenced = !fenced;
-        }
-        let row = !fenced && line.trim_start().starts_with('|');
-        if !fenced && line.starts_with('#') {
-            (intro, table_end) = (i, None);
-        }
-        if row && !in_table {
+    let (mut intro, mut previous_end) = (0, None);
+    for (start, rows) in tables(text) {
+        let since = previous_end.unwrap_or(0);
+        if let Some(&heading) = headings.iter().rev().find(|&&h| since <= h && h < start) {
+            intro = heading;
+        } else if let Some(end) = previous_end
+            && !lines[end..start].iter().all(|l| l.trim().is_empty())
+        {
             // A table right after another (only blank lines between) is of the same run,
             // and shares its introduction; after any other text, that text introduces it.
-            if let Some(end) = table_end.take()
-                && !lines[end..i].iter().all(|l| l.trim().is_empty())
-            {
-                intro = end;
-            }
+            intro = end;
         }
-        if row && !in_table && measured.contains(&i) {
-            let said = lines[intro..i].join("\n");
-            let missing: Vec<&str> = [
-                ("date", dated(&said)),
-                ("commit", names_commit(&said)),
-                ("command", names_command(&said)),
-            ]
-            .into_iter()
-            .filter_map(|(what, named)| (!named).then_some(what))
-            .collect();
-            if !missing.is_empty() {
-                unsourced.push(format!(
-                    "{}:{}: no {}",
-                    page.display(),
-                    i + 1,
-                    missing.join(", no ")
-                ));
-            }
+        previous_end = Some(start + rows.len());
+        if !measured_table(&rows) {
+            continue;
         }
-        if in_table && !row {
-            table_end = Some(i);
+        let said = lines[intro..start].join("\n");
+        let missing: Vec<&str> = [
+            ("date", dated(&said)),
+            ("commit", names_commit(&said)),
+            ("command", names_command(&said)),
+        ]
+        .into_iter()
+        .filter_map(|(what, named)| (!named).then_some(what))
+        .collect();
+        if !missing.is_empty() {
+            unsourced.push(format!(
+                "{}:{}: no {}",
+                page.display(),
+                start + 1,
+                missing.join(", no ")
+            ));
         }
-        in_table = row;
     }
     unsourced
 }

@@ -319,13 +319,6 @@ async fn usage_when_the_store_fails_follows_the_rules_policy() {
     use spillway_policy::OnStoreError;
     use spillway_testkit::redis::RedisServer;
 
-    const POLICY: &str = "
-domain: ai
-descriptors:
-  - key: tenant
-    limits:
-      - { name: tokens, algorithm: token_bucket, limit: 1000, window: 1m, metered: true }
-";
     let usage = |cost: u64| {
         json!({ "domain": "ai", "cost": cost, "usage": true,
                 "descriptors": [{ "entries": [{ "key": "tenant", "value": "t1" }] }] })

@@ -193,7 +193,7 @@ pub async fn h2_clients(cases: &[H2Case], tls: bool) -> anyhow::Result<Vec<H2Rep
         // session cache), so what the second adds is what a client leaves behind.
         let mut served = warm;
         served &= round(case, &transport, &running, &good).await.2;
-        settle(fds).await;
+        settle_fds(fds).await;
         let refused_before = refused(&good).await;
         let heap = crate::heap_bytes();
         let (mut seen, ended_after, last) = round(case, &transport, &running, &good).await;
@@ -203,8 +203,9 @@ pub async fn h2_clients(cases: &[H2Case], tls: bool) -> anyhow::Result<Vec<H2Rep
                 " ({n} at once, over the cap: spillway_connections_refused_total)"
             ));
         }
-        let fds_after = settle(fds).await;
-        let heap_kib = settle_heap(heap).await;
+        let fds_after = settle_fds(fds).await;
+        let kept = || (crate::heap_bytes() - heap) / 1024;
+        let heap_kib = settle(kept, |&kib| kib <= HEAP_MARGIN_KIB).await;
         drop(good);
         reports.push(H2Report {
             case,
@@ -291,28 +292,24 @@ async fn round(
     (seen, ended_after, served.get() && good.call().await)
 }
 
-/// KiB still allocated since `heap` was read, once the server's tasks of the case's
-/// connections have ended: a socket closes a moment before the task that served it
-/// frees its buffers (once, over TLS, 429 KiB for 100 stalled calls measured just after
-/// their sockets closed). Waits up to 3 s for the heap to come back within
-/// [`HEAP_MARGIN_KIB`]; what a leak keeps stays, and is reported.
-async fn settle_heap(heap: i64) -> i64 {
+/// `read()` once `settled` says so, or after 3 s: what the case left once the server has
+/// let go of its connections. A socket closes a moment before the task that served it
+/// ends and frees its buffers (once, over TLS, 429 KiB of heap for 100 stalled calls
+/// read just after their sockets closed); what a leak keeps stays, and is reported.
+async fn settle<T>(read: impl Fn() -> T, settled: impl Fn(&T) -> bool) -> T {
     let until = Instant::now() + Duration::from_secs(3);
-    let kept = || (crate::heap_bytes() - heap) / 1024;
-    while kept() > HEAP_MARGIN_KIB && Instant::now() < until {
+    loop {
+        let value = read();
+        if settled(&value) || Instant::now() >= until {
+            return value;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    kept()
 }
 
-/// File descriptors open once the server has let go of the case's connections (their
-/// tasks end a moment after their sockets close), waiting up to 3 s for `fds`.
-async fn settle(fds: u64) -> u64 {
-    let until = Instant::now() + Duration::from_secs(3);
-    while open_fds() > fds + 16 && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    open_fds()
+/// File descriptors open, waiting for no more than 16 past `fds`.
+async fn settle_fds(fds: u64) -> u64 {
+    settle(open_fds, |&open| open <= fds + 16).await
 }
 
 fn served_enough(started: Instant) -> bool {

@@ -15,7 +15,6 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use serde::Serialize;
 use spillway_core::algorithm::distinct;
 use spillway_core::{Algorithm, Key, Limit, MemoryStore, Request};
@@ -170,8 +169,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         duration::format(args.window),
         args.seed
     );
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+    let mut table = super::tables::titled([
         "members N",
         "estimated",
         "error",

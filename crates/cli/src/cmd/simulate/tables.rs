@@ -6,10 +6,16 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use super::replay::Report;
 use super::servers;
 
+/// A table in `simulate`'s style, with this header.
+pub fn titled(header: impl Into<comfy_table::Row>) -> Table {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(header);
+    table
+}
+
 /// Servers sharing a limit by lease or sync: what each admitted against the exact count.
 pub fn shared(runs: &[servers::Shared]) -> Table {
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+    let mut table = titled([
         "algorithm",
         "sharing",
         "admitted",
@@ -39,8 +45,7 @@ pub fn shared(runs: &[servers::Shared]) -> Table {
 /// `--usage`'s table: looks admitted, what they used, the most in any window (the
 /// debt one window ran into) and over the run.
 pub fn usage(reports: &[Report]) -> Table {
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+    let mut table = titled([
         "algorithm",
         "admitted",
         "rejected",
@@ -70,8 +75,7 @@ pub fn usage(reports: &[Report]) -> Table {
 
 /// One run per algorithm: what each admitted, against its promise and the exact log.
 pub fn decisions(reports: &mut [Report]) -> Table {
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+    let mut table = titled([
         "algorithm",
         "admitted",
         "rejected",
