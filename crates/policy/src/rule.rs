@@ -77,6 +77,17 @@ pub struct Counters {
     pub shadow_over_limit: Handle,
     /// Admitted past the service's near-limit ratio.
     pub near_limit: Handle,
+    /// The reference's `total_hits`, in hits (kept only when the service keeps the
+    /// reference's stats; so are the four below).
+    pub total_hits: Handle,
+    /// The reference's `over_limit`, in hits.
+    pub hits_over_limit: Handle,
+    /// The reference's `near_limit`, in hits.
+    pub hits_near_limit: Handle,
+    /// The reference's `within_limit`, in hits.
+    pub within_limit: Handle,
+    /// The reference's `shadow_mode`, in hits.
+    pub shadow_mode: Handle,
 }
 
 /// One counter of a rule, registered on first use.

@@ -21,6 +21,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::service::{Options, Service};
 use crate::state::{AppState, LoadStatus};
+use crate::stats::Stats;
+use crate::stats::mapper::Mapper;
 use crate::store::{AnyStore, Stores};
 use crate::{metrics, tls};
 
@@ -39,10 +41,18 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot listen on {path}: {source}")]
+    ListenUnix {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("cannot watch {path}: {source}")]
     Watch { path: String, source: notify::Error },
     #[error("TLS: {0}")]
     Tls(String),
+    /// The reference's stats cannot be kept as asked (an invalid mapping file).
+    #[error("stats: {0}")]
+    Stats(String),
     /// Stopped while waiting for the store.
     #[error("stopped while waiting for the store")]
     Stopped,
@@ -118,7 +128,8 @@ impl AppBuilder {
             Some(store) => store,
             None => open_store(&config, self.wait_for_store.as_ref()).await?,
         };
-        let state = state(&config, policies, store, self.clock);
+        let stats = stats(&config.stats).map_err(StartError::Stats)?;
+        let state = state(&config, policies, store, self.clock, stats);
         Ok(App {
             config,
             state,
@@ -157,9 +168,13 @@ fn state(
     policies: PolicySet,
     store: AnyStore,
     clock: Arc<dyn Clock>,
+    stats: Arc<Stats>,
 ) -> Arc<AppState> {
     metrics::handle(); // installs the recorder before anything is counted
     metrics::config_load(true, policies.domains().len());
+    if config.xds().is_none() {
+        stats.config_load(true);
+    }
     // Logged as the crate, as operators have read it since the start.
     tracing::info!(
         target: "spillway_server",
@@ -178,7 +193,8 @@ fn state(
         dynamic_metadata: s.dynamic_metadata,
         max_request_work: s.max_request_work,
     };
-    let mut service = Service::new(policies, stores(config, store), clock, options);
+    let mut service =
+        Service::new(policies, stores(config, store), clock, options).with_stats(stats);
     let mut candidate_error = None;
     if let Some(path) = &config.rules.candidate {
         // A candidate that does not load never stops the service: it is reported.
@@ -210,7 +226,20 @@ fn state(
         }),
         waiting_for_rules: AtomicBool::new(xds.is_some_and(|x| !x.ready_without_rules)),
         ready_needs_a_domain: config.rules.ready_needs_a_domain,
+        health_follows_store: config.store.health_follows_store,
+        store_connected: AtomicBool::new(true),
     })
+}
+
+/// The reference's stats, as `settings` asks: Prometheus series named by the mapping
+/// file (or the reference's default mapping), statsd, both or neither.
+fn stats(settings: &crate::config::Stats) -> Result<Arc<Stats>, String> {
+    let mapper = match (settings.reference_metrics, &settings.mapper) {
+        (false, _) => None,
+        (true, None) => Some(Mapper::reference()),
+        (true, Some(path)) => Some(Mapper::from_file(path)?),
+    };
+    Ok(Arc::new(Stats::new(mapper, settings.statsd.is_some())))
 }
 
 /// The store, guarded by a breaker; the deny cache as configured. A store in this

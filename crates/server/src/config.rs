@@ -49,6 +49,7 @@ pub struct Config {
     pub headers: Headers,
     pub admin: Admin,
     pub metrics: Metrics,
+    pub stats: Stats,
     pub log: Log,
 }
 
@@ -73,6 +74,13 @@ pub struct Listen {
     pub max_connections: Option<usize>,
     /// How long requests in flight may take to finish on shutdown.
     pub drain_timeout: Duration,
+    /// A connection older than this (less up to a tenth, at random) is asked to go
+    /// away (HTTP/2 GOAWAY; HTTP/1 `Connection: close`); zero: never.
+    pub max_connection_age: Duration,
+    /// How long the calls in flight on a connection asked to go away may take.
+    pub max_connection_age_grace: Duration,
+    /// gRPC on this Unix socket as well (`GRPC_UDS`).
+    pub grpc_uds: Option<PathBuf>,
 }
 
 /// TLS on the service's own listeners.
@@ -116,6 +124,9 @@ pub struct Store {
     pub key_prefix: String,
     /// Virtual shards on Redis Cluster (0: a slot per key group).
     pub cluster_shards: u16,
+    /// `/healthcheck` and gRPC health fail while no connection to the store is up
+    /// (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
+    pub health_follows_store: bool,
 }
 
 /// Where the rules come from: policy files, or an xDS server.
@@ -172,6 +183,7 @@ impl std::fmt::Debug for Store {
             .field("reference_local_cache", &self.reference_local_cache)
             .field("key_prefix", &self.key_prefix)
             .field("cluster_shards", &self.cluster_shards)
+            .field("health_follows_store", &self.health_follows_store)
             .finish()
     }
 }
@@ -303,6 +315,41 @@ pub struct Admin {
 pub struct Metrics {
     pub addr: Option<SocketAddr>,
     pub path: String,
+}
+
+/// The reference's stats (`ratelimit.service.rate_limit.<domain>.<path>.total_hits`
+/// and the rest, counted in hits as the reference counts them): as Prometheus series
+/// through a statsd_exporter mapping, and to statsd.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// `/metrics` also serves the reference's series, as its in-process exporter
+    /// names them (`ratelimit_service_rate_limit_total_hits{domain,key1,key2}`, ...).
+    pub reference_metrics: bool,
+    /// A statsd_exporter mapping file in place of the reference's default mapping
+    /// (`PROMETHEUS_MAPPER_YAML`).
+    pub mapper: Option<PathBuf>,
+    /// Where statsd lines go (`host:port`); `None`: nowhere.
+    pub statsd: Option<String>,
+    /// Over TCP (the reference's default) rather than UDP.
+    pub statsd_tcp: bool,
+    /// DogStatsD: tags as `|#k:v`, not in the name (`USE_DOG_STATSD`).
+    pub dogstatsd: bool,
+    /// DogStatsD renames (`USE_DOG_STATSD_MOGRIFIERS`), the first that matches wins.
+    pub mogrifiers: Vec<Mogrifier>,
+    /// Tags on every stat (`EXTRA_TAGS`).
+    pub tags: Vec<(String, String)>,
+    /// How often counters and gauges go to statsd (`STATS_FLUSH_INTERVAL`).
+    pub flush_interval: Duration,
+}
+
+/// A DogStatsD rename: a stat whose name matches `pattern` is sent as `name` with
+/// `tags`, each of which may use the match's groups (`$1`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct Mogrifier {
+    pub pattern: String,
+    pub name: String,
+    #[serde(default)]
+    pub tags: Vec<(String, String)>,
 }
 
 /// Logging.

@@ -45,6 +45,7 @@ pub mod metrics;
 mod reload;
 mod service;
 mod state;
+pub mod stats;
 mod store;
 pub mod tls;
 mod top;

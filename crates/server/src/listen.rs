@@ -5,6 +5,7 @@
 //! connections, and a graceful shutdown that stops accepting and lets requests in
 //! flight finish.
 
+use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -83,6 +84,31 @@ pub struct Limits {
     pub max_connections: Option<usize>,
     /// How long requests in flight may take to finish after shutdown begins.
     pub drain: Duration,
+    /// Connections older than this are asked to go away; `None`: never.
+    pub max_age: Option<MaxAge>,
+}
+
+/// How old a connection may grow before it is asked to go away (HTTP/2 GOAWAY, HTTP/1
+/// `Connection: close` after the response in flight), as gRPC servers'
+/// `MaxConnectionAge`: a client with a connection for ever would otherwise never reach
+/// a replica added after it connected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxAge {
+    /// The age; each connection's is less, by up to a tenth at random, so that the
+    /// connections made at one moment (a restart's) do not all go away at once.
+    pub age: Duration,
+    /// How long the calls in flight then have to finish before the connection is
+    /// closed.
+    pub grace: Duration,
+}
+
+impl MaxAge {
+    /// This connection's age: `age` less a random part of up to a tenth of it.
+    fn jittered(&self) -> Duration {
+        let tenth = self.age / 10;
+        let less = tenth.mul_f64(rand::random::<f64>());
+        self.age - less
+    }
 }
 
 impl Limits {
@@ -95,13 +121,89 @@ impl Limits {
             idle: Duration::from_secs(300),
             max_connections: None,
             drain: Duration::from_secs(10),
+            max_age: None,
         }
     }
 }
 
+/// What [`serve`] accepts connections from: a TCP listener (over TLS when asked), or a
+/// Unix socket (`GRPC_UDS`: local callers only, so plaintext, and no first-byte wait).
+pub trait Listener: Send + 'static {
+    /// An accepted connection.
+    type Stream: Send + 'static;
+    /// The connection as HTTP is spoken over it.
+    type Io: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static;
+
+    /// The next connection.
+    fn accept(&self) -> impl Future<Output = std::io::Result<Self::Stream>> + Send;
+
+    /// Readies an accepted connection: its first byte waited for (within the header
+    /// timeout), then the TLS handshake; with whether its client presented a
+    /// certificate, over mutual TLS. `None`: it was closed instead.
+    fn open(
+        stream: Self::Stream,
+        tls: Option<ListenerTls>,
+        limits: Limits,
+    ) -> impl Future<Output = Option<(Self::Io, Option<ClientCert>)>> + Send;
+}
+
+impl Listener for TcpListener {
+    type Stream = tokio::net::TcpStream;
+    type Io = TokioIo<
+        Either<tokio::net::TcpStream, tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
+    >;
+
+    async fn accept(&self) -> std::io::Result<Self::Stream> {
+        let (stream, _peer) = TcpListener::accept(self).await?;
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+
+    async fn open(
+        stream: Self::Stream,
+        tls: Option<ListenerTls>,
+        limits: Limits,
+    ) -> Option<(Self::Io, Option<ClientCert>)> {
+        open_tcp(stream, tls, limits)
+            .await
+            .map(|(io, presented)| (TokioIo::new(io), presented))
+    }
+}
+
+impl Listener for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+    type Io = TokioIo<tokio::net::UnixStream>;
+
+    async fn accept(&self) -> std::io::Result<Self::Stream> {
+        tokio::net::UnixListener::accept(self)
+            .await
+            .map(|(stream, _)| stream)
+    }
+
+    async fn open(
+        stream: Self::Stream,
+        _tls: Option<ListenerTls>,
+        _limits: Limits,
+    ) -> Option<(Self::Io, Option<ClientCert>)> {
+        Some((TokioIo::new(stream), None))
+    }
+}
+
+/// Binds a Unix socket at `path`, replacing a socket file left there by an earlier
+/// run (anything else there is an error, not removed).
+pub fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path)
+        && meta.file_type().is_socket()
+    {
+        std::fs::remove_file(path)?;
+    }
+    tokio::net::UnixListener::bind(path)
+}
+
 /// Serves `app` on `listener` until `shutdown` is cancelled, then drains.
-pub async fn serve(
-    listener: TcpListener,
+pub async fn serve<L: Listener>(
+    listener: L,
     app: Router,
     shutdown: CancellationToken,
     limits: Limits,
@@ -128,7 +230,7 @@ pub async fn serve(
     let name = limits.name;
 
     loop {
-        let (stream, _peer) = tokio::select! {
+        let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
                 Err(e) => {
@@ -154,13 +256,14 @@ pub async fn serve(
                 }
             },
         };
-        let _ = stream.set_nodelay(true);
         let (builder, app, tls, shutdown) =
             (builder.clone(), app.clone(), tls.clone(), shutdown.clone());
         connections.spawn(async move {
             let _permit = permit;
             metrics::connection_opened(name);
-            connection(stream, builder, app, tls, limits, shutdown).await;
+            if let Some((io, presented)) = L::open(stream, tls, limits).await {
+                connection(io, presented, builder, app, limits, shutdown).await;
+            }
             metrics::connection_closed(name);
         });
     }
@@ -174,15 +277,16 @@ pub async fn serve(
     }
 }
 
-/// One accepted connection, from its first byte to its close.
-async fn connection(
+/// A TCP connection readied for HTTP: its first byte waited for, then its TLS
+/// handshake (when asked); `None` when it was closed instead.
+async fn open_tcp(
     stream: tokio::net::TcpStream,
-    builder: Builder<TokioExecutor>,
-    app: Router,
     tls: Option<ListenerTls>,
     limits: Limits,
-    shutdown: CancellationToken,
-) {
+) -> Option<(
+    Either<tokio::net::TcpStream, tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
+    Option<ClientCert>,
+)> {
     let name = limits.name;
     // hyper's header timeout starts with the first bytes (after it has sniffed HTTP/1
     // or 2): a client that connects and sends nothing gets the same time to send its
@@ -196,7 +300,7 @@ async fn connection(
             listener = name,
             "connection closed: nothing sent within the header timeout"
         );
-        return;
+        return None;
     }
     let (io, presented) = match tls {
         None => (Either::Left(stream), None),
@@ -208,12 +312,12 @@ async fn connection(
                     let reason = crate::tls::failure_reason(&e);
                     metrics::tls_handshake_failure(name, reason);
                     tracing::debug!(listener = name, reason, error = %e, "TLS handshake failed");
-                    return;
+                    return None;
                 }
                 Err(_) => {
                     metrics::tls_handshake_failure(name, "timeout");
                     tracing::debug!(listener = name, "TLS handshake timed out");
-                    return;
+                    return None;
                 }
             };
             // Over mutual TLS, each request says whether its client presented a
@@ -225,7 +329,21 @@ async fn connection(
             (Either::Right(stream), presented)
         }
     };
+    Some((io, presented))
+}
 
+/// One readied connection, from its first request to its close.
+async fn connection<I>(
+    io: I,
+    presented: Option<ClientCert>,
+    builder: Builder<TokioExecutor>,
+    app: Router,
+    limits: Limits,
+    shutdown: CancellationToken,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let name = limits.name;
     // Each request is in flight until its response body is done (or dropped); the
     // connection is idle while none is.
     let activity = Arc::new(Activity::new());
@@ -245,13 +363,22 @@ async fn connection(
             }
         }
     });
-    let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
+    let conn = builder.serve_connection(io, TowerToHyperService::new(service));
     let mut conn = pin!(conn);
     let mut closing = false;
     // After an idle close begins, how long the client has to let it finish: HTTP/2's
     // graceful close waits for a PING's answer, which a hostile client never sends.
     let mut dropped_at: Option<Instant> = None;
+    let aged_at = limits
+        .max_age
+        .map(|m| (Instant::now() + m.jittered(), m.grace));
     loop {
+        let age_check = async {
+            match aged_at {
+                Some((at, _)) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let idle_check = async {
             match activity.idle_deadline(limits.idle) {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -266,7 +393,7 @@ async fn connection(
         };
         tokio::select! {
             () = give_up => {
-                tracing::debug!(listener = name, "an idle connection did not close: dropped");
+                tracing::debug!(listener = name, "a connection asked to go away did not close: dropped");
                 return;
             }
             ended = conn.as_mut() => {
@@ -277,6 +404,15 @@ async fn connection(
             }
             () = shutdown.cancelled(), if !closing => {
                 closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            () = age_check, if !closing => {
+                // Asked to go away; its calls in flight have the grace to finish.
+                closing = true;
+                let grace = aged_at.map_or(Duration::ZERO, |(_, grace)| grace);
+                dropped_at = Some(Instant::now() + grace);
+                metrics::connection_aged_out(name);
+                tracing::debug!(listener = name, "connection at its maximum age: asked to go away");
                 conn.as_mut().graceful_shutdown();
             }
             () = idle_check, if !closing => {

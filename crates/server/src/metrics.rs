@@ -30,6 +30,15 @@ pub fn handle() -> &'static PrometheusHandle {
                 &STORE_BUCKETS,
             )
             .expect("the bucket list is not empty")
+            // The reference's timers, as statsd_exporter's histograms (Prometheus'
+            // default buckets, in seconds).
+            .set_buckets_for_metric(
+                Matcher::Prefix("ratelimit".into()),
+                &[
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ],
+            )
+            .expect("the bucket list is not empty")
             .build_recorder();
         let handle = recorder.handle();
         // Another recorder may already be installed (an embedding application's); then
@@ -201,6 +210,11 @@ pub fn connection_refused(listener: &'static str) {
 /// A connection on `listener` was closed after `idle_timeout` with no request.
 pub fn connection_idle_closed(listener: &'static str) {
     counter!("spillway_connections_idle_closed_total", "listener" => listener).increment(1);
+}
+
+/// A connection on `listener` reached its maximum age and was asked to go away.
+pub fn connection_aged_out(listener: &'static str) {
+    counter!("spillway_connections_aged_out_total", "listener" => listener).increment(1);
 }
 
 /// A reload of the served TLS certificates: `success` or `error` (the old ones stay).

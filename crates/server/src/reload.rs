@@ -59,6 +59,7 @@ pub(crate) fn apply(
                 Set::Live => {
                     state.service.replace_policies(policies);
                     metrics::config_load(true, domains);
+                    state.service.stats().config_load(true);
                 }
                 Set::Candidate => state.service.replace_candidate(policies),
             }
@@ -68,6 +69,7 @@ pub(crate) fn apply(
         Err(e) => {
             if set == Set::Live {
                 metrics::config_load(false, 0);
+                state.service.stats().config_load(false);
             }
             tracing::error!(from, error = %e, ?set, "policies not loaded; the last good ones stay");
             Some(e)

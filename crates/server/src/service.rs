@@ -23,6 +23,7 @@ mod round;
 mod status;
 
 use crate::metrics;
+use crate::stats::Stats;
 use crate::store::Stores;
 use crate::top::{RuleTop, TopKeys};
 pub use explain::{
@@ -102,6 +103,8 @@ pub struct Service {
     candidate: Option<candidate::Candidate>,
     /// Open reservations, on the memory store (Redis keeps its own).
     records: reserve::Records,
+    /// The reference's stats (off unless asked for).
+    stats: Arc<Stats>,
 }
 
 impl std::fmt::Debug for Service {
@@ -161,7 +164,19 @@ impl Service {
             top: TopKeys::default(),
             candidate: None,
             records: reserve::Records::default(),
+            stats: Arc::default(),
         }
+    }
+
+    /// Keeps the reference's stats in `stats`.
+    pub fn with_stats(mut self, stats: Arc<Stats>) -> Service {
+        self.stats = stats;
+        self
+    }
+
+    /// The reference's stats.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
     }
 
     /// Swaps in a new configuration; requests in flight finish on the old one. Counters
@@ -209,6 +224,8 @@ impl Service {
         let policies = self.policies.load();
         let Some(domain) = policies.domain(&req.domain) else {
             metrics::domain_not_found();
+            self.stats
+                .domain_not_found(&req.domain, req.descriptors.len() as u64);
             return Ok(CheckResponse {
                 overall: Code::Ok,
                 statuses: vec![Status::no_rule(); req.descriptors.len()],

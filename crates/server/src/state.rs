@@ -35,6 +35,13 @@ pub struct AppState {
     pub waiting_for_rules: AtomicBool,
     /// Not ready while no domain is loaded (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
     pub ready_needs_a_domain: bool,
+    /// `/healthcheck` and gRPC health also fail while no connection to the store is up
+    /// (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`); off, they follow the process alone.
+    pub health_follows_store: bool,
+    /// Whether the last probe of the store reached it (`upkeep` probes it each second
+    /// when health follows the store): a refused or broken connection clears it, an
+    /// answer sets it, and a slow answer leaves it as it was.
+    pub store_connected: AtomicBool,
     /// The decision counters over the last minutes, for the console's charts.
     pub history: crate::history::History,
 }
@@ -60,46 +67,63 @@ impl AppState {
         Ok(answer)
     }
 
-    /// Ready, or why not in words any prober may read.
-    pub(crate) async fn readiness(&self) -> Result<(), String> {
-        self.why_not_ready().await.map_err(|not| not.said)
+    /// Healthy, as the reference answers `/healthcheck` and gRPC health: the process
+    /// serves (no shutdown begun, rules in force when it must wait for them) and, only
+    /// when health follows the store, a connection to it is up. A slow store, or one
+    /// that refuses every call, leaves a replica healthy: each request then fails on its
+    /// own, as its failure policy says, and Envoy's `failure_mode_deny` decides.
+    pub(crate) fn health(&self) -> Result<(), &'static str> {
+        self.process()?;
+        if self.health_follows_store && !self.store_connected.load(Ordering::Relaxed) {
+            return Err("store unreachable");
+        }
+        Ok(())
     }
 
-    /// Ready, or why not: what a prober is told, and (for the log) the store's own
-    /// words, which can name nodes and keys.
-    pub(crate) async fn why_not_ready(&self) -> Result<(), NotReady> {
-        let said = |m: &str| NotReady {
-            said: m.to_owned(),
-            detail: m.to_owned(),
-        };
+    /// The process's own part of health and readiness.
+    fn process(&self) -> Result<(), &'static str> {
         if self.shutting_down.load(Ordering::Relaxed) {
-            return Err(said("shutting down"));
+            return Err("shutting down");
         }
         if self.waiting_for_rules.load(Ordering::Relaxed) {
-            return Err(said("waiting for the first rules over xDS"));
+            return Err("waiting for the first rules over xDS");
         }
         if self.ready_needs_a_domain && self.service.policies().domains().is_empty() {
-            return Err(said("no domain loaded"));
+            return Err("no domain loaded");
         }
+        Ok(())
+    }
+
+    /// Probes the store for [`health`](Self::health): a PING answered means a
+    /// connection is up; one refused or broken means none is; one that timed out says
+    /// nothing (the connection may be up and Redis busy) and changes nothing. Returns
+    /// what the store said when it was not reached, for the log.
+    pub(crate) async fn probe_store(&self) -> Option<String> {
+        match self.service.stores().store().ping().await {
+            Ok(()) => {
+                self.store_connected.store(true, Ordering::Relaxed);
+                None
+            }
+            Err(spillway_core::Error::Timeout(_)) => None,
+            Err(e) => {
+                self.store_connected.store(false, Ordering::Relaxed);
+                Some(e.to_string())
+            }
+        }
+    }
+
+    /// Ready (`/readyz`, Spillway's own check), or why not in words any prober may
+    /// read (never the store's own, which can name nodes and keys): healthy, and the
+    /// store answers a PING within the store timeout.
+    pub(crate) async fn readiness(&self) -> Result<(), String> {
+        self.process().map_err(str::to_owned)?;
         self.service
             .stores()
             .store()
             .ping()
             .await
-            .map_err(|e| NotReady {
-                said: "store unreachable".to_owned(),
-                detail: format!("store unreachable: {e}"),
-            })
+            .map_err(|_| "store unreachable".to_owned())
     }
-}
-
-/// Why the service is not ready.
-#[derive(Debug)]
-pub(crate) struct NotReady {
-    /// What a prober reads.
-    pub said: String,
-    /// What the log says.
-    pub detail: String,
 }
 
 /// What the last load did.

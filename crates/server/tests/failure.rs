@@ -188,14 +188,110 @@ async fn callers_and_probes_are_told_the_store_failed_not_what_it_said() {
         "{}",
         e.message()
     );
-    for path in ["/readyz", "/healthcheck"] {
-        let r = s.http.get(s.check_url(path)).send().await.unwrap();
-        assert!(!r.status().is_success(), "{path}");
-        let text = r.text().await.unwrap();
-        assert!(text.contains("store unreachable"), "{path}: {text}");
-        assert!(
-            !text.contains(&port) && !text.contains("refused"),
-            "{path}: {text}"
-        );
+    // Spillway's own readiness PINGs the store; the reference's health check does not.
+    let r = s.http.get(s.check_url("/readyz")).send().await.unwrap();
+    assert!(!r.status().is_success());
+    let text = r.text().await.unwrap();
+    assert!(text.contains("store unreachable"), "{text}");
+    assert!(!text.contains(&port) && !text.contains("refused"), "{text}");
+    let r = s
+        .http
+        .get(s.check_url("/healthcheck"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "a store outage leaves the process healthy");
+}
+
+/// `/healthcheck` as the reference answers it (issue #48): by default a store outage
+/// leaves it at 200, and each request follows its failure policy. With
+/// `health_follows_store` (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true`) it is 500 while
+/// no connection is up, and a frozen store (PINGs that time out, the connection up)
+/// never fails it; it is 200 again once the store is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_the_process_unless_told_to_follow_the_store() {
+    for follows in [false, true] {
+        let mut redis = RedisServer::start();
+        let s = Server::start_with(
+            "health",
+            &[("f.yaml", POLICY)],
+            Backing::Redis(redis.url()),
+            |st| {
+                st.store.on_error = OnStoreError::Open;
+                st.store.health_follows_store = follows;
+            },
+        )
+        .await;
+        let health = || async {
+            let r = s
+                .http
+                .get(s.check_url("/healthcheck"))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        };
+        let grpc_health = || async {
+            let mut client = tonic_health::pb::health_client::HealthClient::new(
+                tonic::transport::Channel::from_shared(format!("http://{}", s.running.grpc_addr))
+                    .unwrap()
+                    .connect()
+                    .await
+                    .unwrap(),
+            );
+            let r = client
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: "ratelimit".into(),
+                })
+                .await
+                .unwrap();
+            r.into_inner().status
+        };
+        let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+        // The health reporter's first tick has run once the gRPC status says serving.
+        assert!(support::eventually(|| async { grpc_health().await == serving }).await);
+        assert_eq!(health().await, (200, "OK".into()));
+
+        // Frozen: every PING times out, the connection stays up. 3 s of probes, each 200.
+        redis.signal("STOP");
+        for _ in 0..15 {
+            assert_eq!(
+                health().await.0,
+                200,
+                "a slow store never fails health ({follows})"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        redis.signal("CONT");
+
+        // Gone: the connection is refused.
+        redis.kill();
+        let (status, body) = if follows {
+            assert!(support::eventually(|| async { health().await.0 == 500 }).await);
+            assert_ne!(grpc_health().await, serving);
+            health().await
+        } else {
+            // Probed every second for 3 s: never 500, and gRPC health stays serving.
+            for _ in 0..15 {
+                assert_eq!(health().await.0, 200, "an outage leaves health at 200");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            assert_eq!(grpc_health().await, serving);
+            // Decisions follow the failure policy meanwhile (open: admitted).
+            let (code, _, _) = s
+                .check(json!({ "domain": "f", "descriptors": [{ "entries": [{ "key": "k", "value": "x" }] }] }))
+                .await;
+            assert_eq!(code, 200);
+            health().await
+        };
+        if follows {
+            assert_eq!((status, body.as_str()), (500, "store unreachable"));
+        } else {
+            assert_eq!((status, body.as_str()), (200, "OK"));
+        }
+
+        redis.restart();
+        assert!(support::eventually(|| async { health().await.0 == 200 }).await);
+        assert!(support::eventually(|| async { grpc_health().await == serving }).await);
     }
 }

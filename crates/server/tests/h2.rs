@@ -295,3 +295,121 @@ async fn at_its_connection_cap_a_listener_closes_new_connections_and_serves_its_
         tokio::task::yield_now().await;
     }
 }
+
+/// The frame of a gRPC message: its length prefix, then the message.
+fn grpc_frame(message: &impl prost::Message) -> Vec<u8> {
+    let body = message.encode_to_vec();
+    let mut frame = vec![0u8];
+    frame.extend(u32::try_from(body.len()).unwrap().to_be_bytes());
+    frame.extend(body);
+    frame
+}
+
+/// `GRPC_MAX_CONNECTION_AGE` (issue #48): a busy client's connection, past its age (less
+/// up to a tenth), is sent a GOAWAY, so that its next calls open a new connection (and
+/// reach a replica added since); the call it had in flight, its body half sent, is
+/// answered within the grace; then the connection closes.
+#[tokio::test]
+async fn a_connection_past_its_age_goes_away_and_its_call_in_flight_finishes() {
+    let s = Server::start_with("h2-age", &[("h2.yaml", POLICY)], Backing::Memory, |c| {
+        c.listen.max_connection_age = Duration::from_secs(1);
+        c.listen.max_connection_age_grace = Duration::from_secs(20);
+        c.listen.grpc_request_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(s.running.grpc_addr)
+        .await
+        .unwrap();
+    let opened = Instant::now();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let closed = tokio::spawn(connection);
+
+    // A call in flight: its headers and the first bytes of its message sent.
+    let frame = grpc_frame(&support::request("h2", &[&[("user", "busy")]]));
+    let mut ready = client.clone().ready().await.unwrap();
+    let (response, mut body) = ready
+        .send_request(grpc_call(RLS).body(()).unwrap(), false)
+        .unwrap();
+    body.send_data(Bytes::copy_from_slice(&frame[..3]), false)
+        .unwrap();
+
+    // Other calls are answered until the age; then a new stream is refused as the
+    // connection goes away.
+    let went_away = loop {
+        assert!(
+            opened.elapsed() < Duration::from_secs(10),
+            "no GOAWAY within 10 s of an age of 1 s"
+        );
+        let refused = match client.clone().ready().await {
+            Err(e) => Some(e),
+            Ok(mut c) => match c.send_request(grpc_call(HEALTH).body(()).unwrap(), true) {
+                Err(e) => Some(e),
+                Ok((answer, _)) => answer.await.err(),
+            },
+        };
+        if let Some(e) = refused {
+            break e;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        went_away.is_go_away() || went_away.reason() == Some(h2::Reason::REFUSED_STREAM),
+        "{went_away:?}"
+    );
+    let age = opened.elapsed();
+    assert!(
+        age >= Duration::from_millis(900),
+        "asked to go away after {age:?}"
+    );
+
+    // The call in flight finishes: the rest of its message, then its answer.
+    body.send_data(Bytes::copy_from_slice(&frame[3..]), true)
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), response)
+        .await
+        .expect("answered within the grace")
+        .unwrap();
+    assert_eq!(
+        grpc_status(response).await,
+        "0",
+        "the call in flight was answered OK"
+    );
+    // Nothing left in flight: the connection closes well within the grace.
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("the connection closed")
+        .unwrap()
+        .ok();
+}
+
+/// `GRPC_UDS` (issue #48): the rate limit service and gRPC health on a Unix socket as
+/// well as on TCP; a socket file left by an earlier run is replaced.
+#[tokio::test]
+async fn grpc_on_a_unix_socket() {
+    let dir = support::tempdir("h2-uds");
+    let path = dir.join("ratelimit.sock");
+    // What a killed earlier run leaves: a socket file nobody listens on.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let s = Server::start_with("h2-uds", &[("h2.yaml", POLICY)], Backing::Memory, |c| {
+        c.listen.grpc_uds = Some(path.clone());
+    })
+    .await;
+    let stream = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let (client, connection) = h2::client::handshake(stream).await.unwrap();
+    tokio::spawn(connection);
+    let mut ready = client.ready().await.unwrap();
+    let (response, mut body) = ready
+        .send_request(grpc_call(RLS).body(()).unwrap(), false)
+        .unwrap();
+    let frame = grpc_frame(&support::request("h2", &[&[("user", "local")]]));
+    body.send_data(Bytes::from(frame), true).unwrap();
+    let response = response.await.unwrap();
+    let mut data = Vec::new();
+    let mut stream = response.into_body();
+    while let Some(chunk) = stream.data().await {
+        data.extend_from_slice(&chunk.unwrap());
+    }
+    let answer = <envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse as prost::Message>::decode(&data[5..]).unwrap();
+    assert_eq!(answer.overall_code, 1, "OK, decided over the Unix socket");
+    drop(s);
+}

@@ -36,6 +36,10 @@ impl RateLimitService for Grpc {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         metrics::request("grpc");
+        let stats = self.state.service.stats();
+        // The reference's response time, only when its stats are kept.
+        #[allow(clippy::disallowed_methods)] // a latency for the stats, not a decision
+        let started = stats.on().then(std::time::Instant::now);
         let checked = async {
             let (req, request_metadata) = wire::request_with_metadata(
                 request.into_inner(),
@@ -46,7 +50,7 @@ impl RateLimitService for Grpc {
                 request_metadata,
             ))
         };
-        match checked.await {
+        let answer = match checked.await {
             Ok((r, request_metadata)) => Ok(tonic::Response::new(wire::response(
                 &r,
                 &self.state.headers,
@@ -56,9 +60,16 @@ impl RateLimitService for Grpc {
                 if e.is_invalid() {
                     metrics::invalid_request("grpc");
                 }
+                if stats.on() {
+                    stats.call_error(!e.is_invalid());
+                }
                 Err(e.grpc())
             }
+        };
+        if let Some(started) = started {
+            stats.grpc_call(started.elapsed());
         }
+        answer
     }
 }
 

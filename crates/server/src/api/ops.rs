@@ -123,7 +123,9 @@ fn domain_list(set: &spillway_policy::PolicySet) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Ready when a configuration is loaded, the store answers, and no shutdown has begun.
+/// Ready when a configuration is loaded, the store answers a PING within the store
+/// timeout, and no shutdown has begun (Spillway's own check; `/healthcheck` is the
+/// reference's, which a store outage does not fail).
 pub(super) async fn ready(State(state): State<Arc<AppState>>) -> Response {
     match state.readiness().await {
         Ok(()) => (StatusCode::OK, Json(serde_json::json!({ "ready": true }))).into_response(),
@@ -131,9 +133,10 @@ pub(super) async fn ready(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// The reference's health check: `OK` or 500.
+/// The reference's health check: `OK` or 500, following the process (and the store's
+/// connection only when `health_follows_store`), never a store call of its own.
 pub(super) async fn healthcheck(State(state): State<Arc<AppState>>) -> Response {
-    match state.readiness().await {
+    match state.health() {
         Ok(()) => (StatusCode::OK, "OK").into_response(),
         Err(why) => (respond::REFERENCE_UNHEALTHY, why).into_response(),
     }

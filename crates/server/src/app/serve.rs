@@ -22,6 +22,8 @@ pub struct Listeners {
     pub grpc: TcpListener,
     pub admin: Option<TcpListener>,
     pub metrics: Option<TcpListener>,
+    /// gRPC on a Unix socket as well (`grpc_uds`).
+    pub grpc_uds: Option<tokio::net::UnixListener>,
 }
 
 /// A started service.
@@ -68,11 +70,23 @@ impl App {
             }
         }
         let c = &self.config;
+        let grpc_uds = match &c.listen.grpc_uds {
+            Some(path) => {
+                Some(
+                    listen::bind_unix(path).map_err(|source| StartError::ListenUnix {
+                        path: path.display().to_string(),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
         Ok(Listeners {
             http: bind(c.listen.http).await?,
             grpc: bind(c.listen.grpc).await?,
             admin: maybe(c.admin.addr).await?,
             metrics: maybe(c.metrics.addr).await?,
+            grpc_uds,
         })
     }
 
@@ -94,13 +108,18 @@ impl App {
             certs,
         } = self;
         sources(&config, &state, certs.as_ref(), &shutdown)?;
+        crate::stats::statsd::spawn(
+            Arc::clone(state.service.stats()),
+            &config.stats,
+            shutdown.clone(),
+        );
         let local = |l: &TcpListener| l.local_addr().expect("a bound listener has an address");
         let (http_addr, grpc_addr) = (local(&listeners.http), local(&listeners.grpc));
         let admin_addr = listeners.admin.as_ref().map(local);
         let metrics_addr = listeners.metrics.as_ref().map(local);
 
         let (reporter, health) = tonic_health::server::health_reporter();
-        // Registered before the port opens (not serving until the first readiness check), so
+        // Registered before the port opens (not serving until the first health check), so
         // a health check never finds the names missing.
         api::grpc::set_health(&reporter, false).await;
         let bounds = config.listen.clone();
@@ -110,6 +129,13 @@ impl App {
             idle: bounds.idle_timeout,
             max_connections: bounds.max_connections,
             drain: bounds.drain_timeout,
+            // As the reference's GRPC_MAX_CONNECTION_AGE: the gRPC listeners only.
+            max_age: (name.starts_with("grpc") && !bounds.max_connection_age.is_zero()).then_some(
+                listen::MaxAge {
+                    age: bounds.max_connection_age,
+                    grace: bounds.max_connection_age_grace,
+                },
+            ),
         };
         let http_app = api::router::router(Arc::clone(&state));
         let grpc_app = api::grpc::router(
@@ -155,7 +181,11 @@ impl App {
             grpc,
             admin,
             metrics: prometheus,
+            grpc_uds,
         } = listeners;
+        if let Some(path) = &config.listen.grpc_uds {
+            tracing::info!(target: "spillway_server", path = %path.display(), "gRPC listening on a Unix socket too");
+        }
         let task = tokio::spawn({
             let (state, shutdown) = (Arc::clone(&state), shutdown.clone());
             async move {
@@ -185,11 +215,25 @@ impl App {
                         .await;
                     }
                 };
+                let unix_app = grpc_app.clone();
+                let unix = async {
+                    if let Some(listener) = grpc_uds {
+                        listen::serve(
+                            listener,
+                            unix_app,
+                            shutdown.clone(),
+                            limits("grpc_uds"),
+                            None,
+                        )
+                        .await;
+                    }
+                };
                 tokio::join!(
                     listen::serve(http, http_app, shutdown.clone(), limits("http"), http_tls),
                     listen::serve(grpc, grpc_app, shutdown.clone(), limits("grpc"), grpc_tls),
                     admin,
                     prometheus,
+                    unix,
                 );
                 upkeep.abort();
                 sync.abort();
@@ -278,30 +322,36 @@ async fn sync(state: Arc<AppState>) {
     .await;
 }
 
-/// Once a second: the gRPC health status follows readiness, and the Prometheus
-/// recorder's histograms are maintained. On shutdown: not serving, at once.
+/// Once a second: the store is probed when health follows it, the gRPC health status
+/// follows health (as `/healthcheck` does), and the Prometheus recorder's histograms
+/// are maintained. On shutdown: not serving, at once.
 async fn upkeep(
     state: Arc<AppState>,
     reporter: tonic_health::server::HealthReporter,
     shutdown: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut was_ready = true;
+    let mut was_healthy = true;
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                let readiness = state.why_not_ready().await;
-                let ready = readiness.is_ok();
-                // Said once when it changes; probes are told less (`NotReady::said`).
-                match readiness {
-                    Err(not) if was_ready => {
-                        tracing::warn!(target: "spillway_server", why = %not.detail, "not ready");
+                let store_said = if state.health_follows_store {
+                    state.probe_store().await
+                } else {
+                    None
+                };
+                let health = state.health();
+                // Said once when it changes, with the store's own words (probes are told less).
+                match health {
+                    Err(why) if was_healthy => {
+                        let store = store_said.unwrap_or_default();
+                        tracing::warn!(target: "spillway_server", why, store, "unhealthy");
                     }
-                    Ok(()) if !was_ready => tracing::info!(target: "spillway_server", "ready"),
+                    Ok(()) if !was_healthy => tracing::info!(target: "spillway_server", "healthy"),
                     _ => {}
                 }
-                was_ready = ready;
-                api::grpc::set_health(&reporter, ready).await;
+                was_healthy = health.is_ok();
+                api::grpc::set_health(&reporter, was_healthy).await;
                 metrics::handle().run_upkeep();
                 state.history.sample(|| metrics::handle().render(), state.service.now());
                 metrics::breaker(state.service.stores().breaker().state());

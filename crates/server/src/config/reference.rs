@@ -280,13 +280,19 @@ pub static REFERENCE: &[ReferenceRow] = &[
         read: Read::With(|_| Ok(Vec::new())),
     },
     ReferenceRow {
-        variables: &["USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"],
+        variables: &[
+            "USE_PROMETHEUS",
+            "PROMETHEUS_ADDR",
+            "PROMETHEUS_PATH",
+            "PROMETHEUS_MAPPER_YAML",
+        ],
         sets: &[
             ("metrics_addr", "USE_PROMETHEUS PROMETHEUS_ADDR"),
             ("metrics_path", "PROMETHEUS_PATH"),
+            ("prometheus_mapper", "PROMETHEUS_MAPPER_YAML"),
         ],
         gate: Some("USE_PROMETHEUS"),
-        note: "a Prometheus listener of its own (default :9090, /metrics), only with USE_PROMETHEUS=true",
+        note: "a Prometheus listener of its own (default :9090, /metrics) serving the reference's series named by the mapping file (default: the reference's mapping) beside spillway_*, only with USE_PROMETHEUS=true",
         read: Read::With(|var| {
             let on = var("USE_PROMETHEUS")
                 .map(|v| boolean(&v))
@@ -300,6 +306,7 @@ pub static REFERENCE: &[ReferenceRow] = &[
                 var("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into()),
             )];
             set_if(&mut out, var, "PROMETHEUS_PATH", "metrics_path");
+            set_if(&mut out, var, "PROMETHEUS_MAPPER_YAML", "prometheus_mapper");
             Ok(out)
         }),
     },
@@ -421,6 +428,125 @@ pub static REFERENCE: &[ReferenceRow] = &[
             "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
         )],
     ),
+    same(
+        &["REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"],
+        &[(
+            "health_follows_store",
+            "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        )],
+    ),
+    ReferenceRow {
+        variables: &[
+            "USE_STATSD",
+            "STATSD_HOST",
+            "STATSD_PORT",
+            "STATSD_PROTOCOL",
+            "USE_DOG_STATSD",
+            "DISABLE_STATS",
+        ],
+        sets: &[
+            (
+                "statsd_addr",
+                "USE_STATSD STATSD_HOST STATSD_PORT USE_DOG_STATSD DISABLE_STATS",
+            ),
+            ("statsd_protocol", "STATSD_PROTOCOL USE_DOG_STATSD"),
+            ("dogstatsd", "USE_DOG_STATSD"),
+            ("reference_metrics", "DISABLE_STATS"),
+        ],
+        gate: None,
+        note: "statsd to STATSD_HOST:STATSD_PORT (localhost:8125) unless USE_STATSD=false, over STATSD_PROTOCOL (tcp, as gostats; DogStatsD over udp); DISABLE_STATS=true sends none and serves none of the reference's series",
+        read: Read::With(|var| {
+            let flag = |name: &str| {
+                var(name)
+                    .map(|v| boolean(&v))
+                    .transpose()
+                    .map_err(|e| format!("{name}: {e}"))
+            };
+            let (statsd, dog, disabled) = (
+                flag("USE_STATSD")?,
+                flag("USE_DOG_STATSD")?,
+                flag("DISABLE_STATS")?,
+            );
+            if disabled == Some(true) {
+                return Ok(vec![
+                    ("statsd_addr", String::new()),
+                    ("reference_metrics", "false".into()),
+                ]);
+            }
+            let dog = dog == Some(true);
+            let mut out = Vec::new();
+            let named = ["STATSD_HOST", "STATSD_PORT"]
+                .iter()
+                .any(|v| var(v).is_some());
+            if statsd == Some(false) && !dog {
+                out.push(("statsd_addr", String::new()));
+            } else if dog || statsd == Some(true) || named {
+                let host = var("STATSD_HOST").filter(|h| !h.is_empty());
+                let port = var("STATSD_PORT").filter(|p| !p.is_empty());
+                out.push((
+                    "statsd_addr",
+                    host_port(
+                        host.as_deref().unwrap_or("localhost"),
+                        port.as_deref().unwrap_or("8125"),
+                    ),
+                ));
+            }
+            if dog {
+                out.push(("dogstatsd", "true".into()));
+                out.push(("statsd_protocol", "udp".into()));
+            } else {
+                set_if(&mut out, var, "STATSD_PROTOCOL", "statsd_protocol");
+            }
+            Ok(out)
+        }),
+    },
+    ReferenceRow {
+        variables: &["USE_DOG_STATSD_MOGRIFIERS"],
+        sets: &[(
+            "dogstatsd_mogrifiers",
+            "USE_DOG_STATSD_MOGRIFIERS DOG_STATSD_MOGRIFIER_<NAME>_{PATTERN,NAME,TAGS}",
+        )],
+        gate: None,
+        note: "each listed NAME from DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS (k:v,...), in the listed order (the reference's order is a Go map's: random)",
+        read: Read::With(|var| {
+            let Some(names) = var("USE_DOG_STATSD_MOGRIFIERS").filter(|v| !v.is_empty()) else {
+                return Ok(Vec::new());
+            };
+            let mut list = Vec::new();
+            for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                let part = |p: &str| var(&format!("DOG_STATSD_MOGRIFIER_{name}_{p}"));
+                let pattern = part("PATTERN")
+                    .filter(|p| !p.is_empty())
+                    .ok_or_else(|| format!("DOG_STATSD_MOGRIFIER_{name}_PATTERN is not set"))?;
+                let rename = part("NAME")
+                    .filter(|p| !p.is_empty())
+                    .ok_or_else(|| format!("DOG_STATSD_MOGRIFIER_{name}_NAME is not set"))?;
+                let tags = super::value::pairs(&part("TAGS").unwrap_or_default(), ':')
+                    .map_err(|e| format!("DOG_STATSD_MOGRIFIER_{name}_TAGS: {e}"))?;
+                list.push(super::Mogrifier {
+                    pattern,
+                    name: rename,
+                    tags,
+                });
+            }
+            let json = serde_json::to_string(&list).map_err(|e| e.to_string())?;
+            Ok(vec![("dogstatsd_mogrifiers", json)])
+        }),
+    },
+    same(&["EXTRA_TAGS"], &[("stats_tags", "EXTRA_TAGS")]),
+    same(
+        &["STATS_FLUSH_INTERVAL"],
+        &[("stats_flush_interval", "STATS_FLUSH_INTERVAL")],
+    ),
+    same(
+        &["GRPC_MAX_CONNECTION_AGE"],
+        &[("max_connection_age", "GRPC_MAX_CONNECTION_AGE")],
+    ),
+    same(
+        &["GRPC_MAX_CONNECTION_AGE_GRACE"],
+        &[("max_connection_age_grace", "GRPC_MAX_CONNECTION_AGE_GRACE")],
+    ),
+    same(&["GRPC_UDS"], &[("grpc_uds", "GRPC_UDS")]),
     same(&["LOG_LEVEL"], &[("log_level", "LOG_LEVEL")]),
     same(&["LOG_FORMAT"], &[("log_format", "LOG_FORMAT")]),
     same(&["SHADOW_MODE"], &[("shadow_mode", "SHADOW_MODE")]),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::table::{Kind, SETTINGS, Setting, setting};
 use super::{
-    Admin, Config, ConfigError, Headers, Listen, Log, Metrics, Rules, Service, Store, Tls,
+    Admin, Config, ConfigError, Headers, Listen, Log, Metrics, Rules, Service, Stats, Store, Tls,
 };
 
 /// Where a value came from.
@@ -216,6 +216,9 @@ fn blank() -> Config {
             idle_timeout: Duration::ZERO,
             max_connections: None,
             drain_timeout: Duration::ZERO,
+            max_connection_age: Duration::ZERO,
+            max_connection_age_grace: Duration::ZERO,
+            grpc_uds: None,
         },
         tls: Tls::default(),
         store: Store {
@@ -231,12 +234,14 @@ fn blank() -> Config {
             reference_local_cache: false,
             key_prefix: String::new(),
             cluster_shards: 0,
+            health_follows_store: false,
         },
         rules: Rules::default(),
         service: Service::default(),
         headers: Headers::default(),
         admin: Admin::default(),
         metrics: Metrics::default(),
+        stats: Stats::default(),
         log: Log::default(),
     }
 }

@@ -5,7 +5,8 @@
 //! `reference.rs`.
 
 use super::value::{
-    addr, admin_addr, boolean, duration, list, log_format, number, optional, pairs, ratio, verify,
+    addr, admin_addr, boolean, duration, list, log_format, mogrifiers, number, optional, pairs,
+    ratio, statsd_protocol, verify,
 };
 use super::{Config, TlsListeners, XdsTls};
 
@@ -149,6 +150,16 @@ pub static SETTINGS: &[Setting] = &[
     row("drain_timeout", "listen", "10s", DURATION,
         "on SIGTERM, how long requests in flight may take to finish",
         Text, |c, v| { c.listen.drain_timeout = duration(v)?; Ok(()) }),
+    row("max_connection_age", "listen", "0s", DURATION,
+        "a gRPC connection older than this, less up to a tenth at random so that connections made together do not all go at once, is asked to go away (HTTP/2 GOAWAY): a busy Envoy's next calls then reach replicas added since (0s: never)",
+        Text, |c, v| { c.listen.max_connection_age = duration(v)?; Ok(()) })
+        .reference_default("24h"),
+    row("max_connection_age_grace", "listen", "1h", DURATION,
+        "how long the calls in flight on a gRPC connection asked to go away may take before it is closed",
+        Text, |c, v| { c.listen.max_connection_age_grace = duration(v)?; Ok(()) }),
+    row("grpc_uds", "listen", "", FILE,
+        "gRPC (ShouldRateLimit and health) on this Unix socket as well; a socket file left there is replaced",
+        Path, |c, v| { c.listen.grpc_uds = path(v); Ok(()) }),
     // === tls ===
     row("tls_cert", "tls", "", FILE,
         "PEM certificate chain to serve (leaf first); reloaded when the file changes and on SIGHUP",
@@ -200,6 +211,9 @@ pub static SETTINGS: &[Setting] = &[
     row("redis_cluster_shards", "store", "3", "N",
         "on Redis Cluster, the virtual shards keys are spread over, so that one call decides many key groups (0: a slot per group; at most 1024); every process on one Cluster must agree, and counts start afresh when it changes",
         Text, |c, v| { c.store.cluster_shards = number(v)?; Ok(()) }),
+    row("health_follows_store", "store", "false", BOOL,
+        "/healthcheck and gRPC health also fail while no connection to the store is up (a slow reply never fails them); off, a store outage leaves replicas healthy and each request follows its failure policy. /readyz always PINGs the store",
+        Bool, |c, v| { c.store.health_follows_store = boolean(v)?; Ok(()) }),
     row("redis_tls_ca", "store", "", FILE,
         "PEM CAs to trust for a rediss:// store (default: the system's roots, or SSL_CERT_FILE)",
         Path, |c, v| { c.store.redis.tls.ca_file = path(v); Ok(()) }),
@@ -381,6 +395,41 @@ pub static SETTINGS: &[Setting] = &[
                 return Err(format!("`{v}` does not start with /"));
             }
             c.metrics.path = v.to_owned();
+            Ok(())
+        }),
+    // === stats ===
+    row("reference_metrics", "stats", "false", BOOL,
+        "/metrics also serves the reference's series (ratelimit_service_rate_limit_total_hits{domain,key1,key2} and the rest), counted in hits as the reference counts them, named by prometheus_mapper",
+        Bool, |c, v| { c.stats.reference_metrics = boolean(v)?; Ok(()) })
+        .reference_default("true"),
+    row("prometheus_mapper", "stats", "", FILE,
+        "a statsd_exporter mapping file (glob or regex match, name, labels with $n, match_metric_type, action: drop) naming the reference's series in place of the reference's default mapping",
+        Path, |c, v| { c.stats.mapper = path(v); Ok(()) }),
+    row("statsd_addr", "stats", "", ADDR,
+        "send the reference's stats to this statsd (empty: none); never waits: a statsd that is down costs nothing",
+        Text, |c, v| { c.stats.statsd = optional(v).map(Into::into); Ok(()) })
+        .reference_default("localhost:8125"),
+    row("statsd_protocol", "stats", "udp", "udp|tcp",
+        "how statsd lines are sent",
+        Text, |c, v| { c.stats.statsd_tcp = statsd_protocol(v)?; Ok(()) })
+        .reference_default("tcp"),
+    row("dogstatsd", "stats", "false", BOOL,
+        "DogStatsD: tags as |#k:v rather than in the name (sent over UDP)",
+        Bool, |c, v| { c.stats.dogstatsd = boolean(v)?; Ok(()) }),
+    row("dogstatsd_mogrifiers", "stats", "", "JSON",
+        "DogStatsD renames, in order, the first that matches wins: [{\"pattern\": REGEX, \"name\": \"$1\", \"tags\": [[\"k\", \"$2\"]]}]",
+        Text, |c, v| { c.stats.mogrifiers = mogrifiers(v)?; Ok(()) }),
+    row("stats_tags", "stats", "", "K:V,...",
+        "tags on every statsd line (plain statsd: .__k=v in the name, as the reference writes them)",
+        List, |c, v| { c.stats.tags = pairs(v, ':')?; Ok(()) }),
+    row("stats_flush_interval", "stats", "10s", DURATION,
+        "how often counters go to statsd (as deltas)",
+        Text, |c, v| {
+            let d = duration(v)?;
+            if d.is_zero() {
+                return Err("the flush interval must be above 0".into());
+            }
+            c.stats.flush_interval = d;
             Ok(())
         }),
     // === log ===

@@ -139,3 +139,29 @@ pub fn pairs(list: &str, separator: char) -> Result<Vec<(String, String)>, Strin
         })
         .collect()
 }
+
+/// `udp` or `tcp`: whether statsd lines go over TCP.
+pub fn statsd_protocol(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "udp" => Ok(false),
+        "tcp" => Ok(true),
+        other => Err(format!("`{other}` is not udp or tcp")),
+    }
+}
+
+/// DogStatsD renames as JSON (empty: none); each pattern must compile.
+pub fn mogrifiers(s: &str) -> Result<Vec<super::Mogrifier>, String> {
+    let Some(s) = optional(s) else {
+        return Ok(Vec::new());
+    };
+    let list: Vec<super::Mogrifier> =
+        serde_json::from_str(s).map_err(|e| format!("not a list of mogrifiers: {e}"))?;
+    for m in &list {
+        regex::Regex::new(&m.pattern)
+            .map_err(|e| format!("mogrifier pattern `{}`: {e}", m.pattern))?;
+        if m.name.is_empty() {
+            return Err(format!("mogrifier `{}` has no name", m.pattern));
+        }
+    }
+    Ok(list)
+}

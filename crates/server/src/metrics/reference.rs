@@ -173,7 +173,7 @@ pub static METRICS: &[Metric] = &[
     metric(
         "spillway_connections",
         "gauge",
-        "`listener`: `http`, `grpc`, `admin`, `metrics`",
+        "`listener`: `http`, `grpc`, `grpc_uds`, `admin`, `metrics`",
         "connections open (each one a file descriptor)",
         "—",
     ),
@@ -189,6 +189,13 @@ pub static METRICS: &[Metric] = &[
         "counter",
         "`listener`: as above",
         "connections closed after idle_timeout with no request in flight (HTTP/2: GOAWAY first)",
+        "—",
+    ),
+    metric(
+        "spillway_connections_aged_out_total",
+        "counter",
+        "`listener`: as above",
+        "connections asked to go away at max_connection_age (HTTP/2: GOAWAY), their calls in flight given max_connection_age_grace",
         "—",
     ),
     metric(

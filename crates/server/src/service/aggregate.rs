@@ -57,6 +57,9 @@ impl Service {
         let overall = if verdict.over() && !self.options.global_shadow {
             Code::OverLimit
         } else {
+            if verdict.over() {
+                self.stats.global_shadow();
+            }
             Code::Ok
         };
         let metadata = self
@@ -91,6 +94,26 @@ impl Service {
             if d.limit - d.remaining >= near.max(1) {
                 metrics::near_limit(domain, &hit.rule);
             }
+        }
+        if self.stats.on() {
+            // A block-all rule (limit 0) refuses every hit; a rule decided by no one
+            // (the store failed, its policy answered) is in no stat, as the reference
+            // counts none for a request Redis failed.
+            let (limit, remaining, allowed) = match (&hit.rule.limit, decision) {
+                (RuleLimit::BlockAll, _) => (0, 0, false),
+                (_, Some(d)) => (d.limit, d.remaining, d.allowed()),
+                (_, None) => return,
+            };
+            let shadow = hit.rule.mode == spillway_policy::Mode::Shadow;
+            let hits = crate::stats::hits(
+                limit,
+                remaining,
+                allowed,
+                hit.cost,
+                self.options.near_limit_ratio,
+                shadow,
+            );
+            self.stats.rule(domain, &hit.rule, hits);
         }
     }
 }
