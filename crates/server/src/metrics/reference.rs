@@ -297,5 +297,53 @@ pub fn reference_page() -> String {
             m.name, m.kind, labels, m.help, m.replaces
         );
     }
+    out.push_str(REFERENCE_INTRO);
+    let mapper = crate::stats::mapper::Mapper::reference();
+    let series = |name: &str, kind| match mapper.map(name, kind) {
+        None => "— (dropped)".to_owned(),
+        Some(m) => {
+            let labels: Vec<String> = m
+                .labels
+                .iter()
+                .map(|l| format!("{}=\"{}\"", l.key(), l.value()))
+                .collect();
+            format!("`{}{{{}}}`", m.name, labels.join(",")).replace("{}", "")
+        }
+    };
+    for s in crate::stats::REFERENCE_STATS {
+        let kind = match s.kind {
+            crate::stats::mapper::Kind::Counter => "counter",
+            crate::stats::mapper::Kind::Gauge => "gauge",
+            crate::stats::mapper::Kind::Timer => "timer (ms)",
+        };
+        // A rule's stats by its path's depth: one level, and three (Envoy Gateway's).
+        let shown = if s.name.contains("<path>") {
+            let one = s.name.replace("<domain>", "D").replace("<path>", "K1");
+            let three = s
+                .name
+                .replace("<domain>", "D")
+                .replace("<path>", "K1.K2.K3");
+            format!("{}; {}", series(&one, s.kind), series(&three, s.kind))
+        } else {
+            series(&s.name.replace("<domain>", "D"), s.kind)
+        };
+        let _ = writeln!(out, "| `{}` | {kind} | {shown} | {} |", s.name, s.help);
+    }
     out
 }
+
+const REFERENCE_INTRO: &str = "\n## The reference's series\n\n\
+With `reference_metrics` (on wherever the reference's variables are in use), `/metrics` \
+also serves the reference's stats as its in-process exporter names them: each statsd \
+name below through the reference's default statsd_exporter mapping, or the file \
+`prometheus_mapper` (`PROMETHEUS_MAPPER_YAML`) names. They count **hits** as the reference \
+counts them (`hits_addend`; a stream-done charge of 600 is 600), where `spillway_*` count \
+decisions. With `statsd_addr` the same stats go to statsd (counters as deltas every \
+`stats_flush_interval`, the timer in ms). `<path>` is the rule's path as \
+`ratelimit.service.rate_limit.<domain>.<path>` in the reference: levels joined by `.`, \
+each `key_value` or `key` as the rule is written, `:` and `|` and an IPv4 address's dots \
+written as `_`. The default mapping labels a one-level path `domain`, `key1` and a path of \
+three levels or more `domain`, `key1`, `key2`; a two-level path matches neither of its \
+patterns and has a series of its own (`ratelimit_service_rate_limit_D_K1_K2_total_hits`, \
+unlabelled), as in the reference. Below, `D` is a domain and `K1`… a path's levels.\n\n\
+| statsd name | type | Prometheus series (default mapping) | meaning |\n|---|---|---|---|\n";

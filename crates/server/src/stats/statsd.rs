@@ -106,10 +106,17 @@ impl Sender {
             .iter()
             .map(|m| Ok((Regex::new(&m.pattern).map_err(io::Error::other)?, m.clone())))
             .collect::<io::Result<_>>()?;
+        // The reference writes the extra tags into the name whatever the sink (DogStatsD's
+        // reads them back out of it), so their values lose `.`, `:` and `|` either way.
+        let tags = sorted
+            .into_iter()
+            .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+            .map(|(k, v)| (k, v.replace(['.', ':', '|'], "_")))
+            .collect();
         Ok(Sender {
             client,
             dogstatsd: settings.dogstatsd,
-            tags: settings.tags.clone(),
+            tags,
             suffix,
             mogrifiers,
         })
