@@ -71,6 +71,7 @@ pub struct App {
 pub struct AppBuilder {
     config: Config,
     store: Option<AnyStore>,
+    per_second: Option<AnyStore>,
     clock: Arc<dyn Clock>,
     wait_for_store: Option<CancellationToken>,
 }
@@ -90,6 +91,13 @@ impl AppBuilder {
     /// the configuration's is opened.
     pub fn store(mut self, store: AnyStore) -> AppBuilder {
         self.store = Some(store);
+        self
+    }
+
+    /// A per-second store already open (tests pass one that reads the manual clock);
+    /// by default the configuration's `per_second_store`, if set, is opened.
+    pub fn per_second_store(mut self, store: AnyStore) -> AppBuilder {
+        self.per_second = Some(store);
         self
     }
 
@@ -126,10 +134,17 @@ impl AppBuilder {
         };
         let store = match self.store {
             Some(store) => store,
-            None => open_store(&config, self.wait_for_store.as_ref()).await?,
+            None => open_store(&config.store, self.wait_for_store.as_ref()).await?,
+        };
+        let per_second = match (self.per_second, config.store.per_second()) {
+            (Some(store), _) => Some(store),
+            (None, Some(settings)) => {
+                Some(open_store(&settings, self.wait_for_store.as_ref()).await?)
+            }
+            (None, None) => None,
         };
         let stats = stats(&config.stats).map_err(StartError::Stats)?;
-        let state = state(&config, policies, store, self.clock, stats);
+        let state = state(&config, policies, (store, per_second), self.clock, stats);
         Ok(App {
             config,
             state,
@@ -138,15 +153,14 @@ impl AppBuilder {
     }
 }
 
-/// Opens the configuration's store; with `stop`, waits while it is unreachable. A bad
-/// URL fails at once.
+/// Opens the store `store` describes; with `stop`, waits while it is unreachable. A
+/// bad URL fails at once.
 async fn open_store(
-    config: &Config,
+    store: &crate::config::Store,
     stop: Option<&CancellationToken>,
 ) -> Result<AnyStore, StartError> {
     let mut backoff = Duration::from_secs(1);
     loop {
-        let store = &config.store;
         match AnyStore::open(store).await {
             Ok(store) => return Ok(store),
             Err(e) if e.is_transient() && stop.is_some() => {
@@ -166,7 +180,7 @@ async fn open_store(
 fn state(
     config: &Config,
     policies: PolicySet,
-    store: AnyStore,
+    (store, per_second): (AnyStore, Option<AnyStore>),
     clock: Arc<dyn Clock>,
     stats: Arc<Stats>,
 ) -> Arc<AppState> {
@@ -193,8 +207,18 @@ fn state(
         dynamic_metadata: s.dynamic_metadata,
         max_request_work: s.max_request_work,
     };
+    if let Some(second) = &per_second {
+        tracing::info!(
+            target: "spillway_server",
+            store = second.kind(),
+            "rules whose window is one second decide on the per-second store"
+        );
+    }
     let mut service =
-        Service::new(policies, stores(config, store), clock, options).with_stats(stats);
+        Service::new(policies, stores(config, "main", store), clock, options).with_stats(stats);
+    if let Some(second) = per_second {
+        service = service.with_per_second(stores(config, "per_second", second));
+    }
     let mut candidate_error = None;
     if let Some(path) = &config.rules.candidate {
         // A candidate that does not load never stops the service: it is reported.
@@ -245,10 +269,10 @@ fn stats(settings: &crate::config::Stats) -> Result<Arc<Stats>, String> {
 /// The store, guarded by a breaker; the deny cache as configured. A store in this
 /// process has none (there is no round trip to save) unless the reference's local cache
 /// is asked for: then reference counters stop growing past their limit on every store.
-fn stores(config: &Config, store: AnyStore) -> Stores {
+fn stores(config: &Config, name: &'static str, store: AnyStore) -> Stores {
     let s = &config.store;
     let breaker = Breaker::new(s.breaker_failures, s.breaker_cooldown);
-    metrics::breaker(breaker.state());
+    metrics::breaker(name, breaker.state());
     let stores = Stores::new(store, breaker);
     if stores.store().is_local() && !s.reference_local_cache {
         return stores;
@@ -267,6 +291,7 @@ impl App {
         AppBuilder {
             config,
             store: None,
+            per_second: None,
             clock: Arc::new(SystemClock),
             wait_for_store: None,
         }

@@ -127,6 +127,46 @@ pub struct Store {
     /// `/healthcheck` and gRPC health fail while no connection to the store is up
     /// (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
     pub health_follows_store: bool,
+    /// A second Redis for the rules whose window is one second (`REDIS_PERSECOND`).
+    pub per_second: Option<PerSecond>,
+}
+
+/// The per-second store: its URL, credentials and timeout (TLS files are the main
+/// store's). (`Debug` redacts the URL's password.)
+#[derive(Clone, Default)]
+pub struct PerSecond {
+    pub url: String,
+    /// `None`: the main store's timeout.
+    pub timeout: Option<Duration>,
+    /// Its own user and password, and its sentinels' (TLS is the main store's).
+    pub redis: spillway_redis::Access,
+}
+
+impl std::fmt::Debug for PerSecond {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerSecond")
+            .field("url", &spillway_redis::redact_url(&self.url))
+            .field("timeout", &self.timeout)
+            .field("redis", &self.redis)
+            .finish()
+    }
+}
+
+impl Store {
+    /// The per-second store's settings as a store of their own: its URL, credentials
+    /// and timeout, everything else (TLS, breaker, caches) the main store's.
+    pub fn per_second(&self) -> Option<Store> {
+        let p = self.per_second.as_ref()?;
+        let mut redis = p.redis.clone();
+        redis.tls = self.redis.tls.clone();
+        Some(Store {
+            url: p.url.clone(),
+            redis,
+            timeout: p.timeout.unwrap_or(self.timeout),
+            per_second: None,
+            ..self.clone()
+        })
+    }
 }
 
 /// Where the rules come from: policy files, or an xDS server.
@@ -184,6 +224,7 @@ impl std::fmt::Debug for Store {
             .field("key_prefix", &self.key_prefix)
             .field("cluster_shards", &self.cluster_shards)
             .field("health_follows_store", &self.health_follows_store)
+            .field("per_second", &self.per_second)
             .finish()
     }
 }

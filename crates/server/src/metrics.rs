@@ -113,9 +113,10 @@ pub fn store_latency(d: Duration) {
     histogram!("spillway_store_duration_seconds").record(d.as_secs_f64());
 }
 
-/// A store call failed (`timeout`, `error`) or was not made (`breaker_open`).
-pub fn store_error(kind: &'static str) {
-    counter!("spillway_store_errors_total", "kind" => kind).increment(1);
+/// A call to the store `store` (`main`, `per_second`) failed (`timeout`, `error`) or
+/// was not made (`breaker_open`).
+pub fn store_error(store: &'static str, kind: &'static str) {
+    counter!("spillway_store_errors_total", "store" => store, "kind" => kind).increment(1);
 }
 
 /// A failure policy decided instead of the store (`open`, `closed`, `local`).
@@ -133,14 +134,15 @@ pub fn share_hit() {
     counter!("spillway_share_decisions_total").increment(1);
 }
 
-/// The breaker's state: 0 closed, 1 open, 2 half-open.
-pub fn breaker(state: BreakerState) {
+/// The breaker of the store `store` (`main`, `per_second`): 0 closed, 1 open, 2
+/// half-open.
+pub fn breaker(store: &'static str, state: BreakerState) {
     let value = match state {
         BreakerState::Closed => 0.0,
         BreakerState::Open => 1.0,
         BreakerState::HalfOpen => 2.0,
     };
-    gauge!("spillway_breaker_state").set(value);
+    gauge!("spillway_breaker_state", "store" => store).set(value);
 }
 
 /// A configuration (re)load: `success` or `error`.

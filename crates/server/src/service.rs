@@ -105,6 +105,9 @@ pub struct Service {
     records: reserve::Records,
     /// The reference's stats (off unless asked for).
     stats: Arc<Stats>,
+    /// The store of the rules whose window is one second, when they have one of their
+    /// own (`per_second_store`).
+    per_second: Option<Stores>,
 }
 
 impl std::fmt::Debug for Service {
@@ -165,6 +168,36 @@ impl Service {
             candidate: None,
             records: reserve::Records::default(),
             stats: Arc::default(),
+            per_second: None,
+        }
+    }
+
+    /// Decides the rules whose window is one second on `stores` (`per_second_store`).
+    pub fn with_per_second(mut self, stores: Stores) -> Service {
+        self.per_second = Some(stores);
+        self
+    }
+
+    /// The per-second store, when there is one.
+    pub fn per_second(&self) -> Option<&Stores> {
+        self.per_second.as_ref()
+    }
+
+    /// Every store: the main one, and the per-second one if any, each with its name
+    /// in metrics (`main`, `per_second`).
+    pub fn every_store(&self) -> impl Iterator<Item = (&'static str, &Stores)> {
+        std::iter::once(("main", &self.stores))
+            .chain(self.per_second.as_ref().map(|s| ("per_second", s)))
+    }
+
+    /// The store `rule` decides on: the per-second one for a rule whose window is one
+    /// second, when there is one.
+    pub(crate) fn stores_for(&self, rule: &Rule) -> (&'static str, &Stores) {
+        match &self.per_second {
+            Some(s) if rule.window() == Some(std::time::Duration::from_secs(1)) => {
+                ("per_second", s)
+            }
+            _ => ("main", &self.stores),
         }
     }
 
@@ -185,7 +218,9 @@ impl Service {
         self.policies
             .store(Arc::new(self.options.prepare(policies)));
         // A limit may have grown: a denial cached under the old one may not hold.
-        self.stores.forget_all();
+        for (_, stores) in self.every_store() {
+            stores.forget_all();
+        }
     }
 
     /// Whether answers carry dynamic metadata (`RESPONSE_DYNAMIC_METADATA`).
@@ -200,7 +235,9 @@ impl Service {
 
     /// Adds the sync counts that are due to the store (see `GuardedStore::flush`).
     pub async fn flush(&self) {
-        self.stores.flush(self.clock.now()).await;
+        for (_, stores) in self.every_store() {
+            stores.flush(self.clock.now()).await;
+        }
     }
 
     pub fn stores(&self) -> &Stores {

@@ -94,22 +94,29 @@ impl AppState {
         Ok(())
     }
 
-    /// Probes the store for [`health`](Self::health): a PING answered means a
-    /// connection is up; one refused or broken means none is; one that timed out says
-    /// nothing (the connection may be up and Redis busy) and changes nothing. Returns
-    /// what the store said when it was not reached, for the log.
+    /// Probes the stores (the main one, and the per-second one if any) for
+    /// [`health`](Self::health): a PING answered means a connection is up; one refused
+    /// or broken means none is; one that timed out says nothing (the connection may be
+    /// up and Redis busy) and changes nothing. Returns what a store said when it was not
+    /// reached, for the log.
     pub(crate) async fn probe_store(&self) -> Option<String> {
-        match self.service.stores().store().ping().await {
-            Ok(()) => {
-                self.store_connected.store(true, Ordering::Relaxed);
-                None
-            }
-            Err(spillway_core::Error::Timeout(_)) => None,
-            Err(e) => {
-                self.store_connected.store(false, Ordering::Relaxed);
-                Some(e.to_string())
+        let mut down = None;
+        let mut up = true;
+        for (name, stores) in self.service.every_store() {
+            match stores.store().ping().await {
+                Ok(()) => {}
+                // Nothing learned: the previous probe's answer stands for this store.
+                Err(spillway_core::Error::Timeout(_)) => {
+                    up &= self.store_connected.load(Ordering::Relaxed);
+                }
+                Err(e) => {
+                    up = false;
+                    down = Some(format!("{name}: {e}"));
+                }
             }
         }
+        self.store_connected.store(up, Ordering::Relaxed);
+        down
     }
 
     /// Ready (`/readyz`, Spillway's own check), or why not in words any prober may
@@ -117,12 +124,14 @@ impl AppState {
     /// store answers a PING within the store timeout.
     pub(crate) async fn readiness(&self) -> Result<(), String> {
         self.process().map_err(str::to_owned)?;
-        self.service
-            .stores()
-            .store()
-            .ping()
-            .await
-            .map_err(|_| "store unreachable".to_owned())
+        for (_, stores) in self.service.every_store() {
+            stores
+                .store()
+                .ping()
+                .await
+                .map_err(|_| "store unreachable".to_owned())?;
+        }
+        Ok(())
     }
 }
 

@@ -113,13 +113,13 @@ impl Store for AnyStore {
 pub type Stores = GuardedStore<AnyStore>;
 
 /// Records a round the store did not answer, in metrics: the breaker's state and the
-/// kind of failure (an open breaker too: nothing new is learned about the store, but
+/// kind of failure, for the store named `name` (`main`, `per_second`) (an open breaker too: nothing new is learned about the store, but
 /// the refused calls are counted).
-pub fn observe(stores: &Stores, failure: &StoreFailure) {
+pub fn observe(name: &'static str, stores: &Stores, failure: &StoreFailure) {
     if failure.is_store_fault() {
-        metrics::breaker(stores.breaker().state());
+        metrics::breaker(name, stores.breaker().state());
     }
     if failure.is_store_fault() || matches!(failure, StoreFailure::BreakerOpen) {
-        metrics::store_error(failure.kind());
+        metrics::store_error(name, failure.kind());
     }
 }

@@ -69,7 +69,27 @@ impl Server {
                     .expect("connect to the test Redis"),
             ),
         };
-        let running = start(settings, store, Arc::new(clock.clone()))
+        // A per-second store of the test's own, as the main one: the manual clock's
+        // time, and keys under the test's prefix.
+        let per_second = match settings.store.per_second() {
+            Some(p) => Some(AnyStore::Redis(
+                RedisStore::builder(p.url)
+                    .prefix(spillway_testkit::redis::unique_prefix(name))
+                    .time_source(TimeSource::Caller)
+                    .timeout(p.timeout)
+                    .build()
+                    .await
+                    .expect("connect to the test's per-second Redis"),
+            )),
+            None => None,
+        };
+        let mut app = App::builder(settings)
+            .store(store)
+            .clock(Arc::new(clock.clone()));
+        if let Some(second) = per_second {
+            app = app.per_second_store(second);
+        }
+        let running = async { app.build().await?.start().await }
             .await
             .unwrap_or_else(|e| panic!("start: {e}"));
         Server {

@@ -34,8 +34,27 @@ pub(super) async fn config(State(state): State<Arc<AppState>>) -> Response {
             "last_load_error": status.error,
         })
     });
+    let per_second = state.service.per_second().is_some();
+    let mut domains = domain_list(&policies);
+    // Which store each rule decides on, when there are two.
+    if per_second {
+        for rule in domains
+            .iter_mut()
+            .filter_map(|d| d["rules"].as_array_mut())
+            .flatten()
+        {
+            let second = rule["window_ms"].as_u64() == Some(1000);
+            rule["store"] = (if second { "per_second" } else { "main" }).into();
+        }
+    }
+    let stores: Vec<_> = state
+        .service
+        .every_store()
+        .map(|(name, stores)| serde_json::json!({ "name": name, "kind": stores.store().kind() }))
+        .collect();
     Json(serde_json::json!({
-        "domains": domain_list(&policies),
+        "domains": domains,
+        "stores": stores,
         "loads": status.generation,
         "last_load_error": status.error,
         "candidate": candidate,

@@ -354,7 +354,9 @@ async fn upkeep(
                 api::grpc::set_health(&reporter, was_healthy).await;
                 metrics::handle().run_upkeep();
                 state.history.sample(|| metrics::handle().render(), state.service.now());
-                metrics::breaker(state.service.stores().breaker().state());
+                for (name, stores) in state.service.every_store() {
+                    metrics::breaker(name, stores.breaker().state());
+                }
             }
             () = shutdown.cancelled() => {
                 state.shutting_down.store(true, Ordering::Relaxed);

@@ -189,6 +189,97 @@ pub static REFERENCE: &[ReferenceRow] = &[
         }),
     },
     ReferenceRow {
+        variables: &[
+            "REDIS_PERSECOND",
+            "REDIS_PERSECOND_URL",
+            "REDIS_PERSECOND_TYPE",
+            "REDIS_PERSECOND_SOCKET_TYPE",
+            "REDIS_PERSECOND_TLS",
+        ],
+        sets: &[(
+            "per_second_store",
+            "REDIS_PERSECOND REDIS_PERSECOND_URL REDIS_PERSECOND_TYPE REDIS_PERSECOND_SOCKET_TYPE REDIS_PERSECOND_TLS",
+        )],
+        gate: Some("REDIS_PERSECOND"),
+        note: "with REDIS_PERSECOND=true, one Redis URL read as REDIS_URL is (REDIS_PERSECOND_TYPE, _SOCKET_TYPE, _TLS): the rules whose window is one second decide there",
+        read: Read::With(|var| {
+            let on = var("REDIS_PERSECOND")
+                .map(|v| boolean(&v))
+                .transpose()
+                .map_err(|e| format!("REDIS_PERSECOND: {e}"))?;
+            if on != Some(true) {
+                return Ok(Vec::new());
+            }
+            let url = var("REDIS_PERSECOND_URL")
+                .filter(|u| !u.is_empty())
+                .ok_or("REDIS_PERSECOND=true needs REDIS_PERSECOND_URL")?;
+            let own = |name: &str| var(&name.replacen("REDIS_", "REDIS_PERSECOND_", 1));
+            redis_url(&url, &own)
+                .map(|u| vec![("per_second_store", u)])
+                .map_err(|e| {
+                    format!(
+                        "REDIS_PERSECOND_URL: {}",
+                        e.replace("REDIS_", "REDIS_PERSECOND_")
+                    )
+                })
+        }),
+    },
+    ReferenceRow {
+        variables: &["REDIS_PERSECOND_AUTH"],
+        sets: &[
+            ("per_second_redis_username", "REDIS_PERSECOND_AUTH"),
+            ("per_second_redis_password", "REDIS_PERSECOND_AUTH"),
+        ],
+        gate: Some("REDIS_PERSECOND"),
+        note: "`password` or `user:password`",
+        read: Read::With(|var| {
+            Ok(login(
+                var,
+                "REDIS_PERSECOND_AUTH",
+                ("per_second_redis_username", "per_second_redis_password"),
+            ))
+        }),
+    },
+    ReferenceRow {
+        variables: &["REDIS_PERSECOND_SENTINEL_AUTH"],
+        sets: &[
+            (
+                "per_second_redis_sentinel_username",
+                "REDIS_PERSECOND_SENTINEL_AUTH",
+            ),
+            (
+                "per_second_redis_sentinel_password",
+                "REDIS_PERSECOND_SENTINEL_AUTH",
+            ),
+        ],
+        gate: Some("REDIS_PERSECOND"),
+        note: "`password` or `user:password`",
+        read: Read::With(|var| {
+            Ok(login(
+                var,
+                "REDIS_PERSECOND_SENTINEL_AUTH",
+                (
+                    "per_second_redis_sentinel_username",
+                    "per_second_redis_sentinel_password",
+                ),
+            ))
+        }),
+    },
+    ReferenceRow {
+        variables: &["REDIS_PERSECOND_TIMEOUT"],
+        sets: &[("per_second_store_timeout", "REDIS_PERSECOND_TIMEOUT")],
+        gate: Some("REDIS_PERSECOND"),
+        note: "as set (unset: the per-second store takes store_timeout, 10ms, not the reference's 10s, which would outlast Envoy's deadline)",
+        read: Read::Same,
+    },
+    ReferenceRow {
+        variables: &["REDIS_TIMEOUT"],
+        sets: &[("store_timeout", "REDIS_TIMEOUT")],
+        gate: None,
+        note: "as set (unset: 10ms, not the reference's 10s, which would outlast Envoy's 20 ms deadline)",
+        read: Read::Same,
+    },
+    ReferenceRow {
         variables: &["REDIS_AUTH"],
         sets: &[
             ("redis_username", "REDIS_AUTH"),

@@ -235,6 +235,7 @@ fn blank() -> Config {
             key_prefix: String::new(),
             cluster_shards: 0,
             health_follows_store: false,
+            per_second: None,
         },
         rules: Rules::default(),
         service: Service::default(),

@@ -214,6 +214,47 @@ pub static SETTINGS: &[Setting] = &[
     row("health_follows_store", "store", "false", BOOL,
         "/healthcheck and gRPC health also fail while no connection to the store is up (a slow reply never fails them); off, a store outage leaves replicas healthy and each request follows its failure policy. /readyz always PINGs the store",
         Bool, |c, v| { c.store.health_follows_store = boolean(v)?; Ok(()) }),
+    row("per_second_store", "store", "", "URL",
+        "a second Redis for the rules whose window is one second (the hot, short-lived keys), with a breaker of its own: those rules decide there and follow their on_store_error when it fails, every other rule on store (empty: one store for all); its TLS files are store's",
+        Text, |c, v| {
+            match optional(v) {
+                None => c.store.per_second = None,
+                Some(url) => c.store.per_second.get_or_insert_with(Default::default).url = url.to_owned(),
+            }
+            Ok(())
+        }),
+    row("per_second_store_timeout", "store", "", DURATION,
+        "give up on a per-second store call after this long (empty: store_timeout)",
+        Text, |c, v| {
+            if let (Some(p), Some(d)) = (&mut c.store.per_second, optional(v)) {
+                p.timeout = Some(duration(d)?);
+            }
+            Ok(())
+        }),
+    row("per_second_redis_username", "store", "", "USER",
+        "the per-second Redis's ACL user",
+        Text, |c, v| {
+            if let Some(p) = &mut c.store.per_second { p.redis.username = optional(v).map(Into::into); }
+            Ok(())
+        }),
+    row("per_second_redis_password", "store", "", "SECRET",
+        "the per-second Redis's password",
+        Secret, |c, v| {
+            if let Some(p) = &mut c.store.per_second { p.redis.password = optional(v).map(spillway_redis::Password::new); }
+            Ok(())
+        }),
+    row("per_second_redis_sentinel_username", "store", "", "USER",
+        "the per-second store's sentinels' ACL user",
+        Text, |c, v| {
+            if let Some(p) = &mut c.store.per_second { p.redis.sentinel_username = optional(v).map(Into::into); }
+            Ok(())
+        }),
+    row("per_second_redis_sentinel_password", "store", "", "SECRET",
+        "the per-second store's sentinels' password",
+        Secret, |c, v| {
+            if let Some(p) = &mut c.store.per_second { p.redis.sentinel_password = optional(v).map(spillway_redis::Password::new); }
+            Ok(())
+        }),
     row("redis_tls_ca", "store", "", FILE,
         "PEM CAs to trust for a rediss:// store (default: the system's roots, or SSL_CERT_FILE)",
         Path, |c, v| { c.store.redis.tls.ca_file = path(v); Ok(()) }),

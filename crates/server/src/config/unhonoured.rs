@@ -14,13 +14,18 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
     ),
     ("MEMCACHE_", "there is no memcache backend"),
     (
-        "REDIS_PERSECOND",
-        "one store holds every counter; there is no per-second Redis",
+        "REDIS_PERSECOND_POOL_SIZE",
+        "one multiplexed connection per Redis node; there is no pool",
     ),
     (
-        "REDIS_PERSECOND_",
-        "one store holds every counter; there is no per-second Redis",
+        "REDIS_PERSECOND_PIPELINE_",
+        "reference rules are pipelined INCRBY (+ PEXPIRE when new), other rules one script call, and the calls waiting meanwhile are coalesced into one pipeline at once: there is no window to set",
     ),
+    (
+        "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+        "each Cluster node has its own connection",
+    ),
+    ("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "there is no pool"),
     (
         "REDIS_POOL_SIZE",
         "one multiplexed connection per Redis node; there is no pool",
@@ -34,10 +39,6 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
         "each Cluster node has its own connection",
     ),
     ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "there is no pool"),
-    (
-        "REDIS_TIMEOUT",
-        "use --store-timeout (default 10ms; the reference's 10s would outlast Envoy's deadline)",
-    ),
     (
         "REDIS_STARTUP_",
         "the store is waited for with its own backoff (1 s doubling to 30 s, forever)",

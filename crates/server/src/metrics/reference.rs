@@ -82,7 +82,7 @@ pub static METRICS: &[Metric] = &[
     metric(
         "spillway_store_errors_total",
         "counter",
-        "`kind`: `timeout`, `error`, `breaker_open` (no call made)",
+        "`store`: `main`, `per_second` (`per_second_store`); `kind`: `timeout`, `error`, `breaker_open` (no call made)",
         "store calls that failed, or were not made because the breaker is open",
         "`ratelimit.service.call.should_rate_limit.redis_error`",
     ),
@@ -110,8 +110,8 @@ pub static METRICS: &[Metric] = &[
     metric(
         "spillway_breaker_state",
         "gauge",
-        "— (value: `0` closed, `1` open, `2` half-open)",
-        "the store's circuit breaker",
+        "`store`: `main`, `per_second` (value: `0` closed, `1` open, `2` half-open)",
+        "each store's circuit breaker",
         "—",
     ),
     metric(

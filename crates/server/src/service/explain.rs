@@ -250,7 +250,13 @@ impl Service {
         if let Some(m) = &hit.member {
             look = look.with_member(m.as_bytes());
         }
-        match self.stores.store().check(&[look], now).await {
+        match self
+            .stores_for(&hit.rule)
+            .1
+            .store()
+            .check(&[look], now)
+            .await
+        {
             Ok(batch) => {
                 let d: &Decision = &batch.decisions[0];
                 out.would_admit = if limit.algorithm().counts_members() {

@@ -8,6 +8,7 @@ use crate::metrics;
 use crate::store;
 
 use super::{Check, CheckError, Decided, Hit, Service};
+use crate::store::Stores;
 
 impl Service {
     /// The decide stage: the check's two rounds, at the same time; the decisions in
@@ -28,13 +29,15 @@ impl Service {
                 self.options.max_request_work
             )));
         }
-        if check.one_round && self.stores.store().is_cluster() {
+        if check.one_round
+            && (self.stores.store().is_cluster() || self.spans_stores(&check.hits, &check.together))
+        {
             self.stop_across_slots(&mut check.hits, &check.together, now)
                 .await?;
         }
         let (a, b) = tokio::join!(
-            self.round(&check.hits, &check.together, now),
-            self.round(&check.hits, &check.alone, now)
+            self.rounds(&check.hits, &check.together, now),
+            self.rounds(&check.hits, &check.alone, now)
         );
         let mut decided = a?;
         decided.extend(b?);
@@ -42,18 +45,58 @@ impl Service {
         Ok(decided)
     }
 
-    /// The store rounds for the hits at `which`. On Redis Cluster each descriptor's
-    /// limits share a slot, but different descriptors do not: there each descriptor is
-    /// its own round (all of them at once), all-or-nothing within the descriptor.
-    pub(super) async fn round(
+    /// The store rounds for the hits at `which`: with a per-second store, its rules'
+    /// on it and the others' on the main store, at once (all-or-nothing within each
+    /// store, as no call spans two).
+    pub(super) async fn rounds(
         &self,
         hits: &[Hit<'_>],
         which: &[usize],
         now: Timestamp,
     ) -> Result<Vec<Decided>, CheckError> {
+        if self.per_second().is_none() {
+            return self.round(("main", &self.stores), hits, which, now).await;
+        }
+        let (second, main): (Vec<usize>, Vec<usize>) = which
+            .iter()
+            .partition(|&&i| self.stores_for(&hits[i].rule).0 == "per_second");
+        let per_second = self
+            .per_second()
+            .map(|s| ("per_second", s))
+            .expect("checked above");
+        let (a, b) = tokio::join!(
+            self.round(("main", &self.stores), hits, &main, now),
+            self.round(per_second, hits, &second, now)
+        );
+        let mut decided = a?;
+        decided.extend(b?);
+        decided.sort_unstable_by_key(|d| d.0);
+        Ok(decided)
+    }
+
+    /// Whether the hits at `which` decide on two stores (the per-second one and the
+    /// main one).
+    fn spans_stores(&self, hits: &[Hit<'_>], which: &[usize]) -> bool {
+        self.per_second().is_some()
+            && which
+                .windows(2)
+                .any(|w| self.stores_for(&hits[w[0]].rule).0 != self.stores_for(&hits[w[1]].rule).0)
+    }
+
+    /// The rounds on one store for the hits at `which`. On Redis Cluster each
+    /// descriptor's limits share a slot, but different descriptors do not: there each
+    /// descriptor is its own round (all of them at once), all-or-nothing within the
+    /// descriptor.
+    async fn round(
+        &self,
+        stores: (&'static str, &Stores),
+        hits: &[Hit<'_>],
+        which: &[usize],
+        now: Timestamp,
+    ) -> Result<Vec<Decided>, CheckError> {
         let spans_slots = spans_descriptors(hits, which);
-        if !(self.stores.store().is_cluster() && spans_slots) {
-            return self.round_on_one_slot(hits, which, now).await;
+        if !(stores.1.store().is_cluster() && spans_slots) {
+            return self.round_on_one_slot(stores, hits, which, now).await;
         }
         let mut groups: Vec<Vec<usize>> = Vec::new();
         for &i in which {
@@ -62,7 +105,9 @@ impl Service {
                 _ => groups.push(vec![i]),
             }
         }
-        let rounds = groups.iter().map(|g| self.round_on_one_slot(hits, g, now));
+        let rounds = groups
+            .iter()
+            .map(|g| self.round_on_one_slot(stores, hits, g, now));
         let mut decided = Vec::with_capacity(which.len());
         for result in futures_util::future::join_all(rounds).await {
             decided.extend(result?);
@@ -71,10 +116,11 @@ impl Service {
     }
 
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` on Redis Cluster, where a request's
-    /// descriptors are in different slots and no one script sees them all: as the
-    /// reference does, look first (cost 0), and if some rule would go over its limit,
-    /// charge the others nothing. Two round trips, not atomic (as the reference's GET
-    /// then INCRBY); one slot needs neither, its script decides it whole.
+    /// descriptors are in different slots and no one script sees them all (or on two
+    /// stores, the per-second one and the main one): as the reference does, look first
+    /// (cost 0), and if some rule would go over its limit, charge the others nothing.
+    /// Two round trips, not atomic (as the reference's GET then INCRBY); one slot
+    /// needs neither, its script decides it whole.
     pub(super) async fn stop_across_slots(
         &self,
         hits: &mut [Hit<'_>],
@@ -89,7 +135,7 @@ impl Service {
         for &i in which {
             hits[i].cost = 0;
         }
-        let looked = self.round(hits, which, now).await;
+        let looked = self.rounds(hits, which, now).await;
         for (h, cost) in hits.iter_mut().zip(&costs) {
             h.cost = *cost;
         }
@@ -111,6 +157,7 @@ impl Service {
     /// One store round; a failure goes to the rules' failure policies.
     pub(super) async fn round_on_one_slot(
         &self,
+        (name, stores): (&'static str, &Stores),
         hits: &[Hit<'_>],
         which: &[usize],
         now: Timestamp,
@@ -127,11 +174,11 @@ impl Service {
                 Guard::new(rule.mode, policy).sharing(rule.sharing)
             })
             .collect();
-        let answer = match self.stores.decide(&batch, &guards, now).await {
+        let answer = match stores.decide(&batch, &guards, now).await {
             Ok(answer) => answer,
             Err(Unanswered::Invalid(e)) => return Err(CheckError::Invalid(e.to_string())),
             Err(Unanswered::Unavailable(failure)) => {
-                self.failed(&failure, true);
+                failed((name, stores), &failure, true);
                 metrics::fallback("closed");
                 // The caller learns the kind; the log has the store's own words (they
                 // can name nodes and keys, which a caller has no business reading).
@@ -139,7 +186,7 @@ impl Service {
             }
         };
         if let Some(failure) = &answer.failure {
-            self.failed(failure, false);
+            failed((name, stores), failure, false);
         }
         let mut locally = false;
         let decided = which
@@ -163,15 +210,19 @@ impl Service {
         }
         Ok(decided)
     }
+}
 
-    /// A round the store did not answer: metrics, and a log line for a failed call.
-    pub(super) fn failed(&self, failure: &StoreFailure, closed: bool) {
-        store::observe(&self.stores, failure);
-        // Only failed calls are logged: while the breaker is open nothing new is
-        // learned, and a line per request would flood the log during an outage.
-        if !matches!(failure, StoreFailure::BreakerOpen) {
-            tracing::warn!(error = %failure, closed, "store failed; answering by each rule's on_store_error");
-        }
+/// A round the store did not answer: metrics, and a log line for a failed call.
+pub(super) fn failed(
+    (name, stores): (&'static str, &Stores),
+    failure: &StoreFailure,
+    closed: bool,
+) {
+    store::observe(name, stores, failure);
+    // Only failed calls are logged: while the breaker is open nothing new is
+    // learned, and a line per request would flood the log during an outage.
+    if !matches!(failure, StoreFailure::BreakerOpen) {
+        tracing::warn!(store = name, error = %failure, closed, "store failed; answering by each rule's on_store_error");
     }
 }
 
