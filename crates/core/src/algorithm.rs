@@ -319,10 +319,15 @@ where
     }
     let s = M::State::get_mut(&mut state.0);
     p.commit(s, now, cost, admitted, member);
+    // Denied and charged anyway: the decision after the charge, with what remained
+    // when the request came (a denial's `remaining`, as `Limit::charge_rejected`'s).
     let d = if admitted {
         d
     } else {
-        p.check(s, now, cost, member)
+        Decision {
+            remaining: d.remaining,
+            ..p.check(s, now, cost, member)
+        }
     };
     (d, Some(p.idle_at(s)))
 }

@@ -25,8 +25,10 @@ pub struct Decision {
     pub outcome: Outcome,
     /// The most units the limit admits at once ([`Limit::capacity`](crate::Limit::capacity)).
     pub limit: u64,
-    /// Units that would still be admitted right now, after this decision; never more
-    /// than `limit`.
+    /// Admitted: units that would still be admitted right now, after this decision.
+    /// Denied: what remained when the request came (how far it was from fitting),
+    /// also for a limit that charges denied requests (`count_rejected`), whose next
+    /// decision shows the charge. Never more than `limit`.
     pub remaining: u64,
     /// Time until the limit's state resets: the end of the window for `fixed_window`,
     /// otherwise the time until everything charged so far has been restored.
@@ -46,6 +48,17 @@ impl Decision {
     #[inline]
     pub fn allowed(&self) -> bool {
         self.outcome == Outcome::Allowed
+    }
+
+    /// What can still be used right now: `remaining`, but nothing after a denial that
+    /// `limit` charged anyway (`count_rejected`): the charge took what was left. What
+    /// headers and statuses report.
+    pub fn usable(&self, limit: &crate::Limit) -> u64 {
+        if !self.allowed() && limit.charges_rejected(true) {
+            0
+        } else {
+            self.remaining
+        }
     }
 
     /// How long until the same cost fits; `None` when allowed or when it never will.

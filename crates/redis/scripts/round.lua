@@ -154,9 +154,12 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
   else
     denied = 1
     if r.rejected ~= 0 then
+      -- Charged anyway: the decision after the charge, with what remained when the
+      -- request came (a denial's remaining: how far it was from fitting).
       a.commit(r, s, now, cost, false, member)
       save(r, key, s, now, margin, absent)
-      o, remaining, reset, retry = a.check(r, s, now, cost, member)
+      local _
+      o, _, reset, retry = a.check(r, s, now, cost, member)
     end
   end
   local n = #out
@@ -276,8 +279,12 @@ local function round(out, k0, at, n, k)
         d[1] = 0
         decisions[i] = d
       else
+        -- As `single`: after the charge, with what remained when the request came.
+        local left = decisions[i][2]
         a.commit(r, s, now, cost, false, member)
-        decisions[i] = { a.check(r, s, now, cost, member) }
+        local d = { a.check(r, s, now, cost, member) }
+        d[2] = left
+        decisions[i] = d
       end
       dirty[key] = r
     elseif decisions[i][1] == 0 then

@@ -4,10 +4,10 @@
 //! mogrifier), received here on real sockets.
 //!
 //! Every test plays one sequence on a rule of 10 an hour (near the limit from 8):
-//! 7 hits admitted (0 -> 7), 3 admitted (7 -> 10: 2 past 8, near), 5 refused at the
-//! limit (all over), then a stream-done charge of 600 refused (all over). The reference
-//! counts total_hits 615, within_limit 10, near_limit 2, over_limit 605. (A refused
-//! request that crosses the limit is the one case counted otherwise: docs/envoy.md.)
+//! 7 hits admitted (0 -> 7), 2 admitted (7 -> 9: 1 past 8, near), 5 refused across the
+//! limit (9 -> 14: 4 over it, 1 between 9 and 10 near), then a stream-done charge of 600
+//! refused (all over). The reference counts total_hits 614, within_limit 9, near_limit
+//! 2, over_limit 604.
 
 mod support;
 
@@ -38,7 +38,7 @@ descriptors:
 
 /// The sequence, on `entries`: each call's hits and whether it is admitted.
 async fn play(s: &Server, entries: &[(&str, &str)]) {
-    for (hits, admitted) in [(7, true), (3, true), (5, false), (600, false)] {
+    for (hits, admitted) in [(7, true), (2, true), (5, false), (600, false)] {
         let mut req = support::request("stats", &[entries]);
         req.hits_addend = hits;
         let answer = s.ask(req).await;
@@ -80,16 +80,16 @@ async fn the_reference_series_count_hits_as_the_reference_does() {
     let metrics = s.get_text("/metrics").await;
     let one = r#"{domain="stats",key1="user"}"#;
     for (stat, want) in [
-        ("total_hits", 615),
-        ("within_limit", 10),
+        ("total_hits", 614),
+        ("within_limit", 9),
         ("near_limit", 2),
-        ("over_limit", 605),
+        ("over_limit", 604),
     ] {
         let name = format!("ratelimit_service_rate_limit_{stat}{one}");
         assert_eq!(series(&metrics, &name), Some(want), "{name}\n{metrics}");
     }
     let chain = r#"{domain="stats",key1="route_api",key2="masked_remote_address_0_0_0_0/0"}"#;
-    for (stat, want) in [("total_hits", 615), ("over_limit", 605), ("near_limit", 2)] {
+    for (stat, want) in [("total_hits", 614), ("over_limit", 604), ("near_limit", 2)] {
         let name = format!("ratelimit_service_rate_limit_{stat}{chain}");
         assert_eq!(series(&metrics, &name), Some(want), "{name}\n{metrics}");
     }
@@ -155,7 +155,7 @@ mappings:
     let metrics = s.get_text("/metrics").await;
     assert_eq!(
         series(&metrics, r#"edge_hits{tenant="stats",rule="user"}"#),
-        Some(615),
+        Some(614),
         "{metrics}"
     );
     assert!(!metrics.contains("near_limit{"), "dropped: {metrics}");
@@ -165,7 +165,7 @@ mappings:
             &metrics,
             "ratelimit_service_rate_limit_stats_user_within_limit"
         ),
-        Some(10),
+        Some(9),
         "{metrics}"
     );
 }
@@ -271,10 +271,10 @@ async fn statsd_receives_the_reference_lines_with_extra_tags_in_the_name() {
     play(&s, &[("user", "u1")]).await;
     let tags = ".__app=edge.__cluster=eu_1";
     let names = [
-        ("ratelimit.service.rate_limit.stats.user.total_hits", 615),
-        ("ratelimit.service.rate_limit.stats.user.within_limit", 10),
+        ("ratelimit.service.rate_limit.stats.user.total_hits", 614),
+        ("ratelimit.service.rate_limit.stats.user.within_limit", 9),
         ("ratelimit.service.rate_limit.stats.user.near_limit", 2),
-        ("ratelimit.service.rate_limit.stats.user.over_limit", 605),
+        ("ratelimit.service.rate_limit.stats.user.over_limit", 604),
         ("ratelimit_server.ShouldRateLimit.total_requests", 4),
         ("ratelimit.service.config_load_success", 1),
     ];
@@ -324,8 +324,8 @@ async fn dogstatsd_carries_tags_and_a_mogrifier_renames() {
     let rule = "|#cluster:eu_1,domain:stats,descriptor:user";
     let mut want = counters(
         &[
-            ("ratelimit.service.rate_limit.total_hits", 615),
-            ("ratelimit.service.rate_limit.over_limit", 605),
+            ("ratelimit.service.rate_limit.total_hits", 614),
+            ("ratelimit.service.rate_limit.over_limit", 604),
         ],
         rule,
     );
@@ -359,7 +359,7 @@ async fn statsd_over_tcp() {
         .unwrap();
     let mut reader = tokio::io::BufReader::new(conn).lines();
     let want = counters(
-        &[("ratelimit.service.rate_limit.stats.user.total_hits", 615)],
+        &[("ratelimit.service.rate_limit.stats.user.total_hits", 614)],
         "",
     );
     let mut got = Received::default();

@@ -364,15 +364,17 @@ impl<St: Store, C: Clock> Shared<St, C> {
     /// The IETF style's `RateLimit-Policy` is the same on every response: written
     /// once (`ietf_policy`), only `RateLimit` is written per response.
     fn rate_limit_headers(&self, decisions: &[Decision]) -> Headers {
+        let usable = |i: usize| decisions[i].usable(&self.rules[i].limit);
         let limits = decisions.iter().enumerate();
         let current =
-            headers::reported(limits, |(_, d)| (!d.allowed(), d.remaining)).map_or(0, |(i, _)| i);
+            headers::reported(limits, |(i, d)| (!d.allowed(), usable(*i))).map_or(0, |(i, _)| i);
         let d = &decisions[current];
+        let remaining = usable(current);
         let reset_secs = ceil_secs(d.retry_after().unwrap_or(d.reset_after));
         let mut out = Headers::default();
         if let Some(policy) = &self.ietf_policy {
             out.push("ratelimit-policy", policy.clone());
-            let item = headers::ietf_item(&self.rules[current].name, d.remaining, reset_secs);
+            let item = headers::ietf_item(&self.rules[current].name, remaining, reset_secs);
             out.push_text("ratelimit", item);
             return out;
         }
@@ -380,7 +382,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
             self.rules.iter().map(quota),
             Current {
                 quota: quota(&self.rules[current]),
-                remaining: d.remaining,
+                remaining,
                 reset_secs,
             },
         );

@@ -44,12 +44,17 @@ impl Limit {
     }
 
     /// Charges a denied `cost` at `now`, for `count_rejected` limits (see the module
-    /// docs), and returns the decision as it stands after the charge: the ban it
-    /// extended shows in `retry_after`.
+    /// docs), and returns the decision as it stands after the charge (the ban it
+    /// extended shows in `retry_after`) with what remained when the request came, as
+    /// every denial's `remaining` says: how far the request was from fitting.
     #[inline]
     pub fn charge_rejected(&self, state: &mut State, now: Timestamp, cost: u64) -> Decision {
+        let left = self.check(state, now, cost).remaining;
         self.params.charge(state, now.as_micros(), cost, false, &[]);
-        self.check(state, now, cost)
+        Decision {
+            remaining: left,
+            ..self.check(state, now, cost)
+        }
     }
 
     /// A request on its own (`member` for a `distinct` limit): [`check`](Limit::check),

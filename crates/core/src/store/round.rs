@@ -149,7 +149,12 @@ pub(crate) fn decide(
                         ..r.limit.check_member(s, now, 0, r.member_bytes())
                     }
                 } else {
-                    r.limit.charge_rejected(s, now, r.cost)
+                    // What remained when it came is pass 1's (on a shared key, after the
+                    // requests before it), as the script says it.
+                    Decision {
+                        remaining: decisions[i].remaining,
+                        ..r.limit.charge_rejected(s, now, r.cost)
+                    }
                 };
                 slots.charged(i);
             }

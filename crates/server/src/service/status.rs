@@ -68,11 +68,13 @@ pub(crate) fn rule_status(
             let left = Duration::from_micros(window - now.as_micros() % window);
             (false, 0, left, Some(left), false)
         }
-        (RuleLimit::Limited(_), Some((d, degraded))) => {
+        (RuleLimit::Limited(limit), Some((d, degraded))) => {
+            // A reference rule over its limit reports 0, as the reference's; a denial
+            // charged anyway (`count_rejected`) leaves nothing to use either.
             let remaining = if rule.reference && !d.allowed() {
                 0
             } else {
-                d.remaining
+                d.usable(limit)
             };
             (
                 d.allowed(),

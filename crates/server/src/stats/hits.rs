@@ -1,8 +1,9 @@
 //! How the reference splits one rule's hits among its stats. Its counter is a fixed
 //! window charged with every hit, so it knows the count before (`before`) and after
 //! (`after = before + hits`) each request; a decision here carries the same: `remaining`
-//! after an admission, and before a denial (a denial charges nothing, or, for a
-//! reference rule that counts denials, its window is over the limit from then on).
+//! after an admission, and before a denial (whether or not the denial was charged:
+//! `Decision::remaining`), so a charge that crosses the limit splits as the reference
+//! splits it.
 
 /// One rule's decision, in the reference's stats (`total_hits` and the rest).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
