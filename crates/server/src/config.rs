@@ -50,6 +50,7 @@ pub struct Config {
     pub admin: Admin,
     pub metrics: Metrics,
     pub stats: Stats,
+    pub tracing: Tracing,
     pub log: Log,
 }
 
@@ -391,6 +392,29 @@ pub struct Mogrifier {
     pub name: String,
     #[serde(default)]
     pub tags: Vec<(String, String)>,
+}
+
+/// A span per decision, exported over OTLP (`TRACING_ENABLED`).
+#[derive(Clone, Debug, Default)]
+pub struct Tracing {
+    /// Where spans go (HTTP: the whole URL, `…/v1/traces`); `None`: no tracing.
+    pub endpoint: Option<String>,
+    pub protocol: OtlpProtocol,
+    /// The share of traces kept when the caller's `traceparent` does not say (0–1).
+    pub sampling_rate: f64,
+    pub service_name: String,
+    pub service_namespace: Option<String>,
+    pub service_instance_id: Option<String>,
+}
+
+/// How spans are sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP/HTTP with protobuf bodies (the reference's default).
+    #[default]
+    Http,
+    /// OTLP/gRPC.
+    Grpc,
 }
 
 /// Logging.

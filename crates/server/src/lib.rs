@@ -42,6 +42,7 @@ pub mod config;
 mod history;
 pub mod listen;
 pub mod metrics;
+pub mod otel;
 mod reload;
 mod service;
 mod state;

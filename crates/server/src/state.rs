@@ -62,6 +62,7 @@ impl AppState {
         callers: Callers,
     ) -> Result<CheckResponse, CheckError> {
         req.bound_by(callers)?;
+        crate::otel::domain(&tracing::Span::current(), &req.domain);
         let answer = self.service.check(&req).await?;
         self.service.shadow(req, answer.overall == Code::Ok);
         Ok(answer)

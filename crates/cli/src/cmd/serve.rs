@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use spillway_server::config::{self, Resolved, Sources};
+use spillway_server::otel::Otel;
 use spillway_server::{App, StartError};
 use tokio_util::sync::CancellationToken;
 
@@ -67,7 +68,18 @@ pub fn environment() -> Vec<(String, String)> {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = args.resolve()?.config;
-    init_logging(&config.log)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    // The OTLP exporter's gRPC client lives on the runtime: it is built within it.
+    let otel = {
+        let _in = runtime.enter();
+        Otel::new(&config.tracing).map_err(anyhow::Error::msg)?
+    };
+    init_logging(&config.log, otel.as_ref())?;
+    if let (Some(_), Some(endpoint)) = (&otel, &config.tracing.endpoint) {
+        tracing::info!(%endpoint, protocol = ?config.tracing.protocol, "tracing: a span per decision over OTLP");
+    }
     for (variable, why) in config::not_honoured(&environment()) {
         tracing::warn!(%variable, why, "a setting of the reference service is set and not honoured");
     }
@@ -79,10 +91,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
              as Redis; use it for tests only"
         );
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         let stop = CancellationToken::new();
         tokio::spawn({
             let stop = stop.clone();
@@ -104,24 +113,36 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let listeners = app.bind().await?;
         app.serve(listeners, stop).await?.wait().await;
         Ok(ExitCode::SUCCESS)
-    })
+    });
+    // The spans still buffered go before the process does.
+    if let Some(otel) = otel {
+        otel.shutdown();
+    }
+    served
 }
 
-fn init_logging(log: &config::Log) -> anyhow::Result<()> {
+/// Log lines as `log` says, filtered by its level; and, with tracing on, the decisions'
+/// spans to the exporter (each layer with its own filter: the spans, at TRACE under a
+/// target of their own, are created only when the exporter is there to take them).
+fn init_logging(log: &config::Log, otel: Option<&Otel>) -> anyhow::Result<()> {
+    use tracing_subscriber::prelude::*;
     let filter = tracing_subscriber::EnvFilter::try_new(&log.level)
         .with_context(|| format!("log level `{}`", log.level))?;
     let color = log
         .color
         .unwrap_or_else(|| std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(color)
         .with_writer(|| LossyStderr);
-    if log.json {
-        builder.json().init();
+    let fmt = if log.json {
+        fmt.json().with_filter(filter).boxed()
     } else {
-        builder.init();
-    }
+        fmt.with_filter(filter).boxed()
+    };
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(otel.map(Otel::layer))
+        .init();
     Ok(())
 }
 

@@ -15,12 +15,13 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use prost::Message;
+use tracing::Instrument;
 
 use super::wire;
-use crate::metrics;
 use crate::service::CheckError;
-use crate::service::request::CheckRequest;
+use crate::service::request::{CheckRequest, Code};
 use crate::state::AppState;
+use crate::{metrics, otel};
 
 /// The most bytes one gRPC request may take, decoded.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -36,6 +37,9 @@ impl RateLimitService for Grpc {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         metrics::request("grpc");
+        let span = otel::decision_span("ShouldRateLimit", || {
+            request.metadata().clone().into_headers()
+        });
         let stats = self.state.service.stats();
         // The reference's response time, only when its stats are kept.
         #[allow(clippy::disallowed_methods)] // a latency for the stats, not a decision
@@ -50,13 +54,17 @@ impl RateLimitService for Grpc {
                 request_metadata,
             ))
         };
-        let answer = match checked.await {
-            Ok((r, request_metadata)) => Ok(tonic::Response::new(wire::response(
-                &r,
-                &self.state.headers,
-                request_metadata,
-            ))),
+        let answer = match checked.instrument(span.clone()).await {
+            Ok((r, request_metadata)) => {
+                otel::outcome(&span, Ok(r.overall == Code::Ok));
+                Ok(tonic::Response::new(wire::response(
+                    &r,
+                    &self.state.headers,
+                    request_metadata,
+                )))
+            }
             Err(e) => {
+                otel::outcome(&span, Err(e.kind()));
                 if e.is_invalid() {
                     metrics::invalid_request("grpc");
                 }

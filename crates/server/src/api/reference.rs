@@ -20,10 +20,11 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
 use super::{metadata, respond, wire};
-use crate::metrics;
 use crate::service::CheckError;
 use crate::service::request::CheckRequest;
 use crate::state::AppState;
+use crate::{metrics, otel};
+use tracing::Instrument;
 
 /// A body of `POST /json`, decoded (not yet checked against the service's bounds).
 pub fn decode_request(body: &[u8]) -> Result<CheckRequest, CheckError> {
@@ -233,8 +234,13 @@ fn code(c: i32) -> Value {
 
 /// As the reference answers: 200 OK, 429 over the limit, 400 for a body that is not a
 /// request *or* when the service failed (the reference's mapping; `/v1/check` says 503).
-pub(super) async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+pub(super) async fn check(
+    State(state): State<Arc<AppState>>,
+    parent: otel::Parent,
+    body: Bytes,
+) -> Response {
     metrics::request("json");
+    let span = otel::decision_span("/json", || parent.headers());
     let answer = async {
         let (req, request_metadata) =
             decode_with_metadata(&body, state.service.dynamic_metadata())?;
@@ -243,13 +249,15 @@ pub(super) async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Re
             request_metadata,
         ))
     };
-    match answer.await {
+    match answer.instrument(span.clone()).await {
         Ok((r, request_metadata)) => {
+            otel::outcome(&span, Ok(r.overall == crate::service::request::Code::Ok));
             let status = respond::answer_status(r.overall);
             let pb = wire::response(&r, &state.headers, request_metadata);
             (status, Json(encode(&pb))).into_response()
         }
         Err(e) => {
+            otel::outcome(&span, Err(e.kind()));
             metrics::invalid_request("json");
             respond::reference_error(&e)
         }

@@ -154,7 +154,7 @@ impl CheckError {
     }
 
     /// A short machine-readable kind for JSON bodies.
-    fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             CheckError::Invalid(_) => "invalid_request",
             CheckError::Unavailable(_) => "store_unavailable",

@@ -14,13 +14,14 @@ use serde::{Deserialize, Serialize};
 use spillway_policy::Unit;
 
 use super::respond;
-use crate::metrics;
 use crate::service::CheckError;
 use crate::service::request::{
     CheckRequest, CheckResponse, Code, Descriptor, Override, Status, ceil_ms,
 };
 use crate::service::reserve::{self, CommitError};
 use crate::state::AppState;
+use crate::{metrics, otel};
+use tracing::Instrument;
 
 /// A `POST /v1/check` body, decoded (not yet checked against the service's bounds).
 pub fn decode(body: &[u8]) -> Result<CheckRequest, CheckError> {
@@ -203,15 +204,24 @@ impl TryFrom<V1Request> for CheckRequest {
 }
 
 /// The body arrives whole: the router's `read_body` read it.
-pub(super) async fn check(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+pub(super) async fn check(
+    State(state): State<Arc<AppState>>,
+    parent: otel::Parent,
+    body: Bytes,
+) -> Response {
     metrics::request("http");
+    let span = otel::decision_span("/v1/check", || parent.headers());
     let answer = async {
         let req = decode(&body)?;
         state.check(req, state.http_callers).await
     };
-    match answer.await {
-        Ok(r) => v1_response(&state, &r),
+    match answer.instrument(span.clone()).await {
+        Ok(r) => {
+            otel::outcome(&span, Ok(r.overall == Code::Ok));
+            v1_response(&state, &r)
+        }
         Err(e) => {
+            otel::outcome(&span, Err(e.kind()));
             if e.is_invalid() {
                 metrics::invalid_request("http");
             }

@@ -638,6 +638,90 @@ pub static REFERENCE: &[ReferenceRow] = &[
         &[("max_connection_age_grace", "GRPC_MAX_CONNECTION_AGE_GRACE")],
     ),
     same(&["GRPC_UDS"], &[("grpc_uds", "GRPC_UDS")]),
+    ReferenceRow {
+        variables: &[
+            "TRACING_ENABLED",
+            "TRACING_EXPORTER_PROTOCOL",
+            "TRACING_SERVICE_NAME",
+            "TRACING_SERVICE_NAMESPACE",
+            "TRACING_SERVICE_INSTANCE_ID",
+            "TRACING_SAMPLING_RATE",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ],
+        sets: &[
+            (
+                "tracing_endpoint",
+                "TRACING_ENABLED OTEL_EXPORTER_OTLP_ENDPOINT OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            ),
+            ("tracing_protocol", "TRACING_EXPORTER_PROTOCOL"),
+            ("tracing_service_name", "TRACING_SERVICE_NAME"),
+            ("tracing_service_namespace", "TRACING_SERVICE_NAMESPACE"),
+            ("tracing_service_instance_id", "TRACING_SERVICE_INSTANCE_ID"),
+            ("tracing_sampling_rate", "TRACING_SAMPLING_RATE"),
+        ],
+        gate: Some("TRACING_ENABLED"),
+        note: "with TRACING_ENABLED=true: spans to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, or OTEL_EXPORTER_OTLP_ENDPOINT (http: + /v1/traces), or OpenTelemetry's default (localhost:4318, or :4317 over grpc); a URL without a scheme is http://",
+        read: Read::With(|var| {
+            let on = var("TRACING_ENABLED")
+                .map(|v| boolean(&v))
+                .transpose()
+                .map_err(|e| format!("TRACING_ENABLED: {e}"))?;
+            if on != Some(true) {
+                return Ok(Vec::new());
+            }
+            let protocol = var("TRACING_EXPORTER_PROTOCOL").unwrap_or_else(|| "http".into());
+            let grpc = super::value::otlp_protocol(&protocol)
+                .map_err(|e| format!("TRACING_EXPORTER_PROTOCOL: {e}"))?
+                == super::OtlpProtocol::Grpc;
+            let scheme = |u: String| {
+                if u.contains("://") {
+                    u
+                } else {
+                    format!("http://{u}")
+                }
+            };
+            let endpoint = match (
+                var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").filter(|v| !v.is_empty()),
+                var("OTEL_EXPORTER_OTLP_ENDPOINT").filter(|v| !v.is_empty()),
+            ) {
+                (Some(traces), _) => scheme(traces),
+                (None, Some(base)) if grpc => scheme(base),
+                (None, Some(base)) => format!("{}/v1/traces", scheme(base).trim_end_matches('/')),
+                (None, None) if grpc => "http://localhost:4317".into(),
+                (None, None) => "http://localhost:4318/v1/traces".into(),
+            };
+            let mut out = vec![
+                ("tracing_endpoint", endpoint),
+                ("tracing_protocol", protocol),
+            ];
+            set_if(
+                &mut out,
+                var,
+                "TRACING_SERVICE_NAME",
+                "tracing_service_name",
+            );
+            set_if(
+                &mut out,
+                var,
+                "TRACING_SERVICE_NAMESPACE",
+                "tracing_service_namespace",
+            );
+            set_if(
+                &mut out,
+                var,
+                "TRACING_SERVICE_INSTANCE_ID",
+                "tracing_service_instance_id",
+            );
+            set_if(
+                &mut out,
+                var,
+                "TRACING_SAMPLING_RATE",
+                "tracing_sampling_rate",
+            );
+            Ok(out)
+        }),
+    },
     same(&["LOG_LEVEL"], &[("log_level", "LOG_LEVEL")]),
     same(&["LOG_FORMAT"], &[("log_format", "LOG_FORMAT")]),
     same(&["SHADOW_MODE"], &[("shadow_mode", "SHADOW_MODE")]),

@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::table::{Kind, SETTINGS, Setting, setting};
 use super::{
     Admin, Config, ConfigError, Headers, Listen, Log, Metrics, Rules, Service, Stats, Store, Tls,
+    Tracing,
 };
 
 /// Where a value came from.
@@ -243,6 +244,7 @@ fn blank() -> Config {
         admin: Admin::default(),
         metrics: Metrics::default(),
         stats: Stats::default(),
+        tracing: Tracing::default(),
         log: Log::default(),
     }
 }

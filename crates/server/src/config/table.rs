@@ -5,8 +5,8 @@
 //! `reference.rs`.
 
 use super::value::{
-    addr, admin_addr, boolean, duration, list, log_format, mogrifiers, number, optional, pairs,
-    ratio, statsd_protocol, verify,
+    addr, admin_addr, boolean, duration, list, log_format, mogrifiers, number, optional,
+    otlp_protocol, pairs, ratio, statsd_protocol, verify,
 };
 use super::{Config, TlsListeners, XdsTls};
 
@@ -473,6 +473,26 @@ pub static SETTINGS: &[Setting] = &[
             c.stats.flush_interval = d;
             Ok(())
         }),
+    // === tracing ===
+    row("tracing_endpoint", "tracing", "", "URL",
+        "export a span per decision (the domain, the outcome, the store call as a child) over OTLP to this URL: http, the whole URL (http://collector:4318/v1/traces); grpc, the collector (http://collector:4317). Empty: no tracing",
+        Text, |c, v| { c.tracing.endpoint = optional(v).map(Into::into); Ok(()) }),
+    row("tracing_protocol", "tracing", "http", "http|grpc",
+        "OTLP over HTTP (protobuf) or gRPC",
+        Text, |c, v| { c.tracing.protocol = otlp_protocol(v)?; Ok(()) }),
+    row("tracing_sampling_rate", "tracing", "1", "0..1",
+        "the share of decisions traced when the caller's traceparent does not decide it (a caller's sampled flag always wins)",
+        Text, |c, v| { c.tracing.sampling_rate = ratio(v)?; Ok(()) }),
+    row("tracing_service_name", "tracing", "spillway", "NAME",
+        "service.name on every span",
+        Text, |c, v| { c.tracing.service_name = v.to_owned(); Ok(()) })
+        .reference_default("RateLimit"),
+    row("tracing_service_namespace", "tracing", "", "NAME",
+        "service.namespace on every span (empty: none)",
+        Text, |c, v| { c.tracing.service_namespace = optional(v).map(Into::into); Ok(()) }),
+    row("tracing_service_instance_id", "tracing", "", "ID",
+        "service.instance.id on every span (empty: none)",
+        Text, |c, v| { c.tracing.service_instance_id = optional(v).map(Into::into); Ok(()) }),
     // === log ===
     row("log_level", "log", "info", "LEVEL",
         "error, warn, info, debug, trace, or a tracing filter",

@@ -48,14 +48,6 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
         "keys expire when their window ends; there is no jitter",
     ),
     (
-        "TRACING_",
-        "there is no tracing export yet: spans over OTLP are still to come (issue #48)",
-    ),
-    (
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "there is no tracing export yet: spans over OTLP are still to come (issue #48; Envoy Gateway sets it with TRACING_*)",
-    ),
-    (
         "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
         "durations are in seconds, as Prometheus names them",
     ),
@@ -95,12 +87,15 @@ fn named(pattern: &str, name: &str) -> bool {
 }
 
 /// Whether any of the reference's variables is set: then the reference's defaults apply.
+/// OpenTelemetry's own (`OTEL_*`) do not count: an operator may set them on every
+/// process it runs.
 pub fn speaks_reference(vars: &[(String, String)]) -> bool {
     vars.iter().any(|(name, _)| {
-        REFERENCE
-            .iter()
-            .any(|r| r.variables.contains(&name.as_str()))
-            || NOT_HONOURED.iter().any(|(n, _)| named(n, name))
+        !name.starts_with("OTEL_")
+            && (REFERENCE
+                .iter()
+                .any(|r| r.variables.contains(&name.as_str()))
+                || NOT_HONOURED.iter().any(|(n, _)| named(n, name)))
     })
 }
 

@@ -165,3 +165,12 @@ pub fn mogrifiers(s: &str) -> Result<Vec<super::Mogrifier>, String> {
     }
     Ok(list)
 }
+
+/// `http` or `grpc` (`http/protobuf` too, as OpenTelemetry's variables write it).
+pub fn otlp_protocol(s: &str) -> Result<super::OtlpProtocol, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "http" | "http/protobuf" => Ok(super::OtlpProtocol::Http),
+        "grpc" => Ok(super::OtlpProtocol::Grpc),
+        other => Err(format!("`{other}` is not http or grpc")),
+    }
+}

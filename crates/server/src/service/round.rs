@@ -3,6 +3,7 @@
 
 use spillway_core::{Guard, Request, Source, StoreFailure, Timestamp, Unanswered};
 use spillway_policy::RuleLimit;
+use tracing::Instrument;
 
 use crate::metrics;
 use crate::store;
@@ -174,7 +175,9 @@ impl Service {
                 Guard::new(rule.mode, policy).sharing(rule.sharing)
             })
             .collect();
-        let answer = match stores.decide(&batch, &guards, now).await {
+        let call = stores.decide(&batch, &guards, now);
+        let span = crate::otel::store_span(name, stores.store().kind(), batch.len());
+        let answer = match call.instrument(span).await {
             Ok(answer) => answer,
             Err(Unanswered::Invalid(e)) => return Err(CheckError::Invalid(e.to_string())),
             Err(Unanswered::Unavailable(failure)) => {
