@@ -31,12 +31,14 @@ mod tls;
 mod unhonoured;
 pub mod value;
 
-pub use doc::reference_page;
+pub use doc::{REFERENCE_VARIABLES, migration, migration_table, reference_page};
 pub use reference::{REFERENCE, ReferenceRow};
 pub use sources::{Given, Origin, Partial, Profile, Resolved, Sources};
 pub use table::{Kind, SETTINGS, Setting, setting};
 pub use tls::{TlsFiles, TlsListeners};
-pub use unhonoured::{NOT_HONOURED, not_honoured, speaks_reference};
+pub use unhonoured::{
+    NOT_HONOURED, UNREPRODUCED_DEFAULTS, not_honoured, speaks_reference, unreproduced_defaults,
+};
 
 /// Everything the service needs to know, by section.
 #[derive(Clone, Debug)]

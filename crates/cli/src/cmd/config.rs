@@ -19,7 +19,8 @@ Examples:
   # The reference pages, generated from the code
   spillway config --reference settings > docs/reference/settings.md
   spillway config --reference metrics > docs/reference/metrics.md
-  spillway config --reference api > docs/reference/api.md";
+  spillway config --reference api > docs/reference/api.md
+  spillway config --reference migration   # docs/envoy.md's table of the reference's variables";
 
 /// A reference page.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -27,11 +28,14 @@ pub enum Page {
     Settings,
     Metrics,
     Api,
+    /// docs/envoy.md's table of the reference's variables.
+    Migration,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct ConfigArgs {
-    /// Print a reference page generated from the code instead (settings, metrics or api).
+    /// Print a reference page generated from the code instead (settings, metrics, api,
+    /// or migration: docs/envoy.md's table of the reference's variables).
     #[arg(long, value_name = "PAGE")]
     pub reference: Option<Page>,
 
@@ -55,6 +59,10 @@ pub fn run(args: ConfigArgs) -> anyhow::Result<ExitCode> {
         }
         Some(Page::Api) => {
             print!("{}", spillway_server::openapi::reference_page());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(Page::Migration) => {
+            print!("{}", config::migration_table());
             return Ok(ExitCode::SUCCESS);
         }
         None => {}

@@ -67,7 +67,8 @@ pub fn environment() -> Vec<(String, String)> {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = args.resolve()?.config;
+    let resolved = args.resolve()?;
+    let config = resolved.config;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -80,8 +81,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let (Some(_), Some(endpoint)) = (&otel, &config.tracing.endpoint) {
         tracing::info!(%endpoint, protocol = ?config.tracing.protocol, "tracing: a span per decision over OTLP");
     }
-    for (variable, why) in config::not_honoured(&environment()) {
+    let env = environment();
+    for (variable, why) in config::not_honoured(&env) {
         tracing::warn!(%variable, why, "a setting of the reference service is set and not honoured");
+    }
+    if resolved.profile == config::Profile::Reference
+        && let Some(defaults) = config::unreproduced_defaults(&env)
+    {
+        tracing::info!(%defaults, "the reference's defaults Spillway does not take");
     }
     if config.store.url != "memory"
         && config.store.redis.tls.verify == spillway_redis::Verify::Insecure

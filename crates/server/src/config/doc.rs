@@ -152,3 +152,178 @@ pub fn reference_page() -> String {
     }
     out
 }
+
+/// Every variable the reference reads (its `src/settings/settings.go`, the few its README
+/// adds, and those its libraries read: gostats' `STATSD_PROTOCOL`, OpenTelemetry's
+/// endpoints), in the order docs/envoy.md's migration table lists them.
+pub const REFERENCE_VARIABLES: &[&str] = &[
+    "HOST",
+    "PORT",
+    "GRPC_HOST",
+    "GRPC_PORT",
+    "GRPC_UDS",
+    "DEBUG_HOST",
+    "DEBUG_PORT",
+    "PROTO",
+    "GRPC_MAX_CONNECTION_AGE",
+    "GRPC_MAX_CONNECTION_AGE_GRACE",
+    "GRPC_SERVER_USE_TLS",
+    "GRPC_SERVER_TLS_CERT",
+    "GRPC_SERVER_TLS_KEY",
+    "GRPC_CLIENT_TLS_CACERT",
+    "GRPC_CLIENT_TLS_SAN",
+    "LOG_LEVEL",
+    "LOG_FORMAT",
+    "RUNTIME_ROOT",
+    "RUNTIME_SUBDIRECTORY",
+    "RUNTIME_APPDIRECTORY",
+    "RUNTIME_IGNOREDOTFILES",
+    "RUNTIME_WATCH_ROOT",
+    "CONFIG_TYPE",
+    "FORCE_START_WITHOUT_INITIAL_CONFIG",
+    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+    "CONFIG_GRPC_XDS_SERVER_URL",
+    "CONFIG_GRPC_XDS_NODE_ID",
+    "CONFIG_GRPC_XDS_NODE_METADATA",
+    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+    "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+    "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+    "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+    "XDS_CLIENT_BACKOFF_JITTER",
+    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+    "BACKEND_TYPE",
+    "REDIS_SOCKET_TYPE",
+    "REDIS_TYPE",
+    "REDIS_URL",
+    "REDIS_AUTH",
+    "REDIS_SENTINEL_AUTH",
+    "REDIS_TLS",
+    "REDIS_TLS_CLIENT_CERT",
+    "REDIS_TLS_CLIENT_KEY",
+    "REDIS_TLS_CACERT",
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+    "REDIS_TIMEOUT",
+    "REDIS_POOL_SIZE",
+    "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+    "REDIS_PIPELINE_WINDOW",
+    "REDIS_PIPELINE_LIMIT",
+    "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+    "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+    "REDIS_STARTUP_INITIAL_INTERVAL",
+    "REDIS_STARTUP_MAX_INTERVAL",
+    "REDIS_STARTUP_MAX_ELAPSED_TIME",
+    "REDIS_PERSECOND",
+    "REDIS_PERSECOND_SOCKET_TYPE",
+    "REDIS_PERSECOND_TYPE",
+    "REDIS_PERSECOND_URL",
+    "REDIS_PERSECOND_AUTH",
+    "REDIS_PERSECOND_SENTINEL_AUTH",
+    "REDIS_PERSECOND_TLS",
+    "REDIS_PERSECOND_TIMEOUT",
+    "REDIS_PERSECOND_POOL_SIZE",
+    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+    "REDIS_PERSECOND_PIPELINE_WINDOW",
+    "REDIS_PERSECOND_PIPELINE_LIMIT",
+    "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+    "MEMCACHE_HOST_PORT",
+    "MEMCACHE_MAX_IDLE_CONNS",
+    "MEMCACHE_SRV",
+    "MEMCACHE_SRV_REFRESH",
+    "MEMCACHE_TLS",
+    "MEMCACHE_TLS_CLIENT_CERT",
+    "MEMCACHE_TLS_CLIENT_KEY",
+    "MEMCACHE_TLS_CACERT",
+    "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+    "CACHE_KEY_PREFIX",
+    "EXPIRATION_JITTER_MAX_SECONDS",
+    "LOCAL_CACHE_SIZE_IN_BYTES",
+    "NEAR_LIMIT_RATIO",
+    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+    "SHADOW_MODE",
+    "QUOTA_MODE",
+    "MERGE_DOMAIN_CONFIG",
+    "RESPONSE_DYNAMIC_METADATA",
+    "LIMIT_RESPONSE_HEADERS_ENABLED",
+    "LIMIT_LIMIT_HEADER",
+    "LIMIT_REMAINING_HEADER",
+    "LIMIT_RESET_HEADER",
+    "USE_STATSD",
+    "STATSD_HOST",
+    "STATSD_PORT",
+    "STATSD_PROTOCOL",
+    "USE_DOG_STATSD",
+    "USE_DOG_STATSD_MOGRIFIERS",
+    "EXTRA_TAGS",
+    "STATS_FLUSH_INTERVAL",
+    "DISABLE_STATS",
+    "USE_PROMETHEUS",
+    "PROMETHEUS_ADDR",
+    "PROMETHEUS_PATH",
+    "PROMETHEUS_MAPPER_YAML",
+    "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+    "TRACING_ENABLED",
+    "TRACING_EXPORTER_PROTOCOL",
+    "TRACING_SERVICE_NAME",
+    "TRACING_SERVICE_NAMESPACE",
+    "TRACING_SERVICE_INSTANCE_ID",
+    "TRACING_SAMPLING_RATE",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+];
+
+/// How Spillway takes the reference's variable `name`: the settings it writes and how,
+/// or why it is not honoured. `None`: neither (a variable missing from the code).
+pub fn migration(name: &str) -> Option<String> {
+    let not = NOT_HONOURED
+        .iter()
+        .find(|(n, _)| {
+            if n.ends_with('_') {
+                name.starts_with(n)
+            } else {
+                name == *n
+            }
+        })
+        .map(|(_, why)| *why);
+    if let Some(why) = not {
+        return Some(match HONOURED_AT.iter().find(|(n, _)| *n == name) {
+            Some((_, at)) => format!(
+                "`{at}` only, as Spillway always behaves; other values are named at start: {why}"
+            ),
+            None => format!("**not honoured**: {why}"),
+        });
+    }
+    let row = REFERENCE.iter().find(|r| r.variables.contains(&name))?;
+    let sets: Vec<String> = row
+        .sets
+        .iter()
+        .filter(|(_, from)| from.split(' ').any(|v| v == name))
+        .map(|(setting, _)| format!("`{setting}`"))
+        .collect();
+    let how = if row.note.is_empty() {
+        "as it is"
+    } else {
+        row.note
+    };
+    Some(if sets.is_empty() {
+        format!("honoured, needs no setting: {how}")
+    } else {
+        format!("{}: {how}", sets.join(", "))
+    })
+}
+
+/// docs/envoy.md's migration table: one row per variable of [`REFERENCE_VARIABLES`],
+/// what Spillway does with it (`spillway config --reference migration` prints it).
+pub fn migration_table() -> String {
+    let mut out = String::from("| reference variable | in Spillway |\n|---|---|\n");
+    for name in REFERENCE_VARIABLES {
+        let how = migration(name).unwrap_or_else(|| "**missing from the code**".into());
+        let _ = writeln!(out, "| `{name}` | {} |", how.replace('|', "\\|"));
+    }
+    out
+}

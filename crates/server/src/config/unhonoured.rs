@@ -70,6 +70,53 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
     ),
 ];
 
+/// The reference's defaults Spillway does not take where the reference's variables are
+/// in use (variable, the reference's default, what Spillway does instead): `serve` names
+/// those whose variable is not set in one line at start.
+pub const UNREPRODUCED_DEFAULTS: &[(&str, &str, &str)] = &[
+    (
+        "LOG_LEVEL",
+        "warn",
+        "info: a line per start, reload and outage, none per request",
+    ),
+    (
+        "DEBUG_HOST",
+        "0.0.0.0",
+        "the admin listener stays on loopback",
+    ),
+    (
+        "REDIS_URL",
+        "/var/run/nutcracker/ratelimit.sock",
+        "without REDIS_URL counters are in memory",
+    ),
+    (
+        "REDIS_TIMEOUT",
+        "10s",
+        "10ms, within Envoy's 20 ms deadline",
+    ),
+    (
+        "REDIS_POOL_SIZE",
+        "10",
+        "one multiplexed connection per node",
+    ),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "300",
+        "keys expire when their window ends",
+    ),
+];
+
+/// The line `serve` logs where the reference's variables are in use: the reference's
+/// defaults it does not take, of the variables `vars` does not set.
+pub fn unreproduced_defaults(vars: &[(String, String)]) -> Option<String> {
+    let unset: Vec<String> = UNREPRODUCED_DEFAULTS
+        .iter()
+        .filter(|(name, _, _)| !vars.iter().any(|(n, _)| n == name))
+        .map(|(name, default, instead)| format!("{name}={default} ({instead})"))
+        .collect();
+    (!unset.is_empty()).then(|| unset.join("; "))
+}
+
 /// Variables honoured at one value only (the one Spillway always behaves as): set to
 /// it, they are not named.
 pub const HONOURED_AT: &[(&str, &str)] = &[
