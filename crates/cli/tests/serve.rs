@@ -40,9 +40,10 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
         .env("RESPONSE_DYNAMIC_METADATA", "true")
         // Read by the reference, not by Spillway: each is named in one warning.
         .env("REDIS_POOL_SIZE", "20")
-        .env("STATSD_HOST", "statsd")
-        // Honoured at this value (Spillway never sends statsd): not named.
+        .env("EXPIRATION_JITTER_MAX_SECONDS", "60")
+        // Honoured (no statsd, so STATSD_HOST is not read, as in the reference): not named.
         .env("USE_STATSD", "false")
+        .env("STATSD_HOST", "statsd")
         .stderr(Stdio::piped())
         .spawn()
         .expect("spillway starts");
@@ -57,7 +58,7 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
         }
         before.push(line);
     };
-    for variable in ["REDIS_POOL_SIZE", "STATSD_HOST"] {
+    for variable in ["REDIS_POOL_SIZE", "EXPIRATION_JITTER_MAX_SECONDS"] {
         let warnings: Vec<&String> = before
             .iter()
             .filter(|l| l.contains("WARN") && l.contains(&format!("\"variable\":\"{variable}\"")))
@@ -68,8 +69,19 @@ fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
             "one warning naming {variable} in {before:#?}"
         );
     }
+    // The reference's defaults not taken, of the variables not set, in one line.
+    let defaults: Vec<&String> = before
+        .iter()
+        .filter(|l| l.contains("the reference's defaults Spillway does not take"))
+        .collect();
+    assert_eq!(defaults.len(), 1, "{before:#?}");
+    assert!(
+        defaults[0].contains("REDIS_TIMEOUT=10s") && !defaults[0].contains("LOG_LEVEL"),
+        "{defaults:?}"
+    );
     for honoured in [
         "USE_STATSD",
+        "STATSD_HOST",
         "RUNTIME_ROOT",
         "STOP_CACHE_KEY",
         "RESPONSE_DYNAMIC_METADATA",
