@@ -76,37 +76,33 @@ pub static REFERENCE_STATS: &[ReferenceStat] = &[
         "descriptors of requests naming a domain no rules define",
     ),
     stat(
-        "ratelimit.service.global_shadow_mode",
+        GLOBAL_SHADOW,
         Kind::Counter,
         "requests over a limit answered OK by shadow_mode (the global one)",
     ),
     stat(
-        "ratelimit.service.call.should_rate_limit.redis_error",
+        REDIS_ERROR,
         Kind::Counter,
         "gRPC calls that failed because the store did (a rule's on_store_error: closed)",
     ),
     stat(
-        "ratelimit.service.call.should_rate_limit.service_error",
+        SERVICE_ERROR,
         Kind::Counter,
         "gRPC calls refused as invalid",
     ),
-    stat(
-        "ratelimit_server.ShouldRateLimit.total_requests",
-        Kind::Counter,
-        "gRPC calls",
-    ),
+    stat(TOTAL_REQUESTS, Kind::Counter, "gRPC calls"),
     stat(
         RESPONSE_TIME,
         Kind::Timer,
         "each gRPC call's time, in ms (Prometheus: seconds)",
     ),
     stat(
-        "ratelimit.service.config_load_success",
+        CONFIG_LOAD_SUCCESS,
         Kind::Counter,
         "rule loads that worked, the first at startup included (files; over xDS, each set)",
     ),
     stat(
-        "ratelimit.service.config_load_error",
+        CONFIG_LOAD_ERROR,
         Kind::Counter,
         "rule loads refused (the last good rules stay)",
     ),
@@ -179,19 +175,67 @@ pub struct Stats {
     /// for its deltas).
     statsd: bool,
     counters: Mutex<Vec<Arc<Stat>>>,
-    /// Timer samples (name, ms) waiting for statsd; at most [`MAX_TIMER_SAMPLES`].
-    timers: Mutex<Vec<(&'static str, u64)>>,
+    /// Timer samples (name, ms) waiting for statsd.
+    timers: Samples,
     /// Counters of a name known only at run time (a domain's `domain_not_found`).
     by_name: Mutex<HashMap<String, Counter>>,
+    /// The service's own, registered when the stats are made (no lookup per call).
+    fixed: Option<Fixed>,
     response_time: Option<Histogram>,
+}
+
+/// The stats of fixed names, one handle each.
+#[derive(Debug)]
+struct Fixed {
+    total_requests: Counter,
+    redis_error: Counter,
+    service_error: Counter,
+    config_load_success: Counter,
+    config_load_error: Counter,
+    global_shadow: Counter,
 }
 
 /// The most timer samples kept between two sends to statsd (the reference drops them
 /// too when its buffer is full): a second of a busy replica's requests.
 const MAX_TIMER_SAMPLES: usize = 50_000;
 
+/// Timer samples waiting for statsd, in shards so that the request threads adding them
+/// do not queue on one lock: each thread adds to its own shard (by a number it takes
+/// once), the sender takes them all.
+#[derive(Debug, Default)]
+struct Samples([Mutex<Vec<(&'static str, u64)>>; SHARDS]);
+
+const SHARDS: usize = 16;
+
+impl Samples {
+    fn push(&self, name: &'static str, ms: u64) {
+        use std::sync::atomic::AtomicUsize;
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        thread_local! {
+            static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        }
+        let mut shard = self.0[SHARD.with(|s| *s)].lock();
+        if shard.len() < MAX_TIMER_SAMPLES / SHARDS {
+            shard.push((name, ms));
+        }
+    }
+
+    fn take(&self) -> Vec<(&'static str, u64)> {
+        self.0
+            .iter()
+            .flat_map(|shard| std::mem::take(&mut *shard.lock()))
+            .collect()
+    }
+}
+
 /// The reference's response-time timer (ms).
 pub const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
+const TOTAL_REQUESTS: &str = "ratelimit_server.ShouldRateLimit.total_requests";
+const REDIS_ERROR: &str = "ratelimit.service.call.should_rate_limit.redis_error";
+const SERVICE_ERROR: &str = "ratelimit.service.call.should_rate_limit.service_error";
+const CONFIG_LOAD_SUCCESS: &str = "ratelimit.service.config_load_success";
+const CONFIG_LOAD_ERROR: &str = "ratelimit.service.config_load_error";
+const GLOBAL_SHADOW: &str = "ratelimit.service.global_shadow_mode";
 
 impl Stats {
     /// Stats read by a Prometheus mapping (`None`: no series) and, with `statsd`,
@@ -201,13 +245,24 @@ impl Stats {
             .as_ref()
             .and_then(|m| m.map(RESPONSE_TIME, Kind::Timer))
             .map(|m| metrics::histogram!(m.name, m.labels));
-        Stats {
+        let mut stats = Stats {
             on: mapper.is_some() || statsd,
             mapper,
             statsd,
             response_time,
             ..Stats::default()
+        };
+        if stats.on {
+            stats.fixed = Some(Fixed {
+                total_requests: stats.counter(TOTAL_REQUESTS.into()),
+                redis_error: stats.counter(REDIS_ERROR.into()),
+                service_error: stats.counter(SERVICE_ERROR.into()),
+                config_load_success: stats.counter(CONFIG_LOAD_SUCCESS.into()),
+                config_load_error: stats.counter(CONFIG_LOAD_ERROR.into()),
+                global_shadow: stats.counter(GLOBAL_SHADOW.into()),
+            });
         }
+        stats
     }
 
     /// Whether anything reads the stats: check before computing any.
@@ -271,44 +326,40 @@ impl Stats {
 
     /// A gRPC `ShouldRateLimit` call answered after `took`.
     pub(crate) fn grpc_call(&self, took: Duration) {
-        if !self.on {
-            return;
-        }
-        self.add("ratelimit_server.ShouldRateLimit.total_requests", 1);
+        let Some(fixed) = &self.fixed else { return };
+        fixed.total_requests.increment(1);
         if let Some(h) = &self.response_time {
             h.record(took.as_secs_f64());
         }
         if self.statsd {
             let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
-            let mut timers = self.timers.lock();
-            if timers.len() < MAX_TIMER_SAMPLES {
-                timers.push((RESPONSE_TIME, ms));
-            }
+            self.timers.push(RESPONSE_TIME, ms);
         }
     }
 
     /// A request failed: its store failed (`redis_error`), or it was refused
     /// (`service_error`).
     pub(crate) fn call_error(&self, store: bool) {
-        let kind = if store {
-            "redis_error"
-        } else {
-            "service_error"
-        };
-        self.add(
-            &format!("ratelimit.service.call.should_rate_limit.{kind}"),
-            1,
-        );
+        if let Some(f) = &self.fixed {
+            if store {
+                &f.redis_error
+            } else {
+                &f.service_error
+            }
+            .increment(1);
+        }
     }
 
     /// A (re)load of the rules: `config_load_success` or `config_load_error`.
     pub(crate) fn config_load(&self, ok: bool) {
-        let stat = if ok {
-            "config_load_success"
-        } else {
-            "config_load_error"
-        };
-        self.add(&format!("ratelimit.service.{stat}"), 1);
+        if let Some(f) = &self.fixed {
+            if ok {
+                &f.config_load_success
+            } else {
+                &f.config_load_error
+            }
+            .increment(1);
+        }
     }
 
     /// A request named a domain no rule set defines.
@@ -323,7 +374,9 @@ impl Stats {
 
     /// The global shadow mode turned an over-limit answer into OK.
     pub(crate) fn global_shadow(&self) {
-        self.add("ratelimit.service.global_shadow_mode", 1);
+        if let Some(f) = &self.fixed {
+            f.global_shadow.increment(1);
+        }
     }
 
     /// Counters' deltas since the last call (zero deltas left out, as the reference
@@ -338,7 +391,7 @@ impl Stats {
         } else {
             Vec::new()
         };
-        (deltas, std::mem::take(&mut *self.timers.lock()))
+        (deltas, self.timers.take())
     }
 }
 

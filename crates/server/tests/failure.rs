@@ -101,8 +101,8 @@ async fn each_failure_policy_then_recovery() {
         let metrics = s.get_text("/metrics").await;
         for line in [
             "spillway_store_duration_seconds_bucket",
-            "spillway_store_errors_total{kind=\"timeout\"}",
-            "spillway_store_errors_total{kind=\"breaker_open\"}",
+            "spillway_store_errors_total{store=\"main\",kind=\"timeout\"}",
+            "spillway_store_errors_total{store=\"main\",kind=\"breaker_open\"}",
             &format!(
                 "spillway_fallback_decisions_total{{policy=\"{}\"}}",
                 policy.name()

@@ -60,7 +60,7 @@ descriptors:
         "{text}"
     );
     has(r#"spillway_requests_total{api="http"} 6"#);
-    has("spillway_breaker_state 0");
+    has(r#"spillway_breaker_state{store="main"} 0"#);
     assert!(!text.contains("first"), "a request value became a label");
 
     // A body refused before any handler (over 64 KiB: 413) is still a request to its
