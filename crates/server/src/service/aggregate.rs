@@ -96,9 +96,9 @@ impl Service {
             }
         }
         if self.stats.on() {
-            // A block-all rule (limit 0) refuses every hit; a rule decided by no one
-            // (the store failed, its policy answered) is in no stat, as the reference
-            // counts none for a request Redis failed.
+            // A block-all rule (limit 0) refuses every hit. A decision its failure
+            // policy made (`local`, `open`) counts as the store's would; a rule with no
+            // decision at all is in no stat.
             let (limit, remaining, allowed) = match (&hit.rule.limit, decision) {
                 (RuleLimit::BlockAll, _) => (0, 0, false),
                 (_, Some(d)) => (d.limit, d.remaining, d.allowed()),
