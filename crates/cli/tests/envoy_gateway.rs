@@ -11,6 +11,8 @@
 
 mod support;
 
+use spillway_testkit::prometheus_series as series;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -204,13 +206,6 @@ const GATEWAY_MAPPING: &str = r#"mappings:
   - { match: "ratelimit.service.rate_limit.*.*.*.shadow_mode", name: "ratelimit_service_rate_limit_shadow_mode", timer_type: "histogram", labels: { domain: "$1", key1: "$2", key2: "$3" } }
   - { match: ".", match_type: "regex", action: "drop", name: "dropped" }
 "#;
-
-/// The value of the series `name{labels}` in a Prometheus exposition.
-fn series(metrics: &str, name_and_labels: &str) -> Option<u64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
-}
 
 /// `/healthcheck` on :8080 from outside the namespace, as the kubelet probes it.
 fn health(ns: &Netns) -> String {

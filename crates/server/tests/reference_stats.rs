@@ -11,6 +11,8 @@
 
 mod support;
 
+use spillway_testkit::prometheus_series as series;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -44,13 +46,6 @@ async fn play(s: &Server, entries: &[(&str, &str)]) {
         let answer = s.ask(req).await;
         assert_eq!(answer.overall_code == 1, admitted, "{hits} hits");
     }
-}
-
-/// The value of the series `name{labels}` in a Prometheus exposition.
-fn series(metrics: &str, name_and_labels: &str) -> Option<u64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
 }
 
 #[tokio::test]

@@ -39,3 +39,11 @@ pub fn metric(exposition: &str, series: &str) -> u64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
+
+/// The value of the series `name{labels}` (written whole, as the exposition writes it)
+/// in a Prometheus text exposition, if it has one.
+pub fn prometheus_series(exposition: &str, name_and_labels: &str) -> Option<u64> {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
+}

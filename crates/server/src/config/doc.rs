@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use super::reference::REFERENCE;
 use super::table::{Kind, SETTINGS};
-use super::unhonoured::{HONOURED_AT, NOT_HONOURED};
+use super::unhonoured::{HONOURED_AT, NOT_HONOURED, named};
 
 const INTRO: &str = "\
 # Settings reference
@@ -282,13 +282,7 @@ pub const REFERENCE_VARIABLES: &[&str] = &[
 pub fn migration(name: &str) -> Option<String> {
     let not = NOT_HONOURED
         .iter()
-        .find(|(n, _)| {
-            if n.ends_with('_') {
-                name.starts_with(n)
-            } else {
-                name == *n
-            }
-        })
+        .find(|(n, _)| named(n, name))
         .map(|(_, why)| *why);
     if let Some(why) = not {
         return Some(match HONOURED_AT.iter().find(|(n, _)| *n == name) {

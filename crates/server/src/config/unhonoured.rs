@@ -125,7 +125,8 @@ pub const HONOURED_AT: &[(&str, &str)] = &[
     ("RUNTIME_IGNOREDOTFILES", "true"),
 ];
 
-fn named(pattern: &str, name: &str) -> bool {
+/// Whether `pattern` (a name, or a prefix ending in `_`) names the variable `name`.
+pub(super) fn named(pattern: &str, name: &str) -> bool {
     if pattern.ends_with('_') {
         name.starts_with(pattern)
     } else {
