@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use spillway_core::{Clock, SystemClock};
 
-use support::envoy::{envoy, example, get, spillway, upstream_with};
+use support::envoy::{envoy, example, get, spillway, spillway_with, upstream_with};
 use support::{Procs, curl};
 
 /// The example's Envoy with the filter's own `rate_limits`: a look on the request path,
@@ -124,8 +124,8 @@ descriptors:
     }
 }
 
-/// A period's budget behind Envoy: 1,000 tokens a period of 4 s (a fixed window, the
-/// shape of a calendar month shrunk to fit a test), 600 used a request. The tenant is
+/// A short period's budget behind Envoy: 1,000 tokens a period of 4 s (a fixed window),
+/// 600 used a request. The tenant is
 /// admitted twice (the second request drives the period 200 into debt), refused from
 /// the third on, and admitted again when, and not before, the next period starts.
 #[test]
@@ -185,4 +185,71 @@ descriptors:
         return;
     }
     panic!("three periods in a row were too short for four requests");
+}
+
+/// A calendar month behind Envoy: 1,000 tokens a month in Europe/Berlin, 600 used a
+/// request, with Spillway's wall clock (libfaketime, preloaded) started 15 s before
+/// Berlin's midnight at the end of November 2026. The tenant is admitted twice (the
+/// second request drives November 200 into debt), refused while November lasts, and
+/// admitted with December's whole budget once midnight has passed on Spillway's clock,
+/// not before: Spillway's clock reads at most the start time plus the time since the
+/// test spawned it, so an admission earlier than 15 s after the spawn would be early.
+#[test]
+fn envoy_refuses_a_spent_month_and_admits_again_when_it_rolls_over() {
+    const LEAD: Duration = Duration::from_secs(15);
+    let faketime = std::env::var("SPILLWAY_TEST_FAKETIME").expect(
+        "SPILLWAY_TEST_FAKETIME is not set: run the suite with scripts/test, which installs \
+         libfaketime (Debian's faketime) and exports its path",
+    );
+    let policy = "domain: ai
+descriptors:
+  - key: tenant
+    limits:
+      - { name: tokens, algorithm: fixed_window, limit: 1000, period: month, time_zone: Europe/Berlin, metered: true }
+";
+    // 22:59:45 UTC is 23:59:45 in Berlin (CET): 15 s before December.
+    let env = [
+        ("LD_PRELOAD", faketime.as_str()),
+        ("FAKETIME", "@2026-11-30 22:59:45"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ("TZ", "UTC"),
+    ];
+    let mut procs = Procs(Vec::new());
+    let spawned = std::time::Instant::now();
+    let (grpc, http) = spillway_with(&mut procs, policy, &env);
+    let port = envoy(
+        &mut procs,
+        &config(),
+        grpc,
+        upstream_with("x-tokens-used: 600\r\n"),
+    );
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let before = remaining(http, "t1");
+        let (status, _) = get(port, "/", &[("x-tenant", "t1")]);
+        statuses.push(status);
+        if status == 200 {
+            charged(http, "t1", before);
+        }
+    }
+    assert!(
+        spawned.elapsed() < LEAD,
+        "four requests took {:?}, past November's end on Spillway's clock",
+        spawned.elapsed()
+    );
+    assert_eq!(statuses, [200, 200, 429, 429], "November spent, into debt");
+    for tries in 0.. {
+        if remaining(http, "t1") > 0 {
+            break;
+        }
+        assert!(tries < 3_000, "December never came");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        spawned.elapsed() >= LEAD,
+        "admitted {:?} after the spawn: before Berlin's midnight on Spillway's clock",
+        spawned.elapsed()
+    );
+    assert_eq!(remaining(http, "t1"), 1000, "December: the whole budget");
+    assert_eq!(get(port, "/", &[("x-tenant", "t1")]).0, 200);
 }

@@ -72,7 +72,7 @@ pub use mode::{Mode, OnStoreError};
 pub use sharing::Sharing;
 pub use store::{
     DEFAULT_DENY_CACHE_BYTES, DEFAULT_MEMORY_STORE_BYTES, DenyCache, Guard, Guarded, GuardedStore,
-    HEAVY_WORK, HashKeys, KeyHash, MAX_BATCH, MemoryStore, MemoryStoreBuilder, Rehash, Request,
-    Source, Store, Unanswered, is_heavy, work,
+    HEAVY_WORK, HashKeys, Keep, KeyHash, MAX_BATCH, MemoryStore, MemoryStoreBuilder, Records,
+    Rehash, Request, Source, Store, Unanswered, is_heavy, work,
 };
 pub use time::Timestamp;

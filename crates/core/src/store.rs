@@ -9,6 +9,7 @@
 
 mod guarded;
 mod memory;
+mod records;
 mod round;
 
 use std::future::Future;
@@ -20,6 +21,7 @@ pub use memory::{
     DEFAULT_MAX_BYTES as DEFAULT_MEMORY_STORE_BYTES, HashKeys, KeyHash, MemoryStore,
     MemoryStoreBuilder, Rehash,
 };
+pub use records::{Keep, MAX_OPEN_RECORDS, Records};
 
 use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp, limit::MAX_EXACT};
 

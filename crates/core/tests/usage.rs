@@ -297,3 +297,25 @@ async fn usage_lands_beside_a_denial_and_bad_usage_is_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("can be charged at once"), "{err}");
 }
+
+/// docs/metering.md's bound on one usage ("for 60,000 a minute, about 4.5 trillion
+/// tokens") is what `Limit::max_usage` allows that budget, on a token bucket and GCRA.
+#[test]
+fn the_documented_bound_on_one_usage_is_max_usage() {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/metering.md"
+    ))
+    .unwrap();
+    for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
+        let budget = Limit::new(algorithm, 60_000, Duration::from_secs(60)).unwrap();
+        let said = format!(
+            "(for 60,000 a minute, about {:.1} trillion tokens)",
+            budget.max_usage() as f64 / 1e12
+        );
+        assert!(
+            page.contains(&said),
+            "{algorithm}: docs/metering.md should say {said}"
+        );
+    }
+}

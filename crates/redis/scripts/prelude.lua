@@ -5,6 +5,8 @@
 --   prelude.lua                   this header, argument readers, integer arithmetic
 --   algorithm/<name>.lua          one per algorithm, named after its Rust twin in
 --                                 crates/core/src/algorithm/<name>.rs
+--   record.lua                    a record kept with its batch (a reservation's),
+--                                 twin of crates/core/src/store/records.rs
 --   round.lua                     a round (crates/core/src/store/round.rs) and `decide`
 -- They share one Lua chunk: a `local` defined in an earlier file is seen by the later.
 --
@@ -51,7 +53,9 @@
 --                   per call however many requests share the limit
 --                     alg     1 fixed_window, 2 sliding_log, 3 sliding_window,
 --                             4 token_bucket, 5 gcra, 6 distinct (exact),
---                             7 distinct (sketched)
+--                             7 distinct (sketched), 8 a record kept when
+--                             the batch is charged (record.lua: its window is
+--                             the record's TTL, its member the record)
 --                     rejected  1 = count_rejected (charge denied requests too),
 --                               2 = charge the requests it denied itself, not those
 --                               another limit of the batch denied

@@ -18,7 +18,9 @@ use std::time::Duration;
 use redis::cluster_routing::Slot;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use spillway_core::store::{is_counted, validate};
-use spillway_core::{BatchDecision, Error as CoreError, Key, Limit, Request, Store, Timestamp};
+use spillway_core::{
+    BatchDecision, Error as CoreError, Keep, Key, Limit, Request, Store, Timestamp,
+};
 use tokio::sync::oneshot;
 
 use crate::Error;
@@ -323,18 +325,22 @@ impl RedisStore {
     }
 }
 
-impl Store for RedisStore {
-    async fn check(
+impl RedisStore {
+    /// Decides `requests` in one call; with `keep`, keeps its record (under its key) in
+    /// the same call when the batch is admitted, and says whether it did.
+    async fn decide(
         &self,
         requests: &[Request<'_>],
         now: Timestamp,
-    ) -> Result<BatchDecision, CoreError> {
+        keep: Option<(String, Keep<'_>)>,
+    ) -> Result<(BatchDecision, bool), CoreError> {
         validate(requests)?;
-        if requests.is_empty() {
-            return Ok(BatchDecision {
+        if requests.is_empty() && keep.is_none() {
+            let none = BatchDecision {
                 decisions: Vec::new(),
                 denied_by: None,
-            });
+            };
+            return Ok((none, false));
         }
         let settled;
         let requests = if requests.iter().any(|r| r.refund.is_some()) {
@@ -352,10 +358,12 @@ impl Store for RedisStore {
         } else {
             None
         };
-        // The reference's rules take plain commands, no script (`counter.rs`).
-        let counted = requests
-            .iter()
-            .all(|r| is_counted(r.limit) && r.refund.is_none());
+        // The reference's rules take plain commands, no script (`counter.rs`), unless a
+        // record comes with them: only the script keeps it with the batch.
+        let counted = keep.is_none()
+            && requests
+                .iter()
+                .all(|r| is_counted(r.limit) && r.refund.is_none());
         let kind = if counted {
             Kind::Counted
         } else if spillway_core::is_heavy(requests) {
@@ -377,6 +385,7 @@ impl Store for RedisStore {
                 })
                 .collect();
         }
+        let section_kept = keep.is_some();
         let (answer, reply) = oneshot::channel();
         let mut windows = Vec::new();
         let deadline = tokio::time::Instant::now() + self.inner.timeout;
@@ -384,7 +393,11 @@ impl Store for RedisStore {
             windows = counter::windows(&keys, requests, now, &self.inner.expiring);
             counter::section(keys, requests, now, windows.clone())
         } else {
-            Section::new(keys, requests, self.inner.time, now)
+            let mut section = Section::new(keys, requests, self.inner.time, now);
+            if let Some((key, keep)) = keep {
+                section.keep(key, keep.record, keep.ttl);
+            }
+            section
         };
         if let Some(batches) = self.inner.lanes.submit(lane, Waiting { section, answer }) {
             // A free lane: this decision goes out at once, from this task. Boxed: the
@@ -410,9 +423,25 @@ impl Store for RedisStore {
                     .expire_again(requests, &windows, &lost, now, deadline)
                     .await;
             }
-            return Ok(decision);
+            return Ok((decision, false));
         }
-        script::parse_reply(part, requests)
+        let (part, kept) = match section_kept {
+            true => script::parse_kept(part),
+            false => (part, false),
+        };
+        Ok((script::parse_reply(part, requests)?, kept))
+    }
+}
+
+impl Store for RedisStore {
+    async fn check(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+    ) -> Result<BatchDecision, CoreError> {
+        self.decide(requests, now, None)
+            .await
+            .map(|(batch, _)| batch)
     }
 
     fn spans_groups(&self) -> bool {

@@ -102,7 +102,6 @@ pub struct Service {
     /// Policies decided in shadow beside these (`--candidate-config`).
     candidate: Option<candidate::Candidate>,
     /// Open reservations, on the memory store (Redis keeps its own).
-    records: reserve::Records,
     /// The reference's stats (off unless asked for).
     stats: Arc<Stats>,
     /// The store of the rules whose window is one second, when they have one of their
@@ -137,6 +136,43 @@ struct Hit<'a> {
 /// A rule's decision, and whether a failure policy made it instead of the store.
 type Decided = (usize, Decision, bool);
 
+/// How the store took part in a check.
+#[derive(Debug, Default)]
+pub(crate) struct Checked {
+    /// Some decision was a failure policy's, not the store's.
+    pub(crate) degraded: bool,
+    /// The handle of the record the check carried, when the store kept it.
+    pub(crate) kept: Option<String>,
+}
+
+/// A record to keep with a check's charge (a reservation's): it rides the first store
+/// round that decides some of the check's limits, in that round's one store call.
+pub(crate) struct Carried<'a> {
+    keep: spillway_core::Keep<'a>,
+    taken: std::sync::atomic::AtomicBool,
+    kept: parking_lot::Mutex<Option<String>>,
+}
+
+impl<'a> Carried<'a> {
+    pub(crate) fn new(keep: spillway_core::Keep<'a>) -> Carried<'a> {
+        Carried {
+            keep,
+            taken: Default::default(),
+            kept: Default::default(),
+        }
+    }
+
+    /// The record, for the one round that claims it.
+    fn claim(&self) -> Option<spillway_core::Keep<'a>> {
+        use std::sync::atomic::Ordering;
+        (!self.taken.swap(true, Ordering::Relaxed)).then_some(self.keep)
+    }
+
+    fn handle(&self) -> Option<String> {
+        self.kept.lock().take()
+    }
+}
+
 /// One check between its stages: what matched (`Service::matched`), then decided in
 /// its rounds (`Service::decide`), then answered (`Service::aggregate`).
 struct Check<'p> {
@@ -166,7 +202,6 @@ impl Service {
             override_path: Arc::from("override"),
             top: TopKeys::default(),
             candidate: None,
-            records: reserve::Records::default(),
             stats: Arc::default(),
             per_second: None,
         }
@@ -257,22 +292,38 @@ impl Service {
 
     /// Decides a request.
     pub async fn check(&self, req: &CheckRequest) -> Result<CheckResponse, CheckError> {
+        self.checked(req, None).await.map(|(answer, _)| answer)
+    }
+
+    /// Decides a request; with `carried`, keeps its record with the request's charge
+    /// (a reservation's, `reserve.rs`). Says how the store took part.
+    pub(crate) async fn checked(
+        &self,
+        req: &CheckRequest,
+        carried: Option<&Carried<'_>>,
+    ) -> Result<(CheckResponse, Checked), CheckError> {
         req.validate()?;
         let policies = self.policies.load();
         let Some(domain) = policies.domain(&req.domain) else {
             metrics::domain_not_found();
             self.stats
                 .domain_not_found(&req.domain, req.descriptors.len() as u64);
-            return Ok(CheckResponse {
+            let answer = CheckResponse {
                 overall: Code::Ok,
                 statuses: vec![Status::no_rule(); req.descriptors.len()],
                 metadata: None,
-            });
+            };
+            return Ok((answer, Checked::default()));
         };
         // Three stages over one value: match, decide, answer.
         let mut check = self.matched(req, domain)?;
-        let decided = self.decide(&mut check).await?;
-        Ok(self.aggregate(req, domain.shared_name(), &check, &decided))
+        let decided = self.decide(&mut check, carried).await?;
+        let checked = Checked {
+            degraded: decided.iter().any(|d| d.2),
+            kept: carried.and_then(Carried::handle),
+        };
+        let answer = self.aggregate(req, domain.shared_name(), &check, &decided);
+        Ok((answer, checked))
     }
 
     /// The match stage: every rule the request's descriptors match (replaced ones
@@ -345,6 +396,14 @@ impl Service {
                         .then(|| m.key(rule))
                         .transpose()
                         .map_err(invalid)?;
+                    if req.usage && rule.counts_members() && !req.settle {
+                        let name = rule.name.as_deref().unwrap_or(&rule.metric);
+                        return Err(CheckError::Invalid(format!(
+                            "descriptor {i}: rule {name} counts distinct values (distinct), \
+                             which cannot take usage: a value is counted once, whatever it \
+                             cost"
+                        )));
+                    }
                     // A distinct rule counts the request's member once, whatever its hits.
                     let (member, cost) = if rule.counts_members() {
                         (d.entries.last().map(|(_, v)| v.to_string()), cost.min(1))
@@ -356,7 +415,10 @@ impl Service {
                         && member.is_none();
                     let mut refund = req.refund.filter(|_| usage);
                     let mut cost = cost;
-                    if refund.is_some() && !rule_refunds(rule) {
+                    if req.settle && rule.counts_members() {
+                        // Rules changed since the reservation: a distinct rule takes no usage.
+                        cost = 0;
+                    } else if refund.is_some() && !rule_refunds(rule) {
                         // Rules changed since the reservation: what this one took stays.
                         (refund, cost) = (None, 0);
                     }

@@ -6,8 +6,8 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use spillway_core::{
-    BatchDecision, Error, GuardedStore, Key, Limit, MemoryStore, Request, Store, StoreFailure,
-    Timestamp,
+    BatchDecision, Error, GuardedStore, Keep, Key, Limit, MemoryStore, Records, Request, Store,
+    StoreFailure, Timestamp,
 };
 use spillway_redis::RedisStore;
 
@@ -104,6 +104,41 @@ impl Store for AnyStore {
         match self {
             AnyStore::Memory(m) => m.reset(key, limit, now).await,
             AnyStore::Redis(r) => r.reset(key, limit, now).await,
+        }
+    }
+}
+
+/// Reservations' records, kept with their charge: in this process, or in Redis.
+impl Records for AnyStore {
+    async fn check_keeping(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+        keep: Keep<'_>,
+    ) -> Result<(BatchDecision, Option<String>), Error> {
+        match self {
+            AnyStore::Memory(m) => m.check_keeping(requests, now, keep).await,
+            AnyStore::Redis(r) => Box::pin(r.check_keeping(requests, now, keep)).await,
+        }
+    }
+
+    async fn take(&self, handle: &str, now: Timestamp) -> Result<Option<Vec<u8>>, Error> {
+        match self {
+            AnyStore::Memory(m) => m.take(handle, now).await,
+            AnyStore::Redis(r) => r.take(handle, now).await,
+        }
+    }
+
+    async fn put(
+        &self,
+        handle: &str,
+        record: &[u8],
+        ttl: std::time::Duration,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        match self {
+            AnyStore::Memory(m) => m.put(handle, record, ttl, now).await,
+            AnyStore::Redis(r) => r.put(handle, record, ttl, now).await,
         }
     }
 }

@@ -111,3 +111,30 @@ async fn a_member_over_1_kib_is_a_400_without_a_store_call() {
     );
     s.running.stop().await;
 }
+
+/// Usage on a `distinct` rule is refused, as the library refuses it: a value is counted
+/// once, whatever it cost, so "charge 500 used" has nothing to count. It used to be
+/// decided as an ordinary check (the member counted, the usage dropped). The refusal
+/// is a 400 naming the rule, and nothing is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_on_a_distinct_rule_is_refused() {
+    for backing in backings() {
+        let s = Server::start("distinct-usage", &[("api.yaml", POLICY)], backing.clone()).await;
+        let mut usage = request("k1", "10.0.0.1");
+        usage["usage"] = json!(true);
+        usage["cost"] = json!(500);
+        let (status, _, body) = s.check(usage).await;
+        assert_eq!(status, 400, "{backing:?}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("ips") && message.contains("cannot take usage"),
+            "{message}"
+        );
+        // Nothing was counted: three new IPs still fit.
+        for ip in ["10.0.0.1", "10.0.0.2", "10.0.0.3"] {
+            let (status, _, body) = s.check(request("k1", ip)).await;
+            assert_eq!(status, 200, "{backing:?} {ip}: {body}");
+        }
+        s.running.stop().await;
+    }
+}

@@ -21,6 +21,9 @@ pub enum ProxyMode {
     Delay(Duration),
     /// Reset every open connection, and every new one as it arrives.
     Reset,
+    /// Forward what the client sends, discard what the server answers: the server
+    /// does the work, and the client never learns it did (a reply lost on the way).
+    LoseReplies,
 }
 
 /// A running proxy; stops when dropped.
@@ -97,7 +100,7 @@ async fn pump(
                 let Ok(n @ 1..) = n else { return false };
                 let now = *mode.borrow();
                 match now {
-                    ProxyMode::Pass => {}
+                    ProxyMode::Pass | ProxyMode::LoseReplies => {}
                     ProxyMode::Blackhole => continue,
                     ProxyMode::Delay(d) => tokio::time::sleep(d).await,
                     ProxyMode::Reset => return true,
@@ -111,7 +114,7 @@ async fn pump(
                 let now = *mode.borrow();
                 match now {
                     ProxyMode::Pass | ProxyMode::Delay(_) => {}
-                    ProxyMode::Blackhole => continue,
+                    ProxyMode::Blackhole | ProxyMode::LoseReplies => continue,
                     ProxyMode::Reset => return true,
                 }
                 if cw.write_all(&down[..n]).await.is_err() {
@@ -174,6 +177,12 @@ mod tests {
         proxy.set(ProxyMode::Blackhole);
         let short = Duration::from_millis(100);
         assert_eq!(round_trip(&mut s, short).await.unwrap(), None, "dropped");
+
+        // The server gets it (its echo comes back once replies pass again), the client
+        // hears nothing meanwhile.
+        let mut lost = TcpStream::connect(proxy.addr()).await.unwrap();
+        proxy.set(ProxyMode::LoseReplies);
+        assert_eq!(round_trip(&mut lost, short).await.unwrap(), None, "lost");
 
         // An open connection is reset at once, and so is a new one.
         proxy.set(ProxyMode::Reset);

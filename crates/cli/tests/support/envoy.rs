@@ -14,17 +14,25 @@ use super::{Procs, free_port, tempdir};
 /// `spillway serve` on `policy` (memory store), in a directory of its own: its gRPC and
 /// HTTP ports.
 pub fn spillway(procs: &mut Procs, policy: &str) -> (u16, u16) {
+    spillway_with(procs, policy, &[])
+}
+
+/// [`spillway`] with `env` set too.
+pub fn spillway_with(procs: &mut Procs, policy: &str, env: &[(&str, &str)]) -> (u16, u16) {
     let dir = tempdir(&format!("envoy-policy-{}", free_port()));
     std::fs::write(dir.join("policy.yaml"), policy).unwrap();
     let (http, grpc) = (free_port(), free_port());
-    let child = super::spawn_serve([
-        "--config".as_ref(),
-        dir.as_os_str(),
-        "--http-addr".as_ref(),
-        format!("127.0.0.1:{http}").as_ref(),
-        "--grpc-addr".as_ref(),
-        format!("127.0.0.1:{grpc}").as_ref(),
-    ]);
+    let child = super::spawn_serve_with(
+        [
+            "--config".as_ref(),
+            dir.as_os_str(),
+            "--http-addr".as_ref(),
+            format!("127.0.0.1:{http}").as_ref(),
+            "--grpc-addr".as_ref(),
+            format!("127.0.0.1:{grpc}").as_ref(),
+        ],
+        env,
+    );
     procs.0.push(child);
     (grpc, http)
 }

@@ -19,11 +19,20 @@ use spillway_testkit::redis::{standalone_url, unique_prefix};
 pub fn spawn_serve<S: AsRef<std::ffi::OsStr>>(
     args: impl IntoIterator<Item = S>,
 ) -> std::process::Child {
+    spawn_serve_with(args, &[])
+}
+
+/// [`spawn_serve`] with `env` set too (a preloaded library, its settings).
+pub fn spawn_serve_with<S: AsRef<std::ffi::OsStr>>(
+    args: impl IntoIterator<Item = S>,
+    env: &[(&str, &str)],
+) -> std::process::Child {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
         .arg("serve")
         .args(args)
         .env_clear()
         .env("SPILLWAY_ADMIN_ADDR", "127.0.0.1:0")
+        .envs(env.iter().copied())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spillway starts");

@@ -35,6 +35,29 @@ fn ip(args: &[&str]) {
 }
 
 impl Netns {
+    /// [`Netns::new`], or `None` (having said so in one line) where namespaces cannot
+    /// be made: not root, or no `ip` (iproute2). `test` names the test that skips.
+    pub fn or_skip(test: &str, hosts: &[&str]) -> Option<Netns> {
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+        let ip = Command::new("ip").arg("-V").output().is_ok();
+        if !(root && ip) {
+            let why = if root {
+                "no `ip` (iproute2)"
+            } else {
+                "not root"
+            };
+            eprintln!(
+                "{test}: skipped: it needs a network namespace (`ip netns`, as root), and \
+                 this run has {why}; scripts/test as root runs it"
+            );
+            return None;
+        }
+        Some(Netns::new(hosts))
+    }
+
     /// A new namespace with loopback up and a /30 to this namespace; `hosts` are
     /// `/etc/hosts` lines inside it (`{host}` stands for this side's address).
     pub fn new(hosts: &[&str]) -> Netns {

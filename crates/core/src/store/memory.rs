@@ -52,8 +52,9 @@ use arcstr::ArcStr;
 
 use self::batch::Locked;
 use self::table::{Entry, Table};
+use super::records::{OpenRecords, check_keeping_here};
 use super::round;
-use super::{Request, Store, validate, validate_one};
+use super::{Keep, Records, Request, Store, validate, validate_one};
 use crate::algorithm::State;
 use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp};
 
@@ -92,6 +93,8 @@ struct Inner<H> {
     per_shard: usize,
     per_shard_bytes: usize,
     sweep_interval: u64,
+    /// Records kept beside the limits (reservations): see [`Records`].
+    records: OpenRecords,
 }
 
 /// One shard, on its own cache lines so that two cores locking neighbours don't
@@ -293,6 +296,37 @@ impl<H: HashKeys> MemoryStore<H> {
             let (entry, _) = found.remove();
             table.removed(&entry);
         }
+    }
+}
+
+impl<H: HashKeys> Records for MemoryStore<H> {
+    async fn check_keeping(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+        keep: Keep<'_>,
+    ) -> Result<(BatchDecision, Option<String>), Error> {
+        check_keeping_here(
+            &self.inner.records,
+            || self.decide(requests, now),
+            now,
+            keep,
+        )
+    }
+
+    async fn take(&self, handle: &str, now: Timestamp) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.inner.records.take(handle, now))
+    }
+
+    async fn put(
+        &self,
+        handle: &str,
+        record: &[u8],
+        ttl: std::time::Duration,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        self.inner.records.put(handle, record, ttl, now);
+        Ok(())
     }
 }
 

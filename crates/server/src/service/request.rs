@@ -49,6 +49,10 @@ pub struct CheckRequest {
     /// With `usage`: the hits are given back, not charged: what a reservation made at
     /// this time took and did not use (`/v1/commit`).
     pub refund: Option<spillway_core::Timestamp>,
+    /// A reservation's settle (`/v1/commit`), on the rules in force now: a rule
+    /// changed since to one that cannot give back or take usage keeps what the
+    /// estimate took, and takes nothing more.
+    pub settle: bool,
 }
 
 /// One descriptor: the path in the policy tree.

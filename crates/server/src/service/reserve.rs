@@ -6,32 +6,30 @@
 //! (domain, descriptors), its estimate and when it was charged. On Redis it is a key
 //! with the reservation's TTL (`<prefix>reservation:<id>`), so it survives a restart of
 //! Spillway and any replica can commit it; on the memory store it lives in this process.
-//! A commit takes the record (`GETDEL`: one commit wins) and settles against the rules
-//! in force then. A reservation not committed within its TTL expires and its estimate
+//! The record is kept in the same store call as the estimate's charge (on Redis, one
+//! script call: `scripts/record.lua`), so neither lands without the other. A commit
+//! takes the record (`GETDEL`: one commit wins; refused while the breaker is open) and
+//! settles against the rules in force then; a settle the store did not decide puts
+//! the record back and answers 503. A reservation not committed within its TTL expires and its estimate
 //! stays charged: a caller that never reports has most likely used what it reserved,
 //! and giving it back would let a client that never commits spend for free.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use spillway_core::Timestamp;
+use spillway_core::{Keep, Records, Timestamp};
 use spillway_policy::RuleLimit;
 
-use super::Service;
 use super::request::{CheckError, CheckRequest, CheckResponse, Code, Descriptor};
-use crate::store::AnyStore;
+use super::{Carried, Service};
+use crate::store::Stores;
 
 /// How long a reservation waits for its commit unless the caller says.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 
 /// The longest a reservation may wait for its commit.
 pub const MAX_TTL: Duration = Duration::from_secs(86_400);
-
-/// The most reservations the memory store keeps open at once.
-const MAX_OPEN_IN_MEMORY: usize = 1_000_000;
 
 /// A reservation made: its id, and how long it waits for its commit.
 #[derive(Clone, Debug)]
@@ -74,15 +72,17 @@ struct Record {
     expires: u64,
 }
 
-/// The memory store's open reservations: record and when it expires.
-#[derive(Debug, Default)]
-pub(crate) struct Records(Mutex<HashMap<String, (Vec<u8>, Timestamp)>>);
+/// After the handle of a reservation kept on the per-second store.
+pub(super) const PER_SECOND: &str = "~s";
 
 impl Service {
     /// Reserves `req.hits` (the estimate) on every limit `req` matches, all or nothing,
-    /// for `ttl`: admitted only if it fits, and then charged like any request. Refused
-    /// (400) for usage, per-descriptor costs or limit overrides, and for rules whose
-    /// limit cannot give units back (a sliding log or window, `distinct`).
+    /// for `ttl`: admitted only if it fits, and then charged like any request, the
+    /// record kept in the same store call as the charge. Refused (400) for usage,
+    /// per-descriptor costs or limit overrides, a request no limit applies to, and
+    /// rules whose limit cannot give units back (a sliding log or window, `distinct`).
+    /// Admitted with no reservation when the store failed and the rules' failure
+    /// policies admitted: nothing was charged on the store, nothing is to commit.
     pub async fn reserve(
         &self,
         req: &CheckRequest,
@@ -95,10 +95,6 @@ impl Service {
             reserve: true,
             ..req.clone()
         };
-        let answer = self.check(&req).await?;
-        if answer.overall != Code::Ok {
-            return Ok((answer, None));
-        }
         let record = Record {
             domain: req.domain.clone(),
             descriptors: req.descriptors.iter().map(|d| d.entries.clone()).collect(),
@@ -108,27 +104,41 @@ impl Service {
         };
         let id = new_id();
         let bytes = serde_json::to_vec(&record).expect("a record serializes");
-        self.hold(&id, bytes, ttl)
-            .await
-            .map_err(|e| CheckError::Unavailable(format!("reservation not kept: {e}")))?;
-        Ok((answer, Some(Reserved { id, ttl })))
+        let carried = Carried::new(Keep {
+            id: &id,
+            record: &bytes,
+            ttl,
+        });
+        let (answer, checked) = self.checked(&req, Some(&carried)).await?;
+        if answer.overall != Code::Ok {
+            return Ok((answer, None));
+        }
+        Ok((answer, checked.kept.map(|id| Reserved { id, ttl })))
     }
 
     /// Settles reservation `id` with what the work `used`: the excess over its estimate
     /// charged as usage, the rest of the estimate given back. The answer is the check
-    /// after it: over the limit while a limit is in debt.
+    /// after it: over the limit while a limit is in debt. When the store cannot settle
+    /// it (down, the breaker open), the reservation is kept to commit again.
     pub async fn commit(&self, id: &str, used: u64) -> Result<Committed, CommitError> {
         if used > spillway_core::MAX_EXACT {
             return Err(CheckError::Invalid(format!("used {used} is larger than 2^53")).into());
         }
         let unknown = || CommitError::Unknown(id.to_owned());
-        if !valid_id(id) {
+        let Some((stores, handle)) = self.record_store(id) else {
             return Err(unknown());
-        }
-        let bytes = self
-            .take(id)
+        };
+        let (name, stores) = stores;
+        let bytes = stores
+            .take(handle, self.now())
             .await
-            .map_err(|e| CheckError::Unavailable(format!("reservation not read: {e}")))?
+            .map_err(|failure| {
+                super::round::failed((name, stores), &failure, true);
+                CheckError::Unavailable(format!(
+                    "{}: the reservation is kept, commit it again",
+                    super::round::unavailable(&failure)
+                ))
+            })?
             .ok_or_else(unknown)?;
         let record: Record = serde_json::from_slice(&bytes).map_err(|_| unknown())?;
         let at = Timestamp::from_micros(record.at);
@@ -146,31 +156,60 @@ impl Service {
             usage: true,
             reserve: false,
             refund: (used < record.estimate).then_some(at),
+            settle: true,
         };
-        let answer = match self.check(&req).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                // Not settled: the record goes back for the caller to commit again.
-                let left = record.expires.saturating_sub(self.now().as_micros());
-                if left > 0 {
-                    let _ = self.hold(id, bytes, Duration::from_micros(left)).await;
-                }
-                return Err(e.into());
+        let failed = match self.checked(&req, None).await {
+            Ok((answer, checked)) if !checked.degraded => {
+                return Ok(Committed {
+                    estimate: record.estimate,
+                    used,
+                    answer,
+                });
             }
+            // A failure policy answered: nothing reached the store.
+            Ok(_) => CheckError::Unavailable(
+                "rate limit store unavailable: the commit did not reach it; the \
+                 reservation is kept, commit it again"
+                    .into(),
+            ),
+            Err(e) => e,
         };
-        Ok(Committed {
-            estimate: record.estimate,
-            used,
-            answer,
-        })
+        // Not settled: the record goes back for the caller to commit again. Straight
+        // to the store, past the breaker: the record was taken a moment ago, and
+        // trying costs one call.
+        let left = record.expires.saturating_sub(self.now().as_micros());
+        if left > 0 {
+            let left = Duration::from_micros(left);
+            if let Err(e) = stores.store().put(handle, &bytes, left, self.now()).await {
+                tracing::warn!(error = %e, "a reservation taken for a commit that failed could not be kept again: its estimate stays charged");
+            }
+        }
+        Err(failed.into())
     }
 
-    /// Every rule `req` matches can give back what a commit does not use.
+    /// The store keeping the record of reservation `id`, and its handle there: a
+    /// reservation kept on the per-second store says so (`~s` after the handle).
+    fn record_store<'a>(&self, id: &'a str) -> Option<((&'static str, &Stores), &'a str)> {
+        if !valid_id(id) {
+            return None;
+        }
+        match id.strip_suffix(PER_SECOND) {
+            Some(handle) => Some((("per_second", self.per_second()?), handle)),
+            None => Some((("main", &self.stores), id)),
+        }
+    }
+
+    /// Every rule `req` matches can give back what a commit does not use, and some
+    /// rule limits it.
     fn refundable(&self, req: &CheckRequest) -> Result<(), CheckError> {
         let policies = self.policies();
         let Some(domain) = policies.domain(&req.domain) else {
-            return Ok(());
+            return Err(CheckError::Invalid(format!(
+                "domain {:?} has no rules: no limit to reserve on",
+                req.domain
+            )));
         };
+        let mut limited = false;
         for (i, d) in req.descriptors.iter().enumerate() {
             let Some(m) = domain.resolve(&d.entries) else {
                 continue;
@@ -184,54 +223,26 @@ impl Service {
                          token_bucket or gcra limit can do"
                     )));
                 }
-                if let RuleLimit::Limited(limit) = &rule.limit
-                    && req.hits > limit.max_usage()
-                {
-                    return Err(CheckError::Invalid(format!(
-                        "descriptor {i}: an estimate of {} is more than rule {name} can give \
-                         back at once ({})",
-                        req.hits,
-                        limit.max_usage()
-                    )));
+                if let RuleLimit::Limited(limit) = &rule.limit {
+                    limited = true;
+                    if req.hits > limit.max_usage() {
+                        return Err(CheckError::Invalid(format!(
+                            "descriptor {i}: an estimate of {} is more than rule {name} can \
+                             give back at once ({})",
+                            req.hits,
+                            limit.max_usage()
+                        )));
+                    }
                 }
             }
+        }
+        if !limited {
+            return Err(CheckError::Invalid(format!(
+                "no rule of domain {:?} limits these descriptors: no limit to reserve on",
+                req.domain
+            )));
         }
         Ok(())
-    }
-
-    async fn hold(&self, id: &str, record: Vec<u8>, ttl: Duration) -> Result<(), String> {
-        match self.stores.store() {
-            AnyStore::Memory(_) => {
-                let now = self.now();
-                let mut open = self.records.0.lock();
-                if open.len() >= MAX_OPEN_IN_MEMORY {
-                    open.retain(|_, (_, expires)| *expires > now);
-                }
-                if open.len() >= MAX_OPEN_IN_MEMORY {
-                    return Err(format!("{MAX_OPEN_IN_MEMORY} reservations open"));
-                }
-                open.insert(id.to_owned(), (record, now.saturating_add(ttl)));
-                Ok(())
-            }
-            AnyStore::Redis(redis) => redis
-                .hold_record("reservation", id, &record, ttl)
-                .await
-                .map_err(|e| e.to_string()),
-        }
-    }
-
-    async fn take(&self, id: &str) -> Result<Option<Vec<u8>>, String> {
-        match self.stores.store() {
-            AnyStore::Memory(_) => {
-                let now = self.now();
-                let taken = self.records.0.lock().remove(id);
-                Ok(taken.filter(|(_, expires)| *expires > now).map(|(r, _)| r))
-            }
-            AnyStore::Redis(redis) => redis
-                .take_record("reservation", id)
-                .await
-                .map_err(|e| e.to_string()),
-        }
     }
 }
 
@@ -273,6 +284,11 @@ fn new_id() -> String {
     format!("r{:032x}", rand::rng().random::<u128>())
 }
 
+/// `r` and 32 hex digits, then on Redis Cluster `-` and the hex of the slot's hash tag,
+/// then `~s` when it was kept on the per-second store.
 fn valid_id(id: &str) -> bool {
-    id.len() == 33 && id.starts_with('r') && id[1..].bytes().all(|b| b.is_ascii_hexdigit())
+    let id = id.strip_suffix(PER_SECOND).unwrap_or(id);
+    let (id, tag) = id.split_once('-').unwrap_or((id, ""));
+    let hex = |s: &str| s.bytes().all(|b| b.is_ascii_hexdigit());
+    id.len() == 33 && id.starts_with('r') && hex(&id[1..]) && tag.len() <= 1024 && hex(tag)
 }

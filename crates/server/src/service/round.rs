@@ -8,13 +8,17 @@ use tracing::Instrument;
 use crate::metrics;
 use crate::store;
 
-use super::{Check, CheckError, Decided, Hit, Service};
+use super::{Carried, Check, CheckError, Decided, Hit, Service};
 use crate::store::Stores;
 
 impl Service {
     /// The decide stage: the check's two rounds, at the same time; the decisions in
     /// hit order.
-    pub(super) async fn decide(&self, check: &mut Check<'_>) -> Result<Vec<Decided>, CheckError> {
+    pub(super) async fn decide(
+        &self,
+        check: &mut Check<'_>,
+        carried: Option<&Carried<'_>>,
+    ) -> Result<Vec<Decided>, CheckError> {
         let now = check.now;
         let work: u64 = check
             .hits
@@ -37,8 +41,8 @@ impl Service {
                 .await?;
         }
         let (a, b) = tokio::join!(
-            self.rounds(&check.hits, &check.together, now),
-            self.rounds(&check.hits, &check.alone, now)
+            self.rounds(&check.hits, &check.together, now, carried),
+            self.rounds(&check.hits, &check.alone, now, carried)
         );
         let mut decided = a?;
         decided.extend(b?);
@@ -48,15 +52,19 @@ impl Service {
 
     /// The store rounds for the hits at `which`: with a per-second store, its rules'
     /// on it and the others' on the main store, at once (all-or-nothing within each
-    /// store, as no call spans two).
+    /// store, as no call spans two). `carried` rides the first of them to decide
+    /// something.
     pub(super) async fn rounds(
         &self,
         hits: &[Hit<'_>],
         which: &[usize],
         now: Timestamp,
+        carried: Option<&Carried<'_>>,
     ) -> Result<Vec<Decided>, CheckError> {
         if self.per_second().is_none() {
-            return self.round(("main", &self.stores), hits, which, now).await;
+            return self
+                .round(("main", &self.stores), hits, which, now, carried)
+                .await;
         }
         let (second, main): (Vec<usize>, Vec<usize>) = which
             .iter()
@@ -66,8 +74,8 @@ impl Service {
             .map(|s| ("per_second", s))
             .expect("checked above");
         let (a, b) = tokio::join!(
-            self.round(("main", &self.stores), hits, &main, now),
-            self.round(per_second, hits, &second, now)
+            self.round(("main", &self.stores), hits, &main, now, carried),
+            self.round(per_second, hits, &second, now, carried)
         );
         let mut decided = a?;
         decided.extend(b?);
@@ -94,10 +102,13 @@ impl Service {
         hits: &[Hit<'_>],
         which: &[usize],
         now: Timestamp,
+        carried: Option<&Carried<'_>>,
     ) -> Result<Vec<Decided>, CheckError> {
         let spans_slots = spans_descriptors(hits, which);
         if !(stores.1.store().is_cluster() && spans_slots) {
-            return self.round_on_one_slot(stores, hits, which, now).await;
+            return self
+                .round_on_one_slot(stores, hits, which, now, carried)
+                .await;
         }
         let mut groups: Vec<Vec<usize>> = Vec::new();
         for &i in which {
@@ -108,7 +119,7 @@ impl Service {
         }
         let rounds = groups
             .iter()
-            .map(|g| self.round_on_one_slot(stores, hits, g, now));
+            .map(|g| self.round_on_one_slot(stores, hits, g, now, carried));
         let mut decided = Vec::with_capacity(which.len());
         for result in futures_util::future::join_all(rounds).await {
             decided.extend(result?);
@@ -136,7 +147,7 @@ impl Service {
         for &i in which {
             hits[i].cost = 0;
         }
-        let looked = self.rounds(hits, which, now).await;
+        let looked = self.rounds(hits, which, now, None).await;
         for (h, cost) in hits.iter_mut().zip(&costs) {
             h.cost = *cost;
         }
@@ -162,11 +173,15 @@ impl Service {
         hits: &[Hit<'_>],
         which: &[usize],
         now: Timestamp,
+        carried: Option<&Carried<'_>>,
     ) -> Result<Vec<Decided>, CheckError> {
         if which.is_empty() {
             return Ok(Vec::new());
         }
         let batch = requests(hits, which);
+        let keep = carried
+            .filter(|_| !batch.is_empty())
+            .and_then(Carried::claim);
         let guards: Vec<Guard> = which
             .iter()
             .map(|&i| {
@@ -175,10 +190,24 @@ impl Service {
                 Guard::new(rule.mode, policy).sharing(rule.sharing)
             })
             .collect();
-        let call = stores.decide(&batch, &guards, now);
+        let call = async {
+            match keep {
+                None => stores.decide(&batch, &guards, now).await.map(|a| (a, None)),
+                Some(keep) => stores.decide_keeping(&batch, &guards, now, keep).await,
+            }
+        };
         let span = crate::otel::store_span(name, stores.store().kind(), batch.len());
         let answer = match call.instrument(span).await {
-            Ok(answer) => answer,
+            Ok((answer, kept)) => {
+                if let Some(carried) = carried.filter(|_| keep.is_some()) {
+                    // A commit must find it on the store it was kept on.
+                    *carried.kept.lock() = match name {
+                        "per_second" => kept.map(|h| h + super::reserve::PER_SECOND),
+                        _ => kept,
+                    };
+                }
+                answer
+            }
             Err(Unanswered::Invalid(e)) => return Err(CheckError::Invalid(e.to_string())),
             Err(Unanswered::Unavailable(failure)) => {
                 failed((name, stores), &failure, true);

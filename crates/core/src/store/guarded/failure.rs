@@ -16,21 +16,30 @@ impl<S: Store> GuardedStore<S> {
         requests: &[Request<'_>],
         now: Timestamp,
     ) -> Result<BatchDecision, StoreFailure> {
+        self.through(requests, now, self.store.check(requests, now))
+            .await
+    }
+
+    /// `op`, a call on the store deciding `requests` (none for a call that decides
+    /// nothing), unless the breaker is open; bounded by the timeout; its outcome
+    /// recorded by the breaker.
+    pub(super) async fn through<T>(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+        op: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, StoreFailure> {
         // An in-process store answers at once and fails only on bad input: no breaker
         // to consult, no timer to arm.
         if self.store.is_local() {
-            return self
-                .store
-                .check(requests, now)
-                .await
-                .map_err(StoreFailure::Failed);
+            return op.await.map_err(StoreFailure::Failed);
         }
         if !self.breaker.admit(now) {
             return Err(StoreFailure::BreakerOpen);
         }
         let result = match self.timeout {
-            None => self.store.check(requests, now).await,
-            Some(t) => tokio::time::timeout(t, self.store.check(requests, now))
+            None => op.await,
+            Some(t) => tokio::time::timeout(t, op)
                 .await
                 .unwrap_or(Err(Error::Timeout(t))),
         };

@@ -88,6 +88,7 @@ impl<H: HashKeys> MemoryStoreBuilder<H> {
                 per_shard,
                 per_shard_bytes,
                 sweep_interval: micros(self.sweep_interval),
+                records: Default::default(),
             }),
         }
     }
