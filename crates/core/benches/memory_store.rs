@@ -1,10 +1,13 @@
 //! Memory-store checks per algorithm: one hot key and 1M keys, 1 and 2 threads, with
-//! governor's keyed limiter (dashmap, std `Instant` clock) measured in the same run.
+//! governor's keyed limiter measured in the same run.
 //!
 //! `store/*` passes time in (1 µs later each check, so every state keeps evolving and
 //! no OS clock is read): the cost of the store and the algorithm. `clock/*` is the
-//! whole path a caller pays, clock included, next to governor, which reads `Instant`
-//! on every check.
+//! whole path a caller pays, clock included, in four pairs of two clocks each:
+//! governor as its users get it (default features: `RateLimiter::keyed`, its `quanta`
+//! clock) beside Spillway as its users get it (`Limiter::new`: `CoarseClock`), and
+//! governor on std `Instant` (`MonotonicClock`) beside Spillway on `SystemClock`, both
+//! reading the OS clock on every check.
 //!
 //! Limits are large enough that every check is admitted (the path that writes state).
 //!
@@ -19,6 +22,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
+use governor::clock::MonotonicClock;
 use governor::{Quota, RateLimiter};
 use spillway_core::{
     Algorithm, Clock, CoarseClock, Edge, Key, Limit, Limiter, MemoryStore, Request, SystemClock,
@@ -247,10 +251,12 @@ fn with_clocks(c: &mut Criterion) {
             _ => &keys[(i as usize * 7919) % MANY],
         };
         let governor = RateLimiter::keyed(quota);
+        let governor_instant = RateLimiter::dashmap_with_clock(quota, MonotonicClock);
         let ours = MemoryStore::builder().max_keys(2 * MANY).build();
         let default = Limiter::new(MemoryStore::builder().max_keys(2 * MANY).build());
         for i in 0..key_count as u64 {
             let _ = governor.check_key(pick(i));
+            let _ = governor_instant.check_key(pick(i));
             ready(default.check(pick(i), &gcra)).unwrap();
             ours.decide_one(Request::new(pick(i), &gcra, 1), SystemClock.now())
                 .unwrap();
@@ -270,6 +276,13 @@ fn with_clocks(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     threaded_with_stride(iters, threads, per, |i| {
                         drop(black_box(governor.check_key(pick(i))))
+                    })
+                })
+            });
+            group.bench_function(format!("governor_keyed_instant/{label}/{threads}t"), |b| {
+                b.iter_custom(|iters| {
+                    threaded_with_stride(iters, threads, per, |i| {
+                        drop(black_box(governor_instant.check_key(pick(i))))
                     })
                 })
             });
