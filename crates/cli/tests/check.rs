@@ -243,3 +243,55 @@ fn errors_are_one_line_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid key"));
 }
+
+/// `--usage N` charges N in full: exit 0 while the budget owes nothing after it, 1 once
+/// it is in debt (and for every usage charged while it is), on Redis so the charges add
+/// up across invocations. Over gRPC `--usage` is refused before anything is sent: the
+/// protocol has no usage flag.
+#[test]
+fn usage_exits_0_until_the_budget_is_in_debt_and_is_refused_over_grpc() {
+    let url = standalone_url();
+    let prefix = unique_prefix("cli-usage");
+    let usage = |units: &str| {
+        let out = spillway(&[
+            "--store",
+            &url,
+            "--prefix",
+            &prefix,
+            "--algorithm",
+            "token_bucket",
+            "--limit",
+            "1000",
+            "--window",
+            "1h",
+            "--usage",
+            units,
+            "tenant-u",
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code().unwrap(), text)
+    };
+    let (code, text) = usage("700");
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("charged 700 used"), "{text}");
+    let (code, text) = usage("200");
+    assert_eq!(code, 0, "100 left: {text}");
+    let (code, text) = usage("300");
+    assert_eq!(code, 1, "200 in debt: {text}");
+    assert!(text.contains("in debt"), "{text}");
+    let (code, _) = usage("1");
+    assert_eq!(code, 1, "deeper in debt, charged all the same");
+
+    let out = spillway(&[
+        "--server",
+        "grpc://127.0.0.1:9",
+        "--domain",
+        "ai",
+        "--usage",
+        "5",
+        "tenant=t1",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--usage asks over HTTP"), "{stderr}");
+}

@@ -290,10 +290,20 @@ fn measured_table(rows: &[&str]) -> bool {
 }
 
 /// Whether a table's header row names a measure: a unit of time (`µs`, `ms`, `ns`), a
-/// rate (`/s`), a latency percentile, resident memory, CPU, or decisions; as words, so
-/// "means" is not nanoseconds.
+/// rate (`/s`), a latency percentile, resident memory, CPU, decisions, or what a run
+/// sent and admitted; as words, so "means" is not nanoseconds.
 fn measured_header(row: &str) -> bool {
-    const WORDS: [&str; 6] = ["µs", "ms", "ns", "RSS", "CPU", "decisions"];
+    const WORDS: [&str; 9] = [
+        "µs",
+        "ms",
+        "ns",
+        "RSS",
+        "CPU",
+        "decisions",
+        "sent",
+        "admitted",
+        "requests",
+    ];
     row.contains("/s")
         || row
             .split(|c: char| !c.is_alphanumeric() && c != 'µ')
@@ -301,40 +311,29 @@ fn measured_header(row: &str) -> bool {
 }
 
 /// The measured tables of `text` (a header naming a speed, a latency, a CPU time or a
-/// memory size) whose introduction (the text since the last heading or table) does not say
-/// when (a date), on what code (a commit) and how (the command) they were measured:
-/// `page:line: what is missing`.
+/// memory size) whose own source line does not say when (a date), on what code (a
+/// commit) and how (the command) they were measured: `page:line: what is missing`. A
+/// table's source line is the paragraph just before it; a table right after another
+/// (only blank lines between) is of the same run, and shares its source. Not any text
+/// since the heading: another measurement's commit above it would stand in for its own.
 fn unsourced_tables(page: &Path, text: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().collect();
-    let mut fenced = false;
-    let headings: Vec<usize> = (0..lines.len())
-        .filter(|&i| {
-            fenced ^= lines[i].starts_with("```");
-            !fenced && lines[i].starts_with('#')
-        })
-        .collect();
     let mut unsourced = Vec::new();
-    let (mut intro, mut previous_end) = (0, None);
+    let (mut source, mut previous_end) = (String::new(), None);
     for (start, rows) in tables(text) {
-        let since = previous_end.unwrap_or(0);
-        if let Some(&heading) = headings.iter().rev().find(|&&h| since <= h && h < start) {
-            intro = heading;
-        } else if let Some(end) = previous_end
-            && !lines[end..start].iter().all(|l| l.trim().is_empty())
-        {
-            // A table right after another (only blank lines between) is of the same run,
-            // and shares its introduction; after any other text, that text introduces it.
-            intro = end;
+        let follows = previous_end
+            .is_some_and(|end: usize| lines[end..start].iter().all(|l| l.trim().is_empty()));
+        if !follows {
+            source = paragraph_before(&lines, start);
         }
         previous_end = Some(start + rows.len());
         if !measured_table(&rows) {
             continue;
         }
-        let said = lines[intro..start].join("\n");
         let missing: Vec<&str> = [
-            ("date", dated(&said)),
-            ("commit", names_commit(&said)),
-            ("command", names_command(&said)),
+            ("date", dated(&source)),
+            ("commit", names_commit(&source)),
+            ("command", names_command(&source)),
         ]
         .into_iter()
         .filter_map(|(what, named)| (!named).then_some(what))
@@ -349,6 +348,29 @@ fn unsourced_tables(page: &Path, text: &str) -> Vec<String> {
         }
     }
     unsourced
+}
+
+/// The paragraph that ends just before line `start` (blank lines between allowed): its
+/// lines back to a blank line, a heading, a table row or a code fence.
+fn paragraph_before(lines: &[&str], start: usize) -> String {
+    let mut end = start;
+    while end > 0 && lines[end - 1].trim().is_empty() {
+        end -= 1;
+    }
+    let mut first = end;
+    while first > 0 {
+        let line = lines[first - 1];
+        let trimmed = line.trim_start();
+        if trimmed.is_empty()
+            || line.starts_with('#')
+            || trimmed.starts_with('|')
+            || trimmed.starts_with("```")
+        {
+            break;
+        }
+        first -= 1;
+    }
+    lines[first..end].join("\n")
 }
 
 /// Every measured table says, just before it, when, on what code and by what command it
@@ -384,6 +406,18 @@ fn a_table_without_its_commit_is_found() {
             page.display()
         )]
     );
+    // Another measurement's source above, in the same section, is not this table's.
+    let borrowed = format!(
+        "## A\n\nOn 2026-11-27 at `f94d917`, `scripts/decision-cost 5` gave 3 µs.\n\n\
+         Beside a do-nothing server:\n\n{table}"
+    );
+    assert_eq!(
+        unsourced_tables(&page, &borrowed),
+        [format!(
+            "{}:7: no date, no commit, no command",
+            page.display()
+        )]
+    );
     let no_commit = format!("## A\n\nOn 2026-11-27, `scripts/decision-cost 5`:\n\n{table}");
     assert_eq!(
         unsourced_tables(&page, &no_commit),
@@ -393,6 +427,9 @@ fn a_table_without_its_commit_is_found() {
     assert!(measured_header("| path | p99.9 | CPU µs |"));
     assert!(measured_header("| run | decisions/s |"));
     assert!(!measured_header("| word | what it means here |"));
+    assert!(measured_header(
+        "| offset | sent | admitted | past the limit |"
+    ));
     let unlabelled = ["| | run 1 |", "|---|---|", "| exact | **52,419/s** |"];
     assert!(measured_table(&unlabelled));
     assert!(measured_table(&[

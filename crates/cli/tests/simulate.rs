@@ -317,8 +317,9 @@ fn usage_into_debt_is_bounded_per_window_and_paid_back_over_the_run() {
         "--usage",
         "1-200",
         "--algorithms",
-        "fixed_window,sliding_log,gcra",
+        "fixed_window,sliding_log,token_bucket,gcra",
     ]);
+    assert_eq!(reports.len(), 4, "one report per algorithm");
     for r in &reports {
         let u = &r["usage"];
         let (used, max) = (
@@ -329,7 +330,7 @@ fn usage_into_debt_is_bounded_per_window_and_paid_back_over_the_run() {
         let bound = match r["algorithm"].as_str().unwrap() {
             "sliding_log" => limit + most,
             "fixed_window" => 2 * (limit + most),
-            // A full bucket, a window's refill, one usage past it.
+            // token_bucket and gcra: a full bucket, a window's refill, one usage past it.
             _ => 2 * limit + most,
         };
         assert!(max <= bound, "{r}: {max} used in a window, bound {bound}");

@@ -114,3 +114,38 @@ fn a_calendar_period_is_for_fixed_windows_without_count_rejected() {
         .unwrap_err();
     assert!(err.to_string().contains("count_rejected"), "{err}");
 }
+
+/// A day whose midnight never happens: in America/Santiago daylight saving starts on
+/// Sunday 2026-09-06 at 00:00, when the clocks go from 23:59:59 to 01:00. That day's
+/// period starts at its first instant, 01:00 (−03), which is the previous day's end,
+/// and lasts 23 hours. A daily budget spent on the 5th is refused at 23:59:59 and whole
+/// again at that first instant.
+#[tokio::test]
+async fn a_day_whose_midnight_is_skipped_starts_at_its_first_instant() {
+    let calendar = Calendar::new(Period::Day, "America/Santiago").unwrap();
+    let (start, end) = calendar.bounds(at("2026-09-06T12:00:00-03:00").as_micros());
+    assert_eq!(start, at("2026-09-06T01:00:00-03:00").as_micros());
+    assert_eq!(end, at("2026-09-07T00:00:00-03:00").as_micros());
+    assert_eq!(hours(&calendar, "2026-09-06T12:00:00-03:00"), 23);
+    let (_, before) = calendar.bounds(at("2026-09-05T12:00:00-04:00").as_micros());
+    assert_eq!(before, start, "the 5th ends where the 6th begins");
+
+    let budget = Limit::builder(Algorithm::FixedWindow, 2, calendar.period().longest())
+        .calendar(calendar)
+        .build()
+        .unwrap();
+    let clock = ManualClock::new(at("2026-09-05T09:00:00-04:00"));
+    let limiter = Limiter::with_clock(MemoryStore::new(), clock.clone());
+    let key = Key::new("tenant-cl").unwrap();
+    for _ in 0..2 {
+        assert!(limiter.check(&key, &budget).await.unwrap().allowed());
+    }
+    clock.set(at("2026-09-05T23:59:59-04:00"));
+    let d = limiter.check(&key, &budget).await.unwrap();
+    assert!(!d.allowed());
+    assert_eq!(d.retry_after(), Some(Duration::from_secs(1)));
+    clock.set(at("2026-09-06T01:00:00-03:00"));
+    let d = limiter.check(&key, &budget).await.unwrap();
+    assert!(d.allowed(), "{d:?}");
+    assert_eq!(d.reset_after, Duration::from_secs(23 * 3600));
+}

@@ -199,6 +199,14 @@ fn spillway_format_errors_name_the_field() {
             "{limit: 10, period: month, algorithm: gcra}",
             "a calendar period applies to fixed_window, not gcra",
         ),
+        (
+            "{limit: 10, period: month, lease: 2}",
+            ".lease: a calendar period takes no lease or sync",
+        ),
+        (
+            "{limit: 10, period: day, time_zone: Europe/Berlin, sync: 100ms}",
+            ".sync: a calendar period takes no lease or sync",
+        ),
     ];
     for (limit, expected) in cases {
         let e = error(&limits(limit));

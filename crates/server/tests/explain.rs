@@ -177,3 +177,43 @@ async fn unmatched_wildcard_replaced_and_bad_input() {
         assert!(answer["error"]["message"].as_str().is_some(), "{answer}");
     }
 }
+
+/// A calendar period's reset is its end, said the same by `/v1/check`'s body, its
+/// `RateLimit` header and `/v1/explain`: a month in Europe/Berlin, asked at the test
+/// clock's 2023-11-14T22:13:20Z (23:13:20 in Berlin), ends at Berlin's midnight on
+/// December 1st, 2023-11-30T23:00:00Z: 16 days, 46 minutes and 40 seconds later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periods_reset_is_its_end_in_the_answer_its_headers_and_explain() {
+    const UNTIL_DECEMBER: u64 = 16 * 86_400 + 46 * 60 + 40;
+    let policy = "
+domain: api
+descriptors:
+  - key: tenant
+    limits:
+      - { name: month, algorithm: fixed_window, limit: 5, period: month, time_zone: Europe/Berlin }
+";
+    for backing in backings() {
+        let s = Server::start("explain-period", &[("api.yaml", policy)], backing.clone()).await;
+        let tenant = body(&[("tenant", "t1")]);
+        let (status, headers, checked) = s.check(tenant.clone()).await;
+        assert_eq!(status, 200, "{backing:?}: {checked}");
+        assert_eq!(
+            checked["descriptors"][0]["reset_after_ms"],
+            UNTIL_DECEMBER * 1000,
+            "{backing:?}: {checked}"
+        );
+        let ratelimit = headers["ratelimit"].to_str().unwrap();
+        assert!(
+            ratelimit.ends_with(&format!(";t={UNTIL_DECEMBER}")),
+            "{backing:?}: {ratelimit}"
+        );
+        let (_, explained) = s.post("/v1/explain", &tenant).await;
+        let month = limit(&explained, "month");
+        assert_eq!(
+            month["state"]["reset_after_ms"],
+            UNTIL_DECEMBER * 1000,
+            "{backing:?}: {explained}"
+        );
+        assert_eq!(month["state"]["remaining"], 4, "{backing:?}: {explained}");
+    }
+}

@@ -88,6 +88,39 @@ async fn envoys_stream_done_usage_drives_a_metered_budget_into_debt() {
     }
 }
 
+/// A usage's own answer over gRPC (Envoy's stream-done call, which Envoy ignores):
+/// OK while the budget is not in debt after the charge, OVER_LIMIT once it is, and
+/// OVER_LIMIT for each usage charged while in debt, though every one is charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_answers_over_limit_on_grpc_while_the_budget_is_in_debt() {
+    for backing in backings() {
+        let s = Server::start("metering-answer", &[("ai.yaml", POLICY)], backing.clone()).await;
+        let answers: Vec<i32> = {
+            let mut codes = Vec::new();
+            for hits in [600, 300, 200, 50] {
+                codes.push(s.ask(call("tenant", hits)).await.overall_code);
+            }
+            codes
+        };
+        let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+        // 600 and 300 leave 100; 200 goes 100 into debt; 50 more, deeper.
+        assert_eq!(answers, [ok, ok, over, over], "{backing:?}");
+        // Every one was charged: 1,150 of 1,000, 150 in debt, paid back in 9 s.
+        s.advance(Duration::from_secs(8));
+        assert_eq!(
+            s.ask(call("tenant", 0)).await.overall_code,
+            over,
+            "{backing:?}"
+        );
+        s.advance(Duration::from_millis(1100));
+        assert_eq!(
+            s.ask(call("tenant", 0)).await.overall_code,
+            ok,
+            "{backing:?}"
+        );
+    }
+}
+
 /// `/v1/check` with `usage: true` charges any rule in full: 5,000 tokens against 1,000
 /// answer 429 (in debt) and the next look is refused with the time it takes to pay back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,6 +145,15 @@ async fn v1_check_charges_usage_in_full() {
             (239..=240).contains(&retry),
             "{backing:?}: retry-after {retry}"
         );
+        // And exactly then: refused 1 ms before it, admitted at it.
+        let wait = answer["descriptors"][0]["retry_after_ms"].as_u64().unwrap();
+        assert_eq!(wait, 240_000, "{backing:?}: {answer}");
+        s.advance(Duration::from_millis(wait - 1));
+        let (status, _, answer) = s.check(body(0, false)).await;
+        assert_eq!(status, 429, "{backing:?}: 1 ms early: {answer}");
+        s.advance(Duration::from_millis(1));
+        let (status, _, answer) = s.check(body(0, false)).await;
+        assert_eq!(status, 200, "{backing:?}: paid back: {answer}");
         // The same without `usage`: a cost past the capacity is refused, charged nothing.
         let other = json!({
             "domain": "ai", "cost": 5000,
@@ -363,6 +405,10 @@ async fn usage_when_the_store_fails_follows_the_rules_policy() {
             OnStoreError::Closed => {
                 assert_eq!(status, 503, "{body}");
                 assert_eq!(body["error"]["kind"], "store_unavailable");
+                // Over gRPC, Envoy's stream-done usage on the metered rule: UNAVAILABLE.
+                let answer = s.ask_status(call("tenant", 600)).await;
+                let status = answer.expect_err("no answer without the store");
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
             }
         }
         redis.signal("CONT");

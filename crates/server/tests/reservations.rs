@@ -26,6 +26,15 @@ descriptors:
   - key: logged
     limits:
       - { name: log, algorithm: sliding_log, limit: 100, window: 1m }
+  - key: windowed
+    limits:
+      - { name: window, algorithm: sliding_window, limit: 100, window: 1m }
+  - key: counted
+    limits:
+      - { name: ips, algorithm: distinct, limit: 3, window: 1h }
+  - key: metered
+    limits:
+      - { name: tokens, algorithm: token_bucket, limit: 1000, window: 1000h, metered: true }
 ";
 
 fn reserve(tenant: &str, estimate: u64) -> Value {
@@ -95,8 +104,21 @@ async fn what_a_reservation_cannot_be_is_refused_with_why() {
         "domain": "ai", "cost": 5,
         "descriptors": [{ "entries": [{ "key": "logged", "value": "x" }] }]
     });
+    let on = |key: &str| {
+        json!({
+            "domain": "ai", "cost": 5,
+            "descriptors": [{ "entries": [{ "key": key, "value": "x" }] }]
+        })
+    };
     let bad = [
         (logged, "cannot take a reservation"),
+        (on("windowed"), "cannot take a reservation"),
+        (on("counted"), "cannot take a reservation"),
+        (
+            json!({ "domain": "ai", "cost": 5, "descriptors": [{
+                "entries": [{ "key": "tenant", "value": "t" }], "cost": 7 }] }),
+            "the request's cost, for every descriptor",
+        ),
         (reserve("t1", 0), "at least 1"),
         (
             json!({ "domain": "ai", "cost": 5, "usage": true,
@@ -505,4 +527,108 @@ async fn a_reservation_on_cluster_lives_in_its_charges_slot() {
         )
         .await;
     assert_eq!(status, 404);
+}
+
+/// A descriptor's own limit is refused on `/v1/reserve` even where the HTTP listener
+/// takes overrides (`http_limit_overrides: allow`): a reservation is made on the
+/// policy's rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_override_is_refused_on_reserve() {
+    let s = Server::start_with(
+        "reserve-override",
+        &[("ai.yaml", POLICY)],
+        Backing::Memory,
+        |c| c.service.http_callers.overrides = "allow".parse().unwrap(),
+    )
+    .await;
+    let body = json!({ "domain": "ai", "cost": 5, "descriptors": [{
+        "entries": [{ "key": "tenant", "value": "t" }],
+        "limit": { "requests_per_unit": 100000, "unit": "second" } }] });
+    let (status, answer) = s.post("/v1/reserve", &body).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("not a limit override"), "{message}");
+    assert_eq!(remaining(&s, "t").await, 10_000, "nothing was charged");
+}
+
+/// A `metered` rule takes a request's hits as usage (charged in full, admitted while
+/// not in debt), but a reservation's estimate is checked like any request: one that
+/// does not fit is refused, and reserves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metered_rule_checks_a_reservations_estimate() {
+    for backing in backings() {
+        let s = Server::start("reserve-metered", &[("ai.yaml", POLICY)], backing.clone()).await;
+        let (status, answer) = s
+            .post("/v1/reserve", &reserve_on("metered", "m1", 800))
+            .await;
+        assert_eq!(status, 200, "{backing:?}: {answer}");
+        // 200 left: 300 does not fit. As usage (`/v1/check`), the metered rule would
+        // have admitted it and gone into debt.
+        let (status, answer) = s
+            .post("/v1/reserve", &reserve_on("metered", "m1", 300))
+            .await;
+        assert_eq!(status, 429, "{backing:?}: {answer}");
+        assert!(answer.get("reservation").is_none(), "{answer}");
+        let (_, _, look) = s.check(reserve_on("metered", "m1", 0)).await;
+        assert_eq!(
+            look["descriptors"][0]["remaining"], 200,
+            "{backing:?}: {look}"
+        );
+    }
+}
+
+/// Two commits of one reservation at once, on every store: exactly one settles (200),
+/// the other finds no reservation (404), and the budget is settled once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_concurrent_commits_exactly_one_wins() {
+    for backing in backings() {
+        let s = Server::start("reserve-race", &[("ai.yaml", POLICY)], backing.clone()).await;
+        for round in 0..20 {
+            let tenant = format!("r{round}");
+            let (_, answer) = s.post("/v1/reserve", &reserve(&tenant, 1000)).await;
+            let id = answer["reservation"]["id"].as_str().unwrap().to_owned();
+            let body = commit(&id, 100);
+            let (a, b) = tokio::join!(s.post("/v1/commit", &body), s.post("/v1/commit", &body));
+            let mut statuses = [a.0, b.0];
+            statuses.sort_unstable();
+            assert_eq!(statuses, [200, 404], "{backing:?}: {a:?} {b:?}");
+            assert_eq!(
+                remaining(&s, &tenant).await,
+                9_900,
+                "{backing:?}: settled once"
+            );
+        }
+    }
+}
+
+/// A reservation committed after its rule changed to one that cannot give back (a
+/// sliding log): the commit settles on the rules in force, and the estimate stays
+/// charged where the rule cannot give it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_changed_to_one_that_cannot_give_back_keeps_the_estimate() {
+    for backing in backings() {
+        let s = Server::start("reserve-changed", &[("ai.yaml", POLICY)], backing.clone()).await;
+        let (_, answer) = s.post("/v1/reserve", &reserve("t1", 3000)).await;
+        let id = answer["reservation"]["id"].as_str().unwrap().to_owned();
+        let logged = POLICY.replace(
+            "{ name: month, algorithm: fixed_window, limit: 10000, period: month }",
+            "{ name: month, algorithm: sliding_log, limit: 10000, window: 30d }",
+        );
+        assert_ne!(logged, POLICY);
+        let reloaded = s.rewrite("ai.yaml", &logged).await;
+        assert!(reloaded.error.is_none(), "{reloaded:?}");
+        let (status, answer) = s.post("/v1/commit", &commit(&id, 0)).await;
+        assert_eq!(status, 200, "{backing:?}: {answer}");
+        // The sliding log starts from nothing (another shape, another key) and the
+        // release gives nothing back to it: nothing is charged there either.
+        assert_eq!(remaining(&s, "t1").await, 10_000, "{backing:?}");
+        // Back to the fixed window: its count still holds the estimate, never given back.
+        let reloaded = s.rewrite("ai.yaml", POLICY).await;
+        assert!(reloaded.error.is_none(), "{reloaded:?}");
+        assert_eq!(
+            remaining(&s, "t1").await,
+            7_000,
+            "{backing:?}: the estimate stays"
+        );
+    }
 }

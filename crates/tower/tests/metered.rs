@@ -163,3 +163,148 @@ fn a_metered_rule_must_be_able_to_give_back() {
         .to_string();
     assert!(e.contains("fixed_window, token_bucket or gcra"), "{e}");
 }
+
+/// An estimate of 0 is a look: admitted while the budget is not in debt, then charged
+/// what the response used (Envoy's two calls, in one layer). 600 used twice drives
+/// 1,000 into debt; the next look is refused.
+#[tokio::test]
+async fn a_look_then_usage_charges_what_the_response_used() {
+    let client = serve(app(
+        MemoryStore::new(),
+        clock(),
+        Algorithm::TokenBucket,
+        Mode::Enforce,
+    ))
+    .await;
+    let look_using = |used: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .get(
+                    "/",
+                    &[("x-tenant", "t1"), ("x-estimate", "0"), ("x-use", used)],
+                )
+                .await
+        }
+    };
+    assert_eq!(look_using("600").await.status(), 200);
+    let peek = client
+        .get("/", &[("x-tenant", "t1"), ("x-estimate", "0")])
+        .await;
+    let left = header(&peek, "ratelimit").to_owned();
+    assert!(left.starts_with(r#""tokens";r=400;"#), "{left}");
+    assert_eq!(look_using("600").await.status(), 200, "not in debt yet");
+    assert_eq!(look_using("1").await.status(), 429, "200 in debt");
+}
+
+/// `actual` answering `None` (the response said nothing of what it used) keeps the
+/// estimate charged: it is what the work most likely used.
+#[tokio::test]
+async fn a_response_that_says_nothing_keeps_the_estimate() {
+    let client = serve(app(
+        MemoryStore::new(),
+        clock(),
+        Algorithm::FixedWindow,
+        Mode::Enforce,
+    ))
+    .await;
+    let r = client
+        .get("/", &[("x-tenant", "t1"), ("x-estimate", "300")])
+        .await;
+    assert_eq!(r.status(), 200);
+    let peek = client
+        .get("/", &[("x-tenant", "t1"), ("x-estimate", "0")])
+        .await;
+    let left = header(&peek, "ratelimit").to_owned();
+    assert!(left.starts_with(r#""tokens";r=700;"#), "{left}");
+}
+
+/// A store that fails its first call, then answers (a blip).
+#[derive(Clone)]
+struct FailsFirst {
+    store: MemoryStore,
+    failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Store for FailsFirst {
+    async fn check(
+        &self,
+        requests: &[spillway_core::Request<'_>],
+        now: spillway_core::Timestamp,
+    ) -> Result<spillway_core::BatchDecision, spillway_core::Error> {
+        if !self.failed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return Err(spillway_core::Error::Store {
+                source: "a blip".into(),
+                transient: true,
+            });
+        }
+        self.store.check(requests, now).await
+    }
+
+    async fn reset(
+        &self,
+        key: &spillway_core::Key,
+        limit: &spillway_core::Limit,
+        now: spillway_core::Timestamp,
+    ) -> Result<(), spillway_core::Error> {
+        self.store.reset(key, limit, now).await
+    }
+}
+
+/// Under `open`, a request the failing store could not reserve for is let through
+/// unreserved, and what its response used is charged in full once the store answers.
+#[tokio::test]
+async fn under_open_a_request_let_through_is_charged_what_it_used_in_full() {
+    let memory = MemoryStore::new();
+    let store = FailsFirst {
+        store: memory.clone(),
+        failed: Default::default(),
+    };
+    let tokens = limit(Algorithm::TokenBucket, 1000, Duration::from_secs(60));
+    let rule = Rule::new("tokens", tokens, KeyExtractor::header("x-tenant"))
+        .cost(|parts| number(&parts.headers, "x-estimate").unwrap_or(1))
+        .metered(|headers| number(headers, "x-tokens-used"));
+    let layer = RateLimitLayer::builder(store)
+        .clock(clock())
+        .limit(rule)
+        .on_store_error(spillway_core::OnStoreError::Open)
+        .headers_on_allowed(true)
+        .build()
+        .unwrap();
+    let router = Router::new()
+        .route(
+            "/",
+            get(|| async { ([("x-tokens-used", "450")], "answered").into_response() }),
+        )
+        .layer(layer);
+    let client = serve(router).await;
+    let r = client
+        .get("/", &[("x-tenant", "t1"), ("x-estimate", "100")])
+        .await;
+    assert_eq!(r.status(), 200, "let through by `open`");
+    let peek = client
+        .get("/", &[("x-tenant", "t1"), ("x-estimate", "0")])
+        .await;
+    let left = header(&peek, "ratelimit").to_owned();
+    assert!(
+        left.starts_with(r#""tokens";r=550;"#),
+        "450 charged in full: {left}"
+    );
+}
+
+#[test]
+fn a_metered_rule_takes_no_lease_or_sync() {
+    let window = limit(Algorithm::FixedWindow, 100, Duration::from_secs(60));
+    for rule in [
+        Rule::new("tokens", window.clone(), KeyExtractor::header("x-tenant")).lease(10),
+        Rule::new("tokens", window.clone(), KeyExtractor::header("x-tenant"))
+            .sync(Duration::from_millis(100)),
+    ] {
+        let e = RateLimitLayer::builder(MemoryStore::new())
+            .limit(rule.metered(|_| Some(1)))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not with lease or sync"), "{e}");
+    }
+}
