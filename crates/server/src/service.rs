@@ -101,7 +101,6 @@ pub struct Service {
     top: TopKeys,
     /// Policies decided in shadow beside these (`--candidate-config`).
     candidate: Option<candidate::Candidate>,
-    /// Open reservations, on the memory store (Redis keeps its own).
     /// The reference's stats (off unless asked for).
     stats: Arc<Stats>,
     /// The store of the rules whose window is one second, when they have one of their

@@ -103,7 +103,7 @@ fn to_hex(text: &str) -> String {
 }
 
 fn from_hex(hex: &str) -> Option<String> {
-    if hex.len() % 2 != 0 || !hex.is_ascii() {
+    if !hex.len().is_multiple_of(2) || !hex.is_ascii() {
         return None;
     }
     let bytes = (0..hex.len())
