@@ -457,7 +457,7 @@ async fn the_script_refuses_bad_numbers_and_foreign_state() {
         "9007199254740993",
     ];
     let bad_limits = [
-        "8 0 10 1000000 1 100000 100000 1000000",
+        "9 0 10 1000000 1 100000 100000 1000000",
         "6 0 10 1000000 7 0 0 0",
         // A sketched distinct limit takes its ring's keys too.
         "7 0 1000 1000000 1 0 0 0",
