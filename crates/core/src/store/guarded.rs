@@ -26,11 +26,9 @@ pub use deny_cache::DenyCache;
 use crate::{
     BatchDecision, Breaker, Error, Mode, OnStoreError, Sharing, Store, StoreFailure, Timestamp,
 };
-
-use super::{Keep, Records};
 use quota::Quotas;
 
-use super::{MemoryStore, Request};
+use super::{Keep, MemoryStore, Records, Request};
 
 /// How one request's answer is used: the mode, failure policy and sharing of its limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
