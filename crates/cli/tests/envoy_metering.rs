@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use spillway_core::{Clock, SystemClock};
 
-use support::envoy::{envoy, example, get, spillway, spillway_with, upstream_with};
+use support::envoy::{envoy, example, get, spillway_with, upstream_with};
 use support::{Procs, curl};
 
 /// The example's Envoy with the filter's own `rate_limits`: a look on the request path,
@@ -66,6 +66,35 @@ fn charged(http: u16, tenant: &str, before: u64) {
     }
 }
 
+/// Spillway on `policy` (with `env` set) behind Envoy, in front of an upstream that
+/// used 600 tokens for every request: Spillway's HTTP port and Envoy's.
+fn behind_envoy(procs: &mut Procs, policy: &str, env: &[(&str, &str)]) -> (u16, u16) {
+    let (grpc, http) = spillway_with(procs, policy, env);
+    let port = envoy(
+        procs,
+        &config(),
+        grpc,
+        upstream_with("x-tokens-used: 600\r\n"),
+    );
+    (http, port)
+}
+
+/// Four requests of `tenant` through Envoy on `port`, each admitted one waiting for its
+/// stream-done charge to reach Spillway (on `http`) when `charges` says it is charged:
+/// their statuses.
+fn four_requests(http: u16, port: u16, tenant: &str, charges: bool) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let before = remaining(http, tenant);
+        let (status, _) = get(port, "/", &[("x-tenant", tenant)]);
+        statuses.push(status);
+        if status == 200 && charges {
+            charged(http, tenant, before);
+        }
+    }
+    statuses
+}
+
 /// µs on the wall clock (through the core's clock, as everything reads it).
 fn micros() -> u64 {
     SystemClock.now().as_micros()
@@ -89,22 +118,8 @@ descriptors:
             policy.replace(", metered: true", "")
         };
         let mut procs = Procs(Vec::new());
-        let (grpc, http) = spillway(&mut procs, &policy);
-        let port = envoy(
-            &mut procs,
-            &config(),
-            grpc,
-            upstream_with("x-tokens-used: 600\r\n"),
-        );
-        let mut statuses = Vec::new();
-        for _ in 0..4 {
-            let before = remaining(http, "t1");
-            let (status, _) = get(port, "/", &[("x-tenant", "t1")]);
-            statuses.push(status);
-            if status == 200 && metered {
-                charged(http, "t1", before);
-            }
-        }
+        let (http, port) = behind_envoy(&mut procs, &policy, &[]);
+        let statuses = four_requests(http, port, "t1", metered);
         assert_eq!(statuses, want, "metered: {metered}");
         if !metered {
             continue;
@@ -138,13 +153,7 @@ descriptors:
       - { name: tokens, algorithm: fixed_window, limit: 1000, window: 4s, metered: true }
 ";
     let mut procs = Procs(Vec::new());
-    let (grpc, http) = spillway(&mut procs, policy);
-    let port = envoy(
-        &mut procs,
-        &config(),
-        grpc,
-        upstream_with("x-tokens-used: 600\r\n"),
-    );
+    let (http, port) = behind_envoy(&mut procs, policy, &[]);
     // The sequence must fit in one period: start it early in one, and on a slow machine
     // that still crosses into the next, run it again for another tenant.
     for attempt in 0..3 {
@@ -153,15 +162,7 @@ descriptors:
             std::thread::sleep(Duration::from_millis(10));
         }
         let period = micros() / PERIOD;
-        let mut statuses = Vec::new();
-        for _ in 0..4 {
-            let before = remaining(http, &tenant);
-            let (status, _) = get(port, "/", &[("x-tenant", &tenant)]);
-            statuses.push(status);
-            if status == 200 {
-                charged(http, &tenant, before);
-            }
-        }
+        let statuses = four_requests(http, port, &tenant, true);
         if micros() / PERIOD != period {
             continue;
         }
@@ -217,22 +218,8 @@ descriptors:
     let mut procs = Procs(Vec::new());
     let spawned = micros();
     let elapsed = || Duration::from_micros(micros() - spawned);
-    let (grpc, http) = spillway_with(&mut procs, policy, &env);
-    let port = envoy(
-        &mut procs,
-        &config(),
-        grpc,
-        upstream_with("x-tokens-used: 600\r\n"),
-    );
-    let mut statuses = Vec::new();
-    for _ in 0..4 {
-        let before = remaining(http, "t1");
-        let (status, _) = get(port, "/", &[("x-tenant", "t1")]);
-        statuses.push(status);
-        if status == 200 {
-            charged(http, "t1", before);
-        }
-    }
+    let (http, port) = behind_envoy(&mut procs, policy, &env);
+    let statuses = four_requests(http, port, "t1", true);
     assert!(
         elapsed() < LEAD,
         "four requests took {:?}, past November's end on Spillway's clock",

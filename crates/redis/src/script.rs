@@ -173,38 +173,6 @@ impl Section {
     }
 }
 
-impl Section {
-    /// Keeps `record` under `key` for `ttl` when this batch is charged, in the same
-    /// call (`scripts/record.lua`): a last request that always admits, whose reply
-    /// [`parse_kept`] takes off before the batch's decisions are read.
-    pub(crate) fn keep(&mut self, key: String, record: &[u8], ttl: Duration) {
-        let ttl = u64::try_from(ttl.as_micros())
-            .unwrap_or(u64::MAX)
-            .max(1_000);
-        self.keys.push(key);
-        let cost = Cost {
-            units: 1,
-            usage: false,
-            refund: false,
-        };
-        self.requests
-            .push((format!("8 0 1 {ttl} 0 0 0 0"), cost, record.to_vec()));
-    }
-}
-
-/// A batch's reply without its kept record's part ([`Section::keep`]), and whether the
-/// record was kept: it is when the batch was admitted (`denied_by` 0).
-pub(crate) fn parse_kept(value: Value) -> (Value, bool) {
-    match value {
-        Value::Array(mut items) if items.len() >= 5 => {
-            items.truncate(items.len() - 4);
-            let kept = matches!(items[0], Value::Int(0));
-            (Value::Array(items), kept)
-        }
-        other => (other, false),
-    }
-}
-
 /// A request's member as the script reads it: as it is, but for a sketched `distinct`
 /// limit, whose member comes after its Bloom filter positions (7 × u32, little-endian):
 /// Lua 5.1 cannot compute the 64-bit hashes they come from; and for a fixed window,

@@ -426,7 +426,7 @@ impl RedisStore {
             return Ok((decision, false));
         }
         let (part, kept) = match section_kept {
-            true => script::parse_kept(part),
+            true => records::parse_kept(part),
             false => (part, false),
         };
         Ok((script::parse_reply(part, requests)?, kept))

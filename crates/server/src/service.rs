@@ -140,8 +140,9 @@ type Decided = (usize, Decision, bool);
 pub(crate) struct Checked {
     /// Some decision was a failure policy's, not the store's.
     pub(crate) degraded: bool,
-    /// The handle of the record the check carried, when the store kept it.
-    pub(crate) kept: Option<String>,
+    /// The store that kept the record the check carried (`main`, `per_second`), and
+    /// its handle there, when one kept it.
+    pub(crate) kept: Option<(&'static str, String)>,
 }
 
 /// A record to keep with a check's charge (a reservation's): it rides the first store
@@ -149,7 +150,7 @@ pub(crate) struct Checked {
 pub(crate) struct Carried<'a> {
     keep: spillway_core::Keep<'a>,
     taken: std::sync::atomic::AtomicBool,
-    kept: parking_lot::Mutex<Option<String>>,
+    kept: parking_lot::Mutex<Option<(&'static str, String)>>,
 }
 
 impl<'a> Carried<'a> {
@@ -167,7 +168,7 @@ impl<'a> Carried<'a> {
         (!self.taken.swap(true, Ordering::Relaxed)).then_some(self.keep)
     }
 
-    fn handle(&self) -> Option<String> {
+    fn handle(&self) -> Option<(&'static str, String)> {
         self.kept.lock().take()
     }
 }

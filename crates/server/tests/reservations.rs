@@ -38,10 +38,15 @@ descriptors:
 ";
 
 fn reserve(tenant: &str, estimate: u64) -> Value {
+    reserve_on("tenant", tenant, estimate)
+}
+
+/// `/v1/reserve`'s (and `/v1/check`'s) body: `estimate` on `key=tenant`.
+fn reserve_on(key: &str, tenant: &str, estimate: u64) -> Value {
     json!({
         "domain": "ai",
         "cost": estimate,
-        "descriptors": [{ "entries": [{ "key": "tenant", "value": tenant }] }]
+        "descriptors": [{ "entries": [{ "key": key, "value": tenant }] }]
     })
 }
 
@@ -100,18 +105,9 @@ async fn a_reservation_is_settled_once_with_what_the_work_used() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_reservation_cannot_be_is_refused_with_why() {
     let s = Server::start("reserve-bad", &[("ai.yaml", POLICY)], Backing::Memory).await;
-    let logged = json!({
-        "domain": "ai", "cost": 5,
-        "descriptors": [{ "entries": [{ "key": "logged", "value": "x" }] }]
-    });
-    let on = |key: &str| {
-        json!({
-            "domain": "ai", "cost": 5,
-            "descriptors": [{ "entries": [{ "key": key, "value": "x" }] }]
-        })
-    };
+    let on = |key: &str| reserve_on(key, "x", 5);
     let bad = [
-        (logged, "cannot take a reservation"),
+        (on("logged"), "cannot take a reservation"),
         (on("windowed"), "cannot take a reservation"),
         (on("counted"), "cannot take a reservation"),
         (
@@ -275,14 +271,6 @@ descriptors:
     limits:
       - { name: closed, algorithm: token_bucket, limit: 1000, window: 1000h }
 ";
-
-fn reserve_on(key: &str, tenant: &str, estimate: u64) -> Value {
-    json!({
-        "domain": "ai",
-        "cost": estimate,
-        "descriptors": [{ "entries": [{ "key": key, "value": tenant }] }]
-    })
-}
 
 /// A service on the test Redis through `proxy`, and a connection to that Redis past it.
 async fn behind(

@@ -17,6 +17,7 @@
 mod deny_cache;
 mod failure;
 mod quota;
+mod records;
 mod shares;
 
 use std::time::Duration;
@@ -28,7 +29,7 @@ use crate::{
 };
 use quota::Quotas;
 
-use super::{Keep, MemoryStore, Records, Request};
+use super::{MemoryStore, Request};
 
 /// How one request's answer is used: the mode, failure policy and sharing of its limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,12 +243,17 @@ impl<S: Store> GuardedStore<S> {
         };
         match result {
             Ok(batch) => Ok(self.answered(requests, batch, now)),
-            Err(failure) => self.unanswered(requests, guards, now, failure),
+            Err(failure) => self.fall_back(requests, guards, now, failure),
         }
     }
 
     /// The store's answer to `requests`, learnt by the deny cache.
-    fn answered(&self, requests: &[Request<'_>], batch: BatchDecision, now: Timestamp) -> Guarded {
+    pub(super) fn answered(
+        &self,
+        requests: &[Request<'_>],
+        batch: BatchDecision,
+        now: Timestamp,
+    ) -> Guarded {
         // With a lease's larger ask denied, the cost alone was denied too (else it was
         // asked again): a fixed window's denial holds to its end either way.
         if let Some(cache) = &self.deny {
@@ -260,24 +266,9 @@ impl<S: Store> GuardedStore<S> {
         }
     }
 
-    /// What answers `requests` when the store did not: `closed` refuses the round,
-    /// else each request's failure policy.
-    fn unanswered(
-        &self,
-        requests: &[Request<'_>],
-        guards: &[Guard],
-        now: Timestamp,
-        failure: StoreFailure,
-    ) -> Result<Guarded, Unanswered> {
-        if guards.iter().any(|g| g.policy() == OnStoreError::Closed) {
-            return Err(Unanswered::Unavailable(failure));
-        }
-        self.fall_back(requests, guards, now, failure)
-    }
-
     /// The answer when every request has a cached denial (a batch with one request
     /// the store would admit must go to the store: its decision is not known here).
-    fn cached(&self, requests: &[Request<'_>], now: Timestamp) -> Option<Guarded> {
+    pub(super) fn cached(&self, requests: &[Request<'_>], now: Timestamp) -> Option<Guarded> {
         let decisions = self.deny.as_ref()?.answer(requests, now.as_micros())?;
         Some(Guarded {
             sources: vec![Source::Cache; decisions.len()],
@@ -313,59 +304,6 @@ impl<S: Store> GuardedStore<S> {
         if let Some(quotas) = &self.quotas {
             quotas.clear();
         }
-    }
-}
-
-impl<S: Records> GuardedStore<S> {
-    /// [`decide`](GuardedStore::decide) of a batch that comes with a record to keep
-    /// ([`Records::check_keeping`]): the record is kept only when the store decided the
-    /// batch and admitted it, in the same step. A cached denial or a failure policy's
-    /// answer keeps none, and no share answers it (the charge goes to the store).
-    /// Answers the handle the record was kept under, if it was.
-    pub async fn decide_keeping(
-        &self,
-        requests: &[Request<'_>],
-        guards: &[Guard],
-        now: Timestamp,
-        keep: Keep<'_>,
-    ) -> Result<(Guarded, Option<String>), Unanswered> {
-        debug_assert_eq!(requests.len(), guards.len());
-        if requests.is_empty() {
-            return Err(Unanswered::Invalid(Error::InvalidRequest(
-                "a record is kept with a batch, and this one is empty".into(),
-            )));
-        }
-        super::validate(requests).map_err(Unanswered::Invalid)?;
-        if let Some(answer) = self.cached(requests, now) {
-            return Ok((answer, None));
-        }
-        let kept = self.store.check_keeping(requests, now, keep);
-        match self.through(requests, now, kept).await {
-            Ok((batch, handle)) => Ok((self.answered(requests, batch, now), handle)),
-            Err(failure) => Ok((self.unanswered(requests, guards, now, failure)?, None)),
-        }
-    }
-
-    /// Takes the record kept under `handle` ([`Records::take`]), unless the breaker is
-    /// open; bounded by the timeout.
-    pub async fn take(
-        &self,
-        handle: &str,
-        now: Timestamp,
-    ) -> Result<Option<Vec<u8>>, StoreFailure> {
-        self.through(&[], now, self.store.take(handle, now)).await
-    }
-
-    /// Keeps a taken record again ([`Records::put`]), unless the breaker is open.
-    pub async fn put(
-        &self,
-        handle: &str,
-        record: &[u8],
-        ttl: Duration,
-        now: Timestamp,
-    ) -> Result<(), StoreFailure> {
-        self.through(&[], now, self.store.put(handle, record, ttl, now))
-            .await
     }
 }
 

@@ -52,9 +52,9 @@ use arcstr::ArcStr;
 
 use self::batch::Locked;
 use self::table::{Entry, Table};
-use super::records::{OpenRecords, check_keeping_here};
+use super::records::OpenRecords;
 use super::round;
-use super::{Keep, Records, Request, Store, validate, validate_one};
+use super::{Request, Store, validate, validate_one};
 use crate::algorithm::State;
 use crate::{BatchDecision, Decision, Error, Key, Limit, Timestamp};
 
@@ -104,6 +104,11 @@ struct Inner<H> {
 struct Shard(Mutex<Table>);
 
 impl<H: HashKeys> MemoryStore<H> {
+    /// The records this store keeps beside its limits (`Records`, in `records.rs`).
+    pub(crate) fn records(&self) -> &OpenRecords {
+        &self.inner.records
+    }
+
     /// The most bytes this store holds (a shard may pass its share by one key's state
     /// growing in place, until its next insert makes room).
     pub fn max_bytes(&self) -> usize {
@@ -296,37 +301,6 @@ impl<H: HashKeys> MemoryStore<H> {
             let (entry, _) = found.remove();
             table.removed(&entry);
         }
-    }
-}
-
-impl<H: HashKeys> Records for MemoryStore<H> {
-    async fn check_keeping(
-        &self,
-        requests: &[Request<'_>],
-        now: Timestamp,
-        keep: Keep<'_>,
-    ) -> Result<(BatchDecision, Option<String>), Error> {
-        check_keeping_here(
-            &self.inner.records,
-            || self.decide(requests, now),
-            now,
-            keep,
-        )
-    }
-
-    async fn take(&self, handle: &str, now: Timestamp) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.inner.records.take(handle, now))
-    }
-
-    async fn put(
-        &self,
-        handle: &str,
-        record: &[u8],
-        ttl: std::time::Duration,
-        now: Timestamp,
-    ) -> Result<(), Error> {
-        self.inner.records.put(handle, record, ttl, now);
-        Ok(())
     }
 }
 

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{Request, Store};
+use super::memory::HashKeys;
+use super::{MemoryStore, Request, Store};
 use crate::{BatchDecision, Error, Timestamp};
 
 /// The most records the memory store keeps open at once.
@@ -99,19 +100,35 @@ impl OpenRecords {
     }
 }
 
-/// [`Records::check_keeping`] for a store in this process: nothing can fail between
-/// the batch and the record once there is room for it.
-pub(crate) fn check_keeping_here(
-    open: &OpenRecords,
-    decide: impl FnOnce() -> Result<BatchDecision, Error>,
-    now: Timestamp,
-    keep: Keep<'_>,
-) -> Result<(BatchDecision, Option<String>), Error> {
-    open.has_room(now)?;
-    let batch = decide()?;
-    if !batch.allowed() {
-        return Ok((batch, None));
+impl<H: HashKeys> Records for MemoryStore<H> {
+    async fn check_keeping(
+        &self,
+        requests: &[Request<'_>],
+        now: Timestamp,
+        keep: Keep<'_>,
+    ) -> Result<(BatchDecision, Option<String>), Error> {
+        // Nothing can fail between the batch and the record once there is room for it.
+        self.records().has_room(now)?;
+        let batch = self.decide(requests, now)?;
+        if !batch.allowed() {
+            return Ok((batch, None));
+        }
+        self.records().put(keep.id, keep.record, keep.ttl, now);
+        Ok((batch, Some(keep.id.to_owned())))
     }
-    open.put(keep.id, keep.record, keep.ttl, now);
-    Ok((batch, Some(keep.id.to_owned())))
+
+    async fn take(&self, handle: &str, now: Timestamp) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.records().take(handle, now))
+    }
+
+    async fn put(
+        &self,
+        handle: &str,
+        record: &[u8],
+        ttl: Duration,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        self.records().put(handle, record, ttl, now);
+        Ok(())
+    }
 }

@@ -13,6 +13,7 @@ use redis::Value;
 use spillway_core::{BatchDecision, Error as CoreError, Keep, Records, Request, Timestamp};
 
 use super::RedisStore;
+use crate::script::{Cost, Section};
 
 impl Records for RedisStore {
     async fn check_keeping(
@@ -70,6 +71,38 @@ impl Records for RedisStore {
             .arg("PX")
             .arg(ttl.as_millis().max(1) as u64);
         self.query(&cmd).await.map(drop)
+    }
+}
+
+impl Section {
+    /// Keeps `record` under `key` for `ttl` when this batch is charged, in the same
+    /// call (`scripts/record.lua`): a last request that always admits, whose reply
+    /// [`parse_kept`] takes off before the batch's decisions are read.
+    pub(super) fn keep(&mut self, key: String, record: &[u8], ttl: Duration) {
+        let ttl = u64::try_from(ttl.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1_000);
+        self.keys.push(key);
+        let cost = Cost {
+            units: 1,
+            usage: false,
+            refund: false,
+        };
+        self.requests
+            .push((format!("8 0 1 {ttl} 0 0 0 0"), cost, record.to_vec()));
+    }
+}
+
+/// A batch's reply without its kept record's part ([`Section::keep`]), and whether the
+/// record was kept: it is when the batch was admitted (`denied_by` 0).
+pub(super) fn parse_kept(value: Value) -> (Value, bool) {
+    match value {
+        Value::Array(mut items) if items.len() >= 5 => {
+            items.truncate(items.len() - 4);
+            let kept = matches!(items[0], Value::Int(0));
+            (Value::Array(items), kept)
+        }
+        other => (other, false),
     }
 }
 

@@ -73,7 +73,7 @@ struct Record {
 }
 
 /// After the handle of a reservation kept on the per-second store.
-pub(super) const PER_SECOND: &str = "~s";
+const PER_SECOND: &str = "~s";
 
 impl Service {
     /// Reserves `req.hits` (the estimate) on every limit `req` matches, all or nothing,
@@ -113,7 +113,12 @@ impl Service {
         if answer.overall != Code::Ok {
             return Ok((answer, None));
         }
-        Ok((answer, checked.kept.map(|id| Reserved { id, ttl })))
+        // A commit must find the record on the store that kept it.
+        let id = checked.kept.map(|(store, handle)| match store {
+            "per_second" => handle + PER_SECOND,
+            _ => handle,
+        });
+        Ok((answer, id.map(|id| Reserved { id, ttl })))
     }
 
     /// Settles reservation `id` with what the work `used`: the excess over its estimate

@@ -200,11 +200,7 @@ impl Service {
         let answer = match call.instrument(span).await {
             Ok((answer, kept)) => {
                 if let Some(carried) = carried.filter(|_| keep.is_some()) {
-                    // A commit must find it on the store it was kept on.
-                    *carried.kept.lock() = match name {
-                        "per_second" => kept.map(|h| h + super::reserve::PER_SECOND),
-                        _ => kept,
-                    };
+                    *carried.kept.lock() = kept.map(|handle| (name, handle));
                 }
                 answer
             }

@@ -57,8 +57,9 @@ impl<S: Store> GuardedStore<S> {
         self.breaker.record(result, now)
     }
 
-    /// The `local` requests decided together (all or nothing among them) on the
-    /// in-process store; the `open` ones admitted.
+    /// What answers `requests` when the store did not: `closed` refuses the round;
+    /// else the `local` requests are decided together (all or nothing among them) on
+    /// the in-process store, and the `open` ones admitted.
     pub(super) fn fall_back(
         &self,
         requests: &[Request<'_>],
@@ -66,6 +67,9 @@ impl<S: Store> GuardedStore<S> {
         now: Timestamp,
         failure: StoreFailure,
     ) -> Result<Guarded, Unanswered> {
+        if guards.iter().any(|g| g.policy() == OnStoreError::Closed) {
+            return Err(Unanswered::Unavailable(failure));
+        }
         let local: Vec<usize> = (0..requests.len())
             .filter(|&i| guards[i].policy() == OnStoreError::Local)
             .collect();
