@@ -1,6 +1,6 @@
 # Installs Debian's Chromium and its WebDriver (chromium, chromium-driver) with apt-get
 # if chromedriver is missing, for the browser test of the console page
-# (crates/cli/tests/ui.rs). Sourced by scripts/test. Exports:
+# (crates/cli/tests/it/ui.rs). Sourced by scripts/test. Exports:
 #   SPILLWAY_TEST_CHROMEDRIVER   the chromedriver binary
 #   SPILLWAY_TEST_CHROMIUM       the browser it drives
 

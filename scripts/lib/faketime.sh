@@ -1,5 +1,5 @@
 # Installs Debian's libfaketime with apt-get if it is missing, for the test that runs a
-# calendar period's end behind Envoy (crates/cli/tests/envoy_metering.rs): Spillway is
+# calendar period's end behind Envoy (crates/cli/tests/it/envoy_metering.rs): Spillway is
 # started with its wall clock set a few seconds before a month ends, and the month
 # rolls over during the test. Sourced by scripts/test. Exports:
 #   SPILLWAY_TEST_FAKETIME   the library to preload (libfaketime.so.1)

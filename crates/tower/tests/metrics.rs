@@ -1,6 +1,7 @@
 //! What the layer records, read back from a Prometheus recorder (its own test binary:
 //! the recorder is process-wide). Shadow mode's whole point is this record.
 
+#[path = "it/support.rs"]
 mod support;
 
 use metrics_exporter_prometheus::PrometheusBuilder;

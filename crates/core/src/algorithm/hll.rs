@@ -2,7 +2,7 @@
 //! the same hash (MurmurHash64A, seed `0xadc83b19`), the same 2^14 registers of ranks
 //! up to 51, the same estimator (Ertl's, which Redis uses since 5.0). The same members
 //! give the same registers and the same count in the memory store as in Redis, so a
-//! `distinct` limit decides the same on both (`crates/redis/tests/hll.rs` compares
+//! `distinct` limit decides the same on both (`crates/redis/tests/it/hll.rs` compares
 //! registers byte for byte and counts against a real server).
 //!
 //! The registers are sparse (sorted `(index, rank)` pairs) while few are set, and a

@@ -1,6 +1,6 @@
 //! The OpenAPI 3.1 document of both HTTP listeners (`openapi.json`, kept by hand beside
 //! this file and checked: schemathesis runs it against a live service in the test
-//! command, `tests/openapi.rs` holds it to the routes), served at `/openapi.json` on the
+//! command, `tests/it/admin.rs` holds it to the routes), served at `/openapi.json` on the
 //! admin listener, and docs/reference/api.md made from it ([`reference_page`]) with the
 //! gRPC side, which OpenAPI cannot describe, written out below.
 

@@ -1,0 +1,11 @@
+mod calendar;
+mod concurrency;
+mod conformance;
+mod default_clock;
+mod deny_cache;
+mod distinct;
+mod limiter;
+mod memory_bounds;
+mod proptests;
+mod sharing;
+mod usage;

@@ -1,0 +1,2 @@
+mod load;
+mod matching;

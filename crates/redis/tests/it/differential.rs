@@ -1,0 +1,282 @@
+//! Differential property test: random sequences of (advance, batch of limits, costs,
+//! members, usage charged after the fact and refunds) give identical decisions from the memory store (the Rust algorithms, the
+//! specification) and from the Lua script on a real Redis.
+
+use crate::support;
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use spillway_core::{Algorithm, Edge, Key, Limit, MemoryStore, Request, Store, Timestamp};
+
+fn algorithm() -> impl Strategy<Value = Algorithm> {
+    prop_oneof![
+        Just(Algorithm::FixedWindow),
+        Just(Algorithm::SlidingLog),
+        Just(Algorithm::TokenBucket),
+        Just(Algorithm::Gcra),
+        (
+            prop::sample::select(vec![1u32, 2, 4, 10]),
+            prop::sample::select(vec![Edge::Interpolate, Edge::Strict, Edge::Lenient])
+        )
+            .prop_map(|(precision, edge)| Algorithm::SlidingWindow { precision, edge }),
+        prop::sample::select(vec![1u32, 2, 4, 10])
+            .prop_map(|precision| Algorithm::Distinct { precision }),
+    ]
+}
+
+fn limit() -> impl Strategy<Value = Limit> {
+    // Windows of at least a second: keys written in caller-clock mode expire on
+    // Redis's clock, and a test step takes far less than that.
+    let window = prop::sample::select(vec![1_000_000u64, 1_500_000, 7_000_000, 60_000_000]);
+    (algorithm(), 1u64..12, window, 1u64..15, any::<bool>()).prop_map(
+        |(algorithm, n, window, burst, count_rejected)| {
+            let mut b = Limit::builder(algorithm, n, Duration::from_micros(window))
+                .count_rejected(count_rejected && !algorithm.counts_members());
+            if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
+                b = b.burst(burst);
+            }
+            b.build().expect("valid limit")
+        },
+    )
+}
+
+/// One step: advance the clock by `advance` µs, then decide a batch of
+/// (limit index, key index, cost, member index, charge); a `distinct` limit's cost is at
+/// most 1, and it takes no usage.
+#[derive(Clone, Debug)]
+struct Step {
+    advance: u64,
+    batch: Vec<(usize, usize, u64, usize, Charge)>,
+}
+
+/// How a request of a batch charges.
+#[derive(Clone, Copy, Debug)]
+enum Charge {
+    /// A request: checked, charged if the batch is admitted.
+    Check,
+    /// Usage, charged in full.
+    Usage,
+    /// Given back, charged this many µs ago (on the limits that refund; usage on the
+    /// others).
+    Refund(u64),
+}
+
+const MEMBERS: [&[u8]; 5] = [b"10.0.0.1", b"10.0.0.2", b"alice", b"", b"\x00\xff{}"];
+
+fn step() -> impl Strategy<Value = Step> {
+    let advance = prop_oneof![
+        3 => Just(0u64),
+        5 => 0u64..200_000,
+        2 => 0u64..3_000_000,
+        1 => 0u64..90_000_000,
+    ];
+    let item = (
+        0usize..3,
+        0usize..2,
+        prop_oneof![6 => 0u64..4, 1 => 0u64..20],
+        0..MEMBERS.len(),
+        prop_oneof![
+            6 => Just(Charge::Check),
+            2 => Just(Charge::Usage),
+            1 => Just(Charge::Refund(0)),
+            1 => (0u64..120_000_000).prop_map(Charge::Refund),
+        ],
+    );
+    (advance, prop::collection::vec(item, 1..4))
+        .prop_map(|(advance, batch)| Step { advance, batch })
+}
+
+/// One runtime per test: the connection's driver task lives on it.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn check_equal(
+    rt: &tokio::runtime::Runtime,
+    store: &impl Store,
+    case: u64,
+    limits: &[Limit],
+    steps: &[Step],
+) -> Result<(), TestCaseError> {
+    check_equal_with(rt, store, case, limits, steps, &MEMBERS).map(drop)
+}
+
+fn check_equal_with(
+    rt: &tokio::runtime::Runtime,
+    store: &impl Store,
+    case: u64,
+    limits: &[Limit],
+    steps: &[Step],
+    members: &[&[u8]],
+) -> Result<u64, TestCaseError> {
+    let mut denied = 0;
+    let memory = MemoryStore::new();
+    let keys: Vec<Key> = (0..2)
+        .map(|k| Key::grouped(&format!("case{case}"), &format!(":k{k}")).unwrap())
+        .collect();
+    let mut now = Timestamp::from_secs(1_800_000_000);
+    for (n, step) in steps.iter().enumerate() {
+        now = now.saturating_add(Duration::from_micros(step.advance));
+        let requests: Vec<Request<'_>> = step
+            .batch
+            .iter()
+            .map(|&(l, k, cost, m, charge)| {
+                let limit = &limits[l];
+                if limit.algorithm().counts_members() {
+                    return Request::new(&keys[k], limit, cost.min(1)).with_member(members[m]);
+                }
+                let request = Request::new(&keys[k], limit, cost).with_member(members[m]);
+                match charge {
+                    Charge::Check => request,
+                    Charge::Refund(ago) if limit.algorithm().refunds() => {
+                        let at = now.saturating_sub(Duration::from_micros(ago));
+                        Request::refund(&keys[k], limit, cost, at).with_member(members[m])
+                    }
+                    _ => Request {
+                        usage: true,
+                        ..request
+                    },
+                }
+            })
+            .collect();
+        let want = rt.block_on(memory.check(&requests, now)).unwrap();
+        let got = rt.block_on(store.check(&requests, now)).unwrap();
+        prop_assert_eq!(&got, &want, "step {}: {:?}", n, step);
+        denied += u64::from(!want.allowed());
+    }
+    Ok(denied)
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(300)
+}
+
+/// Runs `cases` random sequences against the store at `url` (through core's
+/// `GuardedStore`, deny cache on, when `guarded`) and the memory store.
+fn differential(url: &str, cases: u32, guarded: bool) {
+    let rt = runtime();
+    let store = rt.block_on(support::caller_clock_store(url, "differential"));
+    if guarded {
+        let breaker = spillway_core::Breaker::new(5, Duration::from_millis(500));
+        return run_cases(
+            &rt,
+            &spillway_core::GuardedStore::new(store, breaker),
+            cases,
+        );
+    }
+    run_cases(&rt, &store, cases);
+}
+
+fn run_cases(rt: &tokio::runtime::Runtime, store: &impl Store, cases: u32) {
+    let case = std::sync::atomic::AtomicU64::new(0);
+    proptest!(ProptestConfig::with_cases(cases), |(
+        limits in prop::collection::vec(limit(), 3),
+        steps in prop::collection::vec(step(), 1..40),
+    )| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        check_equal(rt, store, n, &limits, &steps)?;
+    });
+}
+
+#[test]
+fn redis_decides_as_the_memory_store() {
+    differential(&spillway_testkit::redis::standalone_url(), cases(), false);
+}
+
+/// The deny cache changes no decision: the same sequences through it.
+#[test]
+fn redis_through_the_deny_cache_decides_as_the_memory_store() {
+    differential(
+        &spillway_testkit::redis::standalone_url(),
+        cases() / 2,
+        true,
+    );
+}
+
+#[test]
+fn redis_cluster_decides_as_the_memory_store() {
+    differential(&spillway_testkit::redis::cluster_url(), cases() / 4, false);
+}
+
+#[test]
+fn valkey_decides_as_the_memory_store() {
+    differential(&spillway_testkit::redis::valkey_url(), cases() / 2, false);
+}
+
+#[test]
+fn valkey_cluster_decides_as_the_memory_store() {
+    differential(
+        &spillway_testkit::redis::valkey_cluster_url(),
+        cases() / 4,
+        false,
+    );
+}
+
+/// A sketched `distinct` limit (above `distinct::EXACT_MAX`), Redis's own HyperLogLogs
+/// in a ring of keys against the memory store's copy of them: the same decisions, the
+/// same retry_after, through the limit and past it, with batches that touch one key
+/// twice and peeks.
+#[test]
+fn sketched_distinct_on_redis_decides_as_the_memory_store() {
+    use spillway_core::algorithm::distinct::EXACT_MAX;
+    let pool: Vec<Vec<u8>> = (0..400)
+        .map(|i| format!("198.51.{i}").into_bytes())
+        .collect();
+    let members: Vec<&[u8]> = pool.iter().map(Vec::as_slice).collect();
+    let sketched = (
+        prop::sample::select(vec![1u32, 2, 3, 4]),
+        EXACT_MAX + 1..EXACT_MAX + 40,
+        prop::sample::select(vec![60_000_000u64, 600_000_000]),
+    )
+        .prop_map(|(precision, n, window)| {
+            Limit::new(
+                Algorithm::Distinct { precision },
+                n,
+                Duration::from_micros(window),
+            )
+            .unwrap()
+        });
+    let step = (
+        prop_oneof![8 => Just(0u64), 2 => 0u64..400_000, 1 => 0u64..2_000_000],
+        prop::collection::vec(
+            (
+                0usize..2,
+                0usize..2,
+                prop_oneof![5 => Just(1u64), 1 => Just(0)],
+                0..pool.len(),
+                Just(Charge::Check),
+            ),
+            1..4,
+        ),
+    )
+        .prop_map(|(advance, batch)| Step { advance, batch });
+    let rt = runtime();
+    let denied = std::sync::atomic::AtomicU64::new(0);
+    for url in [
+        spillway_testkit::redis::standalone_url(),
+        spillway_testkit::redis::cluster_url(),
+    ] {
+        let store = rt.block_on(support::caller_clock_store(&url, "sketched"));
+        let case = std::sync::atomic::AtomicU64::new(0);
+        proptest!(ProptestConfig::with_cases(cases() / 20 + 1), |(
+            limits in prop::collection::vec(sketched.clone(), 2),
+            steps in prop::collection::vec(step.clone(), 300..600),
+        )| {
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let d = check_equal_with(&rt, &store, n, &limits, &steps, &members)?;
+            denied.fetch_add(d, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+    // The sequences reach the limits: the deny path and its retry_after were compared.
+    let denied = denied.into_inner();
+    eprintln!("{denied} denials compared");
+    assert!(denied > 100, "too few denials to compare");
+}

@@ -1,0 +1,14 @@
+mod calendar;
+mod coalesce;
+mod concurrency;
+mod conformance;
+mod differential;
+mod distinct;
+mod hll;
+mod limits;
+mod reconnect;
+mod reservations;
+mod store;
+mod support;
+mod tls;
+mod usage;

@@ -1,0 +1,6 @@
+mod grpc;
+mod http;
+mod keys;
+mod metered;
+mod redis;
+mod support;
