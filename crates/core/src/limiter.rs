@@ -13,15 +13,35 @@ pub struct Reservation {
     pub at: Timestamp,
 }
 
+/// What settling a reservation takes: `units` more as usage past the estimate, or,
+/// with `refund` (when the estimate was charged), `units` of the estimate given back.
+/// Nothing (`units` 0, no refund) when the work used exactly the estimate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settlement {
+    /// Units charged as usage, or given back with `refund`.
+    pub units: u64,
+    /// When the estimate was charged, for a settle that gives units back.
+    pub refund: Option<Timestamp>,
+}
+
 impl Reservation {
+    /// The settle rule, the one every settle follows (the library's, the tower layer's,
+    /// the service's `/v1/commit`): the work `used` what it did; the excess over the
+    /// estimate is usage, what it did not use is given back.
+    pub fn settlement(&self, used: u64) -> Settlement {
+        Settlement {
+            units: used.abs_diff(self.estimate),
+            refund: (used < self.estimate).then_some(self.at),
+        }
+    }
+
     /// The request that settles this reservation of `key`'s `limit` once the work
-    /// `used` what it did: usage for the excess, a refund for what was not used (a
-    /// look when they are equal).
+    /// `used` what it did ([`settlement`](Self::settlement); a look when they are equal).
     pub fn settle<'a>(&self, key: &'a Key, limit: &'a Limit, used: u64) -> Request<'a> {
-        if used >= self.estimate {
-            Request::usage(key, limit, used - self.estimate)
-        } else {
-            Request::refund(key, limit, self.estimate - used, self.at)
+        let Settlement { units, refund } = self.settlement(used);
+        match refund {
+            None => Request::usage(key, limit, units),
+            Some(at) => Request::refund(key, limit, units, at),
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! A decision builds its batch's keys and arguments and goes out at once when its
 //! lane has room for another call, or else with the decisions that arrive meanwhile,
-//! in the next call (`coalesce.rs`). Where the server has functions (Redis ≥ 7.0,
+//! in the next call (`coalesce.rs`; the call itself: `store/call.rs`). Where the server
+//! has functions (Redis ≥ 7.0,
 //! Valkey) the store loads its library at startup and a call is an `FCALL`; on
 //! "function not found" (a `FUNCTION FLUSH`, a node that joined without it) it loads
 //! the library again and sends the call once more. Elsewhere a call sends `EVALSHA`,
@@ -16,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::cluster_routing::Slot;
-use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, Value};
 use spillway_core::store::{is_counted, validate};
 use spillway_core::{
     BatchDecision, Error as CoreError, Keep, Key, Limit, Request, Store, Timestamp,
@@ -24,12 +25,13 @@ use spillway_core::{
 use tokio::sync::oneshot;
 
 use crate::Error;
-use crate::coalesce::{self, Failure, Kind, LaneId, Lanes, Waiting};
+use crate::coalesce::{Failure, Kind, Lanes, Waiting};
 use crate::connection::Connection;
 use crate::key::{Layout, ring_keys};
-use crate::script::{self, LIBRARY, SCRIPT_SOURCE, Section, TimeSource};
+use crate::script::{self, Section, TimeSource};
 
 mod builder;
+mod call;
 mod calls;
 pub(crate) mod counter;
 mod records;
@@ -37,9 +39,6 @@ mod stats;
 
 pub use builder::RedisStoreBuilder;
 pub use calls::Calls;
-use calls::{
-    is_function_not_found, is_unknown_command, load_library, no_answer, refused, until_answered,
-};
 pub use stats::ServerStats;
 
 /// The default time a decision may take before the call fails with
@@ -155,152 +154,6 @@ impl RedisStore {
     /// Whether Redis answers a `PING` within the store's timeout (readiness checks).
     pub async fn ping(&self) -> Result<(), CoreError> {
         self.query(&redis::cmd("PING")).await.map(drop)
-    }
-}
-
-impl Inner {
-    async fn bounded<T>(
-        &self,
-        call: impl Future<Output = Result<T, RedisError>>,
-    ) -> Result<T, Failure> {
-        // redis-rs has the same response timeout and may notice first: either way the
-        // caller sees one kind of error for "no answer in time".
-        let connection = &self.connection;
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Err(e)) if e.is_timeout() => {
-                connection.timed_out();
-                Err(Failure::Timeout(self.timeout))
-            }
-            Ok(result) => {
-                connection.answered();
-                result.map_err(|e| Failure::Redis(Arc::new(e)))
-            }
-            Err(_) => {
-                connection.timed_out();
-                Err(Failure::Timeout(self.timeout))
-            }
-        }
-    }
-
-    /// One call of the script, within `timeout`: a peek (cost 0, which writes
-    /// nothing) at a key no decision uses.
-    async fn probe(&self, timeout: Duration) -> Result<(), Error> {
-        let key = Key::new("spillway-probe").expect("a valid key");
-        let limit = Limit::new(spillway_core::Algorithm::Gcra, 1, Duration::from_secs(1))
-            .expect("a valid limit");
-        let peek = [Request::new(&key, &limit, 0)];
-        let keys = vec![self.layout.key(&key, &limit, Timestamp::from_secs(0))];
-        let section = Section::new(keys, &peek, self.time, Timestamp::from_secs(0));
-        let call = std::slice::from_ref(&section);
-        let answer = until_answered(|| self.eval_sections(call.iter()));
-        match tokio::time::timeout(timeout, answer).await {
-            // The batch's own failure (a command the script calls, refused) is a
-            // string in the reply, not an error reply.
-            Ok(Ok(value)) => match script::split_reply(value, std::iter::once(peek.len())) {
-                Ok(mut parts) => script::parse_reply(parts.remove(0), &peek)
-                    .map(drop)
-                    .map_err(|e| refused(e.to_string(), e.is_transient())),
-                Err(why) => Err(refused(format!("unexpected reply: {why}"), false)),
-            },
-            Ok(Err(e)) => Err(refused(e.to_string(), crate::error::is_transient(&e))),
-            Err(_) => Err(no_answer(timeout)),
-        }
-    }
-
-    /// Sends one call of `lane`. When it ends, or its sender stops waiting for it, the
-    /// batches that arrived meanwhile go out in the lane's next call, on a task of its
-    /// own ([`Turn`]).
-    async fn send(self: &Arc<Inner>, lane: LaneId, batches: Vec<Waiting>) {
-        let _turn = Turn {
-            inner: Arc::clone(self),
-            lane,
-        };
-        let reply = self.bounded(self.eval(lane, &batches)).await;
-        coalesce::answer(batches, reply);
-    }
-
-    async fn eval(&self, lane: LaneId, batches: &[Waiting]) -> Result<Value, RedisError> {
-        let sections = batches.iter().map(|w| &w.section);
-        if lane.1 == Kind::Counted {
-            let pipe = counter::pipeline(sections, self.expire_nx());
-            return self
-                .connection
-                .query_pipeline(&pipe)
-                .await
-                .map(Value::Array);
-        }
-        self.eval_sections(sections).await
-    }
-
-    /// Whether the server takes `PEXPIRE … NX`, which came with functions, in Redis 7.0.
-    fn expire_nx(&self) -> bool {
-        matches!(self.calls, Calls::Function { .. }) && !self.functions_lost.load(Ordering::Relaxed)
-    }
-
-    /// Sends the `PEXPIRE`s of the window keys a counted batch found gone (`lost`,
-    /// [`counter::decide`]) by `deadline` (the decision's own), and once they are set
-    /// remembers them. If this fails the keys stay unknown, so the next decision on
-    /// each sends its `PEXPIRE` again.
-    async fn expire_again(
-        &self,
-        requests: &[Request<'_>],
-        windows: &[counter::Window],
-        lost: &[usize],
-        now: Timestamp,
-        deadline: tokio::time::Instant,
-    ) {
-        let keys = lost.iter().map(|&i| {
-            let r = &requests[i];
-            (self.layout.key(r.key, r.limit, now), &windows[i])
-        });
-        let pipe = counter::expire_again(keys, self.expire_nx());
-        match tokio::time::timeout_at(deadline, self.connection.query_pipeline(&pipe)).await {
-            Ok(Ok(_)) => counter::expired_again(windows, lost, &self.expiring),
-            failed => tracing::warn!(
-                answer = ?failed.map(drop),
-                "a window key found gone was created again and its TTL could not be set \
-                 by the decision's deadline; the next decision on it sends the TTL again"
-            ),
-        }
-    }
-
-    /// FCALL, and on "function not found" the library loaded again and one more FCALL;
-    /// or EVALSHA, and on NOSCRIPT one EVAL of the source (which caches it again).
-    async fn eval_sections<'a>(
-        &self,
-        sections: impl Iterator<Item = &'a Section> + Clone,
-    ) -> Result<Value, RedisError> {
-        let connection = &self.connection;
-        if matches!(self.calls, Calls::Function { .. })
-            && !self.functions_lost.load(Ordering::Relaxed)
-        {
-            let fcall = script::call("FCALL", &LIBRARY.function, sections.clone());
-            match connection.query(&fcall).await {
-                Err(e) if is_function_not_found(&e) => {
-                    load_library(connection).await?;
-                    return connection.query(&fcall).await;
-                }
-                Err(e) if is_unknown_command(&e) => {
-                    tracing::warn!(
-                        "Redis no longer knows FCALL (a failover to an older server?): \
-                         decisions go as scripts from now on"
-                    );
-                    self.functions_lost.store(true, Ordering::Relaxed);
-                }
-                other => return other,
-            }
-        }
-        match connection
-            .query(&script::call("EVALSHA", &LIBRARY.sha, sections.clone()))
-            .await
-        {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                connection
-                    .query(&script::call("EVAL", SCRIPT_SOURCE, sections))
-                    .await
-            }
-            other => other,
-        }
     }
 }
 
@@ -454,45 +307,6 @@ impl Store for RedisStore {
         cmd.arg(ring_keys(&state, limit).collect::<Vec<_>>())
             .arg(state);
         self.query(&cmd).await.map(drop)
-    }
-}
-
-/// A call in flight on a lane. Ending it, however it ends, starts the lane's next
-/// call if batches are waiting: the caller that sent this one may stop waiting (its
-/// timeout, a client gone), and the batches behind it must not wait for another
-/// caller to come by.
-struct Turn {
-    inner: Arc<Inner>,
-    lane: LaneId,
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        let Some(next) = self.inner.lanes.next(self.lane) else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let (inner, lane) = (Arc::clone(&self.inner), self.lane);
-                runtime.spawn(async move {
-                    let mut next = next;
-                    for _ in 0..4 {
-                        tokio::task::yield_now().await;
-                        let had = next.len();
-                        inner.lanes.top_up(lane, &mut next);
-                        if next.len() == had {
-                            break;
-                        }
-                    }
-                    inner.send(lane, next).await
-                });
-            }
-            // No runtime left to send on: the waiting callers see their call dropped.
-            Err(_) => {
-                drop(next);
-                while self.inner.lanes.next(self.lane).is_some() {}
-            }
-        }
     }
 }
 

@@ -196,17 +196,7 @@ fn state(
         domains = policies.domains().len(),
         "starting"
     );
-    let s = &config.service;
-    let options = Options {
-        global_shadow: s.shadow_mode,
-        global_quota: s.quota_mode,
-        on_store_error: config.store.on_error,
-        near_limit_ratio: s.near_limit_ratio,
-        key_prefix: config.store.key_prefix.clone(),
-        stop_increment_when_over_limit: s.stop_increment_when_over_limit,
-        dynamic_metadata: s.dynamic_metadata,
-        max_request_work: s.max_request_work,
-    };
+    let options = Options::of(config);
     if let Some(second) = &per_second {
         tracing::info!(
             target: "spillway_server",

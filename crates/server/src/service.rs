@@ -52,15 +52,13 @@ pub struct Options {
     pub dynamic_metadata: bool,
     /// The most store work one request may ask for ([`spillway_core::work`]); more is
     /// refused before any store call. Redis runs one script at a time, so one request's
-    /// script is what every other caller may wait behind.
+    /// script is what every other caller may wait behind. Its default, 256 decisions of
+    /// a fixed window, is some milliseconds of Redis on a small machine (16 descriptors
+    /// on a sliding window of precision 1,000; one of precision 10,000 fits, 157); 64
+    /// descriptors of precision 10,000 (10,048) held Redis long enough to time out every
+    /// other caller.
     pub max_request_work: u64,
 }
-
-/// The default of [`Options::max_request_work`]: 256 decisions of a fixed window, some
-/// milliseconds of Redis on a small machine (16 descriptors on a sliding window of
-/// precision 1,000; one of precision 10,000 fits, 157). 64 descriptors of precision
-/// 10,000 (10,048) held Redis long enough to time out every other caller.
-pub const MAX_REQUEST_WORK: u64 = 256;
 
 impl Options {
     /// `policies` as this service counts them: under its key prefix, and with the
@@ -75,18 +73,28 @@ impl Options {
     }
 }
 
-impl Default for Options {
-    fn default() -> Options {
+impl Options {
+    /// The options `config` sets (its `service` settings, and the store's failure
+    /// policy and key prefix).
+    pub fn of(config: &crate::config::Config) -> Options {
+        let s = &config.service;
         Options {
-            global_shadow: false,
-            global_quota: false,
-            on_store_error: OnStoreError::Closed,
-            near_limit_ratio: 0.8,
-            key_prefix: String::new(),
-            stop_increment_when_over_limit: false,
-            dynamic_metadata: false,
-            max_request_work: MAX_REQUEST_WORK,
+            global_shadow: s.shadow_mode,
+            global_quota: s.quota_mode,
+            on_store_error: config.store.on_error,
+            near_limit_ratio: s.near_limit_ratio,
+            key_prefix: config.store.key_prefix.clone(),
+            stop_increment_when_over_limit: s.stop_increment_when_over_limit,
+            dynamic_metadata: s.dynamic_metadata,
+            max_request_work: s.max_request_work,
         }
+    }
+}
+
+impl Default for Options {
+    /// Every setting at its default (the configuration's own: written once, in its table).
+    fn default() -> Options {
+        Options::of(&crate::config::Config::default())
     }
 }
 

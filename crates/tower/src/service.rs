@@ -73,17 +73,16 @@ where
         let shared = Arc::clone(&self.shared);
         ResponseFuture::waiting(async move {
             let (verdict, reserved) = if metered {
-                shared.reserve(&parts).await
+                let (verdict, reserved) = shared.reserve(&parts).await;
+                (verdict, Some(reserved))
             } else {
                 (shared.decide(&parts).await, None)
             };
             match verdict {
                 Verdict::Allow(headers) => {
-                    // A metered request's head, kept to settle it by.
-                    let head = metered.then(|| parts.clone());
                     let mut response = inner.call(Request::from_parts(parts, body)).await?;
-                    if let Some(parts) = head {
-                        shared.settle(&parts, reserved, response.headers()).await;
+                    if let Some(reserved) = reserved {
+                        shared.settle(reserved, response.headers()).await;
                     }
                     add_headers(response.headers_mut(), headers);
                     Ok(response)

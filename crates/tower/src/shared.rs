@@ -7,10 +7,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::Response;
 use http::request::Parts;
-use spillway_core::headers::{self, Current, HeaderStyle, Quota, ceil_secs};
+use spillway_core::headers::HeaderStyle;
 use spillway_core::{
-    Clock, Decision, Guard, GuardedStore, Key, MAX_EXACT, MAX_KEY_LEN, Mode, OnStoreError, Request,
-    Reservation, Source, Store, StoreFailure, Timestamp, Unanswered, longest_retry,
+    Clock, Guard, GuardedStore, Key, MAX_EXACT, MAX_KEY_LEN, Mode, OnStoreError, Request,
+    Reservation, Source, Store, StoreFailure, Timestamp, Unanswered,
 };
 
 use spillway_core::algorithm::distinct::MAX_MEMBER;
@@ -18,6 +18,11 @@ use spillway_core::algorithm::distinct::MAX_MEMBER;
 use crate::Rejection;
 use crate::layer::Rule;
 use crate::respond::Headers;
+
+mod verdict;
+
+pub(crate) use verdict::{Refusal, Verdict, quota};
+use verdict::{invalid, missing};
 
 pub(crate) type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 pub(crate) type ActualFn = Arc<dyn Fn(&http::HeaderMap) -> Option<u64> + Send + Sync>;
@@ -62,62 +67,44 @@ pub(crate) async fn sync<St: Store, C: Clock>(shared: std::sync::Weak<Shared<St,
     .await;
 }
 
-/// What to do with a request.
-pub(crate) enum Verdict {
-    /// Call the inner service; add these headers to its response.
-    Allow(Headers),
-    /// Answer it here; the inner service is not called.
-    Refuse(Refusal),
-}
-
-/// The layer's own answer.
-pub(crate) enum Refusal {
-    /// The shadow-ban handler's.
-    ShadowBan,
-    /// A rejection, with these headers.
-    Reject(Rejection, Headers),
+/// What a metered request reserved, carried from its reserve to its settle: each
+/// metered rule's key and estimate, and when the store charged the estimates (`None`:
+/// it did not, and the settle charges what was used in full).
+pub(crate) struct Reserved {
+    metered: Vec<(usize, Key, u64)>,
+    at: Option<Timestamp>,
 }
 
 impl<St: Store, C: Clock> Shared<St, C> {
-    /// A metered request's verdict, and whether the store charged its estimates (then
-    /// when, for [`settle`](Self::settle)).
-    pub async fn reserve(&self, parts: &Parts) -> (Verdict, Option<Timestamp>) {
+    /// A metered request's verdict, and what it reserved for [`settle`](Self::settle).
+    pub async fn reserve(&self, parts: &Parts) -> (Verdict, Reserved) {
         let at = self.clock.now();
         let (verdict, charged) = self.decide_charged(parts).await;
-        (verdict, charged.then_some(at))
+        let metered = (self.rules.iter().enumerate())
+            .filter(|(_, rule)| rule.actual.is_some())
+            .filter_map(|(i, rule)| Some((i, self.key(i, parts).ok()?, self.cost_of(rule, parts))))
+            .collect();
+        let at = charged.then_some(at);
+        (verdict, Reserved { metered, at })
     }
 
     /// Settles a metered request once the inner service answered with `headers`: per
-    /// metered rule, what `actual` reads of them against the estimate reserved at
-    /// `reserved` (given back or charged as usage), or, for a request passed without a
-    /// charge (`None`), what it used in full.
-    pub async fn settle(
-        &self,
-        parts: &Parts,
-        reserved: Option<Timestamp>,
-        headers: &http::HeaderMap,
-    ) {
-        let mut settled = Vec::new();
-        for (i, rule) in self.rules.iter().enumerate() {
-            let (Some(actual), Ok(key)) = (&rule.actual, self.key(i, parts)) else {
-                continue;
-            };
-            if let Some(used) = actual(headers) {
-                settled.push((i, key, used.min(MAX_EXACT)));
-            }
-        }
-        let requests: Vec<Request<'_>> = settled
-            .iter()
-            .map(|(i, key, used)| {
+    /// metered rule, what `actual` reads of them against the estimate `reserved` (given
+    /// back or charged as usage, [`Reservation::settlement`]), or, for a request passed
+    /// without a charge, what it used in full.
+    pub async fn settle(&self, reserved: Reserved, headers: &http::HeaderMap) {
+        let requests: Vec<Request<'_>> = (reserved.metered.iter())
+            .filter_map(|(i, key, estimate)| {
                 let rule = &self.rules[*i];
-                match reserved {
+                let used = rule.actual.as_ref()?(headers)?.min(MAX_EXACT);
+                Some(match reserved.at {
                     Some(at) => Reservation {
-                        estimate: self.cost_of(rule, parts),
+                        estimate: *estimate,
                         at,
                     }
-                    .settle(key, &rule.limit, *used),
-                    None => Request::usage(key, &rule.limit, *used),
-                }
+                    .settle(key, &rule.limit, used),
+                    None => Request::usage(key, &rule.limit, used),
+                })
             })
             .collect();
         if requests.is_empty() {
@@ -236,21 +223,6 @@ impl<St: Store, C: Clock> Shared<St, C> {
         cost.map_or(1, |f| f(parts)).min(MAX_EXACT)
     }
 
-    /// The layer's own answer to a request it does not pass on: the shadow-ban
-    /// handler's, or the rejection.
-    pub fn answer<B: crate::LayerBody>(&self, refusal: Refusal, parts: &Parts) -> Response<B> {
-        match refusal {
-            Refusal::ShadowBan => {
-                let handler = self
-                    .shadow_ban
-                    .as_ref()
-                    .expect("a shadow-ban verdict only comes with a handler");
-                handler(parts).map(B::from_bytes)
-            }
-            Refusal::Reject(why, headers) => crate::respond::rejection(parts, &why, headers),
-        }
-    }
-
     /// Rule `i`'s key for this request (`<rule name>:<value>`, built in one
     /// allocation), its fallback key, or the rejection of a request without one.
     fn key(&self, i: usize, parts: &Parts) -> Result<Key, Verdict> {
@@ -313,108 +285,5 @@ impl<St: Store, C: Clock> Shared<St, C> {
         if let StoreFailure::Failed(e) = failure {
             tracing::warn!(error = %e, policy, "rate limit store failed");
         }
-    }
-
-    fn verdict(&self, decisions: &[Decision], denied_by: Option<usize>) -> Verdict {
-        let pass = || {
-            Verdict::Allow(if self.headers_on_allowed {
-                self.rate_limit_headers(decisions)
-            } else {
-                Headers::default()
-            })
-        };
-        let Some(denied) = denied_by else {
-            self.allowed
-                .get_or_init(
-                    || metrics::counter!("spillway_tower_requests_total", "outcome" => "allowed"),
-                )
-                .increment(1);
-            return pass();
-        };
-        let rule = &self.rules[denied];
-        let (outcome, verdict) = match (self.mode, &self.shadow_ban) {
-            (Mode::Shadow, _) => ("shadow_limited", pass()),
-            (Mode::Enforce, Some(_)) => ("shadow_banned", Verdict::Refuse(Refusal::ShadowBan)),
-            (Mode::Enforce, None) => {
-                let retry_after = longest_retry(decisions);
-                let mut headers = self.rate_limit_headers(decisions);
-                if let Some(wait) = retry_after {
-                    let (name, value) = headers::retry_after(wait);
-                    headers.push_text(name, value);
-                }
-                let rejection = Rejection::Limited {
-                    limit: rule.name.clone(),
-                    retry_after,
-                };
-                (
-                    "limited",
-                    Verdict::Refuse(Refusal::Reject(rejection, headers)),
-                )
-            }
-        };
-        metrics::counter!("spillway_tower_requests_total", "outcome" => outcome).increment(1);
-        metrics::counter!("spillway_tower_denials_total", "limit" => Arc::clone(&rule.name))
-            .increment(1);
-        tracing::debug!(limit = &*rule.name, outcome, "rate limited");
-        verdict
-    }
-
-    /// `RateLimit-Policy` / `RateLimit` (or the older forms): every limit, reporting
-    /// the one [`headers::reported`] picks.
-    /// The IETF style's `RateLimit-Policy` is the same on every response: written
-    /// once (`ietf_policy`), only `RateLimit` is written per response.
-    fn rate_limit_headers(&self, decisions: &[Decision]) -> Headers {
-        let usable = |i: usize| decisions[i].usable(&self.rules[i].limit);
-        let limits = decisions.iter().enumerate();
-        let current =
-            headers::reported(limits, |(i, d)| (!d.allowed(), usable(*i))).map_or(0, |(i, _)| i);
-        let d = &decisions[current];
-        let remaining = usable(current);
-        let reset_secs = ceil_secs(d.retry_after().unwrap_or(d.reset_after));
-        let mut out = Headers::default();
-        if let Some(policy) = &self.ietf_policy {
-            out.push("ratelimit-policy", policy.clone());
-            let item = headers::ietf_item(&self.rules[current].name, remaining, reset_secs);
-            out.push_text("ratelimit", item);
-            return out;
-        }
-        let rendered = self.headers.render(
-            self.rules.iter().map(quota),
-            Current {
-                quota: quota(&self.rules[current]),
-                remaining,
-                reset_secs,
-            },
-        );
-        for (name, value) in rendered {
-            out.push_text(name, value);
-        }
-        out
-    }
-}
-
-/// A batch the store refused as invalid. Not seen in practice: the layer's build bounds
-/// the batch, and costs are clamped. Refuse to decide rather than guess.
-fn invalid(e: &spillway_core::Error) -> Verdict {
-    tracing::error!(error = %e, "rate limit layer built an invalid batch");
-    Verdict::Refuse(Refusal::Reject(Rejection::Unavailable, Headers::default()))
-}
-
-/// The rejection of a request without the key (or member) `source` of `rule`.
-fn missing(rule: &Rule, source: &crate::KeyExtractor) -> Verdict {
-    metrics::counter!("spillway_tower_requests_total", "outcome" => "missing_key").increment(1);
-    let rejection = Rejection::MissingKey {
-        limit: rule.name.clone(),
-        source: source.describe(),
-    };
-    Verdict::Refuse(Refusal::Reject(rejection, Headers::default()))
-}
-
-/// A rule as the headers describe it.
-pub(crate) fn quota(rule: &Rule) -> Quota<'_> {
-    Quota {
-        name: &rule.name,
-        quota: rule.limit.limit(),
-        window: rule.limit.window(),
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde_json::json;
 use spillway_core::{
-    Algorithm, Calendar, Decision, Edge, Key, Limit, Limiter, MemoryStore, Outcome, Period,
-    Request, Store,
+    Algorithm, Calendar, Decision, Key, Limit, Limiter, MemoryStore, Outcome, Period, Request,
+    Store,
 };
 use spillway_policy::duration;
 use spillway_redis::{RedisStore, TimeSource};
@@ -206,37 +206,20 @@ fn limit(args: &CheckArgs) -> anyhow::Result<Limit> {
     let (Some(algorithm), Some(n), Some(window)) = (&args.algorithm, args.limit, window) else {
         bail!("--algorithm, --limit and --window (or --period) are required with --store");
     };
-    let mut algorithm: Algorithm = algorithm.parse()?;
-    match &mut algorithm {
-        Algorithm::SlidingWindow { precision, edge } => {
-            *precision = args.precision.unwrap_or(1);
-            if let Some(e) = &args.edge {
-                *edge = e.parse::<Edge>()?;
-            }
-        }
-        Algorithm::Distinct { precision } if args.edge.is_none() => {
-            *precision = args.precision.unwrap_or(1);
-        }
-        _ if args.precision.is_some() || args.edge.is_some() => {
-            bail!("--precision applies to sliding_window and distinct, --edge to sliding_window")
-        }
-        _ => {}
-    }
+    let algorithm: Algorithm = algorithm.parse()?;
     match (algorithm.counts_members(), &args.member) {
         (true, None) => bail!("--algorithm distinct needs --member: the value to count"),
         (false, Some(_)) => bail!("--member applies to --algorithm distinct only"),
         _ => {}
     }
-    if args.burst.is_some() && !matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
-        bail!("--burst applies to token_bucket and gcra only");
-    }
-    if let Some(calendar) = calendar {
-        return Ok(Limit::builder(algorithm, n, window)
-            .count_rejected(args.count_rejected)
-            .calendar(calendar)
-            .build()?);
-    }
-    crate::limit::build(algorithm, n, window, args.burst, args.count_rejected)
+    let shape = crate::limit::Shape {
+        precision: args.precision,
+        edge: args.edge.as_deref(),
+        burst: args.burst,
+        count_rejected: args.count_rejected,
+        calendar,
+    };
+    crate::limit::build(algorithm, n, window, shape)
 }
 
 async fn decide<S: Store>(

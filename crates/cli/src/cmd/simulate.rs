@@ -292,12 +292,12 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
 /// Shared between servers, `all` means the algorithms that can be shared: fixed_window.
 fn limits(args: &SimulateArgs, shared: bool) -> anyhow::Result<Vec<Limit>> {
     if shared && args.algorithms == ["all"] {
+        let shape = crate::limit::Shape::default();
         return Ok(vec![crate::limit::build(
             Algorithm::FixedWindow,
             args.limit,
             args.window,
-            None,
-            false,
+            shape,
         )?]);
     }
     let edge: Option<Edge> = args.edge.as_deref().map(str::parse).transpose()?;
@@ -337,7 +337,14 @@ fn limits(args: &SimulateArgs, shared: bool) -> anyhow::Result<Vec<Limit>> {
     }
     algorithms
         .into_iter()
-        .map(|a| crate::limit::build(a, args.limit, args.window, args.burst, false))
+        .map(|a| {
+            // One run compares several algorithms: each takes the flags it has a use for.
+            let shape = crate::limit::Shape {
+                burst: args.burst.filter(|_| crate::limit::has_burst(&a)),
+                ..Default::default()
+            };
+            crate::limit::build(a, args.limit, args.window, shape)
+        })
         .collect()
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use spillway_core::{Keep, Records, Timestamp};
+use spillway_core::{Keep, Records, Reservation, Timestamp};
 use spillway_policy::RuleLimit;
 
 use super::request::{CheckError, CheckRequest, CheckResponse, Code, Descriptor};
@@ -146,7 +146,11 @@ impl Service {
             })?
             .ok_or_else(unknown)?;
         let record: Record = serde_json::from_slice(&bytes).map_err(|_| unknown())?;
-        let at = Timestamp::from_micros(record.at);
+        let settlement = Reservation {
+            estimate: record.estimate,
+            at: Timestamp::from_micros(record.at),
+        }
+        .settlement(used);
         let req = CheckRequest {
             domain: record.domain.clone(),
             descriptors: record
@@ -157,10 +161,10 @@ impl Service {
                     ..Descriptor::default()
                 })
                 .collect(),
-            hits: used.abs_diff(record.estimate),
+            hits: settlement.units,
             usage: true,
             reserve: false,
-            refund: (used < record.estimate).then_some(at),
+            refund: settlement.refund,
             settle: true,
         };
         let failed = match self.checked(&req, None).await {

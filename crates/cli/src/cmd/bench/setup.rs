@@ -30,21 +30,19 @@ pub(super) fn flag_limit(args: &BenchArgs) -> anyhow::Result<Option<Limit>> {
     let Some(name) = &args.algorithm else {
         return Ok(None);
     };
-    let mut algorithm: Algorithm = name.parse()?;
-    if let Algorithm::SlidingWindow { precision, .. } | Algorithm::Distinct { precision } =
-        &mut algorithm
-    {
-        *precision = args.precision.unwrap_or(1);
-    }
+    let algorithm: Algorithm = name.parse()?;
     if args.members.is_some() && !algorithm.counts_members() {
         bail!("--members applies to --algorithm distinct");
     }
     let (Some(n), Some(window)) = (args.limit, args.window) else {
         bail!("--algorithm needs --limit and --window");
     };
-    Ok(Some(crate::limit::build(
-        algorithm, n, window, args.burst, false,
-    )?))
+    let shape = crate::limit::Shape {
+        precision: args.precision,
+        burst: args.burst,
+        ..Default::default()
+    };
+    Ok(Some(crate::limit::build(algorithm, n, window, shape)?))
 }
 
 pub(super) fn keys(args: &BenchArgs) -> anyhow::Result<Keys> {
