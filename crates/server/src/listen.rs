@@ -5,6 +5,7 @@
 //! connections, and a graceful shutdown that stops accepting and lets requests in
 //! flight finish.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -13,8 +14,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::Request;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
@@ -201,14 +202,41 @@ pub fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixList
     tokio::net::UnixListener::bind(path)
 }
 
+/// What a listener serves: an axum router, or the gRPC edge around tonic's routes.
+pub trait App<B>:
+    tower::Service<Request<Incoming>, Response = axum::http::Response<B>, Error = Infallible>
+    + Clone
+    + Send
+    + 'static
+where
+    Self::Future: Send,
+{
+}
+
+impl<S, B> App<B> for S
+where
+    S: tower::Service<Request<Incoming>, Response = axum::http::Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+}
+
 /// Serves `app` on `listener` until `shutdown` is cancelled, then drains.
-pub async fn serve<L: Listener>(
+pub async fn serve<L, A, B>(
     listener: L,
-    app: Router,
+    app: A,
     shutdown: CancellationToken,
     limits: Limits,
     tls: Option<ListenerTls>,
-) {
+) where
+    L: Listener,
+    A: App<B>,
+    A::Future: Send,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -333,15 +361,19 @@ async fn open_tcp(
 }
 
 /// One readied connection, from its first request to its close.
-async fn connection<I>(
+async fn connection<I, A, B>(
     io: I,
     presented: Option<ClientCert>,
     builder: Builder<TokioExecutor>,
-    app: Router,
+    app: A,
     limits: Limits,
     shutdown: CancellationToken,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    A: App<B>,
+    A::Future: Send,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let name = limits.name;
     // Each request is in flight until its response body is done (or dropped); the
@@ -349,7 +381,7 @@ async fn connection<I>(
     let activity = Arc::new(Activity::new());
     let service = tower::service_fn({
         let activity = Arc::clone(&activity);
-        move |mut request: Request<hyper::body::Incoming>| {
+        move |mut request: Request<Incoming>| {
             if let Some(presented) = presented {
                 request.extensions_mut().insert(presented);
             }
@@ -357,9 +389,7 @@ async fn connection<I>(
             let answer = app.clone().oneshot(request);
             async move {
                 let response = answer.await?;
-                Ok::<_, std::convert::Infallible>(
-                    response.map(|body| Body::new(Tracked { body, _busy: busy })),
-                )
+                Ok::<_, Infallible>(response.map(|body| Tracked { body, _busy: busy }))
             }
         }
     });
@@ -489,21 +519,24 @@ impl Drop for Busy {
     }
 }
 
-/// A response body that keeps its request in flight until it is done.
-struct Tracked {
-    body: Body,
-    _busy: Busy,
+pin_project_lite::pin_project! {
+    /// A response body that keeps its request in flight until it is done.
+    struct Tracked<B> {
+        #[pin]
+        body: B,
+        _busy: Busy,
+    }
 }
 
-impl http_body::Body for Tracked {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
+impl<B: http_body::Body> http_body::Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
+        self: std::pin::Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        self.project().body.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -48,9 +48,16 @@ pub fn handle() -> &'static PrometheusHandle {
     })
 }
 
-/// A request arrived on `api` (`grpc`, `http`, `json`).
+/// A request arrived on `api` (`grpc`, `http`, `json`, `reserve`, `commit`). Counted
+/// on every request: the gRPC API's counter is registered once and kept (an atomic add,
+/// not a lookup of the recorder's registry by name and label).
 pub fn request(api: &'static str) {
-    counter!("spillway_requests_total", "api" => api).increment(1);
+    static GRPC: OnceLock<metrics::Counter> = OnceLock::new();
+    let grpc = || counter!("spillway_requests_total", "api" => "grpc");
+    match api {
+        "grpc" => GRPC.get_or_init(grpc).increment(1),
+        _ => counter!("spillway_requests_total", "api" => api).increment(1),
+    }
 }
 
 /// A request was refused as invalid before any store call.

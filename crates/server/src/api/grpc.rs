@@ -2,7 +2,10 @@
 //! health service (names `""`, `ratelimit` as the reference registers it, and the
 //! rate limit service's full name).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::http::{HeaderValue, Response};
@@ -92,51 +95,93 @@ pub fn decode(message: &[u8]) -> Result<CheckRequest, CheckError> {
 /// default, 4 MiB, is reserved up front for each call that announces it.)
 pub const MAX_HEALTH_MESSAGE_BYTES: usize = 1024;
 
-/// The gRPC services as an axum router (served on the gRPC port): each call answered
-/// within `deadline` (or the caller's shorter `grpc-timeout`), its body included.
+/// The gRPC services (served on the gRPC port): each call answered within `deadline`
+/// (or the caller's shorter `grpc-timeout`), its body included, and a malformed one
+/// answered `INVALID_ARGUMENT` ([`Edge`]).
 pub fn router(
     state: Arc<AppState>,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
     deadline: Duration,
-) -> axum::Router {
+) -> Edge<tonic::service::Routes> {
     let rls =
         RateLimitServiceServer::new(Grpc { state }).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let health = health.max_decoding_message_size(MAX_HEALTH_MESSAGE_BYTES);
-    tonic::service::Routes::new(rls)
-        .add_service(health)
-        .into_axum_router()
-        .layer(axum::middleware::map_response(
-            malformed_is_invalid_argument,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            deadline,
-            within_deadline,
-        ))
+    Edge {
+        inner: tonic::service::Routes::new(rls).add_service(health),
+        cap: deadline,
+    }
 }
 
-/// Answers `DEADLINE_EXCEEDED` to a call not done within its deadline: the service's,
-/// or the caller's shorter `grpc-timeout`. A stream that sends a length prefix and then
-/// stalls would otherwise hold its buffer and its stream for ever (issue #37).
-async fn within_deadline(
-    axum::extract::State(cap): axum::extract::State<Duration>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let asked = request
-        .headers()
-        .get("grpc-timeout")
-        .and_then(|v| v.to_str().ok())
-        .and_then(grpc_timeout);
-    let deadline = asked.map_or(cap, |d| d.min(cap));
-    match tokio::time::timeout(deadline, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => {
-            metrics::grpc_deadline_exceeded();
-            tonic::Status::deadline_exceeded(format!("not done within {deadline:?}"))
-                .into_http::<axum::body::Body>()
+/// What every gRPC call passes, around tonic's routes: `DEADLINE_EXCEEDED` for a call
+/// not done within its deadline (the service's, or the caller's shorter `grpc-timeout`:
+/// a stream that sends a length prefix and then stalls would otherwise hold its buffer
+/// and its stream for ever, issue #37), and [`malformed_is_invalid_argument`]. One
+/// service whose future is a plain struct, not a stack of boxed middleware: it runs on
+/// every decision.
+#[derive(Clone, Debug)]
+pub struct Edge<S> {
+    inner: S,
+    cap: Duration,
+}
+
+impl<S, B> tower::Service<axum::http::Request<B>> for Edge<S>
+where
+    S: tower::Service<
+            axum::http::Request<B>,
+            Response = Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        >,
+{
+    type Response = Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = EdgeFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+        let asked = request
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(grpc_timeout);
+        let deadline = asked.map_or(self.cap, |d| d.min(self.cap));
+        EdgeFuture {
+            call: tokio::time::timeout(deadline, self.inner.call(request)),
+            deadline,
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An [`Edge`]'s call in flight.
+    pub struct EdgeFuture<F> {
+        #[pin]
+        call: tokio::time::Timeout<F>,
+        deadline: Duration,
+    }
+}
+
+impl<F> Future for EdgeFuture<F>
+where
+    F: Future<Output = Result<Response<tonic::body::Body>, std::convert::Infallible>>,
+{
+    type Output = Result<Response<tonic::body::Body>, std::convert::Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        Poll::Ready(Ok(match std::task::ready!(this.call.poll(cx)) {
+            Ok(Ok(response)) => malformed_is_invalid_argument(response),
+            Ok(Err(never)) => match never {},
+            Err(_) => {
+                metrics::grpc_deadline_exceeded();
+                tonic::Status::deadline_exceeded(format!("not done within {:?}", this.deadline))
+                    .into_http()
+            }
+        }))
     }
 }
 
@@ -161,7 +206,7 @@ fn grpc_timeout(v: &str) -> Option<Duration> {
 /// tonic answers a request body that does not decode with `INTERNAL`, and one over the
 /// size limit with `OUT_OF_RANGE`; both are the caller's fault, and the protocol's code
 /// for a bad request is `INVALID_ARGUMENT`.
-async fn malformed_is_invalid_argument<B>(mut response: Response<B>) -> Response<B> {
+fn malformed_is_invalid_argument<B>(mut response: Response<B>) -> Response<B> {
     let headers = response.headers_mut();
     let status = headers.get("grpc-status").and_then(|s| s.to_str().ok());
     let message = headers

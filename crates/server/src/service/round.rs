@@ -40,9 +40,16 @@ impl Service {
             self.stop_across_slots(&mut check.hits, &check.together, now)
                 .await?;
         }
+        // Nearly every check has only rules decided together: one round, awaited as
+        // it is. The two at once are boxed: a future holds every future it joins, and
+        // a check's future is moved whole at each await that holds it (kilobytes more
+        // a decision, memory store included, to copy).
+        if check.alone.is_empty() {
+            return self.rounds(&check.hits, &check.together, now, carried).await;
+        }
         let (a, b) = tokio::join!(
-            self.rounds(&check.hits, &check.together, now, carried),
-            self.rounds(&check.hits, &check.alone, now, carried)
+            Box::pin(self.rounds(&check.hits, &check.together, now, carried)),
+            Box::pin(self.rounds(&check.hits, &check.alone, now, carried))
         );
         let mut decided = a?;
         decided.extend(b?);
@@ -73,9 +80,10 @@ impl Service {
             .per_second()
             .map(|s| ("per_second", s))
             .expect("checked above");
+        // Boxed, as in `decide`: only a service with a per-second store pays for it.
         let (a, b) = tokio::join!(
-            self.round(("main", &self.stores), hits, &main, now, carried),
-            self.round(per_second, hits, &second, now, carried)
+            Box::pin(self.round(("main", &self.stores), hits, &main, now, carried)),
+            Box::pin(self.round(per_second, hits, &second, now, carried))
         );
         let mut decided = a?;
         decided.extend(b?);
