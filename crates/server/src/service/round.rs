@@ -45,7 +45,9 @@ impl Service {
         // a check's future is moved whole at each await that holds it (kilobytes more
         // a decision, memory store included, to copy).
         if check.alone.is_empty() {
-            return self.rounds(&check.hits, &check.together, now, carried).await;
+            return self
+                .rounds(&check.hits, &check.together, now, carried)
+                .await;
         }
         let (a, b) = tokio::join!(
             Box::pin(self.rounds(&check.hits, &check.together, now, carried)),
