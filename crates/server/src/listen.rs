@@ -6,29 +6,31 @@
 //! flight finish.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Request;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use crate::metrics;
+
+mod activity;
+mod listener;
+
 use crate::tls::{Certs, ClientCert, TlsFiles};
+use activity::{Activity, Busy, Tracked};
+pub use listener::{Listener, bind_unix};
 
 /// TLS on one listener.
 #[derive(Clone, Debug)]
@@ -125,81 +127,6 @@ impl Limits {
             max_age: None,
         }
     }
-}
-
-/// What [`serve`] accepts connections from: a TCP listener (over TLS when asked), or a
-/// Unix socket (`GRPC_UDS`: local callers only, so plaintext, and no first-byte wait).
-pub trait Listener: Send + 'static {
-    /// An accepted connection.
-    type Stream: Send + 'static;
-    /// The connection as HTTP is spoken over it.
-    type Io: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static;
-
-    /// The next connection.
-    fn accept(&self) -> impl Future<Output = std::io::Result<Self::Stream>> + Send;
-
-    /// Readies an accepted connection: its first byte waited for (within the header
-    /// timeout), then the TLS handshake; with whether its client presented a
-    /// certificate, over mutual TLS. `None`: it was closed instead.
-    fn open(
-        stream: Self::Stream,
-        tls: Option<ListenerTls>,
-        limits: Limits,
-    ) -> impl Future<Output = Option<(Self::Io, Option<ClientCert>)>> + Send;
-}
-
-impl Listener for TcpListener {
-    type Stream = tokio::net::TcpStream;
-    type Io = TokioIo<
-        Either<tokio::net::TcpStream, tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
-    >;
-
-    async fn accept(&self) -> std::io::Result<Self::Stream> {
-        let (stream, _peer) = TcpListener::accept(self).await?;
-        let _ = stream.set_nodelay(true);
-        Ok(stream)
-    }
-
-    async fn open(
-        stream: Self::Stream,
-        tls: Option<ListenerTls>,
-        limits: Limits,
-    ) -> Option<(Self::Io, Option<ClientCert>)> {
-        open_tcp(stream, tls, limits)
-            .await
-            .map(|(io, presented)| (TokioIo::new(io), presented))
-    }
-}
-
-impl Listener for tokio::net::UnixListener {
-    type Stream = tokio::net::UnixStream;
-    type Io = TokioIo<tokio::net::UnixStream>;
-
-    async fn accept(&self) -> std::io::Result<Self::Stream> {
-        tokio::net::UnixListener::accept(self)
-            .await
-            .map(|(stream, _)| stream)
-    }
-
-    async fn open(
-        stream: Self::Stream,
-        _tls: Option<ListenerTls>,
-        _limits: Limits,
-    ) -> Option<(Self::Io, Option<ClientCert>)> {
-        Some((TokioIo::new(stream), None))
-    }
-}
-
-/// Binds a Unix socket at `path`, replacing a socket file left there by an earlier
-/// run (anything else there is an error, not removed).
-pub fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
-    use std::os::unix::fs::FileTypeExt;
-    if let Ok(meta) = std::fs::symlink_metadata(path)
-        && meta.file_type().is_socket()
-    {
-        std::fs::remove_file(path)?;
-    }
-    tokio::net::UnixListener::bind(path)
 }
 
 /// What a listener serves: an axum router, or the gRPC edge around tonic's routes.
@@ -305,61 +232,6 @@ pub async fn serve<L, A, B>(
     }
 }
 
-/// A TCP connection readied for HTTP: its first byte waited for, then its TLS
-/// handshake (when asked); `None` when it was closed instead.
-async fn open_tcp(
-    stream: tokio::net::TcpStream,
-    tls: Option<ListenerTls>,
-    limits: Limits,
-) -> Option<(
-    Either<tokio::net::TcpStream, tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
-    Option<ClientCert>,
-)> {
-    let name = limits.name;
-    // hyper's header timeout starts with the first bytes (after it has sniffed HTTP/1
-    // or 2): a client that connects and sends nothing gets the same time to send its
-    // first byte, then is closed.
-    let mut first = [0u8; 1];
-    if tokio::time::timeout(limits.header_read, stream.peek(&mut first))
-        .await
-        .is_err()
-    {
-        tracing::debug!(
-            listener = name,
-            "connection closed: nothing sent within the header timeout"
-        );
-        return None;
-    }
-    let (io, presented) = match tls {
-        None => (Either::Left(stream), None),
-        Some(tls) => {
-            let handshake = tls.certs.acceptor(tls.strict).accept(stream);
-            let stream = match tokio::time::timeout(limits.header_read, handshake).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => {
-                    let reason = crate::tls::failure_reason(&e);
-                    metrics::tls_handshake_failure(name, reason);
-                    tracing::debug!(listener = name, reason, error = %e, "TLS handshake failed");
-                    return None;
-                }
-                Err(_) => {
-                    metrics::tls_handshake_failure(name, "timeout");
-                    tracing::debug!(listener = name, "TLS handshake timed out");
-                    return None;
-                }
-            };
-            // Over mutual TLS, each request says whether its client presented a
-            // certificate (the routers let one without reach the health probes only).
-            let presented = tls
-                .certs
-                .mutual()
-                .then(|| ClientCert(stream.get_ref().1.peer_certificates().is_some()));
-            (Either::Right(stream), presented)
-        }
-    };
-    Some((io, presented))
-}
-
 /// One readied connection, from its first request to its close.
 async fn connection<I, A, B>(
     io: I,
@@ -455,95 +327,5 @@ async fn connection<I, A, B>(
                 }
             }
         }
-    }
-}
-
-/// What one connection is doing: requests in flight, and when the last one started or
-/// ended (on tokio's clock, as every network timeout here).
-struct Activity {
-    born: Instant,
-    in_flight: AtomicUsize,
-    /// Since `born`, in milliseconds.
-    last: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            born: Instant::now(),
-            in_flight: AtomicUsize::new(0),
-            last: AtomicU64::new(0),
-        }
-    }
-
-    fn touch(&self) {
-        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last.store(ms, Ordering::Relaxed);
-    }
-
-    /// When the connection will have been idle for `idle`, if nothing happens first;
-    /// `None` when there is no idle timeout.
-    fn idle_deadline(&self, idle: Duration) -> Option<Instant> {
-        if idle.is_zero() {
-            return None;
-        }
-        let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
-        Some(self.born + last + idle)
-    }
-
-    /// No request in flight, and none started or ended for `idle`.
-    fn idle_for(&self, idle: Duration) -> bool {
-        self.in_flight.load(Ordering::Acquire) == 0
-            && self
-                .idle_deadline(idle)
-                .is_some_and(|at| at <= Instant::now())
-    }
-}
-
-/// One request in flight on a connection, from its arrival until its response body
-/// ends or is dropped.
-struct Busy(Arc<Activity>);
-
-impl Busy {
-    fn start(activity: Arc<Activity>) -> Busy {
-        activity.in_flight.fetch_add(1, Ordering::AcqRel);
-        activity.touch();
-        Busy(activity)
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.0.touch();
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A response body that keeps its request in flight until it is done.
-    struct Tracked<B> {
-        #[pin]
-        body: B,
-        _busy: Busy,
-    }
-}
-
-impl<B: http_body::Body> http_body::Body for Tracked<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        self.project().body.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
     }
 }

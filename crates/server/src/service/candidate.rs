@@ -19,10 +19,11 @@ use spillway_core::Store;
 use spillway_policy::{Mode, PolicySet, Rule, RuleLimit};
 use tokio::sync::mpsc;
 
+use super::Service;
+use super::decide::requests;
+use super::matched::drop_replaced;
 use super::request::CheckRequest;
-use super::round::requests;
 use super::status::Verdict;
-use super::{Service, drop_replaced};
 use crate::metrics;
 
 mod queue;

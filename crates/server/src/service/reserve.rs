@@ -138,10 +138,10 @@ impl Service {
             .take(handle, self.now())
             .await
             .map_err(|failure| {
-                super::round::failed((name, stores), &failure, true);
+                super::decide::failed((name, stores), &failure, true);
                 CheckError::Unavailable(format!(
                     "{}: the reservation is kept, commit it again",
-                    super::round::unavailable(&failure)
+                    super::decide::unavailable(&failure)
                 ))
             })?
             .ok_or_else(unknown)?;

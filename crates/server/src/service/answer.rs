@@ -1,4 +1,4 @@
-//! A check's answer from its decisions: each descriptor's status and the overall
+//! The answer stage: a check's answer from its decisions: each descriptor's status and the overall
 //! code as the reference combines them, the metadata of passing rules, and the
 //! metrics and top keys each decision feeds.
 
@@ -16,7 +16,7 @@ use super::{Check, Decided, Hit, Service, minute};
 impl Service {
     /// The answer stage: statuses per descriptor and the overall code, as the reference
     /// combines them.
-    pub(super) fn aggregate(
+    pub(super) fn answer(
         &self,
         req: &CheckRequest,
         domain: &Arc<str>,

@@ -1,5 +1,5 @@
-//! The store rounds of one check: on Redis Cluster one per descriptor (all at once),
-//! elsewhere one; and what answers when the store does not.
+//! The decide stage: the store rounds of one check (on Redis Cluster one per
+//! descriptor, all at once; elsewhere one), and what answers when the store does not.
 
 use spillway_core::{Guard, Request, Source, StoreFailure, Timestamp, Unanswered};
 use spillway_policy::RuleLimit;

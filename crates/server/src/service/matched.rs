@@ -1,0 +1,141 @@
+//! The match stage: every rule a request's descriptors match (or its override), each
+//! with its counter key and cost, the replaced ones dropped, and split into the store
+//! rounds that decide them, at one `now`.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use spillway_policy::{Mode, Rule, RuleLimit};
+
+use super::request::CheckRequest;
+use super::{Check, CheckError, Hit, Service, override_key, rule_refunds};
+
+impl Service {
+    /// The match stage: every rule the request's descriptors match (replaced ones
+    /// dropped), each with its counter key and cost, split into the store rounds that
+    /// decide them, at one `now`.
+    pub(super) fn matched<'p>(
+        &self,
+        req: &CheckRequest,
+        domain: &'p spillway_policy::Domain,
+    ) -> Result<Check<'p>, CheckError> {
+        let mut hits = self.hits(req, domain)?;
+        drop_replaced(&mut hits);
+        let counted = |h: &Hit<'_>| h.key.is_some();
+        // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a request of reference rules only
+        // is one round whatever their modes, as the reference decides it: any rule over
+        // its limit (shadow or quota-mode included) stops the others' counting.
+        let one_round = self.options.stop_increment_when_over_limit
+            && hits.iter().all(|h| !counted(h) || h.rule.reference);
+        let independent =
+            |h: &Hit<'_>| !one_round && (h.rule.mode == Mode::Shadow || self.is_quota(&h.rule));
+        let together = (0..hits.len())
+            .filter(|&i| counted(&hits[i]) && !independent(&hits[i]))
+            .collect();
+        let alone = (0..hits.len())
+            .filter(|&i| counted(&hits[i]) && independent(&hits[i]))
+            .collect();
+        Ok(Check {
+            hits,
+            together,
+            alone,
+            one_round,
+            now: self.clock.now(),
+        })
+    }
+
+    /// Every rule each descriptor matched (or its override), with its counter key.
+    pub(super) fn hits<'p>(
+        &self,
+        req: &CheckRequest,
+        domain: &'p spillway_policy::Domain,
+    ) -> Result<Vec<Hit<'p>>, CheckError> {
+        let mut hits = Vec::with_capacity(req.descriptors.len());
+        for (i, d) in req.descriptors.iter().enumerate() {
+            // At most 2^53: `CheckRequest::validate` checked it.
+            let cost = d.hits.unwrap_or(req.hits);
+            let invalid =
+                |e: spillway_core::Error| CheckError::Invalid(format!("descriptor {i}: {e}"));
+            if let Some(o) = d.limit {
+                let mut rule = Rule::reference(o.requests_per_unit, o.unit);
+                if self.options.stop_increment_when_over_limit {
+                    rule = rule.charging_own_rejections();
+                }
+                rule.metric = Arc::clone(&self.override_path);
+                let key = counts(&rule)
+                    .then(|| override_key(domain, &d.entries))
+                    .transpose()
+                    .map_err(invalid)?;
+                hits.push(Hit {
+                    descriptor: i,
+                    rule: Cow::Owned(rule),
+                    key,
+                    cost,
+                    usage: req.usage && cost > 0,
+                    refund: req.refund.filter(|_| req.usage && cost > 0),
+                    member: None,
+                });
+            } else if let Some(m) = domain.resolve(&d.entries) {
+                for rule in m.rules {
+                    let key = counts(rule)
+                        .then(|| m.key(rule))
+                        .transpose()
+                        .map_err(invalid)?;
+                    if req.usage && rule.counts_members() && !req.settle {
+                        let name = rule.name.as_deref().unwrap_or(&rule.metric);
+                        return Err(CheckError::Invalid(format!(
+                            "descriptor {i}: rule {name} counts distinct values (distinct), \
+                             which cannot take usage: a value is counted once, whatever it \
+                             cost"
+                        )));
+                    }
+                    // A distinct rule counts the request's member once, whatever its hits.
+                    let (member, cost) = if rule.counts_members() {
+                        (d.entries.last().map(|(_, v)| v.to_string()), cost.min(1))
+                    } else {
+                        (None, cost)
+                    };
+                    let usage = (req.usage || (rule.metered && !req.reserve))
+                        && cost > 0
+                        && member.is_none();
+                    let mut refund = req.refund.filter(|_| usage);
+                    let mut cost = cost;
+                    if req.settle && rule.counts_members() {
+                        // Rules changed since the reservation: a distinct rule takes no usage.
+                        cost = 0;
+                    } else if refund.is_some() && !rule_refunds(rule) {
+                        // Rules changed since the reservation: what this one took stays.
+                        (refund, cost) = (None, 0);
+                    }
+                    hits.push(Hit {
+                        descriptor: i,
+                        rule: Cow::Borrowed(rule),
+                        key,
+                        cost,
+                        usage,
+                        refund,
+                        member,
+                    });
+                }
+            }
+        }
+        Ok(hits)
+    }
+}
+
+fn counts(rule: &Rule) -> bool {
+    matches!(rule.limit, RuleLimit::Limited(_))
+}
+
+/// The reference's `replaces`: a matched rule named by another matched rule's `replaces`
+/// is dropped from the request (its descriptor reports no limit, nothing is counted).
+pub(super) fn drop_replaced(hits: &mut Vec<Hit<'_>>) {
+    if hits.iter().all(|h| h.rule.replaces.is_empty()) {
+        return;
+    }
+    let replaced: Vec<Arc<str>> = hits
+        .iter()
+        .flat_map(|h| h.rule.replaces.iter().cloned())
+        .collect();
+    hits.retain(|h| h.rule.name.as_ref().is_none_or(|n| !replaced.contains(n)));
+}
