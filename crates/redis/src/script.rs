@@ -16,14 +16,14 @@
 //! batch failed.
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
-use redis::{Cmd, Value};
+use redis::Cmd;
 use spillway_core::algorithm::{bloom, distinct};
-use spillway_core::{
-    Algorithm, BatchDecision, Decision, Edge, Error as CoreError, Limit, Outcome, Rejected,
-    Request, Timestamp,
-};
+use spillway_core::{Algorithm, Edge, Limit, Rejected, Request, Timestamp};
+
+mod reply;
+
+pub(crate) use reply::{parse_reply, split_reply, unexpected};
 
 /// The decision code's files, joined at build time in the order `prelude.lua` states:
 /// one Lua chunk that defines `decide(keys, argv)`.
@@ -283,119 +283,4 @@ pub(crate) fn limit_text(limit: &Limit) -> String {
         limit.capacity(),
         limit.window_micros()
     )
-}
-
-/// A reply the script should never give: a bug here or there, not worth a retry.
-pub(crate) fn unexpected(why: impl std::fmt::Display) -> CoreError {
-    CoreError::Store {
-        source: format!("unexpected reply from the decision script: {why}").into(),
-        transient: false,
-    }
-}
-
-/// Splits a call's flat reply into one part per batch, in order: an array of
-/// `1 + 4n` integers for a batch of `n` requests (`sizes`), or the string saying why
-/// the batch failed.
-pub(crate) fn split_reply(
-    value: Value,
-    sizes: impl ExactSizeIterator<Item = usize>,
-) -> Result<Vec<Value>, String> {
-    let Value::Array(items) = value else {
-        return Err(format!("expected an array, got {value:?}"));
-    };
-    let batches = sizes.len();
-    let mut items = items.into_iter();
-    let mut parts = Vec::with_capacity(batches);
-    for n in sizes {
-        match items.next() {
-            Some(why @ Value::BulkString(_)) => parts.push(why),
-            Some(denied_by) => {
-                let mut part = Vec::with_capacity(1 + 4 * n);
-                part.push(denied_by);
-                part.extend(items.by_ref().take(4 * n));
-                parts.push(Value::Array(part));
-            }
-            None => return Err(format!("expected {batches} batch replies, got fewer")),
-        }
-    }
-    match items.len() {
-        0 => Ok(parts),
-        more => Err(format!(
-            "expected {batches} batch replies, got {more} values more"
-        )),
-    }
-}
-
-/// Reads one batch's part of the script's reply into decisions for `requests`: a
-/// failed batch (a key holding another program's value) is a permanent store error.
-pub(crate) fn parse_reply(
-    value: Value,
-    requests: &[Request<'_>],
-) -> Result<BatchDecision, CoreError> {
-    match value {
-        Value::Array(items) => parse_decisions(items, requests).map_err(unexpected),
-        Value::BulkString(why) => Err(CoreError::Store {
-            source: String::from_utf8_lossy(&why).into_owned().into(),
-            transient: false,
-        }),
-        other => Err(unexpected(format!("expected an array, got {other:?}"))),
-    }
-}
-
-fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchDecision, String> {
-    if items.len() != 1 + 4 * requests.len() {
-        return Err(format!(
-            "expected {} integers, got {}",
-            1 + 4 * requests.len(),
-            items.len()
-        ));
-    }
-    let ints = items
-        .iter()
-        .map(|v| match v {
-            Value::Int(i) if *i >= 0 => Ok(*i as u64),
-            other => Err(format!("expected a non-negative integer, got {other:?}")),
-        })
-        .collect::<Result<Vec<u64>, String>>()?;
-    // A reply is believed only as far as it is possible: a `denied_by` past the batch
-    // or a `remaining` above the limit (a server that is not ours, a bug) is an error
-    // here, not an index or a subtraction that panics further on.
-    let denied_by = match ints[0] {
-        0 => None,
-        i if i <= requests.len() as u64 => Some(i as usize - 1),
-        i => {
-            return Err(format!(
-                "denied_by {i} names no request of a batch of {}",
-                requests.len()
-            ));
-        }
-    };
-    let decisions = requests
-        .iter()
-        .zip(ints[1..].chunks_exact(4))
-        .map(|(r, d)| {
-            let outcome = match d[0] {
-                0 => Outcome::Allowed,
-                1 => Outcome::Denied {
-                    retry_after: Duration::from_micros(d[3]),
-                },
-                2 => Outcome::CostExceedsCapacity,
-                other => return Err(format!("unknown outcome {other}")),
-            };
-            let limit = r.limit.capacity();
-            if d[1] > limit {
-                return Err(format!("remaining {} is above the limit, {limit}", d[1]));
-            }
-            Ok(Decision {
-                outcome,
-                limit,
-                remaining: d[1],
-                reset_after: Duration::from_micros(d[2]),
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    Ok(BatchDecision {
-        decisions,
-        denied_by,
-    })
 }

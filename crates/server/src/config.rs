@@ -21,24 +21,27 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use spillway_core::headers::HeaderStyle;
-use spillway_policy::OnStoreError;
 
 mod doc;
 mod reference;
 mod sources;
+mod store;
 mod table;
 mod tls;
 mod unhonoured;
 pub mod value;
+mod xds;
 
 pub use doc::{REFERENCE_VARIABLES, migration, migration_table, reference_page};
 pub use reference::{REFERENCE, ReferenceRow};
 pub use sources::{Given, Origin, Partial, Profile, Resolved, Sources};
+pub use store::{PerSecond, Store};
 pub use table::{Kind, SETTINGS, Setting, setting};
 pub use tls::{TlsFiles, TlsListeners};
 pub use unhonoured::{
     NOT_HONOURED, UNREPRODUCED_DEFAULTS, not_honoured, speaks_reference, unreproduced_defaults,
 };
+pub use xds::{Xds, XdsTls};
 
 /// Everything the service needs to know, by section.
 #[derive(Clone, Debug)]
@@ -100,78 +103,6 @@ pub struct Tls {
     pub listeners: Option<TlsListeners>,
 }
 
-/// Where counters live and how calls to it are guarded. (`Debug` redacts the URL's
-/// password.)
-#[derive(Clone)]
-pub struct Store {
-    /// `memory`, or a Redis URL.
-    pub url: String,
-    /// TLS and credentials for a Redis store (passwords print as `***`).
-    pub redis: spillway_redis::Access,
-    /// Per store call; well under Envoy's 20 ms deadline.
-    pub timeout: Duration,
-    /// For rules without their own `on_store_error`.
-    pub on_error: OnStoreError,
-    pub breaker_failures: u32,
-    pub breaker_cooldown: Duration,
-    /// The deny cache's size in bytes (0: off); unused on the memory store.
-    pub deny_cache_bytes: usize,
-    /// The most bytes the memory store holds (keys and their states).
-    pub memory_bytes: usize,
-    /// The most bytes the leases, and the sync counts, each hold.
-    pub share_bytes: usize,
-    /// The deny cache also answers reference rules until their window ends, as the
-    /// reference's local cache does.
-    pub reference_local_cache: bool,
-    /// Written before every counter key (the reference's `CACHE_KEY_PREFIX`).
-    pub key_prefix: String,
-    /// Virtual shards on Redis Cluster (0: a slot per key group).
-    pub cluster_shards: u16,
-    /// `/healthcheck` and gRPC health fail while no connection to the store is up
-    /// (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
-    pub health_follows_store: bool,
-    /// A second Redis for the rules whose window is one second (`REDIS_PERSECOND`).
-    pub per_second: Option<PerSecond>,
-}
-
-/// The per-second store: its URL, credentials and timeout (TLS files are the main
-/// store's). (`Debug` redacts the URL's password.)
-#[derive(Clone, Default)]
-pub struct PerSecond {
-    pub url: String,
-    /// `None`: the main store's timeout.
-    pub timeout: Option<Duration>,
-    /// Its own user and password, and its sentinels' (TLS is the main store's).
-    pub redis: spillway_redis::Access,
-}
-
-impl std::fmt::Debug for PerSecond {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PerSecond")
-            .field("url", &spillway_redis::redact_url(&self.url))
-            .field("timeout", &self.timeout)
-            .field("redis", &self.redis)
-            .finish()
-    }
-}
-
-impl Store {
-    /// The per-second store's settings as a store of their own: its URL, credentials
-    /// and timeout, everything else (TLS, breaker, caches) the main store's.
-    pub fn per_second(&self) -> Option<Store> {
-        let p = self.per_second.as_ref()?;
-        let mut redis = p.redis.clone();
-        redis.tls = self.redis.tls.clone();
-        Some(Store {
-            url: p.url.clone(),
-            redis,
-            timeout: p.timeout.unwrap_or(self.timeout),
-            per_second: None,
-            ..self.clone()
-        })
-    }
-}
-
 /// Where the rules come from: policy files, or an xDS server.
 #[derive(Clone, Debug, Default)]
 pub struct Rules {
@@ -187,82 +118,6 @@ pub struct Rules {
     pub ready_needs_a_domain: bool,
     /// Rules over xDS; used when `xds.server` is set.
     pub xds: Xds,
-}
-
-/// Rules over xDS: where from, and how to reach it. (`Debug` masks the values of the
-/// stream's headers: they often carry a credential.)
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Xds {
-    /// `host:port` of the ADS server; `None`: rules come from `path`'s files.
-    pub server: Option<String>,
-    /// The node id the server knows this service by.
-    pub node_id: String,
-    /// The node's metadata (string values).
-    pub node_metadata: Vec<(String, String)>,
-    /// gRPC metadata sent with the stream.
-    pub headers: Vec<(String, String)>,
-    /// TLS to the server; `None`: plaintext.
-    pub tls: Option<XdsTls>,
-    pub backoff_initial: Duration,
-    pub backoff_max: Duration,
-    /// The largest response accepted.
-    pub max_message_bytes: usize,
-    /// Ready before the first set arrives, serving none until it does.
-    pub ready_without_rules: bool,
-}
-
-impl std::fmt::Debug for Store {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
-            .field("url", &spillway_redis::redact_url(&self.url))
-            .field("redis", &self.redis)
-            .field("timeout", &self.timeout)
-            .field("on_error", &self.on_error)
-            .field("breaker_failures", &self.breaker_failures)
-            .field("breaker_cooldown", &self.breaker_cooldown)
-            .field("deny_cache_bytes", &self.deny_cache_bytes)
-            .field("memory_bytes", &self.memory_bytes)
-            .field("share_bytes", &self.share_bytes)
-            .field("reference_local_cache", &self.reference_local_cache)
-            .field("key_prefix", &self.key_prefix)
-            .field("cluster_shards", &self.cluster_shards)
-            .field("health_follows_store", &self.health_follows_store)
-            .field("per_second", &self.per_second)
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for Xds {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let headers: Vec<(&str, &str)> = self
-            .headers
-            .iter()
-            .map(|(name, _)| (name.as_str(), "***"))
-            .collect();
-        f.debug_struct("Xds")
-            .field("server", &self.server)
-            .field("node_id", &self.node_id)
-            .field("node_metadata", &self.node_metadata)
-            .field("headers", &headers)
-            .field("tls", &self.tls)
-            .field("backoff_initial", &self.backoff_initial)
-            .field("backoff_max", &self.backoff_max)
-            .field("max_message_bytes", &self.max_message_bytes)
-            .field("ready_without_rules", &self.ready_without_rules)
-            .finish()
-    }
-}
-
-/// TLS to the ADS server.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct XdsTls {
-    /// CAs to trust (default: the system's roots).
-    pub server_ca: Option<PathBuf>,
-    /// The name the server's certificate must carry (default: the URL's host).
-    pub server_san: Option<String>,
-    /// A client certificate and key to present.
-    pub client_cert: Option<PathBuf>,
-    pub client_key: Option<PathBuf>,
 }
 
 /// How decisions are answered, service-wide.

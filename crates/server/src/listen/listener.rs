@@ -9,7 +9,7 @@ use super::{Limits, ListenerTls};
 use crate::metrics;
 use crate::tls::ClientCert;
 
-/// What [`serve`] accepts connections from: a TCP listener (over TLS when asked), or a
+/// What [`serve`](super::serve) accepts connections from: a TCP listener (over TLS when asked), or a
 /// Unix socket (`GRPC_UDS`: local callers only, so plaintext, and no first-byte wait).
 pub trait Listener: Send + 'static {
     /// An accepted connection.
