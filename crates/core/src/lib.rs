@@ -73,6 +73,6 @@ pub use sharing::Sharing;
 pub use store::{
     DEFAULT_DENY_CACHE_BYTES, DEFAULT_MEMORY_STORE_BYTES, DenyCache, Guard, Guarded, GuardedStore,
     HEAVY_WORK, HashKeys, Keep, KeyHash, MAX_BATCH, MemoryStore, MemoryStoreBuilder, Records,
-    Rehash, Request, Source, Store, Unanswered, is_heavy, work,
+    Rehash, Report, Request, Source, Store, Unanswered, is_heavy, report, work,
 };
 pub use time::Timestamp;

@@ -15,7 +15,8 @@ mod round;
 use std::future::Future;
 
 pub use guarded::{
-    DEFAULT_DENY_CACHE_BYTES, DenyCache, Guard, Guarded, GuardedStore, Source, Unanswered,
+    DEFAULT_DENY_CACHE_BYTES, DenyCache, Guard, Guarded, GuardedStore, Report, Source, Unanswered,
+    report,
 };
 pub use memory::{
     DEFAULT_MAX_BYTES as DEFAULT_MEMORY_STORE_BYTES, HashKeys, KeyHash, MemoryStore,

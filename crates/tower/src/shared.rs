@@ -9,7 +9,7 @@ use http::Response;
 use http::request::Parts;
 use spillway_core::headers::HeaderStyle;
 use spillway_core::{
-    Clock, Guard, GuardedStore, Key, MAX_EXACT, MAX_KEY_LEN, Mode, OnStoreError, Request,
+    Clock, Guard, GuardedStore, Key, MAX_EXACT, MAX_KEY_LEN, Mode, OnStoreError, Report, Request,
     Reservation, Source, Store, StoreFailure, Timestamp, Unanswered,
 };
 
@@ -240,43 +240,29 @@ impl<St: Store, C: Clock> Shared<St, C> {
 
     async fn decide_requests(&self, requests: &[Request<'_>]) -> (Verdict, bool) {
         let now = self.clock.now();
-        let answer = match self.store.decide(requests, &self.guards, now).await {
+        let result = self.store.decide(requests, &self.guards, now).await;
+        spillway_core::report(result.as_ref(), self);
+        let answer = match result {
             Ok(answer) => answer,
-            Err(Unanswered::Unavailable(failure)) => {
-                self.failed(&failure);
+            Err(Unanswered::Unavailable(_)) => {
                 let refusal = Refusal::Reject(Rejection::Unavailable, Headers::default());
                 return (Verdict::Refuse(refusal), false);
             }
             Err(Unanswered::Invalid(e)) => return (invalid(&e), false),
         };
         let charged = answer.failure.is_none() && answer.batch.denied_by.is_none();
-        let verdict = match &answer.failure {
-            None => {
-                match answer.sources.first() {
-                    Some(Source::Cache) => {
-                        metrics::counter!("spillway_tower_deny_cache_hits_total").increment(1);
-                    }
-                    Some(Source::Share) => {
-                        metrics::counter!("spillway_tower_share_decisions_total").increment(1);
-                    }
-                    _ => {}
-                }
-                self.verdict(&answer.batch.decisions, answer.batch.denied_by)
-            }
-            Some(failure) => {
-                self.failed(failure);
-                // Admitted without a store: no limit was counted, so no headers.
-                if answer.sources.iter().all(|s| *s == Source::Open) {
-                    return (Verdict::Allow(Headers::default()), false);
-                }
-                self.verdict(&answer.batch.decisions, answer.batch.denied_by)
-            }
-        };
+        // Admitted without a store: no limit was counted, so no headers.
+        if answer.failure.is_some() && answer.sources.iter().all(|s| *s == Source::Open) {
+            return (Verdict::Allow(Headers::default()), false);
+        }
+        let verdict = self.verdict(&answer.batch.decisions, answer.batch.denied_by);
         (verdict, charged)
     }
+}
 
-    /// A round the store did not answer, in metrics and (for a failed call) the log.
-    fn failed(&self, failure: &StoreFailure) {
+/// A round's answer in the layer's metrics and log.
+impl<St: Store, C: Clock> Report for Shared<St, C> {
+    fn failed(&self, failure: &StoreFailure, _closed: bool) {
         let policy = self.on_store_error.name();
         let kind = failure.kind();
         metrics::counter!("spillway_tower_store_errors_total", "kind" => kind, "policy" => policy)
@@ -284,6 +270,19 @@ impl<St: Store, C: Clock> Shared<St, C> {
         // The breaker already says the store is down; one line per request would flood.
         if let StoreFailure::Failed(e) = failure {
             tracing::warn!(error = %e, policy, "rate limit store failed");
+        }
+    }
+
+    /// Counted per request: by its first limit's answer.
+    fn answered_by(&self, i: usize, source: Source) {
+        match source {
+            Source::Cache if i == 0 => {
+                metrics::counter!("spillway_tower_deny_cache_hits_total").increment(1);
+            }
+            Source::Share if i == 0 => {
+                metrics::counter!("spillway_tower_share_decisions_total").increment(1);
+            }
+            _ => {}
         }
     }
 }

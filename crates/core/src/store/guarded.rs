@@ -18,11 +18,13 @@ mod deny_cache;
 mod failure;
 mod quota;
 mod records;
+mod report;
 mod shares;
 
 use std::time::Duration;
 
 pub use deny_cache::DenyCache;
+pub use report::{Report, report};
 
 use crate::{
     BatchDecision, Breaker, Error, Mode, OnStoreError, Sharing, Store, StoreFailure, Timestamp,

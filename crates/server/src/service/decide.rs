@@ -1,7 +1,9 @@
 //! The decide stage: the store rounds of one check (on Redis Cluster one per
 //! descriptor, all at once; elsewhere one), and what answers when the store does not.
 
-use spillway_core::{Guard, Request, Source, StoreFailure, Timestamp, Unanswered};
+use std::cell::Cell;
+
+use spillway_core::{Guard, Report, Request, Source, StoreFailure, Timestamp, Unanswered};
 use spillway_policy::RuleLimit;
 use tracing::Instrument;
 
@@ -207,7 +209,16 @@ impl Service {
             }
         };
         let span = crate::otel::store_span(name, stores.store().kind(), batch.len());
-        let answer = match call.instrument(span).await {
+        let result = call.instrument(span).await;
+        let reporter = Reporter {
+            store: (name, stores),
+            locally: Cell::new(false),
+        };
+        spillway_core::report(result.as_ref().map(|(answer, _)| answer), &reporter);
+        if reporter.locally.get() {
+            metrics::fallback("local");
+        }
+        let answer = match result {
             Ok((answer, kept)) => {
                 if let Some(carried) = carried.filter(|_| keep.is_some()) {
                     *carried.kept.lock() = kept.map(|handle| (name, handle));
@@ -215,38 +226,46 @@ impl Service {
                 answer
             }
             Err(Unanswered::Invalid(e)) => return Err(CheckError::Invalid(e.to_string())),
+            // The caller learns the kind; the log has the store's own words (they
+            // can name nodes and keys, which a caller has no business reading).
             Err(Unanswered::Unavailable(failure)) => {
-                failed((name, stores), &failure, true);
-                metrics::fallback("closed");
-                // The caller learns the kind; the log has the store's own words (they
-                // can name nodes and keys, which a caller has no business reading).
                 return Err(CheckError::Unavailable(unavailable(&failure)));
             }
         };
-        if let Some(failure) = &answer.failure {
-            failed((name, stores), failure, false);
-        }
-        let mut locally = false;
+        // `degraded`: a failure policy decided, not the store (nor its cache).
         let decided = which
             .iter()
             .zip(answer.batch.decisions)
             .zip(answer.sources)
-            .map(|((&i, d), source)| {
-                match source {
-                    Source::Store => {}
-                    Source::Cache => metrics::deny_cache_hit(),
-                    Source::Share => metrics::share_hit(),
-                    Source::Local => locally = true,
-                    Source::Open => metrics::fallback("open"),
-                }
-                // `degraded`: a failure policy decided, not the store (nor its cache).
-                (i, d, matches!(source, Source::Local | Source::Open))
-            })
+            .map(|((&i, d), source)| (i, d, source.degraded()))
             .collect();
-        if locally {
-            metrics::fallback("local");
-        }
         Ok(decided)
+    }
+}
+
+/// A round's answer in the service's metrics and log.
+struct Reporter<'s> {
+    store: (&'static str, &'s Stores),
+    /// A decision of the round was `local`'s: counted once a round.
+    locally: Cell<bool>,
+}
+
+impl Report for Reporter<'_> {
+    fn failed(&self, failure: &StoreFailure, closed: bool) {
+        failed(self.store, failure, closed);
+        if closed {
+            metrics::fallback("closed");
+        }
+    }
+
+    fn answered_by(&self, _: usize, source: Source) {
+        match source {
+            Source::Store => {}
+            Source::Cache => metrics::deny_cache_hit(),
+            Source::Share => metrics::share_hit(),
+            Source::Local => self.locally.set(true),
+            Source::Open => metrics::fallback("open"),
+        }
     }
 }
 
