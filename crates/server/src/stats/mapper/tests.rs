@@ -64,14 +64,14 @@ fn a_custom_file_renames_drops_and_filters_by_type() {
         r#"
 mappings:
   - match: "ratelimit.service.rate_limit.*.*.total_hits"
-name: "hits_$1"
-labels: { route: "$2" }
+    name: "hits_$1"
+    labels: { route: "$2" }
   - match: "ratelimit.service.rate_limit.*.*.near_limit"
-action: drop
+    action: drop
   - match: 'ratelimit\.service\.call\.(.*)'
-match_type: regex
-match_metric_type: gauge
-name: "never"
+    match_type: regex
+    match_metric_type: gauge
+    name: "never"
 "#,
     )
     .unwrap();
