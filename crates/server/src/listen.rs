@@ -23,11 +23,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
-use crate::metrics;
-
 mod activity;
 mod listener;
 
+use crate::metrics;
 use crate::tls::{Certs, ClientCert, TlsFiles};
 use activity::{Activity, Busy, Tracked};
 pub use listener::{Listener, bind_unix};
@@ -130,23 +129,21 @@ impl Limits {
 }
 
 /// What a listener serves: an axum router, or the gRPC edge around tonic's routes.
+/// (Its future must be `Send` too, which each use says: a trait's `where` clause on
+/// an associated type is not carried to the places that use the trait.)
 pub trait App<B>:
     tower::Service<Request<Incoming>, Response = axum::http::Response<B>, Error = Infallible>
     + Clone
     + Send
     + 'static
-where
-    Self::Future: Send,
 {
 }
 
-impl<S, B> App<B> for S
-where
+impl<S, B> App<B> for S where
     S: tower::Service<Request<Incoming>, Response = axum::http::Response<B>, Error = Infallible>
         + Clone
         + Send
-        + 'static,
-    S::Future: Send,
+        + 'static
 {
 }
 

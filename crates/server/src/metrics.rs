@@ -49,14 +49,15 @@ pub fn handle() -> &'static PrometheusHandle {
 }
 
 /// A request arrived on `api` (`grpc`, `http`, `json`, `reserve`, `commit`). Counted
-/// on every request: the gRPC API's counter is registered once and kept (an atomic add,
-/// not a lookup of the recorder's registry by name and label).
+/// on every request: each API's counter is registered once and kept (an atomic add, not
+/// a lookup of the recorder's registry by name and label).
 pub fn request(api: &'static str) {
-    static GRPC: OnceLock<metrics::Counter> = OnceLock::new();
-    let grpc = || counter!("spillway_requests_total", "api" => "grpc");
-    match api {
-        "grpc" => GRPC.get_or_init(grpc).increment(1),
-        _ => counter!("spillway_requests_total", "api" => api).increment(1),
+    const APIS: [&str; 5] = ["grpc", "http", "json", "reserve", "commit"];
+    static COUNTERS: [OnceLock<metrics::Counter>; 5] = [const { OnceLock::new() }; 5];
+    let register = |api| counter!("spillway_requests_total", "api" => api);
+    match APIS.iter().position(|a| *a == api) {
+        Some(i) => COUNTERS[i].get_or_init(|| register(APIS[i])).increment(1),
+        None => register(api).increment(1),
     }
 }
 

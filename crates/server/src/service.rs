@@ -72,9 +72,7 @@ impl Options {
             policies
         }
     }
-}
 
-impl Options {
     /// The options `config` sets (its `service` settings, and the store's failure
     /// policy and key prefix).
     pub fn of(config: &crate::config::Config) -> Options {

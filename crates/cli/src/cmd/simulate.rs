@@ -292,12 +292,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
 /// Shared between servers, `all` means the algorithms that can be shared: fixed_window.
 fn limits(args: &SimulateArgs, shared: bool) -> anyhow::Result<Vec<Limit>> {
     if shared && args.algorithms == ["all"] {
-        let shape = crate::limit::Shape::default();
         return Ok(vec![crate::limit::build(
             Algorithm::FixedWindow,
             args.limit,
             args.window,
-            shape,
+            crate::limit::Shape::default(),
         )?]);
     }
     let edge: Option<Edge> = args.edge.as_deref().map(str::parse).transpose()?;

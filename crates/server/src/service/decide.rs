@@ -43,22 +43,17 @@ impl Service {
                 .await?;
         }
         // Nearly every check has only rules decided together: one round, awaited as
-        // it is. The two at once are boxed: a future holds every future it joins, and
-        // a check's future is moved whole at each await that holds it (kilobytes more
-        // a decision, memory store included, to copy).
+        // it is (see `at_once`).
         if check.alone.is_empty() {
             return self
                 .rounds(&check.hits, &check.together, now, carried)
                 .await;
         }
-        let (a, b) = tokio::join!(
-            Box::pin(self.rounds(&check.hits, &check.together, now, carried)),
-            Box::pin(self.rounds(&check.hits, &check.alone, now, carried))
-        );
-        let mut decided = a?;
-        decided.extend(b?);
-        decided.sort_unstable_by_key(|d| d.0);
-        Ok(decided)
+        at_once(
+            self.rounds(&check.hits, &check.together, now, carried),
+            self.rounds(&check.hits, &check.alone, now, carried),
+        )
+        .await
     }
 
     /// The store rounds for the hits at `which`: with a per-second store, its rules'
@@ -84,15 +79,11 @@ impl Service {
             .per_second()
             .map(|s| ("per_second", s))
             .expect("checked above");
-        // Boxed, as in `decide`: only a service with a per-second store pays for it.
-        let (a, b) = tokio::join!(
-            Box::pin(self.round(("main", &self.stores), hits, &main, now, carried)),
-            Box::pin(self.round(per_second, hits, &second, now, carried))
-        );
-        let mut decided = a?;
-        decided.extend(b?);
-        decided.sort_unstable_by_key(|d| d.0);
-        Ok(decided)
+        at_once(
+            self.round(("main", &self.stores), hits, &main, now, carried),
+            self.round(per_second, hits, &second, now, carried),
+        )
+        .await
     }
 
     /// Whether the hits at `which` decide on two stores (the per-second one and the
@@ -239,6 +230,27 @@ impl Service {
             .zip(answer.sources)
             .map(|((&i, d), source)| (i, d, source.degraded()))
             .collect();
+        Ok(decided)
+    }
+}
+
+/// Two sets of rounds at the same time, their decisions in hit order. Each is boxed: a
+/// future holds every future it joins, and a check's future is copied whole at each
+/// await that holds it, so unboxed these would add kilobytes to every decision's copies
+/// (memory store included), while only a check with rules decided alone, or a service
+/// with a per-second store, comes here.
+/// (Boxed when called, not in an `async fn`'s body: that would keep both unboxed in its
+/// own future until its first poll.)
+fn at_once(
+    a: impl Future<Output = Result<Vec<Decided>, CheckError>>,
+    b: impl Future<Output = Result<Vec<Decided>, CheckError>>,
+) -> impl Future<Output = Result<Vec<Decided>, CheckError>> {
+    let (a, b) = (Box::pin(a), Box::pin(b));
+    async move {
+        let (a, b) = tokio::join!(a, b);
+        let mut decided = a?;
+        decided.extend(b?);
+        decided.sort_unstable_by_key(|d| d.0);
         Ok(decided)
     }
 }
