@@ -1,5 +1,8 @@
-//! Coalesced script calls: decisions that arrive while calls are in flight wait on
-//! their lane and go out together, as the batches of one script call.
+//! Coalesced calls: decisions that arrive while calls are in flight wait on their
+//! lane and go out together, as the batches of one call. The queue is the same for
+//! whatever a lane carries ([`Batch`]: the script's batches, `script.rs`, or the
+//! reference's counted ones, `store/counter.rs`); what a call is and how its reply
+//! splits belong to what it carries, and the call itself is `store/call.rs`.
 //!
 //! A lane is what one call may span: the whole server on standalone and Sentinel, one
 //! hash slot on Cluster (Redis refuses a script whose KEYS span slots, even slots of
@@ -12,8 +15,8 @@
 //! a call costs Redis more than the decisions in it. A decision whose
 //! caller stopped waiting (its timeout) is dropped before it is sent: never charged.
 //!
-//! The script decides the batches of a call in order, each all or nothing, each as
-//! it would alone; one that fails fails alone (see `scripts/round.lua`).
+//! A call decides its batches in order, each as it would alone; one that fails fails
+//! alone (see `scripts/round.lua`, and `store/counter.rs` for a pipeline's).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -24,8 +27,7 @@ use redis::cluster_routing::Slot;
 use redis::{RedisError, Value};
 use tokio::sync::oneshot;
 
-use crate::error::is_transient;
-use crate::script::Section;
+use crate::error::{is_transient, unexpected};
 
 /// Calls in flight per lane: Redis runs one while the next is on the wire, and the
 /// decisions that arrive meanwhile wait for the first to end.
@@ -45,10 +47,20 @@ pub(crate) const MAX_BATCHES: usize = 64;
 /// The most keys one call carries (a larger batch still goes, alone).
 pub(crate) const MAX_KEYS: usize = 512;
 
+/// What a lane carries: one decision's batch, of which a call takes several.
+pub(crate) trait Batch: Sized + Send + 'static {
+    /// Redis keys the batch names (a call's cap, [`MAX_KEYS`]).
+    fn keys(&self) -> usize;
+
+    /// Splits a call's reply into one part per batch of `batches`, in order; or says
+    /// why the reply does not fit them.
+    fn split(reply: Value, batches: &[Waiting<Self>]) -> Result<Vec<Value>, String>;
+}
+
 /// One batch waiting for its call, and where its part of the reply goes.
 #[derive(Debug)]
-pub(crate) struct Waiting {
-    pub(crate) section: Section,
+pub(crate) struct Waiting<B> {
+    pub(crate) batch: B,
     pub(crate) answer: oneshot::Sender<Result<Value, Failure>>,
 }
 
@@ -71,47 +83,61 @@ impl Failure {
                 transient: is_transient(&e),
                 source: Box::new(e),
             },
-            Failure::Reply(why) => crate::script::unexpected(why),
+            Failure::Reply(why) => unexpected(why),
         }
     }
 }
 
-/// A lane: the slot on Cluster (`None`, the one lane, elsewhere), and the kind of
-/// batch it carries.
+/// A lane: the slot on Cluster (`None`, the one lane, elsewhere), and how its calls
+/// take batches.
 pub(crate) type LaneId = (Option<Slot>, Kind);
 
-/// What a lane's calls carry.
+/// How a lane's calls take batches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
-    /// Script calls of light batches.
+    /// As many as a call's caps allow, [`CALLS_PER_LANE`] calls at a time.
     Light,
-    /// Heavy batches ([`spillway_core::is_heavy`]), each in a script call of its own,
-    /// one call at a time on its lane: light batches never wait in a call that carries
-    /// one, and Redis, which runs one script at a time, runs light calls between heavy
+    /// Heavy batches ([`spillway_core::is_heavy`]), each in a call of its own, one call
+    /// at a time on its lane: light batches never wait in a call that carries one,
+    /// and Redis, which runs one script at a time, runs light calls between heavy
     /// ones.
     Heavy,
-    /// Batches of the reference's rules, in one pipeline of plain commands
-    /// (`store/counter.rs`).
-    Counted,
 }
 
-/// The lanes of one store.
-#[derive(Debug, Default)]
-pub(crate) struct Lanes {
-    lanes: Mutex<HashMap<LaneId, Lane>>,
+/// The lanes of one store for one kind of batch.
+#[derive(Debug)]
+pub(crate) struct Lanes<B> {
+    lanes: Mutex<HashMap<LaneId, Lane<B>>>,
 }
 
-#[derive(Debug, Default)]
-struct Lane {
-    waiting: VecDeque<Waiting>,
+impl<B> Default for Lanes<B> {
+    fn default() -> Self {
+        Lanes {
+            lanes: Mutex::default(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Lane<B> {
+    waiting: VecDeque<Waiting<B>>,
     calls: usize,
 }
 
-impl Lanes {
+impl<B> Default for Lane<B> {
+    fn default() -> Self {
+        Lane {
+            waiting: VecDeque::new(),
+            calls: 0,
+        }
+    }
+}
+
+impl<B: Batch> Lanes<B> {
     /// Queues `batch` on `lane`. When the lane has room for another call, returns the
     /// batches the caller must send now (`batch` among them) and counts the call;
     /// otherwise `batch` waits for a call in flight to end ([`Lanes::next`]).
-    pub(crate) fn submit(&self, lane: LaneId, batch: Waiting) -> Option<Vec<Waiting>> {
+    pub(crate) fn submit(&self, lane: LaneId, batch: Waiting<B>) -> Option<Vec<Waiting<B>>> {
         let mut lanes = self.lanes.lock();
         let l = lanes.entry(lane).or_default();
         l.waiting.push_back(batch);
@@ -133,7 +159,7 @@ impl Lanes {
 
     /// A call on `lane` ended: the batches its sender must send next, or `None` (the
     /// call no longer counts).
-    pub(crate) fn next(&self, lane: LaneId) -> Option<Vec<Waiting>> {
+    pub(crate) fn next(&self, lane: LaneId) -> Option<Vec<Waiting<B>>> {
         let mut lanes = self.lanes.lock();
         let l = lanes.get_mut(&lane)?;
         // Few waiting and another call in flight: they go out when that one ends.
@@ -154,32 +180,32 @@ impl Lanes {
 
     /// Adds to `taken`, a call about to go on `lane`, the batches that arrived since
     /// it was taken, up to a call's caps.
-    pub(crate) fn top_up(&self, lane: LaneId, taken: &mut Vec<Waiting>) {
+    pub(crate) fn top_up(&self, lane: LaneId, taken: &mut Vec<Waiting<B>>) {
         let mut lanes = self.lanes.lock();
         if let Some(l) = lanes.get_mut(&lane) {
-            let keys = taken.iter().map(|w| w.section.keys.len()).sum();
+            let keys = taken.iter().map(|w| w.batch.keys()).sum();
             l.take_into(lane.1 == Kind::Heavy, taken, keys);
         }
     }
 }
 
-impl Lane {
+impl<B: Batch> Lane<B> {
     /// The batches for one call, oldest first, skipping those nobody waits for; one
     /// alone when `heavy`.
-    fn take(&mut self, heavy: bool) -> Vec<Waiting> {
-        let mut taken: Vec<Waiting> = Vec::new();
+    fn take(&mut self, heavy: bool) -> Vec<Waiting<B>> {
+        let mut taken = Vec::new();
         self.take_into(heavy, &mut taken, 0);
         taken
     }
 
     /// Moves waiting batches into `taken` (holding `keys` keys) up to a call's caps.
-    fn take_into(&mut self, heavy: bool, taken: &mut Vec<Waiting>, mut keys: usize) {
+    fn take_into(&mut self, heavy: bool, taken: &mut Vec<Waiting<B>>, mut keys: usize) {
         while let Some(w) = self.waiting.front() {
             if w.answer.is_closed() {
                 self.waiting.pop_front();
                 continue;
             }
-            let more = w.section.keys.len();
+            let more = w.batch.keys();
             let most = if heavy { 1 } else { MAX_BATCHES };
             if !taken.is_empty() && (taken.len() == most || keys + more > MAX_KEYS) {
                 break;
@@ -191,17 +217,9 @@ impl Lane {
 }
 
 /// Hands each batch of a call its part of `reply`, or the call's failure.
-pub(crate) fn answer(batches: Vec<Waiting>, reply: Result<Value, Failure>) {
-    let parts = reply.and_then(|value| {
-        let split = match batches.first().and_then(|w| w.section.counted.as_ref()) {
-            Some(_) => crate::store::counter::split_reply(value, &batches),
-            None => {
-                let sizes = batches.iter().map(|w| w.section.requests.len());
-                crate::script::split_reply(value, sizes)
-            }
-        };
-        split.map_err(|why| Failure::Reply(why.into()))
-    });
+pub(crate) fn answer<B: Batch>(batches: Vec<Waiting<B>>, reply: Result<Value, Failure>) {
+    let parts =
+        reply.and_then(|value| B::split(value, &batches).map_err(|why| Failure::Reply(why.into())));
     match parts {
         Ok(parts) => {
             for (w, part) in batches.into_iter().zip(parts) {
@@ -221,28 +239,49 @@ pub(crate) fn answer(batches: Vec<Waiting>, reply: Result<Value, Failure>) {
 mod tests {
     use super::*;
 
-    fn batch(keys: usize) -> (Waiting, oneshot::Receiver<Result<Value, Failure>>) {
+    /// A batch of this many keys, whose part of a call's reply (an array) is one
+    /// element.
+    #[derive(Debug)]
+    struct Keys(usize);
+
+    impl Batch for Keys {
+        fn keys(&self) -> usize {
+            self.0
+        }
+
+        fn split(reply: Value, batches: &[Waiting<Self>]) -> Result<Vec<Value>, String> {
+            match reply {
+                Value::Array(parts) if parts.len() == batches.len() => Ok(parts),
+                other => Err(format!(
+                    "{} batch replies expected: {other:?}",
+                    batches.len()
+                )),
+            }
+        }
+    }
+
+    fn batch(keys: usize) -> (Waiting<Keys>, oneshot::Receiver<Result<Value, Failure>>) {
         let (answer, reply) = oneshot::channel();
-        let section = Section {
-            keys: vec!["k".to_owned(); keys],
-            now: None,
-            requests: Vec::new(),
-            counted: None,
-        };
-        (Waiting { section, answer }, reply)
+        (
+            Waiting {
+                batch: Keys(keys),
+                answer,
+            },
+            reply,
+        )
     }
 
     /// The one lane of a standalone server, for light batches.
     const LIGHT: LaneId = (None, Kind::Light);
 
     /// Keys of the batches handed out, to tell them apart.
-    fn sizes(batches: &[Waiting]) -> Vec<usize> {
-        batches.iter().map(|w| w.section.keys.len()).collect()
+    fn sizes(batches: &[Waiting<Keys>]) -> Vec<usize> {
+        batches.iter().map(|w| w.batch.0).collect()
     }
 
     #[test]
     fn a_free_lane_sends_at_once_and_a_busy_one_queues() {
-        let lanes = Lanes::default();
+        let lanes = Lanes::<Keys>::default();
         let mut held = Vec::new();
         let (w, r) = batch(1);
         held.push(r);
@@ -287,7 +326,7 @@ mod tests {
 
     #[test]
     fn a_call_takes_at_most_its_share_and_skips_callers_gone() {
-        let lanes = Lanes::default();
+        let lanes = Lanes::<Keys>::default();
         let mut held = Vec::new();
         let (w, r) = batch(1);
         held.push(r);
@@ -336,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_heavy_lane_sends_one_batch_per_call_one_call_at_a_time() {
-        let lanes = Lanes::default();
+        let lanes = Lanes::<Keys>::default();
         let heavy = (None, Kind::Heavy);
         let mut held = Vec::new();
         let (w, r) = batch(1);
@@ -359,16 +398,11 @@ mod tests {
 
     #[test]
     fn each_batch_gets_its_part_or_the_calls_failure() {
-        // One flat array: a batch's `denied_by` and its requests' integers (none here),
-        // or the string saying why it failed.
         let (a, mut ra) = batch(1);
         let (b, mut rb) = batch(1);
         let parts = vec![Value::Int(1), Value::BulkString(b"why".to_vec())];
         answer(vec![a, b], Ok(Value::Array(parts)));
-        assert_eq!(
-            ra.try_recv().unwrap().unwrap(),
-            Value::Array(vec![Value::Int(1)])
-        );
+        assert_eq!(ra.try_recv().unwrap().unwrap(), Value::Int(1));
         assert_eq!(
             rb.try_recv().unwrap().unwrap(),
             Value::BulkString(b"why".to_vec())

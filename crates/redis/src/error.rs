@@ -136,3 +136,12 @@ fn diagnose(e: &RedisError, tls: bool) -> (&'static str, bool) {
 pub(crate) fn is_transient(e: &RedisError) -> bool {
     !matches!(e.retry_method(), RetryMethod::NoRetry) || e.is_timeout() || e.is_io_error()
 }
+
+/// A reply Redis should never give to a call (the decision script's, or a counted
+/// batch's pipeline): a bug here or there, not worth a retry.
+pub(crate) fn unexpected(why: impl std::fmt::Display) -> spillway_core::Error {
+    spillway_core::Error::Store {
+        source: format!("unexpected reply from Redis: {why}").into(),
+        transient: false,
+    }
+}

@@ -17,13 +17,15 @@
 
 use std::sync::LazyLock;
 
-use redis::Cmd;
+use redis::{Cmd, Value};
 use spillway_core::algorithm::{bloom, distinct};
 use spillway_core::{Algorithm, Edge, Limit, Rejected, Request, Timestamp};
 
+use crate::coalesce::{Batch, Waiting};
+
 mod reply;
 
-pub(crate) use reply::{parse_reply, split_reply, unexpected};
+pub(crate) use reply::{parse_reply, split_reply};
 
 /// The decision code's files, joined at build time in the order `prelude.lua` states:
 /// one Lua chunk that defines `decide(keys, argv)`.
@@ -126,10 +128,16 @@ pub(crate) struct Section {
     /// `now` in µs, or `None` for Redis `TIME`.
     pub(crate) now: Option<u64>,
     pub(crate) requests: Vec<(String, Cost, Vec<u8>)>,
-    /// For a batch of the reference's rules, decided with no script
-    /// (`store/counter.rs`): each request's window key's TTL and whether the call sets
-    /// it. `None` for the script's batches.
-    pub(crate) counted: Option<Vec<crate::store::counter::Window>>,
+}
+
+impl Batch for Section {
+    fn keys(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn split(reply: Value, batches: &[Waiting<Self>]) -> Result<Vec<Value>, String> {
+        split_reply(reply, batches.iter().map(|w| w.batch.requests.len()))
+    }
 }
 
 impl Section {
@@ -168,7 +176,6 @@ impl Section {
             keys,
             now,
             requests,
-            counted: None,
         }
     }
 }

@@ -22,10 +22,9 @@ use spillway_core::store::{is_counted, validate};
 use spillway_core::{
     BatchDecision, Error as CoreError, Keep, Key, Limit, Request, Store, Timestamp,
 };
-use tokio::sync::oneshot;
 
 use crate::Error;
-use crate::coalesce::{Failure, Kind, Lanes, Waiting};
+use crate::coalesce::{Failure, Kind, Lanes};
 use crate::connection::Connection;
 use crate::key::{Layout, ring_keys};
 use crate::script::{self, Section, TimeSource};
@@ -94,7 +93,10 @@ struct Inner {
     /// Set when a server that had functions stops knowing `FCALL` (a failover to an
     /// older server): calls go as scripts from then on.
     functions_lost: AtomicBool,
-    lanes: Lanes,
+    /// The script's batches waiting for their calls.
+    scripts: Lanes<Section>,
+    /// The reference's counted batches waiting for their calls.
+    counted: Lanes<counter::Counted>,
     /// Window keys of the reference's rules whose TTL this process has seen set.
     expiring: counter::Expiring,
 }
@@ -211,20 +213,33 @@ impl RedisStore {
         } else {
             None
         };
+        let deadline = tokio::time::Instant::now() + self.inner.timeout;
         // The reference's rules take plain commands, no script (`counter.rs`), unless a
         // record comes with them: only the script keeps it with the batch.
         let counted = keep.is_none()
             && requests
                 .iter()
                 .all(|r| is_counted(r.limit) && r.refund.is_none());
-        let kind = if counted {
-            Kind::Counted
-        } else if spillway_core::is_heavy(requests) {
-            Kind::Heavy
-        } else {
-            Kind::Light
+        if counted {
+            let expiring = &self.inner.expiring;
+            let windows = counter::windows(&keys, requests, now, expiring);
+            let batch = counter::Counted::new(keys, requests, windows.clone());
+            let part = self
+                .inner
+                .carry((slot, Kind::Light), batch, deadline)
+                .await?;
+            let (decision, lost) = counter::decide(requests, &windows, part, now, expiring)?;
+            if !lost.is_empty() {
+                self.inner
+                    .expire_again(requests, &windows, &lost, now, deadline)
+                    .await;
+            }
+            return Ok((decision, false));
+        }
+        let kind = match spillway_core::is_heavy(requests) {
+            true => Kind::Heavy,
+            false => Kind::Light,
         };
-        let lane = (slot, kind);
         if requests
             .iter()
             .any(|r| r.limit.algorithm().counts_members())
@@ -238,47 +253,12 @@ impl RedisStore {
                 })
                 .collect();
         }
-        let section_kept = keep.is_some();
-        let (answer, reply) = oneshot::channel();
-        let mut windows = Vec::new();
-        let deadline = tokio::time::Instant::now() + self.inner.timeout;
-        let section = if counted {
-            windows = counter::windows(&keys, requests, now, &self.inner.expiring);
-            counter::section(keys, requests, now, windows.clone())
-        } else {
-            let mut section = Section::new(keys, requests, self.inner.time, now);
-            if let Some((key, keep)) = keep {
-                section.keep(key, keep.record, keep.ttl);
-            }
-            section
-        };
-        if let Some(batches) = self.inner.lanes.submit(lane, Waiting { section, answer }) {
-            // A free lane: this decision goes out at once, from this task. Boxed: the
-            // call's future is large, and most decisions never start one.
-            Box::pin(self.inner.send(lane, batches)).await;
-        }
-        let part = match tokio::time::timeout_at(deadline, reply).await {
-            Ok(Ok(part)) => part.map_err(Failure::error)?,
-            // The runtime dropped the call (shutting down).
-            Ok(Err(_)) => {
-                return Err(CoreError::Store {
-                    source: "the call carrying this decision was dropped".into(),
-                    transient: true,
-                });
-            }
-            Err(_) => return Err(CoreError::Timeout(self.inner.timeout)),
-        };
-        if counted {
-            let expiring = &self.inner.expiring;
-            let (decision, lost) = counter::decide(requests, &windows, part, now, expiring)?;
-            if !lost.is_empty() {
-                self.inner
-                    .expire_again(requests, &windows, &lost, now, deadline)
-                    .await;
-            }
-            return Ok((decision, false));
-        }
-        let (part, kept) = match section_kept {
+        let mut section = Section::new(keys, requests, self.inner.time, now);
+        let keeps = keep
+            .map(|(key, keep)| section.keep(key, keep.record, keep.ttl))
+            .is_some();
+        let part = self.inner.carry((slot, kind), section, deadline).await?;
+        let (part, kept) = match keeps {
             true => records::parse_kept(part),
             false => (part, false),
         };

@@ -10,7 +10,10 @@
 //! `BENCH_CONCURRENCY` (default 32) callers, `BENCH_ONLY=http-memory` (or `grpc-redis`, …)
 //! one target after the ceiling.
 
-#![allow(clippy::disallowed_methods)] // a benchmark reads the real clock
+#![allow(clippy::disallowed_methods)]
+// a benchmark reads the real clock
+// The decision future nests the Redis client's futures (as the library says).
+#![recursion_limit = "256"]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -123,7 +126,7 @@ async fn in_process() {
     );
     let service =
         spillway_server::Service::new(policies, stores, Arc::new(SystemClock), Default::default());
-    let requests: Vec<spillway_server::CheckRequest> = (0..KEYS)
+    let requests: Vec<spillway_server::Valid> = (0..KEYS)
         .map(|i| spillway_server::CheckRequest {
             domain: "bench".into(),
             descriptors: vec![spillway_server::Descriptor {
@@ -133,6 +136,7 @@ async fn in_process() {
             hits: 1,
             ..Default::default()
         })
+        .map(|r| r.validate().expect("a valid request"))
         .collect();
     println!(
         "Service::check future: {} bytes",

@@ -31,7 +31,7 @@ pub use explain::{
     DeniedBy, DescriptorExplanation, Explanation, LimitExplanation, LimitState, PathStep,
 };
 pub use request::CheckError;
-use request::{CheckRequest, CheckResponse, Code, Status};
+use request::{CheckResponse, Code, Status, Valid};
 
 /// Service-wide switches (the reference's `SHADOW_MODE`, `QUOTA_MODE`, `NEAR_LIMIT_RATIO`).
 #[derive(Clone, Debug)]
@@ -298,7 +298,7 @@ impl Service {
     }
 
     /// Decides a request.
-    pub async fn check(&self, req: &CheckRequest) -> Result<CheckResponse, CheckError> {
+    pub async fn check(&self, req: &Valid) -> Result<CheckResponse, CheckError> {
         self.checked(req, None).await.map(|(answer, _)| answer)
     }
 
@@ -306,10 +306,9 @@ impl Service {
     /// (a reservation's, `reserve.rs`). Says how the store took part.
     pub(crate) async fn checked(
         &self,
-        req: &CheckRequest,
+        req: &Valid,
         carried: Option<&Carried<'_>>,
     ) -> Result<(CheckResponse, Checked), CheckError> {
-        req.validate()?;
         let policies = self.policies.load();
         let Some(domain) = policies.domain(&req.domain) else {
             metrics::domain_not_found();

@@ -58,10 +58,10 @@ impl AppState {
     /// shadow.
     pub(crate) async fn check(
         &self,
-        mut req: CheckRequest,
+        req: CheckRequest,
         callers: Callers,
     ) -> Result<CheckResponse, CheckError> {
-        req.bound_by(callers)?;
+        let req = req.admit(callers)?;
         crate::otel::domain(&tracing::Span::current(), &req.domain);
         let answer = self.service.check(&req).await?;
         self.service.shadow(req, answer.overall == Code::Ok);

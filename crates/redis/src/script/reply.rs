@@ -6,13 +6,7 @@ use std::time::Duration;
 use redis::Value;
 use spillway_core::{BatchDecision, Decision, Error as CoreError, Outcome, Request};
 
-/// A reply the script should never give: a bug here or there, not worth a retry.
-pub(crate) fn unexpected(why: impl std::fmt::Display) -> CoreError {
-    CoreError::Store {
-        source: format!("unexpected reply from the decision script: {why}").into(),
-        transient: false,
-    }
-}
+use crate::error::unexpected;
 
 /// Splits a call's flat reply into one part per batch, in order: an array of
 /// `1 + 4n` integers for a batch of `n` requests (`sizes`), or the string saying why

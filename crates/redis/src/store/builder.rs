@@ -161,7 +161,8 @@ impl RedisStoreBuilder {
             timeout: self.timeout,
             calls,
             functions_lost: AtomicBool::new(false),
-            lanes: Lanes::default(),
+            scripts: Lanes::default(),
+            counted: Lanes::default(),
             expiring: Default::default(),
         };
         inner

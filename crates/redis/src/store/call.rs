@@ -1,24 +1,94 @@
-//! One call on the wire: a lane's batches sent as one `FCALL` (or `EVALSHA`, or a
-//! pipeline of plain commands for the reference's rules), bounded by the store's
-//! timeout, sent once more after "function not found" or `NOSCRIPT`; and, when it
-//! ends however it ends, the lane's next call started ([`Turn`]).
+//! One call on the wire: a decision's batch queued on its lane ([`Inner::carry`]),
+//! the lane's batches sent as one call ([`Carried`]: an `FCALL`, or `EVALSHA`, sent
+//! once more after "function not found" or `NOSCRIPT`; or a pipeline of plain commands
+//! for the reference's rules), bounded by the store's timeout; and, when it ends
+//! however it ends, the lane's next call started ([`Turn`]).
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
-use spillway_core::{Key, Limit, Request, Timestamp};
+use spillway_core::{Error as CoreError, Key, Limit, Request, Timestamp};
+use tokio::sync::oneshot;
 
 use super::calls::{
     is_function_not_found, is_unknown_command, load_library, no_answer, refused, until_answered,
 };
 use super::{Calls, Inner, counter};
 use crate::Error;
-use crate::coalesce::{self, Failure, Kind, LaneId, Waiting};
+use crate::coalesce::{self, Batch, Failure, LaneId, Lanes, Waiting};
 use crate::script::{self, LIBRARY, SCRIPT_SOURCE, Section};
 
+/// What a lane carries, as a call: the store's lanes for it, and the call that sends
+/// a lane's batches.
+pub(super) trait Carried: Batch {
+    fn lanes(inner: &Inner) -> &Lanes<Self>;
+
+    fn call(
+        inner: &Inner,
+        batches: &[Waiting<Self>],
+    ) -> impl Future<Output = Result<Value, RedisError>> + Send;
+}
+
+/// The script's batches: one `FCALL` (or `EVALSHA`) a call.
+impl Carried for Section {
+    fn lanes(inner: &Inner) -> &Lanes<Self> {
+        &inner.scripts
+    }
+
+    fn call(
+        inner: &Inner,
+        batches: &[Waiting<Self>],
+    ) -> impl Future<Output = Result<Value, RedisError>> + Send {
+        inner.eval_sections(batches.iter().map(|w| &w.batch))
+    }
+}
+
+/// The reference's counted batches: one pipeline of plain commands a call.
+impl Carried for counter::Counted {
+    fn lanes(inner: &Inner) -> &Lanes<Self> {
+        &inner.counted
+    }
+
+    async fn call(inner: &Inner, batches: &[Waiting<Self>]) -> Result<Value, RedisError> {
+        let pipe = counter::pipeline(batches.iter().map(|w| &w.batch), inner.expire_nx());
+        inner
+            .connection
+            .query_pipeline(&pipe)
+            .await
+            .map(Value::Array)
+    }
+}
+
 impl Inner {
+    /// Carries `batch` on `lane`: at once, in a call of its own, when the lane has room
+    /// for another call, or else in the call that follows one in flight. Its part of
+    /// the call's reply, by `deadline`.
+    pub(super) async fn carry<B: Carried>(
+        self: &Arc<Inner>,
+        lane: LaneId,
+        batch: B,
+        deadline: tokio::time::Instant,
+    ) -> Result<Value, CoreError> {
+        let (answer, reply) = oneshot::channel();
+        if let Some(batches) = B::lanes(self).submit(lane, Waiting { batch, answer }) {
+            // A free lane: this decision goes out at once, from this task. Boxed: the
+            // call's future is large, and most decisions never start one.
+            Box::pin(self.send(lane, batches)).await;
+        }
+        match tokio::time::timeout_at(deadline, reply).await {
+            Ok(Ok(part)) => part.map_err(Failure::error),
+            // The runtime dropped the call (shutting down).
+            Ok(Err(_)) => Err(CoreError::Store {
+                source: "the call carrying this decision was dropped".into(),
+                transient: true,
+            }),
+            Err(_) => Err(CoreError::Timeout(self.timeout)),
+        }
+    }
+
     pub(super) async fn bounded<T>(
         &self,
         call: impl Future<Output = Result<T, RedisError>>,
@@ -70,26 +140,14 @@ impl Inner {
     /// Sends one call of `lane`. When it ends, or its sender stops waiting for it, the
     /// batches that arrived meanwhile go out in the lane's next call, on a task of its
     /// own ([`Turn`]).
-    pub(super) async fn send(self: &Arc<Inner>, lane: LaneId, batches: Vec<Waiting>) {
-        let _turn = Turn {
+    async fn send<B: Carried>(self: &Arc<Inner>, lane: LaneId, batches: Vec<Waiting<B>>) {
+        let _turn = Turn::<B> {
             inner: Arc::clone(self),
             lane,
+            carries: PhantomData,
         };
-        let reply = self.bounded(self.eval(lane, &batches)).await;
+        let reply = self.bounded(B::call(self, &batches)).await;
         coalesce::answer(batches, reply);
-    }
-
-    async fn eval(&self, lane: LaneId, batches: &[Waiting]) -> Result<Value, RedisError> {
-        let sections = batches.iter().map(|w| &w.section);
-        if lane.1 == Kind::Counted {
-            let pipe = counter::pipeline(sections, self.expire_nx());
-            return self
-                .connection
-                .query_pipeline(&pipe)
-                .await
-                .map(Value::Array);
-        }
-        self.eval_sections(sections).await
     }
 
     /// Whether the server takes `PEXPIRE … NX`, which came with functions, in Redis 7.0.
@@ -168,14 +226,16 @@ impl Inner {
 /// call if batches are waiting: the caller that sent this one may stop waiting (its
 /// timeout, a client gone), and the batches behind it must not wait for another
 /// caller to come by.
-struct Turn {
+struct Turn<B: Carried> {
     inner: Arc<Inner>,
     lane: LaneId,
+    carries: PhantomData<fn() -> B>,
 }
 
-impl Drop for Turn {
+impl<B: Carried> Drop for Turn<B> {
     fn drop(&mut self) {
-        let Some(next) = self.inner.lanes.next(self.lane) else {
+        let lanes = B::lanes(&self.inner);
+        let Some(next) = lanes.next(self.lane) else {
             return;
         };
         match tokio::runtime::Handle::try_current() {
@@ -186,7 +246,7 @@ impl Drop for Turn {
                     for _ in 0..4 {
                         tokio::task::yield_now().await;
                         let had = next.len();
-                        inner.lanes.top_up(lane, &mut next);
+                        B::lanes(&inner).top_up(lane, &mut next);
                         if next.len() == had {
                             break;
                         }
@@ -197,7 +257,7 @@ impl Drop for Turn {
             // No runtime left to send on: the waiting callers see their call dropped.
             Err(_) => {
                 drop(next);
-                while self.inner.lanes.next(self.lane).is_some() {}
+                while lanes.next(self.lane).is_some() {}
             }
         }
     }

@@ -36,8 +36,8 @@ use redis::Value;
 use spillway_core::store::decide_counted;
 use spillway_core::{BatchDecision, Error as CoreError, Request, Timestamp};
 
-use crate::coalesce::Waiting;
-use crate::script::Section;
+use crate::coalesce::{Batch, Waiting};
+use crate::error::unexpected;
 
 /// Window keys whose TTL this process has seen set, by a keyed hash of their text: a
 /// direct-mapped table of [`Expiring::SLOTS`] tags (512 KiB), where a key overwrites
@@ -125,50 +125,84 @@ fn ttl_ms(r: &Request<'_>, now: Timestamp) -> u64 {
 }
 
 /// A batch of counted requests (every one
-/// [`is_counted`](spillway_core::store::is_counted)) on their window `keys` at the
-/// caller's `now`, with their [`windows`].
-pub(crate) fn section(
+/// [`is_counted`](spillway_core::store::is_counted)): each one's window key, cost
+/// (usage is charged in full here, as every counted request is) and [`Window`].
+#[derive(Debug)]
+pub(crate) struct Counted {
     keys: Vec<String>,
-    requests: &[Request<'_>],
-    now: Timestamp,
+    costs: Vec<u64>,
     windows: Vec<Window>,
-) -> Section {
-    Section {
-        keys,
-        now: Some(now.as_micros()),
-        requests: requests
+}
+
+impl Counted {
+    /// `requests` on their window `keys`, with their [`windows`].
+    pub(crate) fn new(keys: Vec<String>, requests: &[Request<'_>], windows: Vec<Window>) -> Self {
+        let costs = requests.iter().map(|r| r.cost).collect();
+        Counted {
+            keys,
+            costs,
+            windows,
+        }
+    }
+
+    /// The commands of each request, in order: `INCRBY`, and `PEXPIRE` unless its key
+    /// is known to have a TTL; or a peek's `GET`.
+    fn commands(&self) -> impl Iterator<Item = (&str, u64, &Window)> {
+        self.keys
             .iter()
-            .map(|r| (String::new(), crate::script::Cost::of(r), Vec::new()))
-            .collect(),
-        counted: Some(windows),
+            .zip(&self.costs)
+            .zip(&self.windows)
+            .map(|((key, &cost), w)| (key.as_str(), cost, w))
+    }
+
+    /// Replies the batch's commands get.
+    fn replies(&self) -> usize {
+        self.commands()
+            .map(|(_, cost, w)| if cost > 0 && w.expire { 2 } else { 1 })
+            .sum()
     }
 }
 
-/// The commands of one request: `INCRBY`, and `PEXPIRE` unless its key is known to
-/// have a TTL, or a peek's `GET`.
-fn replies_of(cost: u64, w: &Window) -> usize {
-    if cost > 0 && w.expire { 2 } else { 1 }
+impl Batch for Counted {
+    fn keys(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Splits a pipeline's replies (an array) into one part per batch, in order.
+    fn split(reply: Value, batches: &[Waiting<Self>]) -> Result<Vec<Value>, String> {
+        let Value::Array(items) = reply else {
+            return Err(format!("expected an array, got {reply:?}"));
+        };
+        let expected: usize = batches.iter().map(|w| w.batch.replies()).sum();
+        if items.len() != expected {
+            return Err(format!(
+                "expected {expected} replies to a pipeline of counts, got {}",
+                items.len()
+            ));
+        }
+        let mut items = items.into_iter();
+        Ok(batches
+            .iter()
+            .map(|w| Value::Array(items.by_ref().take(w.batch.replies()).collect()))
+            .collect())
+    }
 }
 
 /// One pipeline for the counted batches of a call, in order. `nx`: the server takes
 /// `PEXPIRE … NX` (Redis ≥ 7.0, Valkey).
 pub(crate) fn pipeline<'a>(
-    sections: impl Iterator<Item = &'a Section>,
+    batches: impl Iterator<Item = &'a Counted>,
     nx: bool,
 ) -> redis::Pipeline {
     let mut pipe = redis::pipe();
-    for s in sections {
-        let windows = s.counted.as_deref().unwrap_or_default();
-        for ((key, (_, cost, _)), w) in s.keys.iter().zip(&s.requests).zip(windows) {
-            // Usage is charged in full here as every counted request is.
-            if cost.units == 0 {
-                pipe.cmd("GET").arg(key);
-                continue;
-            }
-            pipe.cmd("INCRBY").arg(key).arg(cost.units);
-            if w.expire {
-                expire(&mut pipe, key, w.ttl_ms, nx);
-            }
+    for (key, cost, w) in batches.flat_map(Counted::commands) {
+        if cost == 0 {
+            pipe.cmd("GET").arg(key);
+            continue;
+        }
+        pipe.cmd("INCRBY").arg(key).arg(cost);
+        if w.expire {
+            expire(&mut pipe, key, w.ttl_ms, nx);
         }
     }
     pipe
@@ -202,37 +236,6 @@ pub(crate) fn expired_again(windows: &[Window], lost: &[usize], expiring: &Expir
     }
 }
 
-/// Splits a pipeline's replies (an array) into one part per batch, in order.
-pub(crate) fn split_reply(value: Value, batches: &[Waiting]) -> Result<Vec<Value>, String> {
-    let Value::Array(items) = value else {
-        return Err(format!("expected an array, got {value:?}"));
-    };
-    let sizes: Vec<usize> = batches
-        .iter()
-        .map(|w| {
-            let windows = w.section.counted.as_deref().unwrap_or_default();
-            w.section
-                .requests
-                .iter()
-                .zip(windows)
-                .map(|((_, c, _), w)| replies_of(c.units, w))
-                .sum()
-        })
-        .collect();
-    let expected: usize = sizes.iter().sum();
-    if items.len() != expected {
-        return Err(format!(
-            "expected {expected} replies to a pipeline of counts, got {}",
-            items.len()
-        ));
-    }
-    let mut items = items.into_iter();
-    Ok(sizes
-        .into_iter()
-        .map(|n| Value::Array(items.by_ref().take(n).collect()))
-        .collect())
-}
-
 /// The decision of `requests` from their batch's part of the replies, and the
 /// requests (indices) whose window key the `INCRBY` found gone although this process
 /// had seen its TTL set ([`Expiring`]): created again, without a TTL, which the caller
@@ -246,16 +249,14 @@ pub(crate) fn decide(
     expiring: &Expiring,
 ) -> Result<(BatchDecision, Vec<usize>), CoreError> {
     let Value::Array(items) = part else {
-        return Err(crate::script::unexpected(format!(
-            "expected an array, got {part:?}"
-        )));
+        return Err(unexpected(format!("expected an array, got {part:?}")));
     };
     let mut items = items.into_iter();
     let mut before = vec![0; requests.len()];
     let mut lost = Vec::new();
     for (i, (r, w)) in requests.iter().zip(windows).enumerate() {
         let count = items.next().map(|reply| count_of(r, reply)).transpose()?;
-        let after = count.ok_or_else(|| crate::script::unexpected("too few replies"))?;
+        let after = count.ok_or_else(|| unexpected("too few replies"))?;
         if r.cost > 0 && w.expire {
             // PEXPIRE's: 1 (set) or 0 (NX: the key had one); either way it has a TTL.
             if let Some(Value::Int(_)) = items.next() {
@@ -292,7 +293,7 @@ fn count_of(r: &Request<'_>, reply: Value) -> Result<u64, CoreError> {
         }
         _ => None,
     };
-    parsed.ok_or_else(|| crate::script::unexpected(format!("a count of {reply:?}")))
+    parsed.ok_or_else(|| unexpected(format!("a count of {reply:?}")))
 }
 
 #[cfg(test)]

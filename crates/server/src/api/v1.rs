@@ -235,8 +235,8 @@ pub(super) async fn check(
 pub(super) async fn reserve(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     metrics::request("reserve");
     let answer = async {
-        let (mut req, ttl) = decode_reserve(&body)?;
-        req.bound_by(state.http_callers)?;
+        let (req, ttl) = decode_reserve(&body)?;
+        let req = req.admit(state.http_callers)?;
         state.service.reserve(&req, ttl).await
     };
     match answer.await {
@@ -285,7 +285,7 @@ fn invalid(e: CheckError, api: &'static str) -> Response {
 pub(super) async fn explain(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     metrics::request("explain");
     let answer = async {
-        let req = decode(&body)?;
+        let req = decode(&body)?.validate()?;
         state.service.explain(&req).await
     };
     match answer.await {

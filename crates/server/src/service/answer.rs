@@ -9,7 +9,7 @@ use spillway_policy::{Metadata, RuleLimit};
 
 use crate::metrics;
 
-use super::request::{CheckRequest, CheckResponse, Code, Status};
+use super::request::{CheckResponse, Code, Status, Valid};
 use super::status::{Rank, Verdict, rule_status};
 use super::{Check, Decided, Hit, Service, minute};
 
@@ -18,7 +18,7 @@ impl Service {
     /// combines them.
     pub(super) fn answer(
         &self,
-        req: &CheckRequest,
+        req: &Valid,
         domain: &Arc<str>,
         check: &Check<'_>,
         decided: &[Decided],

@@ -22,14 +22,14 @@ use tokio::sync::mpsc;
 use super::Service;
 use super::decide::requests;
 use super::matched::drop_replaced;
-use super::request::CheckRequest;
+use super::request::Valid;
 use super::status::Verdict;
 use crate::metrics;
 
 mod queue;
 
 /// A request for the candidate set, with the live answer (`true`: admitted).
-type ForCandidate = (CheckRequest, bool);
+type ForCandidate = (Valid, bool);
 
 /// What every candidate counter key starts with: the candidate's counters are its own.
 pub const KEY_PREFIX: &str = "~candidate|";
@@ -68,8 +68,8 @@ impl Candidate {
 
 /// Bytes a request holds while it waits: its descriptors' keys and values, and their
 /// vectors.
-pub(crate) fn queued_bytes(req: &CheckRequest) -> usize {
-    std::mem::size_of::<CheckRequest>()
+pub(crate) fn queued_bytes(req: &Valid) -> usize {
+    std::mem::size_of::<Valid>()
         + req.domain.len()
         + req
             .descriptors
@@ -106,7 +106,7 @@ impl Service {
 
     /// After the live answer (`live_allowed`), and without holding it up: queues `req`
     /// for the candidate set, if there is one; a full queue drops it, counted.
-    pub(crate) fn shadow(self: &Arc<Service>, req: CheckRequest, live_allowed: bool) {
+    pub(crate) fn shadow(self: &Arc<Service>, req: Valid, live_allowed: bool) {
         let Some(candidate) = &self.candidate else {
             return;
         };
@@ -133,7 +133,7 @@ impl Service {
     /// Decides a batch of requests under the candidate set, each on its own counters,
     /// their store calls overlapping, and counts what it would have answered against each
     /// request's live answer (`true`: admitted). The metrics are added once per batch.
-    pub async fn candidate_check(&self, batch: &[(CheckRequest, bool)]) {
+    pub async fn candidate_check(&self, batch: &[(Valid, bool)]) {
         let Some(policies) = self.candidate_policies() else {
             return;
         };
@@ -158,7 +158,7 @@ impl Service {
     async fn candidate_one<'p>(
         &self,
         policies: &'p PolicySet,
-        req: &CheckRequest,
+        req: &Valid,
         live_allowed: bool,
         now: spillway_core::Timestamp,
         tally: &Mutex<Tally<'p>>,

@@ -7,7 +7,7 @@ use serde::Serialize;
 use spillway_core::{Decision, Request, Store};
 use spillway_policy::{Mode, RuleLimit};
 
-use super::request::{CheckError, CheckRequest, ceil_ms};
+use super::request::{CheckError, Valid, ceil_ms};
 use super::status::Verdict;
 use super::{Hit, Service};
 
@@ -107,8 +107,7 @@ impl Service {
     /// What [`check`](Service::check) would answer for `req`, and why; nothing is
     /// charged. The state comes from the store itself (not the deny cache, nor a lease
     /// this server holds), read one rule at a time: two explains read the same.
-    pub async fn explain(&self, req: &CheckRequest) -> Result<Explanation, CheckError> {
-        req.validate()?;
+    pub async fn explain(&self, req: &Valid) -> Result<Explanation, CheckError> {
         let policies = self.policies.load();
         let Some(domain) = policies.domain(&req.domain) else {
             return Ok(Explanation {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use spillway_policy::{Mode, Rule, RuleLimit};
 
-use super::request::CheckRequest;
+use super::request::Valid;
 use super::{Check, CheckError, Hit, Service, override_key, rule_refunds};
 
 impl Service {
@@ -16,7 +16,7 @@ impl Service {
     /// decide them, at one `now`.
     pub(super) fn matched<'p>(
         &self,
-        req: &CheckRequest,
+        req: &Valid,
         domain: &'p spillway_policy::Domain,
     ) -> Result<Check<'p>, CheckError> {
         let mut hits = self.hits(req, domain)?;
@@ -47,12 +47,12 @@ impl Service {
     /// Every rule each descriptor matched (or its override), with its counter key.
     pub(super) fn hits<'p>(
         &self,
-        req: &CheckRequest,
+        req: &Valid,
         domain: &'p spillway_policy::Domain,
     ) -> Result<Vec<Hit<'p>>, CheckError> {
         let mut hits = Vec::with_capacity(req.descriptors.len());
         for (i, d) in req.descriptors.iter().enumerate() {
-            // At most 2^53: `CheckRequest::validate` checked it.
+            // At most 2^53: `CheckRequest::validate` checked it ([`Valid`]).
             let cost = d.hits.unwrap_or(req.hits);
             let invalid =
                 |e: spillway_core::Error| CheckError::Invalid(format!("descriptor {i}: {e}"));

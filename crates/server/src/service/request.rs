@@ -164,11 +164,49 @@ pub fn ceil_ms(d: Duration) -> u64 {
     u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
 }
 
+/// A [`CheckRequest`] within the service's bounds: what the service decides, and all
+/// it decides. Made once, where a request enters ([`CheckRequest::validate`], or
+/// [`CheckRequest::admit`] on a listener), and read-only after: nothing past that
+/// point checks a request again, or can hold one that fails the checks.
+#[derive(Clone, Debug)]
+pub struct Valid(CheckRequest);
+
+impl std::ops::Deref for Valid {
+    type Target = CheckRequest;
+
+    fn deref(&self) -> &CheckRequest {
+        &self.0
+    }
+}
+
+impl Valid {
+    /// The same request as a reservation's estimate (`/v1/reserve`): checked like any
+    /// request even by a metered rule.
+    pub(crate) fn reserving(&self) -> Valid {
+        Valid(CheckRequest {
+            reserve: true,
+            ..self.0.clone()
+        })
+    }
+}
+
 impl CheckRequest {
+    /// Holds the request to what its listener's callers may ask ([`Callers`]:
+    /// overrides used, dropped or refused, each descriptor's hits at most `max_hits`),
+    /// then to the service's bounds ([`CheckRequest::validate`]).
+    pub fn admit(mut self, callers: Callers) -> Result<Valid, CheckError> {
+        self.bound_by(callers)?;
+        self.validate()
+    }
+
     /// Refuses what no store should see, before anything is looked up: the service's
-    /// bounds (a domain, 1 to [`MAX_DESCRIPTORS`] descriptors, …), as `Service::check`
-    /// does first.
-    pub fn validate(&self) -> Result<(), CheckError> {
+    /// bounds (a domain, 1 to [`MAX_DESCRIPTORS`] descriptors, …).
+    pub fn validate(self) -> Result<Valid, CheckError> {
+        self.within_bounds()?;
+        Ok(Valid(self))
+    }
+
+    fn within_bounds(&self) -> Result<(), CheckError> {
         let req = self;
         let invalid = |m: String| Err(CheckError::Invalid(m));
         if req.domain.is_empty() {
@@ -224,7 +262,7 @@ impl CheckRequest {
 
     /// Holds the request to what its listener's callers may ask: overrides used,
     /// dropped or refused, and each descriptor's hits at most `max_hits`.
-    pub fn bound_by(&mut self, callers: Callers) -> Result<(), CheckError> {
+    fn bound_by(&mut self, callers: Callers) -> Result<(), CheckError> {
         let invalid = |m: String| Err(CheckError::Invalid(m));
         for (i, d) in self.descriptors.iter_mut().enumerate() {
             if d.limit.is_some() {

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use spillway_core::{Keep, Records, Reservation, Timestamp};
 use spillway_policy::RuleLimit;
 
-use super::request::{CheckError, CheckRequest, CheckResponse, Code, Descriptor};
+use super::request::{CheckError, CheckRequest, CheckResponse, Code, Descriptor, Valid};
 use super::{Carried, Service};
 use crate::store::Stores;
 
@@ -85,16 +85,13 @@ impl Service {
     /// policies admitted: nothing was charged on the store, nothing is to commit.
     pub async fn reserve(
         &self,
-        req: &CheckRequest,
+        req: &Valid,
         ttl: Duration,
     ) -> Result<(CheckResponse, Option<Reserved>), CheckError> {
         reservable(req, ttl)?;
         self.refundable(req)?;
         let at = self.now();
-        let req = CheckRequest {
-            reserve: true,
-            ..req.clone()
-        };
+        let req = req.reserving();
         let record = Record {
             domain: req.domain.clone(),
             descriptors: req.descriptors.iter().map(|d| d.entries.clone()).collect(),
@@ -166,7 +163,8 @@ impl Service {
             reserve: false,
             refund: settlement.refund,
             settle: true,
-        };
+        }
+        .validate()?;
         let failed = match self.checked(&req, None).await {
             Ok((answer, checked)) if !checked.degraded => {
                 return Ok(Committed {
@@ -210,7 +208,7 @@ impl Service {
 
     /// Every rule `req` matches can give back what a commit does not use, and some
     /// rule limits it.
-    fn refundable(&self, req: &CheckRequest) -> Result<(), CheckError> {
+    fn refundable(&self, req: &Valid) -> Result<(), CheckError> {
         let policies = self.policies();
         let Some(domain) = policies.domain(&req.domain) else {
             return Err(CheckError::Invalid(format!(
@@ -257,7 +255,7 @@ impl Service {
 
 /// Refuses what a reservation cannot be: the estimate is the request's hits, charged
 /// on every descriptor, on the policy's rules.
-fn reservable(req: &CheckRequest, ttl: Duration) -> Result<(), CheckError> {
+fn reservable(req: &Valid, ttl: Duration) -> Result<(), CheckError> {
     let invalid = |m: String| Err(CheckError::Invalid(m));
     if req.usage {
         return invalid("a reservation is an estimate checked before the work, not usage".into());

@@ -193,7 +193,11 @@ impl Target {
                     hits: 1,
                     ..Default::default()
                 };
-                match service.check(&req).await {
+                let answer = match req.validate() {
+                    Ok(req) => service.check(&req).await,
+                    Err(e) => Err(e),
+                };
+                match answer {
                     Ok(r) => admitted(r.overall == Code::Ok),
                     Err(spillway_server::CheckError::Invalid(_)) => {
                         Outcome::Error("invalid_request")
