@@ -169,7 +169,7 @@ pub async fn serve<L, A, B>(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(Duration::from_secs(30))
+        // No keep-alive PINGs: TCP keepalive finds a peer gone (`listener.rs`).
         // The least HTTP/2 asks a server to allow; Envoy opens another connection when
         // a pool's streams are all in use. A stalled stream is ended by the gRPC
         // router's deadline, so one client cannot hold them for ever.

@@ -13,6 +13,9 @@ use std::process::{Command, Stdio};
 use spillway_testkit::redis::RedisServer;
 use support::{curl, free_port, spawn_serve};
 
+mod keys;
+mod logs;
+
 #[test]
 fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("serve-{}", std::process::id()));
@@ -174,79 +177,6 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
         .output()
         .expect("redis-cli runs (it comes with redis-server)");
     String::from_utf8(out.stdout).unwrap()
-}
-
-#[test]
-fn service_keys_hold_the_descriptor_once_and_a_gcra_key_is_under_100_bytes() {
-    let redis = RedisServer::start();
-    let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
-    let (mut child, http) = serve(&policies, &redis.url());
-
-    // One request for each of examples/policies/api.yaml's descriptors: every algorithm.
-    // An upload of 50 MB: a token bucket refilling 100 MB a minute holds 1 byte for
-    // under a microsecond, and a state that is already idle is deleted, not written.
-    for (entries, cost) in [
-        (r#"[{"key":"api_key","value":"k1"}]"#, 1),
-        (
-            r#"[{"key":"api_key","value":"k1"},{"key":"route","value":"upload"}]"#,
-            50_000_000,
-        ),
-        (r#"[{"key":"tenant","value":"t1"}]"#, 1),
-    ] {
-        let body =
-            format!(r#"{{"domain":"api","descriptors":[{{"entries":{entries},"cost":{cost}}}]}}"#);
-        let answer = curl(http, "/v1/check", Some(&body));
-        assert!(answer.starts_with("200"), "{answer}");
-    }
-    // remote_address: 10 per second in a fixed window, whose key lives until its second
-    // ends, which may be a moment after the request. Asked again until seen alive.
-    let remote = r#"{"domain":"api","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}"#;
-    let (fixed, fixed_bytes) = (0..5)
-        .find_map(|_| {
-            let answer = curl(http, "/v1/check", Some(remote));
-            assert!(answer.starts_with("200"), "{answer}");
-            let key = redis_cli(redis.port(), &["--scan", "--pattern", "*remote_address*"]);
-            let key = key.lines().next()?.to_owned();
-            let bytes = redis_cli(redis.port(), &["MEMORY", "USAGE", &key, "SAMPLES", "0"]);
-            Some((key, bytes.trim().parse::<u64>().ok()?))
-        })
-        .expect("the fixed window's key, alive once in five tries");
-    terminate(&child);
-    assert!(child.wait().unwrap().success());
-
-    let mut keys: Vec<String> = redis_cli(redis.port(), &["--scan"])
-        .lines()
-        .filter(|k| *k != fixed)
-        .map(str::to_owned)
-        .collect();
-    keys.push(fixed.clone());
-    keys.sort();
-    assert_eq!(keys.len(), 5, "{keys:?}");
-    println!("| key | MEMORY USAGE bytes |\n|---|---|");
-    for key in &keys {
-        assert!(
-            !key.contains("%7B"),
-            "the descriptor is written twice: {key}"
-        );
-        let group = &key[key.find('{').unwrap() + 1..key.find('}').unwrap()];
-        assert_eq!(key.matches(group).count(), 1, "{key}");
-        let bytes: u64 = if *key == fixed {
-            fixed_bytes
-        } else {
-            redis_cli(redis.port(), &["MEMORY", "USAGE", key, "SAMPLES", "0"])
-                .trim()
-                .parse()
-                .unwrap()
-        };
-        println!("| `{key}` | {bytes} |");
-        if key.contains(":gcra:") {
-            assert!(bytes <= 100, "{key}: {bytes} bytes");
-        }
-    }
-    assert!(
-        keys.contains(&"spillway:{api|api_key=k1}#burst:gcra:1s".to_owned()),
-        "{keys:?}"
-    );
 }
 
 #[test]
@@ -420,107 +350,4 @@ fn serve_decides_a_candidate_in_shadow() {
     assert!(config.contains("\"candidate\":{"), "{config}");
     terminate(&child);
     assert!(child.wait().unwrap().success());
-}
-
-/// With whatever read its log gone (a closed stderr), `serve` still stops on SIGTERM.
-/// Reproduces a bug: tracing-subscriber reports a failed write with `eprintln!`, which
-/// panicked in the shutdown task, so the signal was lost and the service ran on.
-#[test]
-fn sigterm_stops_serve_after_its_log_reader_is_gone() {
-    use std::io::BufRead;
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["serve", "--config"])
-        .arg(&example)
-        .args(["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
-        .args(["--admin-addr", "off", "--no-watch"])
-        .env_clear()
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("listening") {
-        line.clear();
-        assert!(log.read_line(&mut line).unwrap() > 0, "serve exited early");
-    }
-    drop(log);
-    terminate(&child);
-    let stopped = (0..1500).any(|_| {
-        let done = child.try_wait().unwrap().is_some();
-        if !done {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        done
-    });
-    if !stopped {
-        let _ = child.kill();
-    }
-    assert!(stopped, "serve ignored SIGTERM for 15 s");
-}
-
-/// Issue #37 (6): an admin listener other hosts can reach, without a token, is warned
-/// about at startup; with a token, or on loopback, it is not.
-#[test]
-fn an_admin_listener_open_to_other_hosts_without_a_token_is_warned_about() {
-    let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
-    let dir = support::tempdir("admin-warning");
-    let token = dir.join("token");
-    std::fs::write(&token, "s3cret\n").unwrap();
-    let start = |admin: &str, extra: &[&str]| {
-        let mut args = vec![
-            "--config",
-            policies.to_str().unwrap(),
-            "--admin-addr",
-            admin,
-        ];
-        args.extend(extra);
-        let log = startup_log(&args);
-        assert!(
-            log.last().is_some_and(|l| l.contains("listening")),
-            "{log:#?}"
-        );
-        log.iter().any(|l| l.contains("has no token"))
-    };
-    assert!(start("0.0.0.0:0", &[]), "open to other hosts, no token");
-    assert!(!start(
-        "0.0.0.0:0",
-        &["--admin-token-file", token.to_str().unwrap()]
-    ));
-    assert!(!start("127.0.0.1:0", &[]));
-}
-
-#[test]
-fn rules_over_plaintext_xds_from_another_host_are_warned_about() {
-    let start = |server: &str| {
-        startup_log(&["--admin-addr", "127.0.0.1:0", "--xds-server", server])
-            .iter()
-            .any(|l| l.contains("in plaintext from another host"))
-    };
-    // 192.0.2.0/24 is TEST-NET-1: never anyone's host.
-    assert!(start("192.0.2.1:18000"), "another host, no TLS");
-    assert!(!start("127.0.0.1:18000"));
-    assert!(!start("localhost:18000"));
-}
-
-/// `spillway serve` on loopback ports with `args` and no environment: its log until it
-/// says it is listening (then it is stopped).
-fn startup_log(args: &[&str]) -> Vec<String> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args([
-            "serve",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--grpc-addr",
-            "127.0.0.1:0",
-        ])
-        .args(args)
-        .env_clear()
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = support::until_listening(&mut child);
-    let _stop = support::Procs(vec![child]);
-    log
 }
