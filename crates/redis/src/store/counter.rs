@@ -173,7 +173,8 @@ impl Batch for Counted {
         let Value::Array(items) = reply else {
             return Err(format!("expected an array, got {reply:?}"));
         };
-        let expected: usize = batches.iter().map(|w| w.batch.replies()).sum();
+        let sizes: Vec<usize> = batches.iter().map(|w| w.batch.replies()).collect();
+        let expected: usize = sizes.iter().sum();
         if items.len() != expected {
             return Err(format!(
                 "expected {expected} replies to a pipeline of counts, got {}",
@@ -181,9 +182,9 @@ impl Batch for Counted {
             ));
         }
         let mut items = items.into_iter();
-        Ok(batches
-            .iter()
-            .map(|w| Value::Array(items.by_ref().take(w.batch.replies()).collect()))
+        Ok(sizes
+            .into_iter()
+            .map(|n| Value::Array(items.by_ref().take(n).collect()))
             .collect())
     }
 }
