@@ -6,16 +6,14 @@ use spillway_server::{CheckError, CheckRequest, MAX_DESCRIPTORS, MAX_DOMAIN_LEN,
 /// Decoding may fail (with a message, never a panic); a request that decodes and
 /// validates holds every bound.
 pub fn check_decoded(decoded: Result<CheckRequest, CheckError>) {
-    let req = match decoded {
-        Ok(req) => req,
+    let req = match decoded.map(CheckRequest::validate) {
+        Ok(Ok(req)) => req,
+        Ok(Err(_)) => return,
         Err(e) => {
             assert!(!e.to_string().is_empty(), "an error that says nothing");
             return;
         }
     };
-    if req.validate().is_err() {
-        return;
-    }
     assert!(!req.domain.is_empty() && req.domain.len() <= MAX_DOMAIN_LEN);
     assert!((1..=MAX_DESCRIPTORS).contains(&req.descriptors.len()));
     assert!(req.hits <= spillway_core::MAX_EXACT);
