@@ -31,6 +31,7 @@ mod kind;
 mod meter;
 
 pub mod bloom;
+pub mod concurrency;
 pub mod distinct;
 pub mod fixed_window;
 pub mod gcra;
@@ -60,6 +61,7 @@ enum Inner {
     TokenBucket(token_bucket::Bucket),
     Gcra(gcra::Tat),
     Distinct(distinct::Members),
+    Concurrency(concurrency::Holds),
 }
 
 impl State {
@@ -89,6 +91,7 @@ impl State {
                 Inner::SlidingLog(log) => log.heap_bytes(),
                 Inner::SlidingWindow(buckets) => buckets.heap_bytes(),
                 Inner::Distinct(members) => members.heap_bytes(),
+                Inner::Concurrency(holds) => holds.heap_bytes(),
                 _ => 0,
             }
     }
@@ -166,6 +169,16 @@ impl State {
             Kind::Heap => Inner::Empty,
         })
     }
+
+    /// A `concurrency` limit's holds at `now` (µs): the slots taken, and when the
+    /// oldest live hold lapses. `None` for another algorithm's state.
+    pub fn holds(&self, now: u64) -> Option<(u64, Option<u64>)> {
+        match &self.0 {
+            Inner::Concurrency(holds) => Some(concurrency::in_use(holds, now)),
+            Inner::Empty => Some((0, None)),
+            _ => None,
+        }
+    }
 }
 
 /// A limit's algorithm with its parameters, precomputed by the algorithm's own module
@@ -178,6 +191,7 @@ pub(crate) enum Params {
     TokenBucket(token_bucket::Params),
     Gcra(gcra::Params),
     Distinct(distinct::Params),
+    Concurrency(concurrency::Params),
 }
 
 /// The one dispatch from a limit to its algorithm: `$body` with `$p` bound to the
@@ -191,6 +205,7 @@ macro_rules! dispatch {
             Params::TokenBucket($p) => $body,
             Params::Gcra($p) => $body,
             Params::Distinct($p) => $body,
+            Params::Concurrency($p) => $body,
         }
     };
 }
@@ -223,6 +238,7 @@ impl Params {
             Algorithm::Distinct { precision } => {
                 Params::Distinct(distinct::Params::new(limit, window, precision))
             }
+            Algorithm::Concurrency => Params::Concurrency(concurrency::Params::new(limit, window)),
         }
     }
 
@@ -258,14 +274,16 @@ impl Params {
         ))
     }
 
-    /// Gives back at `now` `cost` units charged at `at`; `state` holds this
-    /// algorithm's state (a store refunds nothing to no state).
-    pub(crate) fn refund(&self, state: &mut State, now: u64, cost: u64, at: u64) {
+    /// Gives back at `now` `cost` units charged at `at` (`member`: the `concurrency`
+    /// hold given back); `state` holds this algorithm's state (a store refunds nothing
+    /// to no state).
+    pub(crate) fn refund(&self, state: &mut State, now: u64, cost: u64, at: u64, member: &[u8]) {
         dispatch!(self, |p| p.refund(
             Slot::get_mut(&mut state.0),
             now,
             cost,
-            at
+            at,
+            member
         ))
     }
 
@@ -381,4 +399,5 @@ slot! {
     TokenBucket => token_bucket::Bucket,
     Gcra => gcra::Tat,
     Distinct => distinct::Members,
+    Concurrency => concurrency::Holds,
 }

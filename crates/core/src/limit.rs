@@ -151,8 +151,10 @@ impl Limit {
                 ..
             } => Some(l),
             Algorithm::TokenBucket | Algorithm::Gcra => Some(self.burst + l),
-            // Counts members, not requests.
-            Algorithm::SlidingWindow { .. } | Algorithm::Distinct { .. } => None,
+            // Counts members or holds, not requests.
+            Algorithm::SlidingWindow { .. }
+            | Algorithm::Distinct { .. }
+            | Algorithm::Concurrency => None,
         }
     }
 
@@ -185,10 +187,10 @@ impl Limit {
     }
 
     /// The same limit (same shape, same state), charged for `rejected` requests. A
-    /// `distinct` limit never charges rejected requests (a denied member is not
-    /// counted): it comes back unchanged.
+    /// `distinct` or `concurrency` limit never charges rejected requests (a denied
+    /// member is not counted, a denied take holds nothing): it comes back unchanged.
     pub fn with_rejected(&self, rejected: Rejected) -> Limit {
-        if self.algorithm.counts_members() {
+        if self.algorithm.takes_member() {
             return self.clone();
         }
         Limit {
@@ -232,6 +234,14 @@ impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(calendar) = self.calendar() {
             return write!(f, "{} per {calendar} ({})", self.limit, self.algorithm);
+        }
+        if self.algorithm.holds() {
+            return write!(
+                f,
+                "{} at once (concurrency, lease {:?})",
+                self.limit,
+                self.window()
+            );
         }
         write!(
             f,

@@ -1,6 +1,10 @@
 //! `Limiter`: what users hold. A store plus a clock; every method reads the clock
 //! once and makes one store call.
 
+mod hold;
+
+pub use hold::Hold;
+
 use crate::store::{Request, Store};
 use crate::{BatchDecision, Clock, CoarseClock, Decision, Error, Key, Limit, Timestamp};
 

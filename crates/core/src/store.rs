@@ -48,6 +48,7 @@ pub fn work(requests: &[Request<'_>]) -> u64 {
                 1 + r.limit.limit() / 16
             }
             Algorithm::Distinct { precision } => 4 * u64::from(precision),
+            Algorithm::Concurrency => 1 + r.limit.limit() / 16,
             _ => 1,
         })
         .sum()
@@ -136,6 +137,12 @@ impl<'a> Request<'a> {
             refund: Some(at),
             ..Request::usage(key, limit, cost)
         }
+    }
+
+    /// `key`'s `concurrency` hold named `id` given back (a release): its slots are
+    /// free at once. Releasing a hold no longer held changes nothing.
+    pub fn release(key: &'a Key, limit: &'a Limit, id: &'a [u8]) -> Self {
+        Request::refund(key, limit, 1, Timestamp::from_micros(0)).with_member(id)
     }
 
     /// The same request, bringing `member`.
@@ -235,7 +242,8 @@ pub trait Store: Send + Sync {
 }
 
 /// Refuses requests no store should see: too many in a batch, a cost beyond 2^53, a
-/// `distinct` request without a member, with one over 1 KiB, or with a cost above 1.
+/// `distinct` or `concurrency` request without a member (a hold's id), with one over 1
+/// KiB, a `distinct` one with a cost above 1.
 pub fn validate(requests: &[Request<'_>]) -> Result<(), Error> {
     if requests.len() > MAX_BATCH {
         return Err(Error::InvalidRequest(format!(
@@ -250,26 +258,36 @@ pub fn validate(requests: &[Request<'_>]) -> Result<(), Error> {
 #[inline]
 pub(crate) fn validate_one(r: &Request<'_>) -> Result<(), Error> {
     validate_cost(r.cost)?;
-    if r.usage {
+    // A release (a concurrency hold given back) is the one refund that is not units.
+    let release = r.refund.is_some() && r.limit.algorithm().holds();
+    if r.usage && !release {
         validate_usage(r.limit, r.cost)?;
     }
     if r.refund.is_some() {
         validate_refund(r)?;
     }
-    if !r.limit.algorithm().counts_members() {
+    let algorithm = r.limit.algorithm();
+    if !algorithm.takes_member() {
         return Ok(());
     }
     let max = crate::algorithm::distinct::MAX_MEMBER;
     match r.member {
+        None if algorithm.holds() => Err(Error::InvalidRequest(format!(
+            "a concurrency limit ({}) needs the id of the hold to take or give back",
+            r.limit
+        ))),
         None => Err(Error::InvalidRequest(format!(
             "a distinct limit ({}) needs a member: what to count distinct values of",
             r.limit
         ))),
+        Some(m) if m.is_empty() && algorithm.holds() => Err(Error::InvalidRequest(
+            "the id of a concurrency hold is empty".into(),
+        )),
         Some(m) if m.len() > max => Err(Error::InvalidRequest(format!(
             "member of {} bytes is longer than {max}",
             m.len()
         ))),
-        Some(_) if r.cost > 1 => Err(Error::InvalidRequest(format!(
+        Some(_) if r.cost > 1 && !algorithm.holds() => Err(Error::InvalidRequest(format!(
             "cost {} on a distinct limit: a request counts its member once (1) or only \
              asks (0)",
             r.cost
@@ -279,11 +297,18 @@ pub(crate) fn validate_one(r: &Request<'_>) -> Result<(), Error> {
 }
 
 /// Refuses usage a limit cannot take: any on a `distinct` limit (it counts members,
-/// not units), and more than [`Limit::max_usage`] in one charge.
+/// not units) or a `concurrency` one (holds, taken and given back), and more than
+/// [`Limit::max_usage`] in one charge.
 pub(crate) fn validate_usage(limit: &Limit, cost: u64) -> Result<(), Error> {
     if limit.algorithm().counts_members() {
         return Err(Error::InvalidRequest(format!(
             "usage charged to a distinct limit ({limit}): it counts members, not units"
+        )));
+    }
+    if limit.algorithm().holds() {
+        return Err(Error::InvalidRequest(format!(
+            "usage charged to a concurrency limit ({limit}): it counts holds, taken and \
+             given back"
         )));
     }
     let most = limit.max_usage();
@@ -306,7 +331,8 @@ fn validate_refund(r: &Request<'_>) -> Result<(), Error> {
     if !r.limit.algorithm().refunds() {
         return Err(Error::InvalidRequest(format!(
             "{} cannot give units back (a reservation's unused estimate): only a \
-             fixed_window, token_bucket or gcra limit can",
+             fixed_window, token_bucket or gcra limit can (and a concurrency limit its \
+             holds, by their ids)",
             r.limit
         )));
     }

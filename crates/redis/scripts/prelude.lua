@@ -29,6 +29,9 @@
 -- script (`EVALSHA`) ending in `return decide(KEYS, ARGV)`, whose body runs every
 -- call. Nothing here may assume either: per-call state is reset by `decide`.
 --
+-- A cost prefixed `r` on a concurrency limit is a release: the hold its member names
+-- is given back.
+--
 -- Cost: a `redis.call` costs more than the arithmetic of any algorithm, and a Lua
 -- function call about as much as a table; the hot path (a batch of one request) makes
 -- one GET's worth of MGET and one SET, and writes the arithmetic of gcra out.
@@ -55,7 +58,8 @@
 --                             4 token_bucket, 5 gcra, 6 distinct (exact),
 --                             7 distinct (sketched), 8 a record kept when
 --                             the batch is charged (record.lua: its window is
---                             the record's TTL, its member the record)
+--                             the record's TTL, its member the record),
+--                             9 concurrency (its window is the lease)
 --                     rejected  1 = count_rejected (charge denied requests too),
 --                               2 = charge the requests it denied itself, not those
 --                               another limit of the batch denied
@@ -69,7 +73,8 @@
 --                             and unit are Limit::scaled_rate and e(1), tau
 --                             Limit::gcra_times, computed once in Rust.
 --            cost   units to charge (0 = peek)
---            member what a distinct limit counts; for a sketched one, after its 7
+--            member what a distinct limit counts, the id of a concurrency hold;
+--                   for a sketched distinct limit, after its 7
 --                   filter bit positions (u32 LE each); for a fixed window, the
 --                   caller's now in µs (digits), whose window its key names; empty
 --                   for the others

@@ -5,10 +5,11 @@
 
 local DEFINE = { define_fixed_window, define_sliding_log, define_sliding_window,
                  define_token_bucket, define_gcra, define_distinct, define_distinct_sketch,
-                 define_record }
+                 define_record, define_concurrency }
 local defined = {}
 
--- Algorithm `code` (1 fixed_window … 7 distinct_sketch, 8 a record: record.lua), or nil.
+-- Algorithm `code` (1 fixed_window … 7 distinct_sketch, 8 a record: record.lua,
+-- 9 concurrency), or nil.
 local function algorithm(code)
   local a = defined[code]
   if a == nil and DEFINE[code] then

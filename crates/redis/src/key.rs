@@ -123,6 +123,11 @@ fn name(prefix: &str, shard: Option<&str>, key: &Key, limit: &Limit, now: Timest
         }
         // `db`: HyperLogLogs and blocked Bloom filters (`dh` before: flat filters, which an upgrade leaves to expire).
         Algorithm::Distinct { precision } => write!(out, ":db{precision}.{}", limit.limit()),
+        // Holds lapse at times of their own: a changed lease keeps them (no window).
+        Algorithm::Concurrency => {
+            out.push_str(":cc");
+            return out;
+        }
     };
     let w = limit.window_micros();
     let _ = if let Some(calendar) = limit.calendar() {

@@ -40,6 +40,7 @@ macro_rules! decide_lua {
             include_str!("../scripts/algorithm/gcra.lua"),
             include_str!("../scripts/algorithm/distinct.lua"),
             include_str!("../scripts/algorithm/distinct_sketch.lua"),
+            include_str!("../scripts/algorithm/concurrency.lua"),
             include_str!("../scripts/record.lua"),
             include_str!("../scripts/round.lua"),
         )
@@ -278,6 +279,7 @@ pub(crate) fn limit_text(limit: &Limit) -> String {
             (6, [u64::from(precision), 0, 0, 0])
         }
         Algorithm::Distinct { precision } => (7, [u64::from(precision), 0, 0, 0]),
+        Algorithm::Concurrency => (9, [0; 4]),
     };
     let [p1, p2, p3, p4] = params;
     format!(

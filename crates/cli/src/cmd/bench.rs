@@ -208,6 +208,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                     l.algorithm().name()
                 )
             }
+            Some(l) if l.algorithm().holds() => {
+                bail!("--check verifies requests per window; concurrency counts holds at once")
+            }
             Some(_) => {}
         }
     }
@@ -264,8 +267,8 @@ fn allowed_in(limit: &Limit, elapsed: Duration) -> u64 {
             limit.burst()
                 + (u128::from(limit.limit()) * u128::from(t)).div_ceil(u128::from(w)) as u64
         }
-        // Counts members, not requests: `--check` refuses it (not exact).
-        Algorithm::Distinct { .. } => u64::MAX,
+        // Counts members or holds, not requests: `--check` refuses them.
+        Algorithm::Distinct { .. } | Algorithm::Concurrency => u64::MAX,
     }
 }
 

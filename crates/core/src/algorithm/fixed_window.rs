@@ -109,7 +109,7 @@ impl Meter for Params {
 
     /// Off the window the units were charged in, while it is the state's; a window
     /// that has ended gave its budget back with it.
-    fn refund(&self, s: &mut Window, _now: u64, cost: u64, at: u64) {
+    fn refund(&self, s: &mut Window, _now: u64, cost: u64, at: u64, _member: &[u8]) {
         if self.window_at(at).0 == s.start {
             s.count = s.count.saturating_sub(cost);
         }

@@ -109,7 +109,7 @@ impl Meter for Params {
     /// The TAT moved back by the units' emission time rounded down (a charge's was
     /// rounded up: never more than it took), never before `now`: a key already idle
     /// has nothing to take back.
-    fn refund(&self, s: &mut Tat, now: u64, cost: u64, _at: u64) {
+    fn refund(&self, s: &mut Tat, now: u64, cost: u64, _at: u64, _member: &[u8]) {
         if s.0 > now {
             let back = cost.saturating_mul(self.unit) / self.rate;
             s.0 = s.0.saturating_sub(back).max(now);

@@ -35,6 +35,10 @@ pub enum Algorithm {
         /// Sub-windows per window (1 = fixed windows aligned to the epoch).
         precision: u32,
     },
+    /// At most `limit` holds live at once per key (requests in flight), each given back
+    /// by its id or lapsing `window` (its lease) after it was taken. See
+    /// [`concurrency`](crate::algorithm::concurrency).
+    Concurrency,
 }
 
 /// How `sliding_window` counts the oldest sub-bucket, the one only partly inside the window.
@@ -51,8 +55,9 @@ pub enum Edge {
 
 impl Algorithm {
     /// Every algorithm that counts requests, with its default parameters, in a stable
-    /// order. [`Algorithm::DISTINCT`], which counts members, is apart: its requests
-    /// carry a member and cost at most 1.
+    /// order. [`Algorithm::DISTINCT`], which counts members, and
+    /// [`Algorithm::Concurrency`], which counts holds, are apart: their requests carry a
+    /// member (what is counted, the hold's id).
     pub const ALL: [Algorithm; 5] = [
         Algorithm::FixedWindow,
         Algorithm::SlidingLog,
@@ -68,7 +73,7 @@ impl Algorithm {
     pub const DISTINCT: Algorithm = Algorithm::Distinct { precision: 1 };
 
     /// The algorithm's name as written in configuration: `fixed_window`, `sliding_log`,
-    /// `sliding_window`, `token_bucket`, `gcra`, `distinct`.
+    /// `sliding_window`, `token_bucket`, `gcra`, `distinct`, `concurrency`.
     pub fn name(&self) -> &'static str {
         match self {
             Algorithm::FixedWindow => "fixed_window",
@@ -77,6 +82,7 @@ impl Algorithm {
             Algorithm::TokenBucket => "token_bucket",
             Algorithm::Gcra => "gcra",
             Algorithm::Distinct { .. } => "distinct",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
@@ -89,19 +95,34 @@ impl Algorithm {
         )
     }
 
-    /// Whether requests carry a member (`distinct`).
+    /// Whether it counts the distinct members requests bring (`distinct`).
     pub fn counts_members(&self) -> bool {
         matches!(self, Algorithm::Distinct { .. })
     }
 
+    /// Whether it counts holds live at once (`concurrency`), not requests per window.
+    pub fn holds(&self) -> bool {
+        matches!(self, Algorithm::Concurrency)
+    }
+
+    /// Whether requests must bring a member: what `distinct` counts, the id of a
+    /// `concurrency` hold.
+    pub fn takes_member(&self) -> bool {
+        self.counts_members() || self.holds()
+    }
+
     /// Whether units charged can be given back ([`Request::refund`](crate::Request::refund),
-    /// what a reservation took and did not use): a fixed window, a token bucket, GCRA.
+    /// what a reservation took and did not use): a fixed window, a token bucket, GCRA;
+    /// and a `concurrency` hold, by its id ([`Request::release`](crate::Request::release)).
     /// A sliding log or window keeps no charge apart from the others of its sub-window,
     /// and `distinct` counts members, not units.
     pub fn refunds(&self) -> bool {
         matches!(
             self,
-            Algorithm::FixedWindow | Algorithm::TokenBucket | Algorithm::Gcra
+            Algorithm::FixedWindow
+                | Algorithm::TokenBucket
+                | Algorithm::Gcra
+                | Algorithm::Concurrency
         )
     }
 
@@ -132,12 +153,12 @@ impl FromStr for Algorithm {
     fn from_str(s: &str) -> Result<Self, Error> {
         Algorithm::ALL
             .into_iter()
-            .chain([Algorithm::DISTINCT])
+            .chain([Algorithm::DISTINCT, Algorithm::Concurrency])
             .find(|a| a.name() == s)
             .ok_or_else(|| {
                 Error::InvalidLimit(format!(
                     "unknown algorithm `{s}` (expected one of fixed_window, sliding_log, \
-                     sliding_window, token_bucket, gcra, distinct)"
+                     sliding_window, token_bucket, gcra, distinct, concurrency)"
                 ))
             })
     }
@@ -180,7 +201,10 @@ mod tests {
 
     #[test]
     fn algorithm_names_round_trip() {
-        for a in Algorithm::ALL.into_iter().chain([Algorithm::DISTINCT]) {
+        for a in Algorithm::ALL
+            .into_iter()
+            .chain([Algorithm::DISTINCT, Algorithm::Concurrency])
+        {
             assert_eq!(a.name().parse::<Algorithm>().unwrap(), a);
         }
         assert!(

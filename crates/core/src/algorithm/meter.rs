@@ -11,17 +11,18 @@ pub(super) trait Meter {
     type State: Default;
 
     /// Would `cost` be admitted at `now` (µs)? `member` is what the request brings:
-    /// only `distinct` reads it.
+    /// only `distinct` (what it counts) and `concurrency` (the hold's id) read it.
     fn check(&self, s: &Self::State, now: u64, cost: u64, member: &[u8]) -> Decision;
 
     /// Charges `cost` at `now`: admitted, or (for `count_rejected`) denied.
     fn commit(&self, s: &mut Self::State, now: u64, cost: u64, admitted: bool, member: &[u8]);
 
     /// Gives back at `now` `cost` units charged at `at` (what a reservation took and
-    /// did not use), as far as the state still holds them. Only the algorithms that
-    /// [refund](crate::Algorithm::refunds) implement it.
-    fn refund(&self, s: &mut Self::State, now: u64, cost: u64, at: u64) {
-        let _ = (s, now, cost, at);
+    /// did not use), as far as the state still holds them; `member` names what is
+    /// given back where the algorithm keeps it apart (a `concurrency` hold). Only the
+    /// algorithms that [refund](crate::Algorithm::refunds) implement it.
+    fn refund(&self, s: &mut Self::State, now: u64, cost: u64, at: u64, member: &[u8]) {
+        let _ = (s, now, cost, at, member);
     }
 
     /// When `s` becomes the same as no state, if nothing more is charged (µs).

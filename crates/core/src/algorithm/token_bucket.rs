@@ -143,7 +143,7 @@ impl Meter for Params {
 
     /// Back into the bucket at `now`, never above full: tokens that would have
     /// overflowed while they were out are not given back.
-    fn refund(&self, s: &mut Bucket, now: u64, cost: u64, _at: u64) {
+    fn refund(&self, s: &mut Bucket, now: u64, cost: u64, _at: u64, _member: &[u8]) {
         let level = s.level_at(self, now) + i128::from(cost) * i128::from(self.unit);
         *s = Bucket::holding(self, level.min(i128::from(self.full)), now);
     }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Rejected, Shape};
-use crate::algorithm::{Algorithm, Params, distinct};
+use crate::algorithm::{Algorithm, Params, concurrency, distinct};
 use crate::time::micros;
 use crate::{Calendar, Error};
 
@@ -134,10 +134,23 @@ impl LimitBuilder {
                 distinct::MAX_LIMIT
             ));
         }
-        if algorithm.counts_members() && rejected != Rejected::NotCharged {
-            return invalid(
-                "count_rejected does not apply to distinct: a denied member is not counted".into(),
-            );
+        if algorithm.holds() && limit > concurrency::MAX_LIMIT {
+            return invalid(format!(
+                "limit {limit} is more than {} holds at once for concurrency (each decision \
+                 reads a key's holds whole)",
+                concurrency::MAX_LIMIT
+            ));
+        }
+        if algorithm.takes_member() && rejected != Rejected::NotCharged {
+            return invalid(format!(
+                "count_rejected does not apply to {}: a denied request {}",
+                algorithm.name(),
+                if algorithm.holds() {
+                    "holds nothing"
+                } else {
+                    "is not counted"
+                }
+            ));
         }
         if let Algorithm::SlidingWindow { precision, .. } | Algorithm::Distinct { precision } =
             algorithm

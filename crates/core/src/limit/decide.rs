@@ -123,8 +123,27 @@ impl Limit {
         cost: u64,
         at: Timestamp,
     ) -> (Decision, Timestamp) {
+        self.give_back(state, now, cost, at, &[])
+    }
+
+    /// Gives back at `now` the `concurrency` hold named `id`: its slots are free at
+    /// once (nothing changes when it is not held). Returns the decision of a look
+    /// after it, and when the state becomes the same as no state.
+    pub fn release(&self, state: &mut State, now: Timestamp, id: &[u8]) -> (Decision, Timestamp) {
+        self.give_back(state, now, 1, Timestamp::from_micros(0), id)
+    }
+
+    /// [`refund`](Limit::refund), or with `member` a [`release`](Limit::release).
+    pub(crate) fn give_back(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        cost: u64,
+        at: Timestamp,
+        member: &[u8],
+    ) -> (Decision, Timestamp) {
         let now = now.as_micros();
-        self.params.refund(state, now, cost, at.as_micros());
+        self.params.refund(state, now, cost, at.as_micros(), member);
         let decision = self.params.check(state, now, 0, &[]);
         (decision, Timestamp::from_micros(self.params.idle_at(state)))
     }

@@ -68,12 +68,14 @@ impl Shape {
                     (5, precision, [1, limit])
                 }
             }
+            // Holds lapse at times of their own: a changed limit or lease keeps them.
+            Algorithm::Concurrency => (6, 0, [0, 0]),
         };
         let shape = Shape {
             id: 0,
             tag,
             precision,
-            window,
+            window: if algorithm.holds() { 0 } else { window },
             capacity,
         };
         Shape {

@@ -179,7 +179,7 @@ impl<H: HashKeys> MemoryStore<H> {
     ) -> Result<Decision, Error> {
         let mut buf = [0u8; JOINED_ON_STACK];
         let text = match crate::key::join_on(&mut buf, parts) {
-            Some(text) if !limit.algorithm().counts_members() => text,
+            Some(text) if !limit.algorithm().takes_member() => text,
             // Too long for the stack, not a valid key, or a limit that needs a member:
             // as `decide_one` decides (or refuses) it.
             _ => {
@@ -213,7 +213,7 @@ impl<H: HashKeys> MemoryStore<H> {
     ) -> Decision {
         let decide = |state: &mut State| match charge {
             (_, Some(at)) => {
-                let (decision, idle) = limit.refund(state, now, cost, at);
+                let (decision, idle) = limit.give_back(state, now, cost, at, member);
                 (decision, Some(idle))
             }
             (true, None) => limit.decide_usage(state, now, cost),

@@ -181,7 +181,10 @@ pub(crate) fn decide(
             continue;
         }
         if let Some(at) = r.refund {
-            decisions[i] = r.limit.refund(slots.get_mut(i), now, r.cost, at).0;
+            decisions[i] = r
+                .limit
+                .give_back(slots.get_mut(i), now, r.cost, at, r.member_bytes())
+                .0;
             slots.charged(i);
             continue;
         }

@@ -1,6 +1,7 @@
 //! Differential property test: random sequences of (advance, batch of limits, costs,
-//! members, usage charged after the fact and refunds) give identical decisions from the memory store (the Rust algorithms, the
-//! specification) and from the Lua script on a real Redis.
+//! members, usage charged after the fact and refunds; for a `concurrency` limit, takes,
+//! renewals, releases and lapses) give identical decisions from the memory store (the
+//! Rust algorithms, the specification) and from the Lua script on a real Redis.
 
 use crate::support;
 
@@ -22,6 +23,7 @@ fn algorithm() -> impl Strategy<Value = Algorithm> {
             .prop_map(|(precision, edge)| Algorithm::SlidingWindow { precision, edge }),
         prop::sample::select(vec![1u32, 2, 4, 10])
             .prop_map(|precision| Algorithm::Distinct { precision }),
+        Just(Algorithm::Concurrency),
     ]
 }
 
@@ -32,7 +34,7 @@ fn limit() -> impl Strategy<Value = Limit> {
     (algorithm(), 1u64..12, window, 1u64..15, any::<bool>()).prop_map(
         |(algorithm, n, window, burst, count_rejected)| {
             let mut b = Limit::builder(algorithm, n, Duration::from_micros(window))
-                .count_rejected(count_rejected && !algorithm.counts_members());
+                .count_rejected(count_rejected && !algorithm.takes_member());
             if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
                 b = b.burst(burst);
             }
@@ -43,7 +45,8 @@ fn limit() -> impl Strategy<Value = Limit> {
 
 /// One step: advance the clock by `advance` µs, then decide a batch of
 /// (limit index, key index, cost, member index, charge); a `distinct` limit's cost is at
-/// most 1, and it takes no usage.
+/// most 1, and it takes no usage; a `concurrency` limit's member is its hold's id, and
+/// usage or a refund on it is a release.
 #[derive(Clone, Debug)]
 struct Step {
     advance: u64,
@@ -127,6 +130,18 @@ fn check_equal_with(
             .iter()
             .map(|&(l, k, cost, m, charge)| {
                 let limit = &limits[l];
+                if limit.algorithm().holds() {
+                    // Takes and renewals, and releases (for usage and refunds alike).
+                    let id = if members[m].is_empty() {
+                        b"id"
+                    } else {
+                        members[m]
+                    };
+                    return match charge {
+                        Charge::Check => Request::new(&keys[k], limit, cost).with_member(id),
+                        _ => Request::release(&keys[k], limit, id),
+                    };
+                }
                 if limit.algorithm().counts_members() {
                     return Request::new(&keys[k], limit, cost.min(1)).with_member(members[m]);
                 }

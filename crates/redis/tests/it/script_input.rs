@@ -85,7 +85,9 @@ async fn the_script_refuses_bad_numbers_and_foreign_state() {
         "9007199254740993",
     ];
     let bad_limits = [
-        "9 0 10 1000000 1 100000 100000 1000000",
+        "10 0 10 1000000 1 100000 100000 1000000",
+        // A concurrency hold needs an id (the member, empty here).
+        "9 0 3 30000000 0 0 0 0",
         "6 0 10 1000000 7 0 0 0",
         // A sketched distinct limit takes its ring's keys too.
         "7 0 1000 1000000 1 0 0 0",

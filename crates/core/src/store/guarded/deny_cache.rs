@@ -153,11 +153,13 @@ impl DenyCache {
     /// Whether a denial of a request of `cost` against `limit` may be answered here.
     /// Not for a `count_rejected` limit (its denials must reach the store, to be
     /// charged) unless asked for fixed windows, nor for a `distinct` one (a denial is
-    /// for a new member: a member already counted is still admitted).
+    /// for a new member: a member already counted is still admitted), nor for a
+    /// `concurrency` one (a hold given back frees a slot before any lapse, and a held
+    /// id renews).
     fn cacheable(&self, limit: &Limit, cost: u64) -> bool {
         let counted = limit.count_rejected()
             && !(self.counted_denials && limit.algorithm() == Algorithm::FixedWindow);
-        cost == 1 && !counted && !limit.algorithm().counts_members()
+        cost == 1 && !counted && !limit.algorithm().takes_member()
     }
 
     fn shard(&self, key: &Key) -> &Mutex<Shard> {

@@ -1,0 +1,145 @@
+//! Holds of a `concurrency` limit: taken, renewed and given back through the
+//! [`Limiter`], and [`Hold`], the guard that gives its hold back when dropped.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::store::{Request, Store};
+use crate::{Clock, Decision, Error, Key, Limit};
+
+use super::Limiter;
+
+impl<S: Store, C: Clock> Limiter<S, C> {
+    /// Takes `holds` slots of `key`'s `concurrency` limit under the hold named `id` (a
+    /// request id): admitted while the holds live stay within the limit, each lapsing
+    /// on its own a lease after it was taken. Taking an `id` already held renews it
+    /// (its lease starts again; its slots stay what they were): a long call renews
+    /// by taking again, and a retried take never counts twice.
+    pub fn acquire<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: &'a Limit,
+        id: &'a [u8],
+        holds: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.store.check_one(
+            Request::new(key, limit, holds).with_member(id),
+            self.clock.now(),
+        )
+    }
+
+    /// Gives back `key`'s hold named `id`: its slots are free at once. Giving back a
+    /// hold no longer held (given back already, lapsed) changes nothing. The decision
+    /// is a look after it.
+    pub fn release<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: &'a Limit,
+        id: &'a [u8],
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.store
+            .check_one(Request::release(key, limit, id), self.clock.now())
+    }
+}
+
+impl<S: Store + Clone + 'static, C: Clock + Clone + 'static> Limiter<S, C> {
+    /// Takes `holds` slots of `key`'s `concurrency` limit under a new id, and returns
+    /// the decision and, when admitted, the [`Hold`] that gives them back when it is
+    /// dropped (or by [`Hold::release`], awaited).
+    pub async fn hold(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        holds: u64,
+    ) -> Result<(Decision, Option<Hold<S, C>>), Error> {
+        let id = new_id();
+        let decision = self.acquire(key, limit, &id, holds).await?;
+        let hold = decision.allowed().then(|| Hold {
+            held: Some(Held {
+                limiter: self.clone(),
+                key: key.clone(),
+                limit: limit.clone(),
+                id,
+                holds,
+            }),
+        });
+        Ok((decision, hold))
+    }
+}
+
+/// A hold of a `concurrency` limit, given back when dropped: in the drop on the memory
+/// store; on a store that must wait (Redis), by a task on the runtime the drop happens
+/// on (with none, the hold lapses at the end of its lease). [`release`](Hold::release)
+/// gives it back and waits for the store.
+#[must_use = "a hold is given back when dropped: bind it for as long as the work runs"]
+#[derive(Debug)]
+pub struct Hold<S: Store + Clone + 'static, C: Clock + Clone + 'static> {
+    held: Option<Held<S, C>>,
+}
+
+#[derive(Debug)]
+struct Held<S, C> {
+    limiter: Limiter<S, C>,
+    key: Key,
+    limit: Limit,
+    id: Box<[u8]>,
+    holds: u64,
+}
+
+impl<S: Store + Clone + 'static, C: Clock + Clone + 'static> Hold<S, C> {
+    fn held(&self) -> &Held<S, C> {
+        self.held.as_ref().expect("held until released or dropped")
+    }
+
+    /// The hold's id: what the store keeps it under.
+    pub fn id(&self) -> &[u8] {
+        &self.held().id
+    }
+
+    /// Renews the hold: its lease starts again from now. Denied only when the hold
+    /// had lapsed and its slots were taken meanwhile (then it is taken again if they
+    /// are free).
+    pub async fn renew(&self) -> Result<Decision, Error> {
+        let h = self.held();
+        h.limiter.acquire(&h.key, &h.limit, &h.id, h.holds).await
+    }
+
+    /// Gives the hold back and waits for the store: the decision is a look after it.
+    pub async fn release(mut self) -> Result<Decision, Error> {
+        let h = self.held.take().expect("held until released or dropped");
+        h.limiter.release(&h.key, &h.limit, &h.id).await
+    }
+}
+
+impl<S: Store + Clone + 'static, C: Clock + Clone + 'static> Drop for Hold<S, C> {
+    fn drop(&mut self) {
+        let Some(h) = self.held.take() else {
+            return;
+        };
+        // A store in this process answers at once, here.
+        if h.limiter.store().is_local() {
+            let mut release = std::pin::pin!(h.limiter.release(&h.key, &h.limit, &h.id));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            if release.as_mut().poll(&mut cx).is_ready() {
+                return;
+            }
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            // A release that fails has nobody left to tell: the lease frees the slots.
+            runtime.spawn(async move {
+                let _ = h.limiter.release(&h.key, &h.limit, &h.id).await;
+            });
+        }
+        // No runtime to wait on: the lease frees the slots.
+    }
+}
+
+/// A new hold id: 16 hex digits random for the process, then a counter.
+fn new_id() -> Box<[u8]> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    static PROCESS: std::sync::LazyLock<u64> =
+        std::sync::LazyLock::new(|| RandomState::new().hash_one(std::process::id()));
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{:016x}-{n:x}", *PROCESS).into_bytes().into()
+}
