@@ -104,6 +104,10 @@ impl Sharing {
                 "{what} applies to fixed_window only: a sliding window's sub-bucket edges are \
                  on the store's clock, which a server does not see"
             )),
+            Algorithm::Concurrency => Err(format!(
+                "{what} applies to fixed_window only: a concurrency limit's holds are taken \
+                 and given back one by one, in the store"
+            )),
             other => Err(format!(
                 "{what} applies to fixed_window only: {} credits the time since a charge, so \
                  units counted before they are spent could exceed the limit in a later window",

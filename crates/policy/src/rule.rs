@@ -134,6 +134,18 @@ impl Rule {
         matches!(&self.limit, RuleLimit::Limited(l) if l.algorithm().counts_members())
     }
 
+    /// Whether the rule is a `concurrency` limit: it holds slots under its node's own
+    /// entry (the request's id) per the entries before it.
+    pub fn holds(&self) -> bool {
+        matches!(&self.limit, RuleLimit::Limited(l) if l.algorithm().holds())
+    }
+
+    /// Whether the rule reads its node's own entry as the request's member: what a
+    /// `distinct` rule counts, the id of a `concurrency` rule's hold.
+    pub fn takes_member(&self) -> bool {
+        self.counts_members() || self.holds()
+    }
+
     /// A reference rule: a fixed window of `unit` aligned to the epoch, hits counted even
     /// when over the limit. `requests_per_unit` 0 blocks everything.
     pub fn reference(requests_per_unit: u64, unit: Unit) -> Rule {

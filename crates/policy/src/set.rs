@@ -59,7 +59,8 @@ pub struct Match<'a> {
     /// descriptors never collide. Every rule of the match counts in this group.
     pub group: String,
     /// Where the last entry's value starts in `group`: a `distinct` rule counts the
-    /// distinct values of the last entry (its member) per the entries before it.
+    /// distinct values of the last entry (its member) per the entries before it, a
+    /// `concurrency` rule holds slots under it.
     last: usize,
 }
 
@@ -69,22 +70,23 @@ impl Match<'_> {
     /// rule, every rule's key group stops before the last entry's value (so the node's
     /// keys share a Cluster slot): the `distinct` rule counts per the entries before
     /// it (`api|api_key=k1|ip` + `#ips`), the others keep the value in their key
-    /// (`api|api_key=k1|ip` + `=10.0.0.4#burst`). Fails only past
+    /// (`api|api_key=k1|ip` + `=10.0.0.4#burst`). A `concurrency` rule is keyed as a
+    /// `distinct` one: its holds are per the entries before the request's id. Fails only past
     /// [`MAX_KEY_LEN`](spillway_core::MAX_KEY_LEN).
     pub fn key(&self, rule: &Rule) -> Result<Key, spillway_core::Error> {
-        if !self.counts_members() {
+        if !self.takes_member() {
             return Key::grouped(&self.group, &rule.slot);
         }
         let (group, value) = self.group.split_at(self.last);
-        if rule.counts_members() {
+        if rule.takes_member() {
             Key::grouped(group, &rule.slot)
         } else {
             Key::grouped(group, &format!("{value}{}", rule.slot))
         }
     }
 
-    fn counts_members(&self) -> bool {
-        self.rules.iter().any(Rule::counts_members)
+    fn takes_member(&self) -> bool {
+        self.rules.iter().any(Rule::takes_member)
     }
 }
 

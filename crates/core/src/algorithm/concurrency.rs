@@ -24,6 +24,11 @@
 use super::meter::{Meter, allow, deny};
 use crate::decision::Decision;
 
+/// The lease of a hold when a policy does not say (its `window`): a holder that never
+/// gives its hold back frees it after a minute. A call that may run longer renews its
+/// hold (takes it again) before then.
+pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The most holds a concurrency limit may allow: each decision reads the key's holds
 /// whole (in Redis, one string), so they stay a few kilobytes with ids of request-id
 /// length.

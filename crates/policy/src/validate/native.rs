@@ -25,6 +25,9 @@ pub(super) fn native_limit(
                 "set a window, a unit or a calendar period, one of them".into(),
             ));
         }
+        (None, None, None) if algorithm.holds() => {
+            spillway_core::algorithm::concurrency::DEFAULT_LEASE
+        }
         (None, None, None) => {
             return Err((
                 "window",
@@ -94,11 +97,13 @@ pub(super) fn native_limit(
 }
 
 /// Refuses `metered` where usage cannot be charged in full: a `distinct` limit counts
-/// members, not units; `count_rejected` charges denials, which a metered limit never has
+/// members, not units, a `concurrency` one holds; `count_rejected` charges denials, which a metered limit never has
 /// (its hits above 0 always land); a lease or sync counts ahead of the store.
 fn metered(limit: &Limit, sharing: Sharing) -> Result<(), (&'static str, String)> {
     let why = if limit.algorithm().counts_members() {
         "a distinct limit counts members, not units: it cannot be metered"
+    } else if limit.algorithm().holds() {
+        "a concurrency limit counts holds, taken and given back, not units: it cannot be metered"
     } else if limit.count_rejected() {
         "a metered limit charges every hit above 0 in full: count_rejected does not apply"
     } else if sharing.is_shared() {

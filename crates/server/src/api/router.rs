@@ -33,6 +33,8 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub fn router(state: Arc<AppState>) -> Router {
     with_health(Router::new())
         .route("/v1/check", post(v1::check))
+        .route("/v1/acquire", post(v1::check))
+        .route("/v1/release", post(v1::release))
         .route("/v1/reserve", post(v1::reserve))
         .route("/v1/commit", post(v1::commit))
         .route("/json", post(reference::check))
@@ -265,7 +267,8 @@ async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: N
         Err(_) => respond::refused(Refused::BodyTimeout(timeout)),
     };
     let api = match parts.uri.path() {
-        "/v1/check" => Some("http"),
+        "/v1/check" | "/v1/acquire" => Some("http"),
+        "/v1/release" => Some("release"),
         "/v1/reserve" => Some("reserve"),
         "/v1/commit" => Some("commit"),
         "/json" => Some("json"),

@@ -230,6 +230,24 @@ pub(super) async fn check(
     }
 }
 
+/// `POST /v1/release`: `/v1/check`'s body; each descriptor gives back the hold it
+/// names (its concurrency rules', by its last value) and nothing is counted. Answered
+/// as `/v1/check` is, each status a look after the release.
+pub(super) async fn release(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    metrics::request("release");
+    let answer = async {
+        let req = CheckRequest {
+            release: true,
+            ..decode(&body)?
+        };
+        state.check(req, state.http_callers).await
+    };
+    match answer.await {
+        Ok(r) => v1_response(&state, &r),
+        Err(e) => invalid(e, "release"),
+    }
+}
+
 /// `POST /v1/reserve`: `/v1/check`'s body (the cost is the estimate) and `ttl_ms`;
 /// answered as `/v1/check` is, with the reservation's id when admitted.
 pub(super) async fn reserve(State(state): State<Arc<AppState>>, body: Bytes) -> Response {

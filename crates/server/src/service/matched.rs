@@ -75,33 +75,62 @@ impl Service {
                     refund: req.refund.filter(|_| req.usage && cost > 0),
                     member: None,
                 });
+            } else if let Some((entries, true)) = release_of(req, &d.entries) {
+                // A release: the holds its concurrency rules name are given back, and
+                // nothing else is counted.
+                let Some(m) = domain.resolve(entries) else {
+                    continue;
+                };
+                for rule in m.rules.iter().filter(|r| r.holds()) {
+                    hits.push(Hit {
+                        descriptor: i,
+                        rule: Cow::Borrowed(rule),
+                        key: Some(m.key(rule).map_err(invalid)?),
+                        cost: 1,
+                        usage: true,
+                        refund: Some(spillway_core::Timestamp::from_micros(0)),
+                        member: entries.last().map(|(_, v)| v.to_string()),
+                    });
+                }
             } else if let Some(m) = domain.resolve(&d.entries) {
                 for rule in m.rules {
                     let key = counts(rule)
                         .then(|| m.key(rule))
                         .transpose()
                         .map_err(invalid)?;
-                    if req.usage && rule.counts_members() && !req.settle {
+                    if req.usage && rule.takes_member() && !req.settle {
                         let name = rule.name.as_deref().unwrap_or(&rule.metric);
-                        return Err(CheckError::Invalid(format!(
-                            "descriptor {i}: rule {name} counts distinct values (distinct), \
-                             which cannot take usage: a value is counted once, whatever it \
-                             cost"
-                        )));
+                        return Err(CheckError::Invalid(if rule.holds() {
+                            format!(
+                                "descriptor {i}: rule {name} holds slots at once \
+                                 (concurrency), which cannot take usage: give a hold back \
+                                 with /v1/release"
+                            )
+                        } else {
+                            format!(
+                                "descriptor {i}: rule {name} counts distinct values \
+                                 (distinct), which cannot take usage: a value is counted \
+                                 once, whatever it cost"
+                            )
+                        }));
                     }
-                    // A distinct rule counts the request's member once, whatever its hits.
-                    let (member, cost) = if rule.counts_members() {
-                        (d.entries.last().map(|(_, v)| v.to_string()), cost.min(1))
-                    } else {
-                        (None, cost)
+                    // A distinct rule counts the request's member once, whatever its
+                    // hits; a concurrency rule takes its hits as holds under it.
+                    let (member, cost) = match rule.takes_member() {
+                        true if rule.holds() => {
+                            (d.entries.last().map(|(_, v)| v.to_string()), cost)
+                        }
+                        true => (d.entries.last().map(|(_, v)| v.to_string()), cost.min(1)),
+                        false => (None, cost),
                     };
                     let usage = (req.usage || (rule.metered && !req.reserve))
                         && cost > 0
                         && member.is_none();
                     let mut refund = req.refund.filter(|_| usage);
                     let mut cost = cost;
-                    if req.settle && rule.counts_members() {
-                        // Rules changed since the reservation: a distinct rule takes no usage.
+                    if req.settle && rule.takes_member() {
+                        // Rules changed since the reservation: a distinct or concurrency
+                        // rule takes no usage.
                         cost = 0;
                     } else if refund.is_some() && !rule_refunds(rule) {
                         // Rules changed since the reservation: what this one took stays.
@@ -125,6 +154,24 @@ impl Service {
 
 fn counts(rule: &Rule) -> bool {
     matches!(rule.limit, RuleLimit::Limited(_))
+}
+
+/// The entry that makes a descriptor a release wherever it comes from: first, with any
+/// value. Envoy's stream-done call carries it as a `generic_key`.
+pub const RELEASE_ENTRY: &str = "release";
+
+/// A descriptor's entries as a release sees them, and whether it is one: every
+/// descriptor of a `/v1/release` request, or one whose first entry is
+/// [`RELEASE_ENTRY`] (without it). `None` when it is neither.
+fn release_of<'e>(
+    req: &Valid,
+    entries: &'e [(String, String)],
+) -> Option<(&'e [(String, String)], bool)> {
+    match entries.split_first() {
+        _ if req.release => Some((entries, true)),
+        Some(((k, _), rest)) if k == RELEASE_ENTRY && !rest.is_empty() => Some((rest, true)),
+        _ => None,
+    }
 }
 
 /// The reference's `replaces`: a matched rule named by another matched rule's `replaces`

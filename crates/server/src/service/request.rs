@@ -53,6 +53,9 @@ pub struct CheckRequest {
     /// changed since to one that cannot give back or take usage keeps what the
     /// estimate took, and takes nothing more.
     pub settle: bool,
+    /// Every descriptor gives back the hold it names (`/v1/release`): its concurrency
+    /// rules' holds, by the descriptor's last value; nothing else is counted.
+    pub release: bool,
 }
 
 /// One descriptor: the path in the policy tree.

@@ -163,6 +163,7 @@ impl Service {
             reserve: false,
             refund: settlement.refund,
             settle: true,
+            release: false,
         }
         .validate()?;
         let failed = match self.checked(&req, None).await {

@@ -6,6 +6,7 @@ mod explain;
 mod failure;
 mod failure_parity;
 mod h2;
+mod holds;
 mod hostile_redis;
 mod http;
 mod in_process;
