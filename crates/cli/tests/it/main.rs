@@ -6,6 +6,7 @@ mod deployed;
 mod docs;
 mod envoy;
 mod envoy_gateway;
+mod envoy_holds;
 mod envoy_metering;
 mod envoy_tls;
 mod explain;
