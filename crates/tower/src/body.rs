@@ -13,6 +13,8 @@ use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
 use http_body_util::{BodyExt, Full};
 use pin_project_lite::pin_project;
 
+use crate::hold::{HeldBody, Holding};
+
 pin_project! {
     /// The inner service's body, or the layer's own.
     #[project = Proj]
@@ -20,6 +22,8 @@ pin_project! {
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
+        // The request's holds, given back when the body ends.
+        holding: Option<Holding>,
     }
 }
 
@@ -40,11 +44,24 @@ pin_project! {
 pub trait LayerBody: Default {
     /// A body holding `bytes`.
     fn from_bytes(bytes: Bytes) -> Self;
+
+    /// This body, carrying the request's holds of `concurrency` limits until it ends
+    /// or is dropped (a stream, a download, a gRPC stream). The default gives them back
+    /// now, for bodies that are whole when the service answers (`Full`, `String`).
+    fn holding(self, holding: Holding) -> Self {
+        drop(holding);
+        self
+    }
 }
 
 impl<B> LayerBody for ResponseBody<B> {
     fn from_bytes(bytes: Bytes) -> Self {
         ResponseBody::own(bytes)
+    }
+
+    fn holding(mut self, holding: Holding) -> Self {
+        self.holding = Some(holding);
+        self
     }
 }
 
@@ -53,12 +70,20 @@ impl LayerBody for axum::body::Body {
     fn from_bytes(bytes: Bytes) -> Self {
         axum::body::Body::from(bytes)
     }
+
+    fn holding(self, holding: Holding) -> Self {
+        axum::body::Body::new(HeldBody::new(self, holding))
+    }
 }
 
 #[cfg(feature = "tonic")]
 impl LayerBody for tonic::body::Body {
     fn from_bytes(bytes: Bytes) -> Self {
         tonic::body::Body::new(Full::new(bytes))
+    }
+
+    fn holding(self, holding: Holding) -> Self {
+        tonic::body::Body::new(HeldBody::new(self, holding))
     }
 }
 
@@ -78,6 +103,10 @@ impl<E: 'static> LayerBody for BoxBody<Bytes, E> {
     fn from_bytes(bytes: Bytes) -> Self {
         Full::new(bytes).map_err(|never| match never {}).boxed()
     }
+
+    fn holding(self, holding: Holding) -> Self {
+        HeldBody::new(self, holding).boxed()
+    }
 }
 
 impl<E: 'static> LayerBody for UnsyncBoxBody<Bytes, E> {
@@ -85,6 +114,10 @@ impl<E: 'static> LayerBody for UnsyncBoxBody<Bytes, E> {
         Full::new(bytes)
             .map_err(|never| match never {})
             .boxed_unsync()
+    }
+
+    fn holding(self, holding: Holding) -> Self {
+        HeldBody::new(self, holding).boxed_unsync()
     }
 }
 
@@ -98,6 +131,7 @@ impl<B> ResponseBody<B> {
     pub(crate) fn inner(body: B) -> Self {
         ResponseBody {
             kind: Kind::Inner { body },
+            holding: None,
         }
     }
 
@@ -106,6 +140,7 @@ impl<B> ResponseBody<B> {
             kind: Kind::Own {
                 data: (!data.is_empty()).then_some(data),
             },
+            holding: None,
         }
     }
 }
@@ -125,11 +160,15 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let Proj { kind } = self.project();
-        match kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
-            KindProj::Own { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        let Proj { kind, holding } = self.project();
+        let frame = match kind.project() {
+            KindProj::Inner { body } => std::task::ready!(body.poll_frame(cx)),
+            KindProj::Own { data } => data.take().map(|d| Ok(Frame::data(d))),
+        };
+        if !matches!(frame, Some(Ok(_))) {
+            holding.take();
         }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -53,7 +53,8 @@ where
         let metered = self.shared.metered;
         // Decided at once (the memory store): the inner service, polled ready, is
         // called now, and nothing is boxed. A metered request is settled after the
-        // inner service answered: always the path below.
+        // inner service answered, a held one gives its holds back when its response
+        // ends: always the path below.
         if !metered && let Some(verdict) = self.shared.decide_now(&parts) {
             return match verdict {
                 Verdict::Allow(headers) => {
@@ -72,20 +73,26 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
         ResponseFuture::waiting(async move {
-            let (verdict, reserved) = if metered {
-                let (verdict, reserved) = shared.reserve(&parts).await;
-                (verdict, Some(reserved))
+            let (verdict, reserved, holding) = if metered {
+                let (verdict, reserved, holding) = shared.reserve(&parts).await;
+                (verdict, Some(reserved), holding)
             } else {
-                (shared.decide(&parts).await, None)
+                let (verdict, holding) = shared.decide(&parts).await;
+                (verdict, None, holding)
             };
             match verdict {
                 Verdict::Allow(headers) => {
+                    // An error, or this future dropped (the client gone), drops the
+                    // holding too: the holds are given back.
                     let mut response = inner.call(Request::from_parts(parts, body)).await?;
                     if let Some(reserved) = reserved {
                         shared.settle(reserved, response.headers()).await;
                     }
                     add_headers(response.headers_mut(), headers);
-                    Ok(response)
+                    Ok(match holding {
+                        Some(holding) => response.map(|body| body.holding(holding)),
+                        None => response,
+                    })
                 }
                 Verdict::Refuse(refusal) => Ok(shared.answer(refusal, &parts)),
             }

@@ -16,6 +16,7 @@ use spillway_core::{
 use spillway_core::algorithm::distinct::MAX_MEMBER;
 
 use crate::Rejection;
+use crate::hold::Holding;
 use crate::layer::Rule;
 use crate::respond::Headers;
 
@@ -48,6 +49,9 @@ pub(crate) struct Shared<St, C> {
     /// A rule is metered ([`Rule::metered`]): requests are settled after the inner
     /// service answered.
     pub metered: bool,
+    /// A rule is a `concurrency` limit: an admitted request holds its slots until its
+    /// response body ends or is dropped.
+    pub holds: bool,
     /// `spillway_tower_requests_total{outcome="allowed"}`, registered with the recorder
     /// on the first admission and kept: counting an admitted request is then an atomic
     /// add, not a lookup of the recorder's registry by name and labels.
@@ -75,19 +79,57 @@ pub(crate) struct Reserved {
     at: Option<Timestamp>,
 }
 
-impl<St: Store, C: Clock> Shared<St, C> {
-    /// A metered request's verdict, and what it reserved for [`settle`](Self::settle).
-    pub async fn reserve(&self, parts: &Parts) -> (Verdict, Reserved) {
+impl<St: Store + 'static, C: Clock + 'static> Shared<St, C> {
+    /// The verdict, and the holds an admitted request took.
+    pub async fn decide(self: &Arc<Self>, parts: &Parts) -> (Verdict, Option<Holding>) {
+        let id = self.holds.then(spillway_core::new_hold_id);
+        let (verdict, charged) = self.decide_charged(parts, id.as_deref()).await;
+        (verdict, self.holding(parts, id, charged))
+    }
+
+    /// A metered request's verdict, what it reserved for [`settle`](Self::settle), and
+    /// the holds it took.
+    pub async fn reserve(self: &Arc<Self>, parts: &Parts) -> (Verdict, Reserved, Option<Holding>) {
         let at = self.clock.now();
-        let (verdict, charged) = self.decide_charged(parts).await;
+        let id = self.holds.then(spillway_core::new_hold_id);
+        let (verdict, charged) = self.decide_charged(parts, id.as_deref()).await;
+        let holding = self.holding(parts, id, charged);
         let metered = (self.rules.iter().enumerate())
             .filter(|(_, rule)| rule.actual.is_some())
             .filter_map(|(i, rule)| Some((i, self.key(i, parts).ok()?, self.cost_of(rule, parts))))
             .collect();
         let at = charged.then_some(at);
-        (verdict, Reserved { metered, at })
+        (verdict, Reserved { metered, at }, holding)
     }
 
+    /// The holds named `id` that a request charged (admitted, answered by the store)
+    /// took: given back when the [`Holding`] is dropped.
+    fn holding(
+        self: &Arc<Self>,
+        parts: &Parts,
+        id: Option<Box<[u8]>>,
+        charged: bool,
+    ) -> Option<Holding> {
+        let id = id.filter(|_| charged)?;
+        let held: Vec<(usize, Key)> = (self.rules.iter().enumerate())
+            .filter(|(_, rule)| rule.limit.algorithm().holds())
+            .filter_map(|(i, _)| Some((i, self.key(i, parts).ok()?)))
+            .collect();
+        let shared = Arc::clone(self);
+        Some(Holding::new(move || {
+            let local = shared.store.store().is_local();
+            spillway_core::release_detached(local, async move {
+                let releases: Vec<Request<'_>> = (held.iter())
+                    .map(|(i, key)| Request::release(key, &shared.rules[*i].limit, &id))
+                    .collect();
+                // A release that fails leaves the holds to their lease.
+                let _ = Store::check(&shared.store, &releases, shared.clock.now()).await;
+            });
+        }))
+    }
+}
+
+impl<St: Store, C: Clock> Shared<St, C> {
     /// Settles a metered request once the inner service answered with `headers`: per
     /// metered rule, what `actual` reads of them against the estimate `reserved` (given
     /// back or charged as usage, [`Reservation::settlement`]), or, for a request passed
@@ -116,16 +158,14 @@ impl<St: Store, C: Clock> Shared<St, C> {
         }
     }
 
-    pub async fn decide(&self, parts: &Parts) -> Verdict {
-        self.decide_charged(parts).await.0
-    }
-
     /// The verdict, and whether the store charged every limit (admitted, answered).
-    async fn decide_charged(&self, parts: &Parts) -> (Verdict, bool) {
+    /// `id` names the holds the request takes of `concurrency` limits.
+    async fn decide_charged(&self, parts: &Parts, id: Option<&[u8]>) -> (Verdict, bool) {
         // One rule without a member (most layers): no vector at all, one allocation
         // (the key).
         if let [rule] = &self.rules[..]
             && rule.member.is_none()
+            && id.is_none()
         {
             let key = match self.key(0, parts) {
                 Ok(key) => key,
@@ -143,6 +183,10 @@ impl<St: Store, C: Clock> Shared<St, C> {
         }
         let mut members = Vec::with_capacity(self.rules.len());
         for rule in self.rules.iter() {
+            if let Some(id) = id.filter(|_| rule.limit.algorithm().holds()) {
+                members.push(Some(Member::Hold(id)));
+                continue;
+            }
             let Some(source) = &rule.member else {
                 members.push(None);
                 continue;
@@ -155,7 +199,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 end -= 1;
             }
             member.truncate(end);
-            members.push(Some(member));
+            members.push(Some(Member::Counted(member)));
         }
         let requests: Vec<Request<'_>> = self
             .rules
@@ -166,10 +210,12 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 let request = Request::new(key, &rule.limit, self.cost_of(rule, parts));
                 match member {
                     // A request counts its member once, whatever its cost.
-                    Some(m) => Request {
+                    Some(Member::Counted(m)) => Request {
                         cost: request.cost.min(1),
                         ..request.with_member(m.as_bytes())
                     },
+                    // Its cost is the slots it holds.
+                    Some(Member::Hold(id)) => request.with_member(id),
                     None => request,
                 }
             })
@@ -185,7 +231,11 @@ impl<St: Store, C: Clock> Shared<St, C> {
             return None;
         };
         let store = self.store.store();
-        if !store.is_local() || rule.member.is_some() || self.guards[0].sharing.is_shared() {
+        if !store.is_local()
+            || rule.member.is_some()
+            || self.holds
+            || self.guards[0].sharing.is_shared()
+        {
             return None;
         }
         let now = self.clock.now();
@@ -258,6 +308,14 @@ impl<St: Store, C: Clock> Shared<St, C> {
         let verdict = self.verdict(&answer.batch.decisions, answer.batch.denied_by);
         (verdict, charged)
     }
+}
+
+/// What a request brings to a limit that reads a member.
+enum Member<'a> {
+    /// What a `distinct` limit counts, read from the request.
+    Counted(String),
+    /// The id of the request's holds of `concurrency` limits.
+    Hold(&'a [u8]),
 }
 
 /// A round's answer in the layer's metrics and log.

@@ -117,26 +117,35 @@ impl<S: Store + Clone + 'static, C: Clock + Clone + 'static> Drop for Hold<S, C>
         let Some(h) = self.held.take() else {
             return;
         };
-        // A store in this process answers at once, here.
-        if h.limiter.store().is_local() {
-            let mut release = std::pin::pin!(h.limiter.release(&h.key, &h.limit, &h.id));
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            if release.as_mut().poll(&mut cx).is_ready() {
-                return;
-            }
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let local = h.limiter.store().is_local();
+        release_detached(local, async move {
             // A release that fails has nobody left to tell: the lease frees the slots.
-            runtime.spawn(async move {
-                let _ = h.limiter.release(&h.key, &h.limit, &h.id).await;
-            });
-        }
-        // No runtime to wait on: the lease frees the slots.
+            let _ = h.limiter.release(&h.key, &h.limit, &h.id).await;
+        });
     }
 }
 
-/// A new hold id: 16 hex digits random for the process, then a counter.
-fn new_id() -> Box<[u8]> {
+/// Runs `release` (a hold given back) without waiting for it: here, at once, when the
+/// store is `local` (in this process: its future is ready when first polled);
+/// otherwise as a task on the runtime of the caller; with none, nowhere (the hold's
+/// lease frees its slots). For guards given back on drop: [`Hold`], and the tower
+/// layer's hold of a response.
+pub fn release_detached(local: bool, release: impl Future<Output = ()> + Send + 'static) {
+    let mut release = Box::pin(release);
+    if local {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if release.as_mut().poll(&mut cx).is_ready() {
+            return;
+        }
+    }
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(release);
+    }
+}
+
+/// A new hold id: 16 hex digits random for the process, then a counter; unique among
+/// the holds of every process.
+pub fn new_id() -> Box<[u8]> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     static PROCESS: std::sync::LazyLock<u64> =
         std::sync::LazyLock::new(|| RandomState::new().hash_one(std::process::id()));

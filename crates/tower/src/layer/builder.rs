@@ -141,7 +141,12 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             if self.rules[..i].iter().any(|r| r.name == rule.name) {
                 return Err(Error::DuplicateName(name.into()));
             }
+            let holds = rule.limit.algorithm().holds();
             let member_error = match (rule.limit.algorithm().counts_members(), &rule.member) {
+                (false, Some(_)) if holds => Some(
+                    "a concurrency limit's holds are named by the layer, one per request: \
+                     no `Rule::member`",
+                ),
                 (true, None) => Some("a distinct limit needs `Rule::member`: what to count"),
                 (false, Some(_)) => Some("`Rule::member` applies to distinct limits only"),
                 (true, Some(m)) => m.errors().first().map(String::as_str),
@@ -166,7 +171,8 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             }
         }
         for rule in &self.rules {
-            if rule.actual.is_some() && !rule.limit.algorithm().refunds() {
+            let algorithm = rule.limit.algorithm();
+            if rule.actual.is_some() && (!algorithm.refunds() || algorithm.holds()) {
                 return Err(Error::InvalidSharing {
                     limit: rule.name.to_string(),
                     message: format!(
@@ -213,6 +219,7 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             .ietf_policy(self.rules.iter().map(crate::shared::quota))
             .and_then(|v| http::HeaderValue::try_from(v).ok());
         let metered = self.rules.iter().any(|r| r.actual.is_some());
+        let holds = self.rules.iter().any(|r| r.limit.algorithm().holds());
         let shared = Shared {
             store,
             clock: self.clock,
@@ -227,6 +234,7 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             on_store_error: self.on_store_error,
             guards,
             metered,
+            holds,
             allowed: Default::default(),
         };
         let shared = Arc::new(shared);

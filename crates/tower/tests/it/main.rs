@@ -1,4 +1,5 @@
 mod grpc;
+mod holds;
 mod http;
 mod keys;
 mod metered;

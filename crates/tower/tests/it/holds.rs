@@ -1,0 +1,174 @@
+//! A `concurrency` rule in the layer: an admitted request holds its slot for as long as
+//! its response is being produced — until the response body ends or is dropped, or
+//! the request's future is dropped before it answers — on the memory store (given back
+//! in the drop) and on Redis (by a task).
+
+use crate::support;
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use bytes::Bytes;
+use http::Request;
+use http_body::Frame;
+use http_body_util::BodyExt;
+use spillway_core::{Algorithm, Limit, MemoryStore, Store};
+use spillway_redis::{RedisStore, TimeSource};
+use spillway_testkit::redis::{standalone_url, unique_prefix};
+use spillway_tower::{KeyExtractor, RateLimitLayer, Rule};
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+
+/// A response body that streams what its sender sends, until the sender is dropped.
+struct Open(mpsc::UnboundedReceiver<Bytes>);
+
+impl http_body::Body for Open {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// The senders of the bodies the app has answered with, in order.
+type Senders = Arc<Mutex<Vec<mpsc::UnboundedSender<Bytes>>>>;
+
+fn app<St: Store + 'static>(store: St, clock: spillway_core::ManualClock) -> (Router, Senders) {
+    let holds = Limit::new(Algorithm::Concurrency, 1, Duration::from_secs(30)).unwrap();
+    let layer = RateLimitLayer::builder(store)
+        .clock(clock)
+        .timeout(Duration::from_secs(1))
+        .limit(Rule::new(
+            "in-flight",
+            holds,
+            KeyExtractor::header("x-tenant"),
+        ))
+        .build()
+        .unwrap();
+    let senders = Senders::default();
+    let answered = Arc::clone(&senders);
+    let router = Router::new()
+        .route(
+            "/stream",
+            get(move || {
+                let answered = Arc::clone(&answered);
+                async move {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    answered.lock().unwrap().push(tx);
+                    Body::new(Open(rx))
+                }
+            }),
+        )
+        .route("/never", get(std::future::pending::<&'static str>))
+        .layer(layer);
+    (router, senders)
+}
+
+async fn call(app: &Router, path: &str) -> http::Response<Body> {
+    let request = Request::get(path)
+        .header("x-tenant", "acme")
+        .body(Body::empty());
+    app.clone().oneshot(request.unwrap()).await.unwrap()
+}
+
+/// Polls `status` of a fresh call until it is `want`, the release being a task on
+/// Redis (on the memory store it is given back in the drop: the first call sees it).
+async fn until_status(app: &Router, want: u16, local: bool) -> http::Response<Body> {
+    for _ in 0..500 {
+        let response = call(app, "/stream").await;
+        if response.status() == want || local {
+            return response;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    panic!("never {want}")
+}
+
+async fn held_while_the_body_streams<St: Store + 'static>(store: St, local: bool) {
+    let (app, senders) = app(store, support::clock());
+    let first = call(&app, "/stream").await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(
+        call(&app, "/stream").await.status(),
+        429,
+        "held while it streams"
+    );
+
+    // Dropped mid-stream (a client gone): the slot is free.
+    drop(first);
+    let second = until_status(&app, 200, local).await;
+    assert_eq!(second.status(), 200, "given back when the body was dropped");
+    assert_eq!(call(&app, "/stream").await.status(), 429);
+
+    // Read to its end, the body gives its slot back, though not dropped yet.
+    let mut body = second.into_body();
+    let tx = senders.lock().unwrap().pop().unwrap();
+    tx.send(Bytes::from_static(b"chunk")).unwrap();
+    assert_eq!(
+        body.frame().await.unwrap().unwrap().into_data().unwrap(),
+        "chunk"
+    );
+    assert_eq!(call(&app, "/stream").await.status(), 429, "still streaming");
+    drop(tx);
+    assert!(body.frame().await.is_none());
+    let third = until_status(&app, 200, local).await;
+    assert_eq!(third.status(), 200, "given back at the body's end");
+    drop((body, third));
+
+    // A request whose future is dropped before its answer (the client gone while the
+    // service works) gives its slot back too.
+    let _ = until_status(&app, 200, local).await;
+    let waiting = tokio::time::timeout(Duration::from_millis(50), call(&app, "/never")).await;
+    assert!(waiting.is_err(), "the service never answers");
+    let after = until_status(&app, 200, local).await;
+    assert_eq!(
+        after.status(),
+        200,
+        "given back when the future was dropped"
+    );
+}
+
+#[tokio::test]
+async fn a_slot_is_held_while_the_body_streams_on_the_memory_store() {
+    held_while_the_body_streams(MemoryStore::new(), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_is_held_while_the_body_streams_on_redis() {
+    let store = RedisStore::builder(standalone_url())
+        .prefix(unique_prefix("tower-holds"))
+        .time_source(TimeSource::Caller)
+        .build()
+        .await
+        .unwrap();
+    held_while_the_body_streams(store, false).await;
+}
+
+#[test]
+fn a_concurrency_rule_takes_no_member_and_cannot_be_metered() {
+    let holds = Limit::new(Algorithm::Concurrency, 3, Duration::from_secs(30)).unwrap();
+    let rule = || Rule::new("in-flight", holds.clone(), KeyExtractor::header("x-tenant"));
+    let member = RateLimitLayer::builder(MemoryStore::new())
+        .limit(rule().member(KeyExtractor::header("x-id")))
+        .build()
+        .unwrap_err();
+    assert!(
+        member.to_string().contains("named by the layer"),
+        "{member}"
+    );
+    let metered = RateLimitLayer::builder(MemoryStore::new())
+        .limit(rule().metered(|_| Some(1)))
+        .build()
+        .unwrap_err();
+    assert!(metered.to_string().contains("not concurrency"), "{metered}");
+}
