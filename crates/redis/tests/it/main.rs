@@ -5,6 +5,7 @@ mod conformance;
 mod differential;
 mod distinct;
 mod hll;
+mod holds;
 mod limits;
 mod reconnect;
 mod reservations;
