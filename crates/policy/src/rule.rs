@@ -77,6 +77,8 @@ pub struct Counters {
     pub shadow_over_limit: Handle,
     /// Admitted past the service's near-limit ratio.
     pub near_limit: Handle,
+    /// Holds of a `concurrency` rule given back (releases, not decisions).
+    pub released: Handle,
     /// The reference's `total_hits`, in hits (kept only when the service keeps the
     /// reference's stats; so are the four below).
     pub total_hits: Handle,

@@ -99,6 +99,14 @@ pub fn decision(domain: &Arc<str>, rule: &Rule, outcome: Outcome) {
         .increment(1);
 }
 
+/// A hold of a `concurrency` rule was given back (a release, not a decision).
+pub fn released(domain: &Arc<str>, rule: &Rule) {
+    rule.counters
+        .released
+        .get_or_register(|| counter!("spillway_holds_released_total", rule_labels(domain, rule)))
+        .increment(1);
+}
+
 /// A rule admitted a request and is past its near-limit ratio.
 pub fn near_limit(domain: &Arc<str>, rule: &Rule) {
     rule.counters

@@ -40,7 +40,7 @@ pub static METRICS: &[Metric] = &[
     metric(
         "spillway_requests_total",
         "counter",
-        "`api`: `grpc`, `http` (/v1/check), `reserve` (/v1/reserve), `commit` (/v1/commit), `json` (/json), `explain`",
+        "`api`: `grpc`, `http` (/v1/check, /v1/acquire), `release` (/v1/release), `reserve` (/v1/reserve), `commit` (/v1/commit), `json` (/json), `explain`",
         "requests received, valid or not",
         "`ratelimit_server.ShouldRateLimit.total_requests`",
     ),
@@ -71,6 +71,13 @@ pub static METRICS: &[Metric] = &[
         "as `rule` below",
         "admitted requests past the rule's near_limit_ratio of its limit",
         "`ratelimit.service.rate_limit.<domain>.<path>.near_limit`",
+    ),
+    metric(
+        "spillway_holds_released_total",
+        "counter",
+        "as `rule` below",
+        "holds of a `concurrency` rule given back (`/v1/release`, a descriptor led by `release`: Envoy's stream-done call); taking one is a decision, in `spillway_decisions_total`",
+        "—",
     ),
     metric(
         "spillway_store_duration_seconds",

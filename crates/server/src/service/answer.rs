@@ -83,6 +83,10 @@ impl Service {
         if matches!(hit.rule.limit, RuleLimit::Unlimited) {
             return; // the reference keeps no stats for unlimited rules
         }
+        if hit.rule.holds() && hit.refund.is_some() {
+            // A hold given back decides nothing.
+            return metrics::released(domain, &hit.rule);
+        }
         let outcome = match (status.code, status.shadow_denied) {
             (Code::OverLimit, _) => metrics::Outcome::OverLimit,
             (Code::Ok, true) => metrics::Outcome::ShadowOverLimit,

@@ -101,7 +101,22 @@ pub struct LimitState {
     pub reset_after_ms: u64,
     /// For a request that would be denied: when it would be admitted.
     pub retry_after_ms: Option<u64>,
+    /// A `concurrency` rule: the holds in use, and in how long the oldest of them
+    /// lapses if nobody gives it back (`None` with none in use).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holds: Option<HoldsState>,
 }
+
+/// A `concurrency` rule's holds, as the store holds them.
+#[derive(Debug, Serialize)]
+pub struct HoldsState {
+    pub in_use: u64,
+    pub oldest_lapses_in_ms: Option<u64>,
+}
+
+/// The id a look at a `concurrency` rule's holds takes nothing under: a descriptor
+/// value that no request sends.
+const LOOK_ID: &[u8] = b"\0spillway-explain";
 
 impl Service {
     /// What [`check`](Service::check) would answer for `req`, and why; nothing is
@@ -249,13 +264,8 @@ impl Service {
         if let Some(m) = &hit.member {
             look = look.with_member(m.as_bytes());
         }
-        match self
-            .stores_for(&hit.rule)
-            .1
-            .store()
-            .check(&[look], now)
-            .await
-        {
+        let store = self.stores_for(&hit.rule).1.store();
+        match store.check(&[look], now).await {
             Ok(batch) => {
                 let d: &Decision = &batch.decisions[0];
                 out.would_admit = if limit.algorithm().counts_members() {
@@ -263,10 +273,15 @@ impl Service {
                 } else {
                     hit.cost <= d.remaining
                 };
+                let holds = match limit.algorithm().holds() {
+                    true => Some(self.holds(store, key, limit, d, now).await),
+                    false => None,
+                };
                 out.state = Some(LimitState {
                     remaining: d.remaining,
                     reset_after_ms: ceil_ms(d.reset_after),
                     retry_after_ms: d.retry_after().map(ceil_ms),
+                    holds,
                 });
             }
             Err(e) => {
@@ -275,6 +290,37 @@ impl Service {
             }
         }
         out
+    }
+}
+
+impl Service {
+    /// A `concurrency` rule's holds, from the look `seen`: the slots in use, and when
+    /// the oldest lapses, which a take of one slot more than remain says (denied, it is
+    /// charged nothing: when one slot frees, the soonest lapse).
+    async fn holds(
+        &self,
+        store: &impl spillway_core::Store,
+        key: &spillway_core::Key,
+        limit: &spillway_core::Limit,
+        seen: &Decision,
+        now: spillway_core::Timestamp,
+    ) -> HoldsState {
+        let in_use = limit.limit() - seen.remaining;
+        if in_use == 0 {
+            return HoldsState {
+                in_use,
+                oldest_lapses_in_ms: None,
+            };
+        }
+        let one_more = Request::new(key, limit, seen.remaining + 1).with_member(LOOK_ID);
+        let lapse = match store.check(&[one_more], now).await {
+            Ok(batch) => batch.decisions[0].retry_after().map(ceil_ms),
+            Err(_) => None,
+        };
+        HoldsState {
+            in_use,
+            oldest_lapses_in_ms: lapse,
+        }
     }
 }
 

@@ -250,3 +250,35 @@ async fn never_more_than_the_limit_in_flight_across_three_replicas() {
         }
     }
 }
+
+/// `/v1/explain` on a concurrency rule: the holds in use and when the oldest lapses,
+/// taking nothing (a take after it is admitted as before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_the_holds_in_use_and_when_the_oldest_lapses() {
+    for backing in backings() {
+        let s = Server::start("holds-explain", &[("api.yaml", POLICY)], backing.clone()).await;
+        let look = request("acme", "look");
+        let explain = || s.post("/v1/explain", &look);
+        let (status, body) = explain().await;
+        assert_eq!(status, 200, "{body}");
+        let holds = &body["descriptors"][0]["limits"][0]["state"]["holds"];
+        assert_eq!(holds["in_use"], 0, "{backing:?}: {body}");
+        assert!(holds["oldest_lapses_in_ms"].is_null(), "{body}");
+
+        assert_eq!(s.post("/v1/acquire", &request("acme", "r1")).await.0, 200);
+        s.advance(Duration::from_secs(10));
+        assert_eq!(s.post("/v1/acquire", &request("acme", "r2")).await.0, 200);
+        for _ in 0..2 {
+            let (_, body) = explain().await;
+            let holds = &body["descriptors"][0]["limits"][0]["state"]["holds"];
+            assert_eq!(holds["in_use"], 2, "{backing:?}: {body}");
+            // r1, taken 10 s ago with a 30 s lease.
+            assert_eq!(holds["oldest_lapses_in_ms"], 20_000, "{backing:?}: {body}");
+        }
+        assert_eq!(
+            s.post("/v1/acquire", &request("acme", "r3")).await.0,
+            429,
+            "{backing:?}: the explains took nothing"
+        );
+    }
+}

@@ -91,3 +91,38 @@ descriptors:
     }
     s.running.stop().await;
 }
+
+/// A concurrency rule: takes are decisions (admitted or over the limit), releases are
+/// counted apart and decide nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_taken_are_decisions_and_releases_are_counted_apart() {
+    let _turn = crate::turn().await;
+    let yaml = "
+domain: h
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: id
+        limits:
+          - { name: in-flight, algorithm: concurrency, limit: 1 }
+";
+    let s = Server::start("metrics-holds", &[("h.yaml", yaml)], Backing::Memory).await;
+    let body = |id: &str| {
+        json!({ "domain": "h", "descriptors": [{ "entries": [
+            { "key": "tenant", "value": "t" }, { "key": "id", "value": id },
+        ] }] })
+    };
+    assert_eq!(s.post("/v1/acquire", &body("a")).await.0, 200);
+    assert_eq!(s.post("/v1/acquire", &body("b")).await.0, 429);
+    assert_eq!(s.post("/v1/release", &body("a")).await.0, 200);
+    assert_eq!(s.post("/v1/release", &body("a")).await.0, 200);
+    let text = s.get_text("/metrics").await;
+    let has = |line: &str| assert!(text.lines().any(|l| l == line), "`{line}` in\n{text}");
+    has(
+        r##"spillway_decisions_total{domain="h",rule="tenant.id",limit="#in-flight",outcome="ok"} 1"##,
+    );
+    has(
+        r##"spillway_decisions_total{domain="h",rule="tenant.id",limit="#in-flight",outcome="over_limit"} 1"##,
+    );
+    has(r##"spillway_holds_released_total{domain="h",rule="tenant.id",limit="#in-flight"} 2"##);
+}

@@ -352,15 +352,28 @@ function duration(ms) {
   return `${(ms / 3600000).toFixed(1)} h`;
 }
 
+/** A concurrency rule's holds: in use, and when the oldest lapses. */
+function holds(state) {
+  if (!state || !state.holds) return null;
+  const h = state.holds;
+  const lapse = h.oldest_lapses_in_ms === null ? "" : `, the oldest lapses in ${duration(h.oldest_lapses_in_ms)}`;
+  return el("div", { class: "holds" }, `${integer.format(h.in_use)} held${lapse}`);
+}
+
 function limitRow(l) {
-  const limit = l.limit === null ? "" : ` ${integer.format(l.limit)} per ${duration(l.window_ms)}`;
+  const limit =
+    l.limit === null
+      ? ""
+      : l.algorithm === "concurrency"
+        ? ` ${integer.format(l.limit)} at once, lease ${duration(l.window_ms)}`
+        : ` ${integer.format(l.limit)} per ${duration(l.window_ms)}`;
   return el(
     "tr",
     { "data-rule": l.rule, "data-admit": l.would_admit },
     el("td", {}, l.rule, l.replaced_by ? el("span", { class: "tag" }, `replaced by ${l.replaced_by}`) : null),
     el("td", {}, l.algorithm + limit),
     el("td", {}, l.mode, l.quota_mode ? el("span", { class: "tag" }, "quota") : null),
-    el("td", { class: "num" }, l.state ? integer.format(l.state.remaining) : "–"),
+    el("td", { class: "num" }, l.state ? integer.format(l.state.remaining) : "–", holds(l.state)),
     el("td", { class: "num" }, l.state ? duration(l.state.reset_after_ms) : "–"),
     el("td", { class: "num" }, l.state ? duration(l.state.retry_after_ms) : "–"),
     el("td", { class: l.would_admit ? "ok" : "over" }, l.would_admit ? "admit" : "deny", l.error ? el("div", { class: "error" }, l.error) : null),
