@@ -136,6 +136,17 @@ pub struct BenchArgs {
     #[arg(long, requires = "hot")]
     pub check: bool,
 
+    /// A `concurrency` limit: each admitted request holds its slot this long, then gives
+    /// it back (each request's hold is named by a new id; a service's policy has the
+    /// concurrency rule at the node of --hold-key under --key-name). The report says the
+    /// most holds of one key live at once.
+    #[arg(long, value_parser = duration::parse)]
+    pub hold: Option<Duration>,
+
+    /// With --hold and --server: the descriptor key that carries each hold's id.
+    #[arg(long, default_value = "request_id", requires = "hold")]
+    pub hold_key: String,
+
     /// Give up on one call after this long (counted as a timeout error).
     #[arg(long, default_value = "1s", value_parser = duration::parse)]
     pub timeout: Duration,
@@ -215,6 +226,16 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
+    match (&flag_limit, args.hold) {
+        (Some(l), None) if l.algorithm().holds() => bail!(
+            "a concurrency limit takes holds and gives them back: say how long each is held with --hold"
+        ),
+        (Some(l), Some(_)) if !l.algorithm().holds() => bail!(
+            "--hold applies to a concurrency limit, not {}",
+            l.algorithm().name()
+        ),
+        _ => {}
+    }
     let (target, described, redis) = target(&args, flag_limit, policies).await?;
     let mode = match args.rate {
         Some(r) if r > 0.0 && r.is_finite() => Loop::Open { per_sec: r },
@@ -227,13 +248,16 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Some(url) => Some(stats_store(&args, url).await?),
         None => redis,
     };
+    let holds = args
+        .hold
+        .map(|hold| Arc::new(load::Holds::new(hold, args.hold_key.clone())));
     let meter = cpu::Meter::start(args.server_pid, stats).await?;
     let tally = load::run(
         Arc::new(target),
         keys,
         mode,
-        args.duration,
-        args.timeout,
+        (args.duration, args.timeout),
+        holds.clone(),
         args.json,
     )
     .await;
@@ -242,7 +266,8 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .filter(|_| args.check)
         .map(|limit| (tally.admitted, allowed_in(&limit, tally.elapsed)));
     let cost = meter.finish(tally.decisions()).await?;
-    report(&args, &described, mode, &tally, &cost, check);
+    let holds = holds.map(|h| (h.hold, h.most()));
+    report(&args, &described, mode, &tally, &cost, (check, holds));
     Ok(match check {
         Some((admitted, allowed)) if admitted > allowed => ExitCode::from(1),
         _ => ExitCode::SUCCESS,

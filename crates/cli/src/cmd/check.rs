@@ -90,7 +90,8 @@ pub struct CheckArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = args::positive_u32)]
     pub precision: Option<u32>,
 
-    /// With --algorithm distinct: the member this request brings (an IP, an account).
+    /// With --algorithm distinct: the member this request brings (an IP, an account);
+    /// with --algorithm concurrency: the id of the hold it takes (taking it again renews it).
     #[arg(long, conflicts_with = "server")]
     pub member: Option<String>,
 
@@ -207,9 +208,12 @@ fn limit(args: &CheckArgs) -> anyhow::Result<Limit> {
         bail!("--algorithm, --limit and --window (or --period) are required with --store");
     };
     let algorithm: Algorithm = algorithm.parse()?;
-    match (algorithm.counts_members(), &args.member) {
+    match (algorithm.takes_member(), &args.member) {
+        (true, None) if algorithm.holds() => {
+            bail!("--algorithm concurrency needs --member: the id of the hold to take")
+        }
         (true, None) => bail!("--algorithm distinct needs --member: the value to count"),
-        (false, Some(_)) => bail!("--member applies to --algorithm distinct only"),
+        (false, Some(_)) => bail!("--member applies to --algorithm distinct and concurrency only"),
         _ => {}
     }
     let shape = crate::limit::Shape {

@@ -111,6 +111,35 @@ fn distinct_limits_with_members_in_turn() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--members applies to"));
 }
 
+/// A concurrency limit with `--hold`: each admitted request holds its slot 40 ms, then
+/// gives it back, on the memory store and on Redis, one hot key and 8 callers: the
+/// most held at once is the limit, never more, and the slots turn over (400 ms of
+/// 40 ms holds: about 10 rounds of 2).
+#[test]
+fn a_concurrency_limit_held_and_given_back() {
+    let redis = standalone_url();
+    for store in ["memory", redis.as_str()] {
+        let (code, v, out) = bench(&format!(
+            "--store {store} --algorithm concurrency --limit 2 --window 1m --hold 40ms --hot --concurrency 8"
+        ));
+        assert_eq!(code, Some(0), "{out:?}");
+        assert_eq!(v["errors"], 0, "{store}: {v}");
+        assert_eq!(v["holds"]["most_of_one_key_at_once"], 2, "{store}: {v}");
+        assert_eq!(v["holds"]["hold_ms"], 40, "{v}");
+        let admitted = v["admitted"].as_u64().unwrap();
+        assert!(
+            (8..=22).contains(&admitted),
+            "{store}: {admitted} admitted: {v}"
+        );
+    }
+    let (code, _, out) = bench("--store memory --algorithm concurrency --limit 2 --window 1m");
+    assert_eq!(code, Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--hold"),
+        "{out:?}"
+    );
+}
+
 fn policy(limit: u32) -> String {
     format!(
         "domain: b\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: minute, requests_per_unit: {limit} }}\n"

@@ -3,7 +3,7 @@
 //! that a slow target cannot hide its queueing: no coordinated omission). Keys come
 //! uniformly from a population, from one hot key, or by a Zipf law.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use rand_distr::{Distribution, Zipf};
 use spillway_core::Key;
 use tokio::sync::Semaphore;
 
-use super::target::{Outcome, Target};
+use super::target::{HoldId, Outcome, Target};
 
 /// How keys are chosen.
 #[derive(Clone, Debug)]
@@ -46,6 +46,97 @@ pub enum Loop {
     Open { per_sec: f64 },
 }
 
+/// `--hold`: each admitted request holds its slot of a `concurrency` limit this long,
+/// then gives it back; the holds live at once, per key, as this process sees them (from
+/// an admission to the sending of its release).
+#[derive(Debug)]
+pub struct Holds {
+    pub hold: Duration,
+    /// The descriptor key that carries a hold's id to a service.
+    pub id_key: String,
+    live: Mutex<HashMap<Key, u64>>,
+    most: AtomicU64,
+}
+
+impl Holds {
+    pub fn new(hold: Duration, id_key: String) -> Holds {
+        Holds {
+            hold,
+            id_key,
+            live: Mutex::default(),
+            most: AtomicU64::new(0),
+        }
+    }
+
+    /// The most holds of one key live at once so far.
+    pub fn most(&self) -> u64 {
+        self.most.load(Ordering::Relaxed)
+    }
+
+    fn enter(&self, key: &Key) {
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = live.entry(key.clone()).or_default();
+        *n += 1;
+        self.most.fetch_max(*n, Ordering::Relaxed);
+    }
+
+    fn leave(&self, key: &Key) {
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = live.get_mut(key) {
+            *n -= 1;
+        }
+    }
+}
+
+/// One request: its outcome and latency (of the decision alone); with `holds`, an
+/// admitted one then holds its slot and gives it back (a failed release is an error
+/// of its own kind).
+#[allow(clippy::disallowed_methods)] // a load generator measures real time
+async fn one(
+    target: &Target,
+    key: &Key,
+    worker: usize,
+    timeout: Duration,
+    holds: Option<&Holds>,
+    tally: impl FnOnce(Outcome, Duration),
+) -> Option<&'static str> {
+    let sent = Instant::now();
+    let Some(holds) = holds else {
+        tally(
+            target.call(key, worker, timeout, None).await,
+            sent.elapsed(),
+        );
+        return None;
+    };
+    let id = String::from_utf8(spillway_core::new_hold_id().into()).expect("hex digits");
+    let hold = HoldId {
+        key: &holds.id_key,
+        id: &id,
+    };
+    let outcome = target.call(key, worker, timeout, Some(hold)).await;
+    let admitted = matches!(outcome, Outcome::Admitted);
+    tally(outcome, sent.elapsed());
+    if !admitted {
+        // A denial on the memory store comes back without ever yielding: the holders'
+        // timers must get their turn.
+        tokio::task::yield_now().await;
+        return None;
+    }
+    holds.enter(key);
+    tokio::time::sleep(holds.hold).await;
+    holds.leave(key);
+    match target.release(key, worker, timeout, hold).await {
+        Outcome::Error(_) => Some("release"),
+        _ => None,
+    }
+}
+
 /// Everything a run measured.
 #[derive(Debug)]
 pub struct Tally {
@@ -66,6 +157,10 @@ impl Tally {
             errors: BTreeMap::new(),
             elapsed: Duration::ZERO,
         }
+    }
+
+    fn error(&mut self, kind: &'static str) {
+        *self.errors.entry(kind).or_default() += 1;
     }
 
     fn record(&mut self, outcome: Outcome, latency: Duration) {
@@ -104,8 +199,8 @@ pub async fn run(
     target: Arc<Target>,
     keys: Keys,
     mode: Loop,
-    duration: Duration,
-    timeout: Duration,
+    (duration, timeout): (Duration, Duration),
+    holds: Option<Arc<Holds>>,
     quiet: bool,
 ) -> Tally {
     let done = Arc::new(AtomicU64::new(0));
@@ -130,10 +225,28 @@ pub async fn run(
 
     let mut tally = match mode {
         Loop::Closed { callers } => {
-            closed(target, keys, callers, start, duration, timeout, &done).await
+            closed(
+                target,
+                keys,
+                callers,
+                start,
+                (duration, timeout),
+                holds,
+                &done,
+            )
+            .await
         }
         Loop::Open { per_sec } => {
-            open(target, keys, per_sec, start, duration, timeout, &done).await
+            open(
+                target,
+                keys,
+                per_sec,
+                start,
+                (duration, timeout),
+                holds,
+                &done,
+            )
+            .await
         }
     };
     tally.elapsed = start.elapsed();
@@ -148,21 +261,24 @@ async fn closed(
     keys: Keys,
     callers: usize,
     start: Instant,
-    duration: Duration,
-    timeout: Duration,
+    (duration, timeout): (Duration, Duration),
+    holds: Option<Arc<Holds>>,
     done: &Arc<AtomicU64>,
 ) -> Tally {
     let tasks: Vec<_> = (0..callers)
         .map(|worker| {
             let (target, keys, done) = (Arc::clone(&target), keys.clone(), Arc::clone(done));
+            let holds = holds.clone();
             tokio::spawn(async move {
                 let mut rng = SmallRng::seed_from_u64(worker as u64);
                 let mut tally = Tally::new();
                 while start.elapsed() < duration {
                     let key = keys.pick(&mut rng);
-                    let sent = Instant::now();
-                    let outcome = target.call(key, worker, timeout).await;
-                    tally.record(outcome, sent.elapsed());
+                    let record = |outcome, latency| tally.record(outcome, latency);
+                    let failed = one(&target, key, worker, timeout, holds.as_deref(), record).await;
+                    if let Some(kind) = failed {
+                        tally.error(kind);
+                    }
                     done.fetch_add(1, Ordering::Relaxed);
                 }
                 tally
@@ -188,8 +304,8 @@ async fn open(
     keys: Keys,
     per_sec: f64,
     start: Instant,
-    duration: Duration,
-    timeout: Duration,
+    (duration, timeout): (Duration, Duration),
+    holds: Option<Arc<Holds>>,
     done: &Arc<AtomicU64>,
 ) -> Tally {
     // Answers are tallied under a lock rather than sent to a collecting task: waking
@@ -227,9 +343,15 @@ async fn open(
                 };
                 let (target, tally, done) =
                     (Arc::clone(&target), Arc::clone(&tally), Arc::clone(&done));
+                let holds = holds.clone();
                 runtime.spawn(async move {
-                    let outcome = target.call(&key, n as usize, timeout).await;
-                    lock(&tally).record(outcome, due.elapsed());
+                    // Latency from the due time: the schedule's, not the send's.
+                    let record = |outcome, _| lock(&tally).record(outcome, due.elapsed());
+                    let failed =
+                        one(&target, &key, n as usize, timeout, holds.as_deref(), record).await;
+                    if let Some(kind) = failed {
+                        lock(&tally).error(kind);
+                    }
                     done.fetch_add(1, Ordering::Relaxed);
                     drop(permit);
                 });

@@ -12,7 +12,7 @@ pub(super) fn report(
     mode: Loop,
     t: &Tally,
     cost: &Cost,
-    check: Option<(u64, u64)>,
+    (check, holds): (Option<(u64, u64)>, Option<(std::time::Duration, u64)>),
 ) {
     let tenth = |x: f64| (x * 10.0).round() / 10.0;
     let secs = t.elapsed.as_secs_f64();
@@ -41,6 +41,7 @@ pub(super) fn report(
                 "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99), "p999_us": q(0.999), "max_us": us(t.latency.max()),
                 "admitted": t.admitted, "rejected": t.rejected, "errors": t.error_count(), "errors_by_kind": t.errors,
                 "check": check,
+                "holds": holds.map(|(hold, most)| json!({ "hold_ms": hold.as_millis() as u64, "most_of_one_key_at_once": most })),
                 "cpu_us_per_decision": {
                     "bench": tenth(cost.bench), "server": cost.server.map(tenth),
                     "redis": cost.redis.map(tenth),
@@ -80,6 +81,11 @@ pub(super) fn report(
     println!("cpu µs      {cpu} per decision");
     if let (Some(per_call), Some(calls)) = (cost.per_call, &cost.calls) {
         println!("redis       {per_call:.1} decisions per call, {calls}");
+    }
+    if let Some((hold, most)) = holds {
+        println!(
+            "holds       each held {hold:?}; at most {most} of one key live at once (from admission to release)"
+        );
     }
     if let Some((admitted, allowed)) = check {
         if admitted <= allowed {

@@ -18,6 +18,14 @@ use tonic::transport::Channel;
 
 use crate::args::ClientTls;
 
+/// A request's hold of a `concurrency` limit (`--hold`): the descriptor key that
+/// carries its id (a service's), and the id.
+#[derive(Clone, Copy)]
+pub struct HoldId<'a> {
+    pub key: &'a str,
+    pub id: &'a str,
+}
+
 /// One request's result.
 pub enum Outcome {
     Admitted,
@@ -66,10 +74,11 @@ pub enum Target {
         domain: String,
         key_name: String,
     },
-    /// `POST /v1/check` of a running service.
+    /// `POST /v1/check` of a running service (and `/v1/release`, `release`).
     Http {
         client: Box<crate::client::HttpClient>,
         uri: hyper::Uri,
+        release: hyper::Uri,
         domain: String,
         key_name: String,
     },
@@ -123,23 +132,67 @@ impl Target {
     ) -> anyhow::Result<Target> {
         let client = tls.http_client(base, over_tls)?;
         let uri = format!("{base}/v1/check").parse()?;
+        let release = format!("{base}/v1/release").parse()?;
         Ok(Target::Http {
             client: Box::new(client),
             uri,
+            release,
             domain,
             key_name,
         })
     }
 
-    /// One request of cost 1 for `key`, bounded by `timeout`.
-    pub async fn call(&self, key: &Key, worker: usize, timeout: Duration) -> Outcome {
-        match tokio::time::timeout(timeout, self.call_unbounded(key, worker)).await {
+    /// One request of cost 1 for `key` (taking the hold `hold` names), bounded by
+    /// `timeout`.
+    pub async fn call(
+        &self,
+        key: &Key,
+        worker: usize,
+        timeout: Duration,
+        hold: Option<HoldId<'_>>,
+    ) -> Outcome {
+        let call = self.call_unbounded(key, worker, hold, false);
+        match tokio::time::timeout(timeout, call).await {
             Ok(outcome) => outcome,
             Err(_) => Outcome::Error("timeout"),
         }
     }
 
-    async fn call_unbounded(&self, key: &Key, worker: usize) -> Outcome {
+    /// Gives back `key`'s hold `hold` (`/v1/release`, a descriptor led by `release`),
+    /// bounded by `timeout`.
+    pub async fn release(
+        &self,
+        key: &Key,
+        worker: usize,
+        timeout: Duration,
+        hold: HoldId<'_>,
+    ) -> Outcome {
+        let call = self.call_unbounded(key, worker, Some(hold), true);
+        match tokio::time::timeout(timeout, call).await {
+            Ok(outcome) => outcome,
+            Err(_) => Outcome::Error("timeout"),
+        }
+    }
+
+    async fn call_unbounded(
+        &self,
+        key: &Key,
+        worker: usize,
+        hold: Option<HoldId<'_>>,
+        release: bool,
+    ) -> Outcome {
+        // A service's descriptor: the key, then the hold's id; a release leads with
+        // `release`.
+        let entries = |key_name: &str| {
+            let mut entries = vec![(key_name.to_owned(), key.as_str().to_owned())];
+            if let Some(h) = hold {
+                entries.push((h.key.to_owned(), h.id.to_owned()));
+            }
+            if release {
+                entries.insert(0, ("release".to_owned(), "1".to_owned()));
+            }
+            entries
+        };
         let admitted = |yes: bool| {
             if yes {
                 Outcome::Admitted
@@ -157,6 +210,12 @@ impl Target {
                 let mut request = Request::new(key, limit, 1);
                 if limit.algorithm().counts_members() {
                     request = request.with_member(&member);
+                }
+                if let Some(h) = hold {
+                    request = match release {
+                        true => Request::release(key, limit, h.id.as_bytes()),
+                        false => request.with_member(h.id.as_bytes()),
+                    };
                 }
                 match store.check_one(request, SystemClock.now()).await {
                     Ok(d) => admitted(d.allowed()),
@@ -187,7 +246,7 @@ impl Target {
                 let req = CheckRequest {
                     domain: domain.clone(),
                     descriptors: vec![Descriptor {
-                        entries: vec![(key_name.clone(), key.as_str().to_owned())],
+                        entries: entries(key_name),
                         ..Default::default()
                     }],
                     hits: 1,
@@ -210,13 +269,20 @@ impl Target {
             Target::Http {
                 client,
                 uri,
+                release: release_uri,
                 domain,
                 key_name,
             } => {
+                // `/v1/release` marks every descriptor itself.
+                let entries: Vec<_> = (entries(key_name).into_iter())
+                    .filter(|(k, _)| !(release && k == "release"))
+                    .map(|(key, value)| serde_json::json!({ "key": key, "value": value }))
+                    .collect();
                 let body = serde_json::json!({
                     "domain": domain,
-                    "descriptors": [{ "entries": [{ "key": key_name, "value": key.as_str() }] }],
+                    "descriptors": [{ "entries": entries }],
                 });
+                let uri = if release { release_uri } else { uri };
                 let req = hyper::Request::post(uri.clone())
                     .header("content-type", "application/json")
                     .body(Full::new(body.to_string().into()))
@@ -245,10 +311,9 @@ impl Target {
                 let req = RateLimitRequest {
                     domain: domain.clone(),
                     descriptors: vec![RateLimitDescriptor {
-                        entries: vec![Entry {
-                            key: key_name.clone(),
-                            value: key.as_str().to_owned(),
-                        }],
+                        entries: (entries(key_name).into_iter())
+                            .map(|(key, value)| Entry { key, value })
+                            .collect(),
                         ..Default::default()
                     }],
                     hits_addend: 1,
