@@ -267,7 +267,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .map(|limit| (tally.admitted, allowed_in(&limit, tally.elapsed)));
     let cost = meter.finish(tally.decisions()).await?;
     let holds = holds.map(|h| (h.hold, h.most()));
-    report(&args, &described, mode, &tally, &cost, (check, holds));
+    report(&args, &described, mode, &tally, &cost, check, holds);
     Ok(match check {
         Some((admitted, allowed)) if admitted > allowed => ExitCode::from(1),
         _ => ExitCode::SUCCESS,

@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use spillway_core::{Clock, SystemClock};
 
 use support::envoy::{envoy, example, get, spillway};
 use support::{Procs, curl};
@@ -130,16 +132,17 @@ fn in_use(http: u16, tenant: &str) -> u64 {
 /// Polls until `tenant` holds `want` slots; how long that took. Envoy sends the
 /// stream-done call after the response, so a client can be quicker than it.
 fn until_in_use(http: u16, tenant: &str, want: u64) -> Duration {
-    let start = Instant::now();
+    let start = SystemClock.now();
+    let elapsed = || SystemClock.now().duration_since(start);
     while in_use(http, tenant) != want {
         assert!(
-            start.elapsed() < Duration::from_secs(20),
+            elapsed() < Duration::from_secs(20),
             "{tenant} never came to {want} holds (now {})",
             in_use(http, tenant)
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    start.elapsed()
+    elapsed()
 }
 
 #[test]

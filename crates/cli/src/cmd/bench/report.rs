@@ -12,7 +12,8 @@ pub(super) fn report(
     mode: Loop,
     t: &Tally,
     cost: &Cost,
-    (check, holds): (Option<(u64, u64)>, Option<(std::time::Duration, u64)>),
+    check: Option<(u64, u64)>,
+    holds: Option<(std::time::Duration, u64)>,
 ) {
     let tenth = |x: f64| (x * 10.0).round() / 10.0;
     let secs = t.elapsed.as_secs_f64();
