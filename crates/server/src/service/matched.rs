@@ -56,6 +56,26 @@ impl Service {
             let cost = d.hits.unwrap_or(req.hits);
             let invalid =
                 |e: spillway_core::Error| CheckError::Invalid(format!("descriptor {i}: {e}"));
+            if let Some((m, entries)) = releasing(req, domain, &d.entries) {
+                // A release: the holds its concurrency rules name are given back, and
+                // nothing else is counted.
+                for rule in m.rules.iter().filter(|r| r.holds()) {
+                    hits.push(Hit {
+                        descriptor: i,
+                        rule: Cow::Borrowed(rule),
+                        key: Some(m.key(rule).map_err(invalid)?),
+                        cost: 1,
+                        usage: true,
+                        refund: Some(spillway_core::Timestamp::from_micros(0)),
+                        member: entries.last().map(|(_, v)| v.to_string()),
+                    });
+                }
+                continue;
+            }
+            if req.release {
+                // `/v1/release` of a descriptor with no hold to give back: nothing.
+                continue;
+            }
             if let Some(o) = d.limit {
                 let mut rule = Rule::reference(o.requests_per_unit, o.unit);
                 if self.options.stop_increment_when_over_limit {
@@ -75,23 +95,6 @@ impl Service {
                     refund: req.refund.filter(|_| req.usage && cost > 0),
                     member: None,
                 });
-            } else if let Some((entries, true)) = release_of(req, &d.entries) {
-                // A release: the holds its concurrency rules name are given back, and
-                // nothing else is counted.
-                let Some(m) = domain.resolve(entries) else {
-                    continue;
-                };
-                for rule in m.rules.iter().filter(|r| r.holds()) {
-                    hits.push(Hit {
-                        descriptor: i,
-                        rule: Cow::Borrowed(rule),
-                        key: Some(m.key(rule).map_err(invalid)?),
-                        cost: 1,
-                        usage: true,
-                        refund: Some(spillway_core::Timestamp::from_micros(0)),
-                        member: entries.last().map(|(_, v)| v.to_string()),
-                    });
-                }
             } else if let Some(m) = domain.resolve(&d.entries) {
                 for rule in m.rules {
                     let key = counts(rule)
@@ -160,18 +163,22 @@ fn counts(rule: &Rule) -> bool {
 /// value. Envoy's stream-done call carries it as a `generic_key`.
 pub const RELEASE_ENTRY: &str = "release";
 
-/// A descriptor's entries as a release sees them, and whether it is one: every
-/// descriptor of a `/v1/release` request, or one whose first entry is
-/// [`RELEASE_ENTRY`] (without it). `None` when it is neither.
-fn release_of<'e>(
+/// The match of a descriptor that gives holds back, and its entries without
+/// [`RELEASE_ENTRY`]: one of a `/v1/release` request, or one led by that entry, whose
+/// other entries reach a node with a `concurrency` rule. `None` otherwise: a descriptor
+/// led by a `release` entry of a tree that has such a key is matched as it is.
+fn releasing<'p, 'e>(
     req: &Valid,
+    domain: &'p spillway_policy::Domain,
     entries: &'e [(String, String)],
-) -> Option<(&'e [(String, String)], bool)> {
-    match entries.split_first() {
-        _ if req.release => Some((entries, true)),
-        Some(((k, _), rest)) if k == RELEASE_ENTRY && !rest.is_empty() => Some((rest, true)),
-        _ => None,
-    }
+) -> Option<(spillway_policy::Match<'p>, &'e [(String, String)])> {
+    let rest = match entries.split_first() {
+        Some(((k, _), rest)) if k == RELEASE_ENTRY && !rest.is_empty() => rest,
+        _ if req.release => entries,
+        _ => return None,
+    };
+    let m = domain.resolve(rest)?;
+    m.rules.iter().any(Rule::holds).then_some((m, rest))
 }
 
 /// The reference's `replaces`: a matched rule named by another matched rule's `replaces`

@@ -283,3 +283,41 @@ async fn explain_shows_the_holds_in_use_and_when_the_oldest_lapses() {
         );
     }
 }
+
+/// A `release` entry is a release only where the rest reaches a concurrency rule: a
+/// tree with a `release` key of its own is matched as it is, and `/v1/release` of a
+/// descriptor with no hold to give back counts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_key_of_a_tree_of_its_own_is_matched_as_it_is() {
+    let policy = "
+domain: api
+descriptors:
+  - key: release
+    descriptors:
+      - key: channel
+        limits:
+          - { name: deploys, algorithm: fixed_window, limit: 1, window: 1h }
+";
+    let s = Server::start(
+        "holds-release-key",
+        &[("api.yaml", policy)],
+        backings()[0].clone(),
+    )
+    .await;
+    let deploy = json!({ "domain": "api", "descriptors": [{ "entries": [
+        { "key": "release", "value": "v2" },
+        { "key": "channel", "value": "stable" },
+    ] }] });
+    let (status, _) = s.post("/v1/release", &deploy).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        s.post("/v1/check", &deploy).await.0,
+        200,
+        "the release counted nothing"
+    );
+    assert_eq!(
+        s.post("/v1/check", &deploy).await.0,
+        429,
+        "matched as it is: 1 an hour"
+    );
+}
