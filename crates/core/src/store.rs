@@ -328,7 +328,9 @@ fn validate_refund(r: &Request<'_>) -> Result<(), Error> {
             "a refund is usage given back: build it with Request::refund".into(),
         ));
     }
-    if !r.limit.algorithm().refunds() {
+    // A `concurrency` limit's refund is a release: the hold its member names.
+    let algorithm = r.limit.algorithm();
+    if !algorithm.refunds() && !algorithm.holds() {
         return Err(Error::InvalidRequest(format!(
             "{} cannot give units back (a reservation's unused estimate): only a \
              fixed_window, token_bucket or gcra limit can (and a concurrency limit its \

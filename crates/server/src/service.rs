@@ -345,8 +345,7 @@ fn minute(now: Timestamp) -> u64 {
 /// Whether a rule's limit can give units back (what a reservation did not use).
 pub(crate) fn rule_refunds(rule: &Rule) -> bool {
     match &rule.limit {
-        // A concurrency limit gives back holds by id, not a reservation's units.
-        RuleLimit::Limited(limit) => limit.algorithm().refunds() && !limit.algorithm().holds(),
+        RuleLimit::Limited(limit) => limit.algorithm().refunds(),
         _ => true,
     }
 }

@@ -13,7 +13,7 @@ use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
 use http_body_util::{BodyExt, Full};
 use pin_project_lite::pin_project;
 
-use crate::hold::{HeldBody, Holding};
+use crate::hold::{HeldBody, Holding, release_at_end};
 
 pin_project! {
     /// The inner service's body, or the layer's own.
@@ -165,9 +165,7 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
             KindProj::Inner { body } => std::task::ready!(body.poll_frame(cx)),
             KindProj::Own { data } => data.take().map(|d| Ok(Frame::data(d))),
         };
-        if !matches!(frame, Some(Ok(_))) {
-            holding.take();
-        }
+        release_at_end(holding, &frame);
         Poll::Ready(frame)
     }
 

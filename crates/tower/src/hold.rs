@@ -20,6 +20,17 @@ impl Holding {
     }
 }
 
+/// Gives `holding` back once `frame` says its body is over: its last frame was read
+/// (`None`), or it failed. The rule every body that carries holds follows.
+pub(crate) fn release_at_end<E>(
+    holding: &mut Option<Holding>,
+    frame: &Option<Result<Frame<Bytes>, E>>,
+) {
+    if !matches!(frame, Some(Ok(_))) {
+        holding.take();
+    }
+}
+
 impl Drop for Holding {
     fn drop(&mut self) {
         if let Some(release) = self.0.take() {
@@ -64,9 +75,7 @@ impl<B: Body<Data = Bytes>> Body for HeldBody<B> {
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
         let frame = ready!(this.body.poll_frame(cx));
-        if !matches!(frame, Some(Ok(_))) {
-            this.holding.take();
-        }
+        release_at_end(this.holding, &frame);
         Poll::Ready(frame)
     }
 

@@ -83,8 +83,8 @@ impl<St: Store + 'static, C: Clock + 'static> Shared<St, C> {
     /// The verdict, and the holds an admitted request took.
     pub async fn decide(self: &Arc<Self>, parts: &Parts) -> (Verdict, Option<Holding>) {
         let id = self.holds.then(spillway_core::new_hold_id);
-        let (verdict, charged) = self.decide_charged(parts, id.as_deref()).await;
-        (verdict, self.holding(parts, id, charged))
+        let (verdict, charged, keys) = self.decide_charged(parts, id.as_deref()).await;
+        (verdict, self.holding(keys, id, charged))
     }
 
     /// A metered request's verdict, what it reserved for [`settle`](Self::settle), and
@@ -92,28 +92,30 @@ impl<St: Store + 'static, C: Clock + 'static> Shared<St, C> {
     pub async fn reserve(self: &Arc<Self>, parts: &Parts) -> (Verdict, Reserved, Option<Holding>) {
         let at = self.clock.now();
         let id = self.holds.then(spillway_core::new_hold_id);
-        let (verdict, charged) = self.decide_charged(parts, id.as_deref()).await;
-        let holding = self.holding(parts, id, charged);
+        let (verdict, charged, keys) = self.decide_charged(parts, id.as_deref()).await;
+        // The keys the decision was made on; a lone rule's was not kept.
+        let key = |i: usize| keys.get(i).cloned().or_else(|| self.key(i, parts).ok());
         let metered = (self.rules.iter().enumerate())
             .filter(|(_, rule)| rule.actual.is_some())
-            .filter_map(|(i, rule)| Some((i, self.key(i, parts).ok()?, self.cost_of(rule, parts))))
+            .filter_map(|(i, rule)| Some((i, key(i)?, self.cost_of(rule, parts))))
             .collect();
+        let holding = self.holding(keys, id, charged);
         let at = charged.then_some(at);
         (verdict, Reserved { metered, at }, holding)
     }
 
     /// The holds named `id` that a request charged (admitted, answered by the store)
-    /// took: given back when the [`Holding`] is dropped.
+    /// took on `keys` (every rule's, in order): given back when the [`Holding`] is
+    /// dropped.
     fn holding(
         self: &Arc<Self>,
-        parts: &Parts,
+        keys: Vec<Key>,
         id: Option<Box<[u8]>>,
         charged: bool,
     ) -> Option<Holding> {
         let id = id.filter(|_| charged)?;
-        let held: Vec<(usize, Key)> = (self.rules.iter().enumerate())
-            .filter(|(_, rule)| rule.limit.algorithm().holds())
-            .filter_map(|(i, _)| Some((i, self.key(i, parts).ok()?)))
+        let held: Vec<(usize, Key)> = (keys.into_iter().enumerate())
+            .filter(|(i, _)| self.rules[*i].limit.algorithm().holds())
             .collect();
         let shared = Arc::clone(self);
         Some(Holding::new(move || {
@@ -158,9 +160,11 @@ impl<St: Store, C: Clock> Shared<St, C> {
         }
     }
 
-    /// The verdict, and whether the store charged every limit (admitted, answered).
-    /// `id` names the holds the request takes of `concurrency` limits.
-    async fn decide_charged(&self, parts: &Parts, id: Option<&[u8]>) -> (Verdict, bool) {
+    /// The verdict, whether the store charged every limit (admitted, answered), and
+    /// every rule's key, in order (none when a lone rule was decided without a vector,
+    /// or the request was refused first). `id` names the holds the request takes of
+    /// `concurrency` limits.
+    async fn decide_charged(&self, parts: &Parts, id: Option<&[u8]>) -> (Verdict, bool, Vec<Key>) {
         // One rule without a member (most layers): no vector at all, one allocation
         // (the key).
         if let [rule] = &self.rules[..]
@@ -169,16 +173,17 @@ impl<St: Store, C: Clock> Shared<St, C> {
         {
             let key = match self.key(0, parts) {
                 Ok(key) => key,
-                Err(missing) => return (missing, false),
+                Err(missing) => return (missing, false, Vec::new()),
             };
             let request = Request::new(&key, &rule.limit, self.cost_of(rule, parts));
-            return self.decide_requests(std::slice::from_ref(&request)).await;
+            let (verdict, charged) = self.decide_requests(std::slice::from_ref(&request)).await;
+            return (verdict, charged, Vec::new());
         }
         let mut keys = Vec::with_capacity(self.rules.len());
         for i in 0..self.rules.len() {
             match self.key(i, parts) {
                 Ok(key) => keys.push(key),
-                Err(missing) => return (missing, false),
+                Err(missing) => return (missing, false, Vec::new()),
             }
         }
         let mut members = Vec::with_capacity(self.rules.len());
@@ -192,7 +197,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 continue;
             };
             let Some(mut member) = source.extract(parts) else {
-                return (missing(rule, source), false);
+                return (missing(rule, source), false, Vec::new());
             };
             let mut end = member.len().min(MAX_MEMBER);
             while !member.is_char_boundary(end) {
@@ -220,7 +225,9 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 }
             })
             .collect();
-        self.decide_requests(&requests).await
+        let (verdict, charged) = self.decide_requests(&requests).await;
+        drop(requests);
+        (verdict, charged, keys)
     }
 
     /// The verdict without waiting, where the store gives it at once (one rule without

@@ -118,6 +118,14 @@ fn slow_upstream() -> (u16, Arc<Serving>) {
     (port, serving)
 }
 
+/// Spillway on the policy behind Envoy, in front of the slow upstream: Spillway's
+/// HTTP port, Envoy's, and what the upstream counts.
+fn behind_envoy(procs: &mut Procs) -> (u16, u16, Arc<Serving>) {
+    let (grpc, http) = spillway(procs, POLICY);
+    let (app, serving) = slow_upstream();
+    (http, envoy(procs, &config(), grpc, app), serving)
+}
+
 /// The holds of `tenant` in use, as Spillway reports a look (cost 0).
 fn in_use(http: u16, tenant: &str) -> u64 {
     let body = format!(
@@ -148,9 +156,7 @@ fn until_in_use(http: u16, tenant: &str, want: u64) -> Duration {
 #[test]
 fn envoy_lets_at_most_three_requests_of_a_tenant_reach_the_upstream_at_once() {
     let mut procs = Procs(Vec::new());
-    let (grpc, http) = spillway(&mut procs, POLICY);
-    let (app, serving) = slow_upstream();
-    let port = envoy(&mut procs, &config(), grpc, app);
+    let (http, port, serving) = behind_envoy(&mut procs);
 
     // 20 clients, 5 requests each, all for one tenant; another tenant beside them.
     let clients: Vec<_> = (0..20)
@@ -200,9 +206,7 @@ fn envoy_lets_at_most_three_requests_of_a_tenant_reach_the_upstream_at_once() {
 #[test]
 fn a_client_that_disconnects_mid_response_frees_its_slot_at_stream_done() {
     let mut procs = Procs(Vec::new());
-    let (grpc, http) = spillway(&mut procs, POLICY);
-    let (app, _) = slow_upstream();
-    let port = envoy(&mut procs, &config(), grpc, app);
+    let (http, port, _) = behind_envoy(&mut procs);
 
     // Three slow requests take the three slots and wait for their answers.
     let mut streams: Vec<TcpStream> = (0..3)

@@ -171,14 +171,3 @@ impl Meter for Params {
         s.last_lapse()
     }
 }
-
-/// What a key's holds are at `now`: how many slots are taken and when the oldest live
-/// hold lapses (for `explain`).
-pub fn in_use(s: &Holds, now: u64) -> (u64, Option<u64>) {
-    let now = s.at(now);
-    let live = s.live(now);
-    (
-        live.clone().map(|h| h.cost).sum(),
-        live.map(|h| h.lapse).min(),
-    )
-}

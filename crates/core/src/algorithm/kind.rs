@@ -112,17 +112,14 @@ impl Algorithm {
     }
 
     /// Whether units charged can be given back ([`Request::refund`](crate::Request::refund),
-    /// what a reservation took and did not use): a fixed window, a token bucket, GCRA;
-    /// and a `concurrency` hold, by its id ([`Request::release`](crate::Request::release)).
+    /// what a reservation took and did not use): a fixed window, a token bucket, GCRA.
     /// A sliding log or window keeps no charge apart from the others of its sub-window,
-    /// and `distinct` counts members, not units.
+    /// `distinct` counts members, not units, and `concurrency` gives back holds by
+    /// their ids, not units ([`Request::release`](crate::Request::release)).
     pub fn refunds(&self) -> bool {
         matches!(
             self,
-            Algorithm::FixedWindow
-                | Algorithm::TokenBucket
-                | Algorithm::Gcra
-                | Algorithm::Concurrency
+            Algorithm::FixedWindow | Algorithm::TokenBucket | Algorithm::Gcra
         )
     }
 

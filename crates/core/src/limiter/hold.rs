@@ -23,10 +23,7 @@ impl<S: Store, C: Clock> Limiter<S, C> {
         id: &'a [u8],
         holds: u64,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
-        self.store.check_one(
-            Request::new(key, limit, holds).with_member(id),
-            self.clock.now(),
-        )
+        self.check_request(Request::new(key, limit, holds).with_member(id))
     }
 
     /// Gives back `key`'s hold named `id`: its slots are free at once. Giving back a
@@ -38,8 +35,7 @@ impl<S: Store, C: Clock> Limiter<S, C> {
         limit: &'a Limit,
         id: &'a [u8],
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
-        self.store
-            .check_one(Request::release(key, limit, id), self.clock.now())
+        self.check_request(Request::release(key, limit, id))
     }
 }
 

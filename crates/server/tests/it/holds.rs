@@ -20,6 +20,17 @@ descriptors:
           - { name: in-flight, algorithm: concurrency, limit: 2, window: 30s }
 ";
 
+/// A take of `tenant`'s hold `id` is refused until `left` has passed, and admitted
+/// then: the holds in its way lapse at the end of their lease, not before.
+async fn admitted_after(s: &Server, tenant: &str, id: &str, left: Duration, what: &str) {
+    s.advance(left - Duration::from_secs(1));
+    let (status, body) = s.post("/v1/acquire", &request(tenant, id)).await;
+    assert_eq!(status, 429, "{what}: held until the lease ends: {body}");
+    s.advance(Duration::from_secs(1));
+    let (status, body) = s.post("/v1/acquire", &request(tenant, id)).await;
+    assert_eq!(status, 200, "{what}: lapsed: {body}");
+}
+
 fn request(tenant: &str, id: &str) -> serde_json::Value {
     json!({ "domain": "api", "descriptors": [{ "entries": [
         { "key": "tenant", "value": tenant },
@@ -77,12 +88,8 @@ async fn two_in_flight_per_tenant_given_back_or_lapsed() {
         assert_eq!(taken.overall_code, 1, "{backing:?}: r2's slot");
 
         // Nobody gives back g1 and r3: they lapse at the end of the lease, not before.
-        s.advance(Duration::from_secs(29));
-        let (status, _) = s.post("/v1/acquire", &request("acme", "late")).await;
-        assert_eq!(status, 429, "{backing:?}: held until the lease ends");
-        s.advance(Duration::from_secs(1));
-        let (status, body) = s.post("/v1/acquire", &request("acme", "late")).await;
-        assert_eq!(status, 200, "{backing:?}: lapsed: {body}");
+        let what = format!("{backing:?}");
+        admitted_after(&s, "acme", "late", Duration::from_secs(30), &what).await;
     }
 }
 
@@ -100,10 +107,8 @@ descriptors:
 ";
     for backing in backings() {
         let s = Server::start("holds-usage", &[("api.yaml", policy)], backing.clone()).await;
-        let usage = json!({ "domain": "api", "usage": true, "descriptors": [{ "entries": [
-            { "key": "tenant", "value": "acme" },
-            { "key": "request_id", "value": "r1" },
-        ] }] });
+        let mut usage = request("acme", "r1");
+        usage["usage"] = json!(true);
         let (status, body) = s.post("/v1/check", &usage).await;
         assert_eq!(status, 400, "{backing:?}: {body}");
         assert!(
@@ -127,12 +132,8 @@ descriptors:
         assert_eq!(status, 429, "{backing:?}: {body}");
         assert_eq!(body["denied_by"]["rule"], "per-request", "{body}");
         // The default lease is a minute.
-        s.advance(Duration::from_secs(59));
-        let (status, _) = s.post("/v1/acquire", &request("acme", "r2")).await;
-        assert_eq!(status, 429, "{backing:?}");
-        s.advance(Duration::from_secs(1));
-        let (status, _) = s.post("/v1/acquire", &request("acme", "r2")).await;
-        assert_eq!(status, 200, "{backing:?}: the default lease, a minute");
+        let what = format!("{backing:?}: the default lease, a minute");
+        admitted_after(&s, "acme", "r2", Duration::from_secs(60), &what).await;
     }
 }
 
@@ -158,19 +159,7 @@ async fn never_more_than_the_limit_in_flight_across_three_replicas() {
         let clock = ManualClock::new(Timestamp::from_secs(support::T0));
         let mut replicas = Vec::new();
         for _ in 0..3 {
-            // 200 clients, 3 replicas and Redis on the test machine's CPUs: a store
-            // timeout that load does not reach (a timed-out take answers 503).
-            let store = spillway_redis::RedisStore::builder(&url)
-                .prefix(&prefix)
-                .time_source(spillway_redis::TimeSource::Caller)
-                .timeout(Duration::from_secs(5))
-                .build()
-                .await
-                .unwrap();
-            let config = spillway_server::Config::ephemeral(&dir);
-            let store = spillway_server::AnyStore::Redis(store);
-            let running = support::start(config, store, std::sync::Arc::new(clock.clone()));
-            replicas.push(running.await.unwrap());
+            replicas.push(support::start_on_redis(&url, &prefix, &dir, &clock).await);
         }
         // Real time, as the clients see it (the replicas decide on the manual clock,
         // which stands still: no hold lapses).

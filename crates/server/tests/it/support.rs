@@ -273,10 +273,14 @@ pub async fn start(
 
 /// A service for the policies in `dir` on the Redis at `url` under `prefix`, reading
 /// `clock`: several with one prefix are replicas, or one started after another stopped.
+/// The store timeout is generous: these check decisions, with several replicas, their
+/// clients and Redis on a test machine's CPUs (a timed-out call would answer by its
+/// failure policy instead).
 pub async fn start_on_redis(url: &str, prefix: &str, dir: &Path, clock: &ManualClock) -> Running {
     let store = RedisStore::builder(url)
         .prefix(prefix)
         .time_source(TimeSource::Caller)
+        .timeout(Duration::from_secs(5))
         .build()
         .await
         .expect("connect to the test Redis");

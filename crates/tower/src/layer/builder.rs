@@ -171,8 +171,7 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             }
         }
         for rule in &self.rules {
-            let algorithm = rule.limit.algorithm();
-            if rule.actual.is_some() && (!algorithm.refunds() || algorithm.holds()) {
+            if rule.actual.is_some() && !rule.limit.algorithm().refunds() {
                 return Err(Error::InvalidSharing {
                     limit: rule.name.to_string(),
                     message: format!(
