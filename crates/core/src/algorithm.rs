@@ -204,6 +204,15 @@ impl Params {
         ))
     }
 
+    /// The holds of a `concurrency` state lapsed by `now` and not yet cleared (0 for
+    /// every other algorithm).
+    pub(crate) fn lapsed(&self, state: &State, now: u64) -> u64 {
+        match (self, &state.0) {
+            (Params::Concurrency(p), Inner::Concurrency(holds)) => p.lapsed(holds, now),
+            _ => 0,
+        }
+    }
+
     #[inline]
     pub(crate) fn idle_at(&self, state: &State) -> u64 {
         dispatch!(self, |p| read(state, |s| p.idle_at(s)))

@@ -78,6 +78,10 @@ pub struct BatchDecision {
     pub decisions: Vec<Decision>,
     /// The first request whose limit denied the batch; `None` when the batch was admitted.
     pub denied_by: Option<usize>,
+    /// Holds of `concurrency` limits this round found lapsed and cleared (holders that
+    /// never gave them back): `(request index, holds)`, for the requests whose key had
+    /// some. Empty, with nothing allocated, nearly always.
+    pub lapsed: Vec<(usize, u64)>,
 }
 
 impl BatchDecision {

@@ -47,7 +47,7 @@ mod validate;
 
 pub use error::{Error, Errors};
 pub use load::{LoadOptions, assemble, assemble_with, is_policy_file, load, load_with, parse};
-pub use rule::{Counters, Handle, Metadata, Rule, RuleLimit};
+pub use rule::{Counters, Handle, InUse, Metadata, Rule, RuleLimit};
 pub use set::{
     Domain, How, Match, PolicySet, Step, Trace, Unmatched, escape_into, override_key,
     wildcard_match,

@@ -79,6 +79,10 @@ pub struct Counters {
     pub near_limit: Handle,
     /// Holds of a `concurrency` rule given back (releases, not decisions).
     pub released: Handle,
+    /// Holds of a `concurrency` rule found lapsed: never given back.
+    pub lapsed: Handle,
+    /// Holds of a `concurrency` rule in use, per key.
+    pub in_use: InUse,
     /// The reference's `total_hits`, in hits (kept only when the service keeps the
     /// reference's stats; so are the four below).
     pub total_hits: Handle,
@@ -123,6 +127,63 @@ impl Eq for Handle {}
 impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Handle")
+    }
+}
+
+/// A `concurrency` rule's holds in use on each key this service decided on, as the
+/// store said at its latest decision there: the holds, and when the last of them lapses
+/// (µs). At most [`InUse::MAX_KEYS`] keys are followed. Like a [`Handle`], not part
+/// of what the rule says.
+#[derive(Default)]
+pub struct InUse(std::sync::Mutex<std::collections::HashMap<Box<str>, (u64, u64)>>);
+
+impl InUse {
+    /// The most keys followed per rule: a key past them is left out of the total (a
+    /// few megabytes at most, whatever the traffic).
+    pub const MAX_KEYS: usize = 100_000;
+
+    /// The store said `key` has `holds` in use, the last lapsing at `until` (µs).
+    pub fn note(&self, key: &str, holds: u64, until: u64) {
+        let mut keys = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let full = keys.len() >= Self::MAX_KEYS;
+        match keys.get_mut(key) {
+            Some(_) if holds == 0 => {
+                keys.remove(key);
+            }
+            Some(at) => *at = (holds, until),
+            None if holds == 0 || full => {}
+            None => {
+                keys.insert(key.into(), (holds, until));
+            }
+        }
+    }
+
+    /// The holds in use at `now` on the keys followed, forgetting those whose holds
+    /// have all lapsed.
+    pub fn total(&self, now: u64) -> u64 {
+        let mut keys = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        keys.retain(|_, (_, until)| *until > now);
+        keys.values().map(|(holds, _)| holds).sum()
+    }
+}
+
+impl Clone for InUse {
+    fn clone(&self) -> InUse {
+        InUse::default()
+    }
+}
+
+impl PartialEq for InUse {
+    fn eq(&self, _: &InUse) -> bool {
+        true
+    }
+}
+
+impl Eq for InUse {}
+
+impl fmt::Debug for InUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("InUse")
     }
 }
 

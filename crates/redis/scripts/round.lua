@@ -137,6 +137,7 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
   local a = r.algorithm
   local s = load(r, key, ring, value)
   local absent = value == false
+  local stale = a.lapsed and a.lapsed(r, s, now)
   if usage then
     if cost > 0 then
       charge_usage(a, r, s, now, cost, member, refund)
@@ -144,6 +145,7 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
     end
     local n, o, remaining, reset, retry = #out, a.check(r, s, now, 0, member)
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = 0, o, remaining, reset, retry
+    if stale then out[n + 6] = sub0(stale, a.lapsed(r, s, now)) end
     return
   end
   local o, remaining, reset, retry = a.check(r, s, now, cost, member)
@@ -167,6 +169,7 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
   local n = #out
   out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
     denied, o, remaining, reset, retry
+  if stale then out[n + 6] = sub0(stale, a.lapsed(r, s, now)) end
 end
 
 -- The ring keys of a request whose state key is KEYS[k]: nil but for sketches (no
@@ -254,6 +257,14 @@ local function round(out, k0, at, n, k)
     if d[1] ~= 0 and denied_by == 0 then denied_by = i end
   end
 
+  -- Holds lapsed in the states as stored: those a charge below clears are counted,
+  -- on the first request of their key (round.rs).
+  local stale = {}
+  for i = 1, n do
+    local a, key = rs[i].algorithm, keys[i]
+    if a.lapsed and not stale[key] then stale[key] = { i, a.lapsed(rs[i], stored[key], now) } end
+  end
+
   -- Pass 2: charge all, or (denied) only the limits that charge rejected requests:
   -- all of them (rejected 1), or those they denied themselves (rejected 2).
   local dirty = {}
@@ -316,6 +327,13 @@ local function round(out, k0, at, n, k)
   for _, d in ipairs(decisions) do
     local m = #out
     out[m + 1], out[m + 2], out[m + 3], out[m + 4] = d[1], d[2], d[3], d[4]
+  end
+  -- Then one number per hold request (`concurrency`): the lapsed holds it cleared.
+  for i = 1, n do
+    local a, at = rs[i].algorithm, stale[keys[i]]
+    if a.lapsed then
+      out[#out + 1] = (at[1] == i) and sub0(at[2], a.lapsed(rs[i], stored[keys[i]], now)) or 0
+    end
   end
 end
 

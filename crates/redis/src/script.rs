@@ -25,7 +25,7 @@ use crate::coalesce::{Batch, Waiting};
 
 mod reply;
 
-pub(crate) use reply::{parse_reply, split_reply};
+pub(crate) use reply::{parse_reply, reply_len, split_reply};
 
 /// The decision code's files, joined at build time in the order `prelude.lua` states:
 /// one Lua chunk that defines `decide(keys, argv)`.
@@ -129,6 +129,8 @@ pub(crate) struct Section {
     /// `now` in µs, or `None` for Redis `TIME`.
     pub(crate) now: Option<u64>,
     pub(crate) requests: Vec<(String, Cost, Vec<u8>)>,
+    /// How many of them are `concurrency` requests (each adds a number to the reply).
+    pub(crate) holds: usize,
 }
 
 impl Batch for Section {
@@ -137,7 +139,12 @@ impl Batch for Section {
     }
 
     fn split(reply: Value, batches: &[Waiting<Self>]) -> Result<Vec<Value>, String> {
-        split_reply(reply, batches.iter().map(|w| w.batch.requests.len()))
+        split_reply(
+            reply,
+            batches
+                .iter()
+                .map(|w| reply_len(w.batch.requests.len(), w.batch.holds)),
+        )
     }
 }
 
@@ -165,6 +172,7 @@ impl Section {
         source: TimeSource,
         now: Timestamp,
     ) -> Section {
+        let holds = requests.iter().filter(|r| reply::holds(r)).count();
         let requests = requests
             .iter()
             .map(|r| (limit_text(r.limit), Cost::of(r), member_arg(r, now)))
@@ -176,6 +184,7 @@ impl Section {
         Section {
             keys,
             now,
+            holds,
             requests,
         }
     }

@@ -194,6 +194,7 @@ impl RedisStore {
             let none = BatchDecision {
                 decisions: Vec::new(),
                 denied_by: None,
+                lapsed: Vec::new(),
             };
             return Ok((none, false));
         }
@@ -254,12 +255,13 @@ impl RedisStore {
                 .collect();
         }
         let mut section = Section::new(keys, requests, self.inner.time, now);
+        let holds = section.holds;
         let keeps = keep
             .map(|(key, keep)| section.keep(key, keep.record, keep.ttl))
             .is_some();
         let part = self.inner.carry((slot, kind), section, deadline).await?;
         let (part, kept) = match keeps {
-            true => records::parse_kept(part),
+            true => records::parse_kept(part, holds),
             false => (part, false),
         };
         Ok((script::parse_reply(part, requests)?, kept))

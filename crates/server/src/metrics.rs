@@ -107,6 +107,20 @@ pub fn released(domain: &Arc<str>, rule: &Rule) {
         .increment(1);
 }
 
+/// `holds` of a `concurrency` rule were found lapsed: their holders never gave them
+/// back.
+pub fn lapsed(domain: &Arc<str>, rule: &Rule, holds: u64) {
+    rule.counters
+        .lapsed
+        .get_or_register(|| counter!("spillway_holds_lapsed_total", rule_labels(domain, rule)))
+        .increment(holds);
+}
+
+/// The holds in use on a `concurrency` rule's keys (`spillway_holds_in_use`).
+pub fn holds_in_use(domain: &Arc<str>, rule: &Rule, holds: u64) {
+    gauge!("spillway_holds_in_use", rule_labels(domain, rule)).set(holds as f64);
+}
+
 /// A rule admitted a request and is past its near-limit ratio.
 pub fn near_limit(domain: &Arc<str>, rule: &Rule) {
     rule.counters

@@ -139,8 +139,16 @@ struct Hit<'a> {
     member: Option<String>,
 }
 
-/// A rule's decision, and whether a failure policy made it instead of the store.
-type Decided = (usize, Decision, bool);
+/// One rule's decision.
+struct Decided {
+    /// The hit it decides.
+    hit: usize,
+    decision: Decision,
+    /// A failure policy made it, not the store.
+    degraded: bool,
+    /// A `concurrency` rule's holds its round found lapsed and cleared.
+    lapsed: u64,
+}
 
 /// How the store took part in a check.
 #[derive(Debug, Default)]
@@ -271,6 +279,19 @@ impl Service {
     }
 
     /// The live configuration.
+    /// Sets `spillway_holds_in_use` of every `concurrency` rule to its holds in use now
+    /// (a rule's keys whose holds have all lapsed are forgotten).
+    pub fn count_holds(&self) {
+        let now = self.now().as_micros();
+        let policies = self.policies();
+        for domain in policies.domains() {
+            for rule in domain.rules().into_iter().filter(|r| r.holds()) {
+                let holds = rule.counters.in_use.total(now);
+                crate::metrics::holds_in_use(domain.shared_name(), rule, holds);
+            }
+        }
+    }
+
     pub fn policies(&self) -> arc_swap::Guard<Arc<PolicySet>> {
         self.policies.load()
     }
@@ -325,7 +346,7 @@ impl Service {
         let mut check = self.matched(req, domain)?;
         let decided = self.decide(&mut check, carried).await?;
         let checked = Checked {
-            degraded: decided.iter().any(|d| d.2),
+            degraded: decided.iter().any(|d| d.degraded),
             kept: carried.and_then(Carried::handle),
         };
         let answer = self.answer(req, domain.shared_name(), &check, &decided);

@@ -86,6 +86,17 @@ impl Holds {
 }
 
 impl Params {
+    /// How many of `s`'s holds have lapsed by `now` and are still kept: the next charge
+    /// (a take or a release) clears them, and the store counts them then. None once
+    /// the state itself is idle (a store may have dropped it whole by then).
+    pub(crate) fn lapsed(&self, s: &Holds, now: u64) -> u64 {
+        let now = s.at(now);
+        if self.idle_at(s) <= now {
+            return 0;
+        }
+        s.holds.iter().filter(|h| h.lapse <= now).count() as u64
+    }
+
     /// When enough of `live` (using `used` slots) lapse for `cost` more to fit.
     fn fits_at<'a>(&self, live: impl Iterator<Item = &'a Hold>, used: u64, cost: u64) -> u64 {
         let mut lapses: Vec<(u64, u64)> = live.map(|h| (h.lapse, h.cost)).collect();
@@ -167,7 +178,12 @@ impl Meter for Params {
         s.newest = now;
     }
 
+    /// A lease after the last hold lapses: the state is kept that long for its lapsed
+    /// holds to be counted (`lapsed`) by the next take or release on the key.
     fn idle_at(&self, s: &Holds) -> u64 {
-        s.last_lapse()
+        match s.last_lapse() {
+            0 => 0,
+            last => last + self.lease,
+        }
     }
 }

@@ -133,6 +133,12 @@ impl Limit {
         self.give_back(state, now, 1, Timestamp::from_micros(0), id)
     }
 
+    /// The holds of a `concurrency` limit's `state` that have lapsed by `now` and are
+    /// still kept: a charge clears them (0 for every other algorithm).
+    pub(crate) fn lapsed(&self, state: &State, now: Timestamp) -> u64 {
+        self.params.lapsed(state, now.as_micros())
+    }
+
     /// [`refund`](Limit::refund), or with `member` a [`release`](Limit::release).
     pub(crate) fn give_back(
         &self,

@@ -214,6 +214,7 @@ impl<S: Store> GuardedStore<S> {
                 batch: BatchDecision {
                     decisions: Vec::new(),
                     denied_by: None,
+                    lapsed: Vec::new(),
                 },
                 sources: Vec::new(),
                 failure: None,
@@ -277,6 +278,7 @@ impl<S: Store> GuardedStore<S> {
             batch: BatchDecision {
                 decisions,
                 denied_by: Some(0),
+                lapsed: Vec::new(),
             },
             failure: None,
         })

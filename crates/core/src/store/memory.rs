@@ -267,14 +267,17 @@ impl<H: HashKeys> MemoryStore<H> {
             [] => Ok(BatchDecision {
                 decisions: Vec::new(),
                 denied_by: None,
+                lapsed: Vec::new(),
             }),
-            [one] => {
+            // A hold's round counts the holds it finds lapsed: the round's.
+            [one] if !one.limit.algorithm().holds() => {
                 let decision = self.decide_one(*one, now)?;
                 // Usage is charged whatever it finds: it never denies its batch.
                 let denied_by = (!decision.allowed() && !one.usage).then_some(0);
                 Ok(BatchDecision {
                     decisions: vec![decision],
                     denied_by,
+                    lapsed: Vec::new(),
                 })
             }
             _ => Ok(self.decide_batch(requests, now)),

@@ -113,6 +113,9 @@ pub(crate) fn decide(
         decisions.push(decision);
     }
 
+    // Holds lapsed in the states as stored: those a charge below clears are counted.
+    let stale = lapsed_holds(slots, requests, now);
+
     // Pass 2: charge all, or (denied) only the limits that charge rejected requests
     // (all of them, or those they denied themselves: `Limit::charges_rejected`).
     let denied_by = decisions.iter().position(|d| !d.allowed());
@@ -194,8 +197,35 @@ pub(crate) fn decide(
             slots.charged(i);
         }
     }
+    let lapsed = stale
+        .into_iter()
+        .filter_map(|(i, before)| {
+            let cleared = before - kept_lapsed(slots, &requests[i], i, now).min(before);
+            (cleared > 0).then_some((i, cleared))
+        })
+        .collect();
     BatchDecision {
         decisions,
         denied_by,
+        lapsed,
     }
+}
+
+/// The `concurrency` states of `requests` that keep lapsed holds: (the index of the
+/// first request on each, how many).
+fn lapsed_holds(
+    slots: &impl Slots,
+    requests: &[Request<'_>],
+    now: Timestamp,
+) -> Vec<(usize, u64)> {
+    (0..requests.len())
+        .filter(|&i| requests[i].limit.algorithm().holds() && first_sharing(requests, i) == i)
+        .map(|i| (i, kept_lapsed(slots, &requests[i], i, now)))
+        .filter(|&(_, n)| n > 0)
+        .collect()
+}
+
+/// The lapsed holds request `i`'s state keeps.
+fn kept_lapsed(slots: &impl Slots, r: &Request<'_>, i: usize, now: Timestamp) -> u64 {
+    slots.get(i).map_or(0, |s| r.limit.lapsed(s, now))
 }

@@ -106,8 +106,24 @@ local function define_concurrency()
     s.holds, s.newest = kept, now
   end
 
-  function concurrency.idle_at(_, s)
-    return last_lapse(s)
+  -- A lease after the last hold lapses: kept that long for its lapsed holds to be
+  -- counted.
+  function concurrency.idle_at(r, s)
+    local last = last_lapse(s)
+    if last == 0 then return 0 end
+    return last + r.window
+  end
+
+  -- Holds lapsed by `now` and still kept: the next charge clears them. None once the
+  -- state is idle.
+  function concurrency.lapsed(r, s, now)
+    now = max(now, s.newest)
+    if concurrency.idle_at(r, s) <= now then return 0 end
+    local n = 0
+    for _, h in ipairs(s.holds) do
+      if h[3] <= now then n = n + 1 end
+    end
+    return n
   end
 
   return concurrency

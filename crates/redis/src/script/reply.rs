@@ -8,9 +8,15 @@ use spillway_core::{BatchDecision, Decision, Error as CoreError, Outcome, Reques
 
 use crate::error::unexpected;
 
+/// The integers of a batch's reply: `denied_by`, four per request (outcome,
+/// remaining, reset_after, retry_after), then one per `concurrency` request (the
+/// lapsed holds it cleared).
+pub(crate) fn reply_len(requests: usize, holds: usize) -> usize {
+    1 + 4 * requests + holds
+}
+
 /// Splits a call's flat reply into one part per batch, in order: an array of
-/// `1 + 4n` integers for a batch of `n` requests (`sizes`), or the string saying why
-/// the batch failed.
+/// [`reply_len`] integers (`sizes`), or the string saying why the batch failed.
 pub(crate) fn split_reply(
     value: Value,
     sizes: impl ExactSizeIterator<Item = usize>,
@@ -25,9 +31,9 @@ pub(crate) fn split_reply(
         match items.next() {
             Some(why @ Value::BulkString(_)) => parts.push(why),
             Some(denied_by) => {
-                let mut part = Vec::with_capacity(1 + 4 * n);
+                let mut part = Vec::with_capacity(n);
                 part.push(denied_by);
-                part.extend(items.by_ref().take(4 * n));
+                part.extend(items.by_ref().take(n - 1));
                 parts.push(Value::Array(part));
             }
             None => return Err(format!("expected {batches} batch replies, got fewer")),
@@ -58,10 +64,10 @@ pub(crate) fn parse_reply(
 }
 
 fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchDecision, String> {
-    if items.len() != 1 + 4 * requests.len() {
+    let expected = reply_len(requests.len(), requests.iter().filter(|r| holds(r)).count());
+    if items.len() != expected {
         return Err(format!(
-            "expected {} integers, got {}",
-            1 + 4 * requests.len(),
+            "expected {expected} integers, got {}",
             items.len()
         ));
     }
@@ -85,9 +91,10 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
             ));
         }
     };
+    let (each, cleared) = ints[1..].split_at(4 * requests.len());
     let decisions = requests
         .iter()
-        .zip(ints[1..].chunks_exact(4))
+        .zip(each.chunks_exact(4))
         .map(|(r, d)| {
             let outcome = match d[0] {
                 0 => Outcome::Allowed,
@@ -109,8 +116,20 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
+    let lapsed = (0..requests.len())
+        .filter(|&i| holds(&requests[i]))
+        .zip(cleared)
+        .filter(|&(_, &n)| n > 0)
+        .map(|(i, &n)| (i, n))
+        .collect();
     Ok(BatchDecision {
         decisions,
         denied_by,
+        lapsed,
     })
+}
+
+/// Whether `r`'s reply ends with the lapsed holds it cleared.
+pub(crate) fn holds(r: &Request<'_>) -> bool {
+    r.limit.algorithm().holds()
 }

@@ -126,7 +126,7 @@ impl Inner {
         match tokio::time::timeout(timeout, answer).await {
             // The batch's own failure (a command the script calls, refused) is a
             // string in the reply, not an error reply.
-            Ok(Ok(value)) => match script::split_reply(value, std::iter::once(peek.len())) {
+            Ok(Ok(value)) => match script::split_reply(value, std::iter::once(script::reply_len(peek.len(), 0))) {
                 Ok(mut parts) => script::parse_reply(parts.remove(0), &peek)
                     .map(drop)
                     .map_err(|e| refused(e.to_string(), e.is_transient())),

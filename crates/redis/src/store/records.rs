@@ -95,10 +95,12 @@ impl Section {
 
 /// A batch's reply without its kept record's part ([`Section::keep`]), and whether the
 /// record was kept: it is when the batch was admitted (`denied_by` 0).
-pub(super) fn parse_kept(value: Value) -> (Value, bool) {
+pub(super) fn parse_kept(value: Value, holds: usize) -> (Value, bool) {
     match value {
-        Value::Array(mut items) if items.len() >= 5 => {
-            items.truncate(items.len() - 4);
+        Value::Array(mut items) if items.len() >= 5 + holds => {
+            // The record's four numbers come before the holds' (`reply_len`).
+            let end = items.len() - holds;
+            items.drain(end - 4..end);
             let kept = matches!(items[0], Value::Int(0));
             (Value::Array(items), kept)
         }

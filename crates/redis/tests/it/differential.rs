@@ -105,8 +105,15 @@ fn check_equal(
     case: u64,
     limits: &[Limit],
     steps: &[Step],
-) -> Result<(), TestCaseError> {
-    check_equal_with(rt, store, case, limits, steps, &MEMBERS).map(drop)
+) -> Result<Compared, TestCaseError> {
+    check_equal_with(rt, store, case, limits, steps, &MEMBERS)
+}
+
+/// What a sequence compared beyond admissions: denials, and holds found lapsed.
+#[derive(Default)]
+struct Compared {
+    denied: u64,
+    lapsed: u64,
 }
 
 fn check_equal_with(
@@ -116,8 +123,8 @@ fn check_equal_with(
     limits: &[Limit],
     steps: &[Step],
     members: &[&[u8]],
-) -> Result<u64, TestCaseError> {
-    let mut denied = 0;
+) -> Result<Compared, TestCaseError> {
+    let mut compared = Compared::default();
     let memory = MemoryStore::new();
     let keys: Vec<Key> = (0..2)
         .map(|k| Key::grouped(&format!("case{case}"), &format!(":k{k}")).unwrap())
@@ -162,9 +169,10 @@ fn check_equal_with(
         let want = rt.block_on(memory.check(&requests, now)).unwrap();
         let got = rt.block_on(store.check(&requests, now)).unwrap();
         prop_assert_eq!(&got, &want, "step {}: {:?}", n, step);
-        denied += u64::from(!want.allowed());
+        compared.denied += u64::from(!want.allowed());
+        compared.lapsed += want.lapsed.iter().map(|l| l.1).sum::<u64>();
     }
-    Ok(denied)
+    Ok(compared)
 }
 
 fn cases() -> u32 {
@@ -191,14 +199,20 @@ fn differential(url: &str, cases: u32, guarded: bool) {
 }
 
 fn run_cases(rt: &tokio::runtime::Runtime, store: &impl Store, cases: u32) {
-    let case = std::sync::atomic::AtomicU64::new(0);
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let (case, lapsed) = (AtomicU64::new(0), AtomicU64::new(0));
     proptest!(ProptestConfig::with_cases(cases), |(
         limits in prop::collection::vec(limit(), 3),
         steps in prop::collection::vec(step(), 1..40),
     )| {
-        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        check_equal(rt, store, n, &limits, &steps)?;
+        let n = case.fetch_add(1, Ordering::Relaxed);
+        let compared = check_equal(rt, store, n, &limits, &steps)?;
+        lapsed.fetch_add(compared.lapsed, Ordering::Relaxed);
     });
+    // The sequences let holds lapse: the count of those cleared was compared too.
+    let lapsed = lapsed.into_inner();
+    eprintln!("{lapsed} lapsed holds compared");
+    assert!(lapsed > 0, "no hold lapsed: the lapsed counts were never compared");
 }
 
 #[test]
@@ -286,7 +300,7 @@ fn sketched_distinct_on_redis_decides_as_the_memory_store() {
             steps in prop::collection::vec(step.clone(), 300..600),
         )| {
             let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let d = check_equal_with(&rt, &store, n, &limits, &steps, &members)?;
+            let d = check_equal_with(&rt, &store, n, &limits, &steps, &members)?.denied;
             denied.fetch_add(d, std::sync::atomic::Ordering::Relaxed);
         });
     }

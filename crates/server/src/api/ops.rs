@@ -15,6 +15,13 @@ use crate::metrics;
 use crate::service::CheckError;
 use crate::state::AppState;
 
+/// `/metrics` on the service's listeners: the holds in use counted first (the
+/// Prometheus listener's own is counted each second, by the server's upkeep).
+pub(super) async fn counted_prometheus(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    state.service.count_holds();
+    prometheus().await
+}
+
 pub(super) async fn prometheus() -> impl IntoResponse {
     (
         [("content-type", "text/plain; version=0.0.4")],

@@ -99,7 +99,7 @@ pub fn metrics_router(path: &str) -> Router {
 /// Health and metrics, on both listeners.
 fn with_health(routes: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
     routes
-        .route("/metrics", get(ops::prometheus))
+        .route("/metrics", get(ops::counted_prometheus))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ops::ready))
         .route("/healthcheck", get(ops::healthcheck))

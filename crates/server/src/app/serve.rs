@@ -353,6 +353,7 @@ async fn upkeep(
                 was_healthy = health.is_ok();
                 api::grpc::set_health(&reporter, was_healthy).await;
                 metrics::handle().run_upkeep();
+                state.service.count_holds();
                 state.history.sample(|| metrics::handle().render(), state.service.now());
                 for (name, stores) in state.service.every_store() {
                     metrics::breaker(name, stores.breaker().state());

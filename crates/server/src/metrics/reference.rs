@@ -80,6 +80,20 @@ pub static METRICS: &[Metric] = &[
         "—",
     ),
     metric(
+        "spillway_holds_lapsed_total",
+        "counter",
+        "as `rule` below",
+        "holds of a `concurrency` rule whose lease ran out before anyone gave them back (a holder that crashed, or a lost stream-done call), counted when the next take or release on their key clears them, within a lease of the key's last hold lapsing",
+        "—",
+    ),
+    metric(
+        "spillway_holds_in_use",
+        "gauge",
+        "as `rule` below",
+        "holds of a `concurrency` rule in use now, over the keys this replica decided on, each as the store said at this replica's latest decision there (0 once its holds have all lapsed); counted at each scrape. Behind a balancer that spreads a key's requests over replicas, `max` across replicas; with keys pinned to replicas, `sum`",
+        "—",
+    ),
+    metric(
         "spillway_store_duration_seconds",
         "histogram",
         "—",

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use spillway_core::Decision;
+use spillway_core::Timestamp;
 use spillway_policy::{Metadata, RuleLimit};
 
 use crate::metrics;
@@ -30,7 +30,8 @@ impl Service {
         let mut next = decided.iter().peekable();
 
         for (i, hit) in hits.iter().enumerate() {
-            let decision = next.next_if(|d| d.0 == i).map(|d| (d.1, d.2));
+            let decided = next.next_if(|d| d.hit == i);
+            let decision = decided.map(|d| (d.decision, d.degraded));
             let status = rule_status(&hit.rule, decision, now);
             let over = status.code == Code::OverLimit || status.shadow_denied;
             // A status is OVER_LIMIT only for an enforcing rule.
@@ -39,7 +40,7 @@ impl Service {
                 over,
                 status.code == Code::OverLimit,
             );
-            self.record(domain, hit, &status, decision.map(|d| d.0));
+            self.record(domain, hit, &status, decided, now);
             if over && let Some(key) = &hit.key {
                 let name = hit.rule.name.as_ref().unwrap_or(&hit.rule.metric);
                 self.top
@@ -78,14 +79,19 @@ impl Service {
         domain: &Arc<str>,
         hit: &Hit<'_>,
         status: &Status,
-        decision: Option<Decision>,
+        decided: Option<&Decided>,
+        now: Timestamp,
     ) {
         if matches!(hit.rule.limit, RuleLimit::Unlimited) {
             return; // the reference keeps no stats for unlimited rules
         }
-        if hit.rule.holds() && hit.refund.is_some() {
-            // A hold given back decides nothing.
-            return metrics::released(domain, &hit.rule);
+        let decision = decided.map(|d| d.decision);
+        if hit.rule.holds() {
+            note_holds(domain, hit, decided, now);
+            if hit.refund.is_some() {
+                // A hold given back decides nothing.
+                return metrics::released(domain, &hit.rule);
+            }
         }
         let outcome = match (status.code, status.shadow_denied) {
             (Code::OverLimit, _) => metrics::Outcome::OverLimit,
@@ -119,6 +125,20 @@ impl Service {
             );
             self.stats.rule(domain, &hit.rule, hits);
         }
+    }
+}
+
+/// What a `concurrency` rule's decision says of its holds: those found lapsed, and
+/// (the store's word, not a failure policy's) how many its key has in use, until when.
+fn note_holds(domain: &Arc<str>, hit: &Hit<'_>, decided: Option<&Decided>, now: Timestamp) {
+    let Some(d) = decided else { return };
+    if d.lapsed > 0 {
+        metrics::lapsed(domain, &hit.rule, d.lapsed);
+    }
+    if let (Some(key), false) = (&hit.key, d.degraded) {
+        let until = now.saturating_add(d.decision.reset_after).as_micros();
+        let holds = d.decision.limit - d.decision.remaining;
+        hit.rule.counters.in_use.note(key.as_str(), holds, until);
     }
 }
 

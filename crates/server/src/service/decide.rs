@@ -156,8 +156,8 @@ impl Service {
         }
         let over: Vec<usize> = looked?
             .into_iter()
-            .filter(|(i, d, _)| !d.allowed() || d.remaining < hits[*i].cost)
-            .map(|(i, _, _)| i)
+            .filter(|d| !d.decision.allowed() || d.decision.remaining < hits[d.hit].cost)
+            .map(|d| d.hit)
             .collect();
         if !over.is_empty() {
             for &i in which {
@@ -224,12 +224,20 @@ impl Service {
             }
         };
         // `degraded`: a failure policy decided, not the store (nor its cache).
-        let decided = which
+        let mut decided: Vec<Decided> = which
             .iter()
             .zip(answer.batch.decisions)
             .zip(answer.sources)
-            .map(|((&i, d), source)| (i, d, source.degraded()))
+            .map(|((&hit, decision), source)| Decided {
+                hit,
+                decision,
+                degraded: source.degraded(),
+                lapsed: 0,
+            })
             .collect();
+        for (j, holds) in answer.batch.lapsed {
+            decided[j].lapsed = holds;
+        }
         Ok(decided)
     }
 }
@@ -250,7 +258,7 @@ fn at_once(
         let (a, b) = tokio::join!(a, b);
         let mut decided = a?;
         decided.extend(b?);
-        decided.sort_unstable_by_key(|d| d.0);
+        decided.sort_unstable_by_key(|d| d.hit);
         Ok(decided)
     }
 }

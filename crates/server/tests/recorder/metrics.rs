@@ -126,3 +126,62 @@ descriptors:
     );
     has(r##"spillway_holds_released_total{domain="h",rule="tenant.id",limit="#in-flight"} 2"##);
 }
+
+/// A concurrency rule's holds in use (per rule, over its keys) and the holds found
+/// lapsed, on the memory store and on Redis: the gauge follows takes, releases and the
+/// lease; a hold whose lease ran out is counted lapsed when a later take clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_in_use_and_lapsed_holds_are_counted() {
+    let _turn = crate::turn().await;
+    for (domain, backing) in [
+        ("inuse-memory", Backing::Memory),
+        (
+            "inuse-redis",
+            Backing::Redis(spillway_testkit::redis::standalone_url()),
+        ),
+    ] {
+        let yaml = format!(
+            "
+domain: {domain}
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: id
+        limits:
+          - {{ name: in-flight, algorithm: concurrency, limit: 2, window: 10s }}
+"
+        );
+        let s = Server::start("metrics-in-use", &[("h.yaml", &yaml)], backing).await;
+        let body = |tenant: &str, id: &str| {
+            json!({ "domain": domain, "descriptors": [{ "entries": [
+                { "key": "tenant", "value": tenant }, { "key": "id", "value": id },
+            ] }] })
+        };
+        let labels = format!(r##"{{domain="{domain}",rule="tenant.id",limit="#in-flight"}}"##);
+        let read = async |name: &str| {
+            let text = s.get_text("/metrics").await;
+            crate::value(&text, &format!("{name}{labels}"))
+        };
+        assert_eq!(s.post("/v1/acquire", &body("t", "a")).await.0, 200);
+        assert_eq!(s.post("/v1/acquire", &body("t", "b")).await.0, 200);
+        assert_eq!(s.post("/v1/acquire", &body("u", "c")).await.0, 200);
+        assert_eq!(read("spillway_holds_in_use").await, 3, "{domain}");
+        // Renewing a held id takes no slot more.
+        assert_eq!(s.post("/v1/acquire", &body("t", "b")).await.0, 200);
+        assert_eq!(s.post("/v1/release", &body("t", "a")).await.0, 200);
+        assert_eq!(read("spillway_holds_in_use").await, 2, "{domain}");
+        assert_eq!(read("spillway_holds_lapsed_total").await, 0, "{domain}");
+
+        // Past the lease: b and c lapse, never given back.
+        s.clock.advance(std::time::Duration::from_secs(11));
+        assert_eq!(read("spillway_holds_in_use").await, 0, "{domain}");
+        assert_eq!(s.post("/v1/acquire", &body("t", "d")).await.0, 200);
+        assert_eq!(read("spillway_holds_lapsed_total").await, 1, "{domain}");
+        assert_eq!(read("spillway_holds_in_use").await, 1, "{domain}");
+        // A release of a lapsed hold clears it on its key (u's c).
+        assert_eq!(s.post("/v1/release", &body("u", "c")).await.0, 200);
+        assert_eq!(read("spillway_holds_lapsed_total").await, 2, "{domain}");
+        assert_eq!(read("spillway_holds_in_use").await, 1, "{domain}");
+        s.running.stop().await;
+    }
+}

@@ -75,7 +75,7 @@ impl<S: Store> GuardedStore<S> {
             .collect();
         let mut sources = vec![Source::Open; requests.len()];
         let mut decisions: Vec<Decision> = requests.iter().map(|r| admit(r)).collect();
-        let mut denied_by = None;
+        let (mut denied_by, mut lapsed) = (None, Vec::new());
         if !local.is_empty() {
             let subset: Vec<Request<'_>> = local.iter().map(|&i| requests[i]).collect();
             let batch = self
@@ -87,11 +87,13 @@ impl<S: Store> GuardedStore<S> {
                 sources[i] = Source::Local;
             }
             denied_by = batch.denied_by.map(|j| local[j]);
+            lapsed = batch.lapsed.iter().map(|&(j, n)| (local[j], n)).collect();
         }
         Ok(Guarded {
             batch: BatchDecision {
                 decisions,
                 denied_by,
+                lapsed,
             },
             sources,
             failure: Some(failure),

@@ -172,6 +172,7 @@ impl Quotas {
         complete.then_some(BatchDecision {
             decisions,
             denied_by,
+            lapsed: Vec::new(),
         })
     }
 
