@@ -213,11 +213,7 @@ pub(crate) fn decide(
 
 /// The `concurrency` states of `requests` that keep lapsed holds: (the index of the
 /// first request on each, how many).
-fn lapsed_holds(
-    slots: &impl Slots,
-    requests: &[Request<'_>],
-    now: Timestamp,
-) -> Vec<(usize, u64)> {
+fn lapsed_holds(slots: &impl Slots, requests: &[Request<'_>], now: Timestamp) -> Vec<(usize, u64)> {
     (0..requests.len())
         .filter(|&i| requests[i].limit.algorithm().holds() && first_sharing(requests, i) == i)
         .map(|i| (i, kept_lapsed(slots, &requests[i], i, now)))

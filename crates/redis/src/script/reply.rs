@@ -66,10 +66,7 @@ pub(crate) fn parse_reply(
 fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchDecision, String> {
     let expected = reply_len(requests.len(), requests.iter().filter(|r| holds(r)).count());
     if items.len() != expected {
-        return Err(format!(
-            "expected {expected} integers, got {}",
-            items.len()
-        ));
+        return Err(format!("expected {expected} integers, got {}", items.len()));
     }
     let ints = items
         .iter()

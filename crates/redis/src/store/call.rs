@@ -126,12 +126,15 @@ impl Inner {
         match tokio::time::timeout(timeout, answer).await {
             // The batch's own failure (a command the script calls, refused) is a
             // string in the reply, not an error reply.
-            Ok(Ok(value)) => match script::split_reply(value, std::iter::once(script::reply_len(peek.len(), 0))) {
-                Ok(mut parts) => script::parse_reply(parts.remove(0), &peek)
-                    .map(drop)
-                    .map_err(|e| refused(e.to_string(), e.is_transient())),
-                Err(why) => Err(refused(format!("unexpected reply: {why}"), false)),
-            },
+            Ok(Ok(value)) => {
+                match script::split_reply(value, std::iter::once(script::reply_len(peek.len(), 0)))
+                {
+                    Ok(mut parts) => script::parse_reply(parts.remove(0), &peek)
+                        .map(drop)
+                        .map_err(|e| refused(e.to_string(), e.is_transient())),
+                    Err(why) => Err(refused(format!("unexpected reply: {why}"), false)),
+                }
+            }
             Ok(Err(e)) => Err(refused(e.to_string(), crate::error::is_transient(&e))),
             Err(_) => Err(no_answer(timeout)),
         }

@@ -212,7 +212,10 @@ fn run_cases(rt: &tokio::runtime::Runtime, store: &impl Store, cases: u32) {
     // The sequences let holds lapse: the count of those cleared was compared too.
     let lapsed = lapsed.into_inner();
     eprintln!("{lapsed} lapsed holds compared");
-    assert!(lapsed > 0, "no hold lapsed: the lapsed counts were never compared");
+    assert!(
+        lapsed > 0,
+        "no hold lapsed: the lapsed counts were never compared"
+    );
 }
 
 #[test]
