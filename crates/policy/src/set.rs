@@ -201,6 +201,29 @@ impl Domain {
         out
     }
 
+    /// The rules for an RLQS bucket: its pairs (a map, in no order; here sorted by
+    /// key) taken in the order the tree asks for them (at each level, the first pair
+    /// that reaches a node there, as [`resolve`](Domain::resolve) reaches one), then
+    /// resolved as a descriptor of them. `None` when a pair is left that no level asks
+    /// for, or the path matches no rules.
+    pub fn resolve_bucket(&self, pairs: &[(String, String)]) -> Option<Match<'_>> {
+        let mut left: Vec<&(String, String)> = pairs.iter().collect();
+        let mut ordered: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());
+        let mut level = Some(&self.root);
+        let mut composite = String::with_capacity(64);
+        while !left.is_empty() {
+            let here = level?;
+            let (i, node) = left.iter().enumerate().find_map(|(i, (k, v))| {
+                composite_of(&mut composite, k, v);
+                here.find(k, &composite).map(|(_, node, _)| (i, node))
+            })?;
+            let (k, v) = left.remove(i);
+            ordered.push((k, v));
+            level = node.children.as_ref();
+        }
+        self.resolve(&ordered)
+    }
+
     /// The rules for a descriptor's `(key, value)` entries, as the reference finds them:
     /// at each level the exact `key_value`, then the wildcards in config order, then the
     /// key alone. A node's rules apply only when it is reached by the last entry; a node
@@ -222,28 +245,9 @@ impl Domain {
         let last = entries.len().checked_sub(1).ok_or(Miss::NoEntries)?;
         for (i, (k, v)) in entries.iter().enumerate() {
             let (k, v) = (k.as_ref(), v.as_ref());
-            composite.clear();
-            composite.push_str(k);
-            composite.push('_');
-            composite.push_str(v);
+            composite_of(&mut composite, k, v);
             let (name, node, how) = level
-                .nodes
-                .get_key_value(&composite)
-                .map(|(n, node)| (n, node, How::Exact))
-                .or_else(|| {
-                    level
-                        .wildcards
-                        .iter()
-                        .find(|pattern| wildcard_match(pattern, &composite))
-                        .and_then(|pattern| level.nodes.get_key_value(pattern))
-                        .map(|(n, node)| (n, node, How::Wildcard))
-                })
-                .or_else(|| {
-                    level
-                        .nodes
-                        .get_key_value(k)
-                        .map(|(n, node)| (n, node, How::Key))
-                })
+                .find(k, &composite)
                 .ok_or(Miss::NoNode { entry: i, level })?;
             step(i, name, how);
 
@@ -277,6 +281,36 @@ impl Domain {
             })?;
         }
         Err(Miss::NoEntries)
+    }
+}
+
+/// `key_value`, as a level names the node of a value, into `into`.
+fn composite_of(into: &mut String, k: &str, v: &str) {
+    into.clear();
+    into.push_str(k);
+    into.push('_');
+    into.push_str(v);
+}
+
+impl Level {
+    /// The node the entry `k` (`composite`: `k_v`) reaches at this level: the exact
+    /// `key_value`, then the wildcards in config order, then the key alone.
+    fn find(&self, k: &str, composite: &str) -> Option<(&String, &Node, How)> {
+        self.nodes
+            .get_key_value(composite)
+            .map(|(n, node)| (n, node, How::Exact))
+            .or_else(|| {
+                self.wildcards
+                    .iter()
+                    .find(|pattern| wildcard_match(pattern, composite))
+                    .and_then(|pattern| self.nodes.get_key_value(pattern))
+                    .map(|(n, node)| (n, node, How::Wildcard))
+            })
+            .or_else(|| {
+                self.nodes
+                    .get_key_value(k)
+                    .map(|(n, node)| (n, node, How::Key))
+            })
     }
 }
 

@@ -21,6 +21,7 @@ pub mod openapi;
 mod ops;
 mod reference;
 mod respond;
+pub mod rlqs;
 pub mod router;
 mod ui;
 mod v1;

@@ -242,6 +242,7 @@ fn state(
         ready_needs_a_domain: config.rules.ready_needs_a_domain,
         health_follows_store: config.store.health_follows_store,
         store_connected: AtomicBool::new(true),
+        quotas: crate::rlqs::Quotas::new(config.rlqs.clone()),
     })
 }
 

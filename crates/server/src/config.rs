@@ -54,6 +54,7 @@ pub struct Config {
     pub headers: Headers,
     pub admin: Admin,
     pub metrics: Metrics,
+    pub rlqs: Rlqs,
     pub stats: Stats,
     pub tracing: Tracing,
     pub log: Log,
@@ -217,6 +218,22 @@ pub struct Metrics {
 }
 
 /// The reference's stats (`ratelimit.service.rate_limit.<domain>.<path>.total_hits`
+/// The Rate Limit Quota Service's assignments (`rlqs_*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rlqs {
+    /// How long an assignment lives without renewal (whole seconds: Envoy 1.40 reads
+    /// no fraction). Each report renews its buckets' (Envoy reports every 5 s), so it
+    /// outlives a lost report or two; a stopped Envoy's share goes to the others after
+    /// it.
+    pub ttl: Duration,
+    /// A bucket an Envoy reports with no request for this long is abandoned: Envoy
+    /// forgets it (and its share goes to the others) until a request comes again.
+    pub abandon_after: Duration,
+    /// The most buckets one stream may hold; a report's buckets past them get no
+    /// answer (Envoy's `no_assignment_behavior` applies to them).
+    pub max_buckets: usize,
+}
+
 /// and the rest, counted in hits as the reference counts them): as Prometheus series
 /// through a statsd_exporter mapping, and to statsd.
 #[derive(Clone, Debug, Default)]

@@ -44,6 +44,7 @@ pub mod listen;
 pub mod metrics;
 pub mod otel;
 mod reload;
+pub mod rlqs;
 mod service;
 mod state;
 pub mod stats;

@@ -121,6 +121,36 @@ pub fn holds_in_use(domain: &Arc<str>, rule: &Rule, holds: u64) {
     gauge!("spillway_holds_in_use", rule_labels(domain, rule)).set(holds as f64);
 }
 
+/// RLQS streams open now.
+pub fn rlqs_streams(n: usize) {
+    gauge!("spillway_rlqs_streams").set(n as f64);
+}
+
+/// RLQS buckets held now (a bucket is its domain and pairs, whoever reports it).
+pub fn rlqs_buckets(n: usize) {
+    gauge!("spillway_rlqs_buckets").set(n as f64);
+}
+
+/// An RLQS usage report arrived.
+pub fn rlqs_report() {
+    counter!("spillway_rlqs_reports_total").increment(1);
+}
+
+/// `n` RLQS bucket assignments were sent.
+pub fn rlqs_assignments(n: usize) {
+    counter!("spillway_rlqs_assignments_total").increment(n as u64);
+}
+
+/// An RLQS bucket was abandoned (idle past `rlqs_abandon_after`).
+pub fn rlqs_abandoned() {
+    counter!("spillway_rlqs_abandoned_total").increment(1);
+}
+
+/// A reported RLQS bucket got no assignment: `reason` says why.
+pub fn rlqs_refused(reason: &'static str) {
+    counter!("spillway_rlqs_refused_buckets_total", "reason" => reason).increment(1);
+}
+
 /// A rule admitted a request and is past its near-limit ratio.
 pub fn near_limit(domain: &Arc<str>, rule: &Rule) {
     rule.counters

@@ -44,6 +44,8 @@ pub struct AppState {
     pub store_connected: AtomicBool,
     /// The decision counters over the last minutes, for the console's charts.
     pub history: crate::history::History,
+    /// The Rate Limit Quota Service's streams and buckets.
+    pub quotas: crate::rlqs::Quotas,
 }
 
 impl AppState {

@@ -105,11 +105,14 @@ pub fn router(
     >,
     deadline: Duration,
 ) -> Edge<tonic::service::Routes> {
+    let rlqs = super::rlqs::server(Arc::clone(&state));
     let rls =
         RateLimitServiceServer::new(Grpc { state }).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let health = health.max_decoding_message_size(MAX_HEALTH_MESSAGE_BYTES);
     Edge {
-        inner: tonic::service::Routes::new(rls).add_service(health),
+        inner: tonic::service::Routes::new(rls)
+            .add_service(health)
+            .add_service(rlqs),
         cap: deadline,
     }
 }

@@ -59,6 +59,7 @@ pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>, hosts: Arc<[S
     };
     with_health(routes)
         .route("/v1/explain", post(v1::explain))
+        .route("/v1/rlqs/explain", post(super::rlqs::explain))
         .route("/v1/config", get(ops::config))
         .route("/v1/top", get(ops::top))
         .route("/v1/history", get(ops::history))

@@ -243,6 +243,11 @@ fn blank() -> Config {
         headers: Headers::default(),
         admin: Admin::default(),
         metrics: Metrics::default(),
+        rlqs: super::Rlqs {
+            ttl: Duration::ZERO,
+            abandon_after: Duration::ZERO,
+            max_buckets: 0,
+        },
         stats: Stats::default(),
         tracing: Tracing::default(),
         log: Log::default(),

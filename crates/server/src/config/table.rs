@@ -438,6 +438,30 @@ pub static SETTINGS: &[Setting] = &[
             c.metrics.path = v.to_owned();
             Ok(())
         }),
+    // === rlqs ===
+    row("rlqs_assignment_ttl", "rlqs", "15s", DURATION,
+        "how long an RLQS assignment lives unless a report renews it (whole seconds, at least 1s: Envoy reports every 5s); a stopped Envoy's share goes to the others after it",
+        Text, |c, v| {
+            let ttl = duration(v)?;
+            if ttl < std::time::Duration::from_secs(1) {
+                return Err(format!("`{v}` is under a second: Envoy reads whole seconds"));
+            }
+            c.rlqs.ttl = ttl;
+            Ok(())
+        }),
+    row("rlqs_abandon_after", "rlqs", "5m", DURATION,
+        "an RLQS bucket an Envoy reports with no request for this long is abandoned: Envoy forgets it until a request comes again",
+        Text, |c, v| { c.rlqs.abandon_after = duration(v)?; Ok(()) }),
+    row("rlqs_max_buckets", "rlqs", "1000", "N",
+        "the most RLQS buckets one Envoy's stream may hold; buckets past them get no assignment (Envoy's no_assignment_behavior applies)",
+        Text, |c, v| {
+            let n: usize = number(v)?;
+            if n == 0 {
+                return Err("at least 1".into());
+            }
+            c.rlqs.max_buckets = n;
+            Ok(())
+        }),
     // === stats ===
     row("reference_metrics", "stats", "false", BOOL,
         "/metrics also serves the reference's series (ratelimit_service_rate_limit_total_hits{domain,key1,key2} and the rest), counted in hits as the reference counts them, named by prometheus_mapper",

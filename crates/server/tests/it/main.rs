@@ -18,6 +18,7 @@ mod reference_pages;
 mod reference_stats;
 mod reload;
 mod reservations;
+mod rlqs;
 mod support;
 mod tls;
 mod tls_reload;

@@ -109,6 +109,7 @@ impl Server {
             "/v1/history",
             "/v1/config",
             "/v1/explain",
+            "/v1/rlqs",
             "/rlconfig",
         ]
         .iter()

@@ -1,0 +1,608 @@
+//! The buckets Envoys report, who reports each, and what each was assigned: the state
+//! behind `StreamRateLimitQuotas`, and the rules that keep the assignments of a bucket
+//! within its limit.
+//!
+//! - A bucket is a domain and the pairs of its `bucket_id` (sorted: the map has no
+//!   order); its rule is found in the domain's policy as a descriptor of those pairs
+//!   ([`spillway_policy::Domain::resolve_bucket`]), again on every report (a reload
+//!   applies at each Envoy's next report).
+//! - Each stream reporting a bucket is a *holder* of it, with the demand it reported
+//!   (allowed and denied a second) and what it was last sent. An assignment lives until
+//!   its TTL whatever happens to the stream (Envoy keeps running it), so the share of a
+//!   holder whose stream ended stays counted until then ([`Quotas::expire`]).
+//! - On each report the bucket's limit, less what holders that cannot be told hold, is
+//!   shared among the holders ([`super::shares`]). Another holder is sent its share
+//!   only when it went down, before the reporting stream gets its own (its renewal);
+//!   a decrease that cannot be delivered is taken from the reporter's share instead:
+//!   the shares Envoys run never add up to more than the limit.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::{
+    BucketAction,
+    bucket_action::{AbandonAction, BucketAction as Action, QuotaAssignmentAction},
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::envoy::r#type::v3::{
+    RateLimitStrategy, TokenBucket,
+    rate_limit_strategy::{BlanketRule, Strategy},
+};
+use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
+use parking_lot::Mutex;
+use spillway_core::Mode;
+use spillway_policy::{PolicySet, RuleLimit};
+use tokio::sync::mpsc;
+
+use super::shares;
+use crate::metrics;
+
+/// What a stream is sent: answers, or the status that ends it.
+pub type Outbox = mpsc::Sender<Result<RateLimitQuotaResponse, tonic::Status>>;
+
+/// The most pairs a bucket id may have, and the most bytes of each key or value.
+pub const MAX_PAIRS: usize = 16;
+pub const MAX_PAIR_BYTES: usize = 256;
+
+/// The RLQS settings.
+pub type Settings = crate::config::Rlqs;
+
+/// Every stream and bucket of this server.
+pub struct Quotas {
+    settings: Settings,
+    inner: Mutex<Inner>,
+    /// Cancelled when the server shuts down: every stream ends.
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl std::fmt::Debug for Quotas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.lock();
+        f.debug_struct("Quotas")
+            .field("streams", &inner.streams.len())
+            .field("buckets", &inner.buckets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    next: u64,
+    streams: HashMap<u64, Subscriber>,
+    buckets: HashMap<BucketKey, Bucket>,
+}
+
+/// One stream: where its answers go, its domain (set by its first report), and how
+/// many buckets it holds.
+struct Subscriber {
+    outbox: Option<Outbox>,
+    domain: Option<Arc<str>>,
+    held: usize,
+    /// Answers sent to it.
+    sent: u64,
+}
+
+impl Subscriber {
+    /// Sends `actions`, unless the stream ended or reads too slowly (its next report
+    /// brings them again); whether they went.
+    fn send(&mut self, actions: Vec<BucketAction>) -> bool {
+        let sent = self.outbox.as_ref().is_some_and(|o| {
+            o.try_send(Ok(RateLimitQuotaResponse {
+                bucket_action: actions,
+            }))
+            .is_ok()
+        });
+        self.sent += u64::from(sent);
+        sent
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct BucketKey {
+    domain: Arc<str>,
+    pairs: Box<[(String, String)]>,
+}
+
+struct Bucket {
+    id: BucketId,
+    holders: HashMap<u64, Holder>,
+}
+
+/// One stream's part of a bucket.
+#[derive(Clone, Copy, Debug, Default)]
+struct Holder {
+    /// Requests a second it reported (allowed and denied).
+    demand: f64,
+    /// When it last reported the bucket, and last reported a request in it (µs).
+    reported: u64,
+    active: u64,
+    /// What it was last sent, while that lives.
+    assigned: Option<Assigned>,
+}
+
+/// A token bucket sent to a holder: its rate (requests a second), until when (µs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Assigned {
+    share: f64,
+    until: u64,
+}
+
+/// What a bucket's rule says for RLQS.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Verdict {
+    /// No rule, an unlimited one, or only rules in shadow.
+    AllowAll,
+    /// A block-all rule (`requests_per_unit: 0`).
+    DenyAll,
+    /// The tightest enforcing limit, in requests a second.
+    Rate(f64),
+}
+
+/// What a bucket's rule says: the domain's rules for the bucket's pairs, the tightest
+/// enforcing limit of the node as a rate (`concurrency` and `distinct` limits count no
+/// rate and are left out).
+pub(crate) fn verdict(policies: &PolicySet, domain: &str, pairs: &[(String, String)]) -> Verdict {
+    let Some(matched) = policies
+        .domain(domain)
+        .and_then(|d| d.resolve_bucket(pairs))
+    else {
+        return Verdict::AllowAll;
+    };
+    let mut rate: Option<f64> = None;
+    for rule in matched.rules.iter().filter(|r| r.mode == Mode::Enforce) {
+        match &rule.limit {
+            RuleLimit::BlockAll => return Verdict::DenyAll,
+            RuleLimit::Unlimited => {}
+            RuleLimit::Limited(limit) if limit.algorithm().takes_member() => {}
+            RuleLimit::Limited(limit) => {
+                let r = limit.limit() as f64 / limit.window().as_secs_f64();
+                rate = Some(rate.map_or(r, |was| was.min(r)));
+            }
+        }
+    }
+    rate.map_or(Verdict::AllowAll, Verdict::Rate)
+}
+
+impl Quotas {
+    pub fn new(settings: Settings) -> Quotas {
+        Quotas {
+            settings,
+            inner: Mutex::new(Inner::default()),
+            stop: Default::default(),
+        }
+    }
+
+    /// Ends every stream (a shutdown): Envoy keeps running its assignments until their
+    /// TTL while it subscribes again, here or elsewhere.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Cancelled when every stream must end.
+    pub fn stopping(&self) -> tokio_util::sync::CancellationToken {
+        self.stop.clone()
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// A stream opened: its id.
+    pub fn open(&self, outbox: Outbox) -> u64 {
+        let mut inner = self.inner.lock();
+        inner.next += 1;
+        let id = inner.next;
+        inner.streams.insert(
+            id,
+            Subscriber {
+                outbox: Some(outbox),
+                domain: None,
+                held: 0,
+                sent: 0,
+            },
+        );
+        metrics::rlqs_streams(
+            inner
+                .streams
+                .values()
+                .filter(|s| s.outbox.is_some())
+                .count(),
+        );
+        id
+    }
+
+    /// A stream ended: nothing more can be sent to it, and its holdings stay counted
+    /// until their assignments lapse.
+    pub fn close(&self, stream: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(s) = inner.streams.get_mut(&stream) {
+            s.outbox = None;
+        }
+        metrics::rlqs_streams(
+            inner
+                .streams
+                .values()
+                .filter(|s| s.outbox.is_some())
+                .count(),
+        );
+    }
+
+    /// One report of `stream` at `now` (µs), its answer sent: buckets matched to
+    /// `policies`' rules, shares recomputed. An error ends the stream.
+    pub fn report(
+        &self,
+        stream: u64,
+        report: RateLimitQuotaUsageReports,
+        policies: &PolicySet,
+        now: u64,
+    ) -> Result<(), tonic::Status> {
+        metrics::rlqs_report();
+        if report.domain.is_empty() {
+            return Err(tonic::Status::invalid_argument(
+                "a usage report needs a domain",
+            ));
+        }
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        let Some(subscriber) = inner.streams.get_mut(&stream) else {
+            return Ok(());
+        };
+        let domain: Arc<str> = match &subscriber.domain {
+            Some(d) if **d != *report.domain => {
+                return Err(tonic::Status::invalid_argument(format!(
+                    "this stream reports domain '{d}', not '{}': open a stream per domain",
+                    report.domain
+                )));
+            }
+            Some(d) => Arc::clone(d),
+            None => {
+                let d: Arc<str> = Arc::from(report.domain.as_str());
+                subscriber.domain = Some(Arc::clone(&d));
+                d
+            }
+        };
+        let ttl = whole_secs(self.settings.ttl);
+        let mut answer = Vec::new();
+        for usage in report.bucket_quota_usages {
+            let Some(id) = usage.bucket_id.filter(|id| !id.bucket.is_empty()) else {
+                metrics::rlqs_refused("no_bucket_id");
+                continue;
+            };
+            let Some(pairs) = pairs(&id) else {
+                metrics::rlqs_refused("bucket_id_too_large");
+                continue;
+            };
+            let key = BucketKey {
+                domain: Arc::clone(&domain),
+                pairs,
+            };
+            let held = inner
+                .buckets
+                .get(&key)
+                .is_some_and(|b| b.holders.contains_key(&stream));
+            let subscriber = inner.streams.get_mut(&stream).expect("found above");
+            if !held {
+                if subscriber.held >= self.settings.max_buckets {
+                    metrics::rlqs_refused("too_many_buckets");
+                    continue;
+                }
+                subscriber.held += 1;
+            }
+            let requests = usage.num_requests_allowed + usage.num_requests_denied;
+            let elapsed = usage.time_elapsed.map_or(0.0, |d| {
+                d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
+            });
+            let bucket = inner.buckets.entry(key.clone()).or_insert_with(|| Bucket {
+                id: id.clone(),
+                holders: HashMap::new(),
+            });
+            let holder = bucket.holders.entry(stream).or_insert(Holder {
+                active: now,
+                ..Holder::default()
+            });
+            // A first report (no time elapsed) counts its requests as a second's.
+            holder.demand = requests as f64 / elapsed.max(1.0);
+            holder.reported = now;
+            if requests > 0 {
+                holder.active = now;
+            }
+            if now.saturating_sub(holder.active) >= self.settings.abandon_after.as_micros() as u64 {
+                answer.push(BucketAction {
+                    bucket_id: Some(id),
+                    bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+                });
+                metrics::rlqs_abandoned();
+                // Envoy forgets the bucket when it reads this; until then its
+                // assignment runs, so it stays counted until it lapses.
+                holder.demand = 0.0;
+                continue;
+            }
+            let verdict = verdict(policies, &domain, &key.pairs);
+            let rate = match verdict {
+                Verdict::AllowAll | Verdict::DenyAll => {
+                    let rule = if verdict == Verdict::AllowAll {
+                        BlanketRule::AllowAll
+                    } else {
+                        BlanketRule::DenyAll
+                    };
+                    holder.assigned = None;
+                    answer.push(assignment(id, blanket(rule), ttl));
+                    continue;
+                }
+                Verdict::Rate(rate) => rate,
+            };
+            let mine = share_out(bucket, stream, rate, now, ttl, &mut inner.streams);
+            answer.push(assignment(id, token_bucket(mine), ttl));
+        }
+        if !answer.is_empty() {
+            let n = answer.len();
+            let subscriber = inner.streams.get_mut(&stream).expect("found above");
+            if subscriber.send(answer) {
+                metrics::rlqs_assignments(n);
+            }
+        }
+        metrics::rlqs_buckets(inner.buckets.len());
+        Ok(())
+    }
+
+    /// Forgets, at `now` (µs), the holdings whose assignment has lapsed and that are no
+    /// longer reported (their stream ended, or it stopped reporting the bucket), the
+    /// buckets nobody holds, and the ended streams that hold nothing.
+    pub fn expire(&self, now: u64) {
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        let ttl = self.settings.ttl.as_micros() as u64;
+        let mut gone: Vec<u64> = Vec::new();
+        inner.buckets.retain(|_, bucket| {
+            bucket.holders.retain(|stream, h| {
+                let open = inner
+                    .streams
+                    .get(stream)
+                    .is_some_and(|s| s.outbox.is_some());
+                let lapsed = h.assigned.is_none_or(|a| a.until <= now);
+                let keep = open && now.saturating_sub(h.reported) < ttl || !lapsed;
+                if !keep {
+                    gone.push(*stream);
+                }
+                keep
+            });
+            !bucket.holders.is_empty()
+        });
+        for stream in gone {
+            if let Some(s) = inner.streams.get_mut(&stream) {
+                s.held = s.held.saturating_sub(1);
+            }
+        }
+        inner
+            .streams
+            .retain(|_, s| s.outbox.is_some() || s.held > 0);
+        metrics::rlqs_buckets(inner.buckets.len());
+    }
+
+    /// What `/v1/rlqs/explain` shows of the bucket `pairs` of `domain` at `now` (µs):
+    /// its rule, and each holder's demand and share.
+    pub fn explain(
+        &self,
+        domain: &str,
+        pairs: Vec<(String, String)>,
+        policies: &PolicySet,
+        now: u64,
+    ) -> Explanation {
+        let pairs = sorted(pairs);
+        let rule = match verdict(policies, domain, &pairs) {
+            Verdict::AllowAll => ExplainedRule::AllowAll,
+            Verdict::DenyAll => ExplainedRule::DenyAll,
+            Verdict::Rate(r) => ExplainedRule::TokenBucket {
+                requests_per_second: r,
+            },
+        };
+        let key = BucketKey {
+            domain: Arc::from(domain),
+            pairs,
+        };
+        let inner = self.inner.lock();
+        let mut holders: Vec<ExplainedHolder> = inner
+            .buckets
+            .get(&key)
+            .map(|b| {
+                b.holders
+                    .iter()
+                    .map(|(stream, h)| {
+                        let subscriber = inner.streams.get(stream);
+                        let live = h.assigned.filter(|a| a.until > now);
+                        ExplainedHolder {
+                            stream: *stream,
+                            open: subscriber.is_some_and(|s| s.outbox.is_some()),
+                            sent: subscriber.map_or(0, |s| s.sent),
+                            demand_per_second: h.demand,
+                            share_per_second: live.map(|a| a.share),
+                            lapses_in_ms: live.map(|a| (a.until - now) / 1_000),
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        holders.sort_by_key(|h| h.stream);
+        Explanation {
+            domain: domain.to_string(),
+            bucket: key.pairs.iter().cloned().collect(),
+            assigned_per_second: holders.iter().filter_map(|h| h.share_per_second).sum(),
+            rule,
+            holders,
+        }
+    }
+}
+
+/// A bucket, as `/v1/rlqs/explain` shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct Explanation {
+    pub domain: String,
+    pub bucket: std::collections::BTreeMap<String, String>,
+    /// What its rule assigns.
+    pub rule: ExplainedRule,
+    /// The live shares sent, added up: never more than the rule's rate.
+    pub assigned_per_second: f64,
+    /// The streams that report it.
+    pub holders: Vec<ExplainedHolder>,
+}
+
+/// What a bucket's rule assigns.
+#[derive(Debug, serde::Serialize)]
+#[serde(tag = "strategy", rename_all = "snake_case")]
+pub enum ExplainedRule {
+    /// No rule matches, or it is unlimited or in shadow: every request allowed.
+    AllowAll,
+    /// A block-all rule: every request denied.
+    DenyAll,
+    /// Shares of this rate, as token buckets.
+    TokenBucket { requests_per_second: f64 },
+}
+
+/// One stream's part of a bucket.
+#[derive(Debug, serde::Serialize)]
+pub struct ExplainedHolder {
+    /// The stream's id (its answers' `x-spillway-rlqs-stream` header says it to Envoy).
+    pub stream: u64,
+    /// Whether the stream is still open (an ended one's share counts until it lapses).
+    pub open: bool,
+    /// Answers sent on the stream, every bucket's.
+    pub sent: u64,
+    /// The requests a second it last reported, allowed and denied.
+    pub demand_per_second: f64,
+    /// Its live share, and when it lapses unless renewed.
+    pub share_per_second: Option<f64>,
+    pub lapses_in_ms: Option<u64>,
+}
+
+/// The share of `bucket`'s `rate` at `now` of `stream`, which reported it, after the
+/// decreases of the others are sent (an increase waits for their own reports). Holders
+/// that cannot be told (their stream ended) keep what they were sent until it lapses; a
+/// decrease that cannot be delivered (a stream that reads too slowly) comes off the
+/// reporter's share instead.
+fn share_out(
+    bucket: &mut Bucket,
+    stream: u64,
+    rate: f64,
+    now: u64,
+    ttl: u64,
+    streams: &mut HashMap<u64, Subscriber>,
+) -> f64 {
+    let reachable = |streams: &HashMap<u64, Subscriber>, s: &u64| {
+        streams.get(s).is_some_and(|s| s.outbox.is_some())
+    };
+    let live = |h: &Holder| {
+        h.assigned
+            .filter(|a| a.until > now)
+            .map_or(0.0, |a| a.share)
+    };
+    let mut fixed = 0.0;
+    let mut ids = Vec::new();
+    let mut demands = Vec::new();
+    for (s, h) in &bucket.holders {
+        if reachable(streams, s) {
+            ids.push(*s);
+            demands.push(h.demand);
+        } else {
+            fixed += live(h);
+        }
+    }
+    let shares = shares::shares((rate - fixed).max(0.0), &demands);
+    let until = now + ttl * 1_000_000;
+    let mut mine = 0.0;
+    let mut excess = 0.0;
+    for (s, share) in ids.into_iter().zip(shares) {
+        let h = bucket.holders.get_mut(&s).expect("listed above");
+        if s == stream {
+            mine = share;
+            continue;
+        }
+        let was = live(h);
+        if share >= was {
+            continue;
+        }
+        let action = assignment(bucket.id.clone(), token_bucket(share), ttl);
+        let to = streams.get_mut(&s).expect("reachable");
+        if to.send(vec![action]) {
+            metrics::rlqs_assignments(1);
+            h.assigned = Some(Assigned { share, until });
+        } else {
+            excess += was - share;
+        }
+    }
+    let mine = (mine - excess).max(0.0);
+    let h = bucket
+        .holders
+        .get_mut(&stream)
+        .expect("the reporter holds it");
+    h.assigned = Some(Assigned { share: mine, until });
+    mine
+}
+
+/// A bucket id's pairs, sorted; `None` when it is too large.
+fn pairs(id: &BucketId) -> Option<Box<[(String, String)]>> {
+    if id.bucket.len() > MAX_PAIRS
+        || id
+            .bucket
+            .iter()
+            .any(|(k, v)| k.len() > MAX_PAIR_BYTES || v.len() > MAX_PAIR_BYTES)
+    {
+        return None;
+    }
+    Some(sorted(
+        id.bucket
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    ))
+}
+
+fn sorted(mut pairs: Vec<(String, String)>) -> Box<[(String, String)]> {
+    pairs.sort();
+    pairs.into_boxed_slice()
+}
+
+/// Whole seconds, at least one (Envoy 1.40 reads no fraction of a TTL).
+fn whole_secs(d: Duration) -> u64 {
+    d.as_secs().max(1) + u64::from(d.subsec_nanos() > 0 && d.as_secs() > 0)
+}
+
+fn assignment(id: BucketId, strategy: Strategy, ttl: u64) -> BucketAction {
+    BucketAction {
+        bucket_id: Some(id),
+        bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(PbDuration {
+                seconds: ttl as i64,
+                nanos: 0,
+            }),
+            rate_limit_strategy: Some(RateLimitStrategy {
+                strategy: Some(strategy),
+            }),
+        })),
+    }
+}
+
+fn blanket(rule: BlanketRule) -> Strategy {
+    Strategy::BlanketRule(rule as i32)
+}
+
+/// A share as a token bucket Envoy 1.40 runs (one fill at most at once), or DENY_ALL
+/// for one too small to write. Envoy 1.40 keeps its running bucket when a new one has
+/// the same `max_tokens`, `tokens_per_fill` and `fill_interval` *nanoseconds* (it runs
+/// whole seconds, and compares no seconds), so the interval's nanoseconds repeat its
+/// seconds: two intervals that differ look different (a few microseconds, slower).
+fn token_bucket(share: f64) -> Strategy {
+    match shares::token_bucket(share) {
+        Some((tokens, secs)) => Strategy::TokenBucket(TokenBucket {
+            max_tokens: tokens,
+            tokens_per_fill: Some(UInt32Value { value: tokens }),
+            fill_interval: Some(PbDuration {
+                seconds: secs as i64,
+                nanos: secs as i32,
+            }),
+        }),
+        None => blanket(BlanketRule::DenyAll),
+    }
+}

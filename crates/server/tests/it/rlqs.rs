@@ -1,0 +1,437 @@
+//! The Rate Limit Quota Service over a real socket, with tonic's client: subscription
+//! and assignment, shares that follow demand and never add up to more than the limit,
+//! a closed stream's share held until its TTL, abandon, blanket rules, and malformed
+//! reports refused or bounded with nothing lost. (A real Envoy: the CLI's
+//! `envoy_rlqs.rs`.)
+
+use crate::support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use support::{Backing, Server};
+use tokio::sync::mpsc;
+use tonic::Streaming;
+
+const POLICY: &str = "
+domain: q
+descriptors:
+  - key: tenant
+    rate_limit: { unit: second, requests_per_unit: 60 }
+  - key: blocked
+    rate_limit: { unit: second, requests_per_unit: 0 }
+  - key: free
+    rate_limit: { unlimited: true }
+";
+
+/// One Envoy's stream: reports go in, answers come out; the stream's id (as the
+/// server's header says it), the answers read, and the latest strategy of each bucket.
+struct Envoy {
+    reports: mpsc::Sender<RateLimitQuotaUsageReports>,
+    answers: Streaming<RateLimitQuotaResponse>,
+    stream: u64,
+    received: u64,
+    latest: HashMap<Pairs, Option<Strategy>>,
+}
+
+impl Envoy {
+    async fn subscribe(s: &Server) -> Envoy {
+        let mut client =
+            RateLimitQuotaServiceClient::connect(format!("http://{}", s.running.grpc_addr))
+                .await
+                .unwrap();
+        let (reports, rx) = mpsc::channel(16);
+        let stream =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
+            );
+        let response = client.stream_rate_limit_quotas(stream).await.unwrap();
+        let id = response.metadata().get("x-spillway-rlqs-stream").unwrap();
+        Envoy {
+            reports,
+            stream: id.to_str().unwrap().parse().unwrap(),
+            answers: response.into_inner(),
+            received: 0,
+            latest: HashMap::new(),
+        }
+    }
+
+    /// Reports `usages` of domain `q` and reads its answer: every answer sent before
+    /// it read first (no other stream reports meanwhile, so the next is this one's).
+    async fn report(
+        &mut self,
+        s: &Server,
+        usages: Vec<BucketQuotaUsage>,
+    ) -> RateLimitQuotaResponse {
+        if let Some(id) = usages.first().and_then(|u| u.bucket_id.clone()) {
+            self.catch_up(s, &id).await;
+        }
+        self.send("q", usages).await;
+        self.next().await
+    }
+
+    async fn send(&mut self, domain: &str, usages: Vec<BucketQuotaUsage>) {
+        self.reports
+            .send(RateLimitQuotaUsageReports {
+                domain: domain.into(),
+                bucket_quota_usages: usages,
+            })
+            .await
+            .unwrap();
+    }
+
+    async fn next(&mut self) -> RateLimitQuotaResponse {
+        let answer = tokio::time::timeout(Duration::from_secs(10), self.answers.message())
+            .await
+            .expect("an answer within 10 s")
+            .unwrap()
+            .expect("the stream is open");
+        self.received += 1;
+        self.latest.extend(strategies(&answer));
+        answer
+    }
+
+    /// Reads every answer the server says it sent this stream (`/v1/rlqs/explain` of a
+    /// bucket it holds).
+    async fn catch_up(&mut self, s: &Server, id: &BucketId) {
+        let sent = explain(s, id)
+            .await
+            .holders
+            .iter()
+            .find(|h| h.stream == self.stream)
+            .map_or(0, |h| h.sent);
+        while self.received < sent {
+            self.next().await;
+        }
+    }
+
+    /// The rate this stream runs for `id` now.
+    async fn rate(&mut self, s: &Server, id: &BucketId) -> f64 {
+        self.catch_up(s, id).await;
+        rate(&self.latest[&sorted(id)])
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Explained {
+    assigned_per_second: f64,
+    holders: Vec<Holder>,
+}
+
+#[derive(serde::Deserialize)]
+struct Holder {
+    stream: u64,
+    open: bool,
+    sent: u64,
+    share_per_second: Option<f64>,
+}
+
+async fn explain(s: &Server, id: &BucketId) -> Explained {
+    let (status, body) = s
+        .post(
+            "/v1/rlqs/explain",
+            &serde_json::json!({ "domain": "q", "bucket": id.bucket }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_value(body).unwrap()
+}
+
+fn bucket(pairs: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+/// A usage of `pairs`: `requests` allowed over `secs` seconds.
+fn usage(pairs: &[(&str, &str)], requests: u64, secs: i64) -> BucketQuotaUsage {
+    BucketQuotaUsage {
+        bucket_id: Some(bucket(pairs)),
+        time_elapsed: Some(PbDuration {
+            seconds: secs,
+            nanos: 0,
+        }),
+        num_requests_allowed: requests,
+        num_requests_denied: 0,
+    }
+}
+
+/// The strategies of an answer, by bucket.
+fn strategies(answer: &RateLimitQuotaResponse) -> HashMap<Pairs, Option<Strategy>> {
+    answer
+        .bucket_action
+        .iter()
+        .map(|a| {
+            let id = a.bucket_id.clone().unwrap();
+            let strategy = match a.bucket_action.unwrap() {
+                Action::QuotaAssignmentAction(q) => {
+                    assert!(q.assignment_time_to_live.unwrap().seconds >= 1);
+                    q.rate_limit_strategy.unwrap().strategy
+                }
+                Action::AbandonAction(_) => None,
+            };
+            (sorted(&id), strategy)
+        })
+        .collect()
+}
+
+type Pairs = Vec<(String, String)>;
+
+fn sorted(id: &BucketId) -> Pairs {
+    let mut pairs: Pairs = id.bucket.clone().into_iter().collect();
+    pairs.sort();
+    pairs
+}
+
+/// A token bucket's rate, requests a second.
+fn rate(strategy: &Option<Strategy>) -> f64 {
+    match strategy {
+        Some(Strategy::TokenBucket(b)) => {
+            let fill = b.fill_interval.unwrap();
+            // Whole seconds, as Envoy 1.40 runs them; the nanoseconds repeat them, for
+            // Envoy to see a change of interval.
+            assert!(fill.seconds >= 1);
+            assert_eq!(i64::from(fill.nanos), fill.seconds);
+            let tokens = b.tokens_per_fill.unwrap().value;
+            assert_eq!(b.max_tokens, tokens, "one fill at most at once");
+            f64::from(tokens) / fill.seconds as f64
+        }
+        other => panic!("expected a token bucket, got {other:?}"),
+    }
+}
+
+fn only(answer: &RateLimitQuotaResponse) -> Option<Strategy> {
+    assert_eq!(answer.bucket_action.len(), 1, "{answer:?}");
+    strategies(answer).into_values().next().unwrap()
+}
+
+#[tokio::test]
+async fn a_lone_envoy_gets_the_whole_limit_and_blanket_rules_where_the_rule_says() {
+    let s = Server::start("rlqs-lone", &[("q.yaml", POLICY)], Backing::Memory).await;
+    let mut envoy = Envoy::subscribe(&s).await;
+    // A new bucket, reported at once with no time elapsed.
+    let answer = envoy
+        .report(&s, vec![usage(&[("tenant", "a")], 1, 0)])
+        .await;
+    assert_eq!(rate(&only(&answer)), 60.0);
+    let answer = envoy
+        .report(
+            &s,
+            vec![
+                usage(&[("blocked", "x")], 1, 0),
+                usage(&[("free", "x")], 1, 0),
+                usage(&[("nothing", "matches")], 1, 0),
+            ],
+        )
+        .await;
+    let by = strategies(&answer);
+    let blanket = |rule: BlanketRule| Some(Strategy::BlanketRule(rule as i32));
+    assert_eq!(
+        by[&sorted(&bucket(&[("blocked", "x")]))],
+        blanket(BlanketRule::DenyAll)
+    );
+    assert_eq!(
+        by[&sorted(&bucket(&[("free", "x")]))],
+        blanket(BlanketRule::AllowAll)
+    );
+    assert_eq!(
+        by[&sorted(&bucket(&[("nothing", "matches")]))],
+        blanket(BlanketRule::AllowAll)
+    );
+}
+
+/// Three Envoys on one bucket: the shares follow the demand each reports and never add
+/// up to more than the limit, as each Envoy runs them (read from what it was sent); one
+/// joining takes from the others at once; one whose stream ends keeps its share counted
+/// until its assignment's TTL, then the others get it.
+#[tokio::test]
+async fn shares_follow_demand_and_never_add_up_to_more_than_the_limit() {
+    let s = Server::start("rlqs-shares", &[("q.yaml", POLICY)], Backing::Memory).await;
+    let a = [("tenant", "shared")];
+    let id = bucket(&a);
+    let mut envoys = [
+        Envoy::subscribe(&s).await,
+        Envoy::subscribe(&s).await,
+        Envoy::subscribe(&s).await,
+    ];
+    // Requests over 5 s: the busy one at 2× an even third, the far one far above.
+    let demand = [200, 0, 5_000];
+    async fn rates(s: &Server, envoys: &mut [Envoy], id: &BucketId) -> Vec<f64> {
+        let mut rates = Vec::new();
+        for e in envoys.iter_mut().filter(|e| e.received > 0) {
+            rates.push(e.rate(s, id).await);
+        }
+        let total: f64 = rates.iter().sum();
+        assert!(total <= 60.0, "{rates:?} add up to more than 60");
+        let explained = explain(s, id).await;
+        assert!(explained.assigned_per_second <= 60.0 + 1e-9);
+        rates
+    }
+
+    let alone = rate(&only(
+        &envoys[0].report(&s, vec![usage(&a, demand[0], 5)]).await,
+    ));
+    assert_eq!(alone, 60.0, "alone, the whole limit");
+    // The idle one joins: it gets its floor (a tenth of the limit split three ways at
+    // least) and the busy one is told less at once.
+    envoys[1].report(&s, vec![usage(&a, demand[1], 5)]).await;
+    let r = rates(&s, &mut envoys, &id).await;
+    assert!(r[0] < 60.0 && r[1] >= 2.0, "{r:?}");
+    envoys[2].report(&s, vec![usage(&a, demand[2], 5)]).await;
+    rates(&s, &mut envoys, &id).await;
+    // A round of reports: the busy ones get most of the limit.
+    for (e, d) in envoys.iter_mut().zip(demand) {
+        e.report(&s, vec![usage(&a, d, 5)]).await;
+    }
+    let r = rates(&s, &mut envoys, &id).await;
+    assert!(r[1] < 10.0 && r[0] + r[2] > 45.0, "{r:?}");
+
+    // The far one goes away: its share stays counted while its assignment lives...
+    let [busy, idle, far] = envoys;
+    let far_share = rate(&far.latest[&sorted(&id)]);
+    let far_stream = far.stream;
+    drop(far);
+    // Until the server has seen the stream end it may still send it decreases (which
+    // its Envoy, were it alive, would run): wait for that, then report.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while explain(&s, &id)
+            .await
+            .holders
+            .iter()
+            .any(|h| h.stream == far_stream && h.open)
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the server sees the stream end");
+    let mut envoys = [busy, idle];
+    s.clock.advance(Duration::from_secs(1));
+    for (e, d) in envoys.iter_mut().zip(demand) {
+        e.report(&s, vec![usage(&a, d, 5)]).await;
+    }
+    let r = rates(&s, &mut envoys, &id).await;
+    assert!(
+        r.iter().sum::<f64>() + far_share <= 60.0,
+        "{r:?} and {far_share}"
+    );
+    // ... and past its TTL (15 s) the others share the whole limit.
+    s.clock.advance(Duration::from_secs(15));
+    for (e, d) in envoys.iter_mut().zip(demand) {
+        e.report(&s, vec![usage(&a, d, 5)]).await;
+    }
+    let r = rates(&s, &mut envoys, &id).await;
+    assert!(r[0] > 45.0 && r.iter().sum::<f64>() > 59.0, "{r:?}");
+    assert_eq!(
+        explain(&s, &id)
+            .await
+            .holders
+            .iter()
+            .filter(|h| h.share_per_second.is_some())
+            .count(),
+        2
+    );
+}
+
+/// A bucket reported with no request for `abandon_after` is abandoned.
+#[tokio::test]
+async fn an_idle_bucket_is_abandoned() {
+    let s = Server::start("rlqs-abandon", &[("q.yaml", POLICY)], Backing::Memory).await;
+    let mut envoy = Envoy::subscribe(&s).await;
+    let b = [("tenant", "sleepy")];
+    rate(&only(&envoy.report(&s, vec![usage(&b, 3, 0)]).await));
+    s.clock.advance(Duration::from_secs(299));
+    rate(&only(&envoy.report(&s, vec![usage(&b, 0, 5)]).await));
+    s.clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        only(&envoy.report(&s, vec![usage(&b, 0, 5)]).await),
+        None,
+        "abandoned"
+    );
+    // A request again: a bucket like any new one.
+    rate(&only(&envoy.report(&s, vec![usage(&b, 1, 0)]).await));
+}
+
+/// A report with no domain ends its stream with INVALID_ARGUMENT; so does one that
+/// changes its stream's domain. Buckets with no id, or too large an id, get no answer;
+/// a flood of buckets is answered up to the stream's limit, and the buckets it held
+/// before keep their assignments.
+#[tokio::test]
+async fn malformed_reports_are_refused_or_bounded_with_nothing_lost() {
+    let s = Server::start("rlqs-malformed", &[("q.yaml", POLICY)], Backing::Memory).await;
+    let mut envoy = Envoy::subscribe(&s).await;
+    envoy.send("", vec![usage(&[("tenant", "a")], 1, 0)]).await;
+    let ended = envoy.answers.message().await.unwrap_err();
+    assert_eq!(ended.code(), tonic::Code::InvalidArgument, "{ended:?}");
+
+    let mut envoy = Envoy::subscribe(&s).await;
+    rate(&only(
+        &envoy
+            .report(&s, vec![usage(&[("tenant", "a")], 1, 0)])
+            .await,
+    ));
+    envoy
+        .send("other", vec![usage(&[("tenant", "a")], 1, 0)])
+        .await;
+    let ended = envoy.answers.message().await.unwrap_err();
+    assert_eq!(ended.code(), tonic::Code::InvalidArgument, "{ended:?}");
+    assert!(ended.message().contains("domain"), "{ended:?}");
+
+    let mut envoy = Envoy::subscribe(&s).await;
+    let wide: Vec<(String, String)> = (0..17).map(|i| (format!("k{i}"), "v".into())).collect();
+    let wide: Vec<(&str, &str)> = wide.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let long = "x".repeat(300);
+    let answer = envoy
+        .report(
+            &s,
+            vec![
+                BucketQuotaUsage {
+                    bucket_id: None,
+                    ..usage(&[], 1, 0)
+                },
+                usage(&[], 1, 0),
+                usage(&wide, 1, 0),
+                usage(&[("tenant", &long)], 1, 0),
+                usage(&[("tenant", "kept")], 1, 0),
+            ],
+        )
+        .await;
+    assert_eq!(
+        rate(&only(&answer)),
+        60.0,
+        "only the good bucket is answered"
+    );
+
+    // A flood: 2,000 new buckets in one report; 1,000 per stream, one already held.
+    let names: Vec<String> = (0..2000).map(|i| format!("t{i}")).collect();
+    let flood: Vec<BucketQuotaUsage> = names
+        .iter()
+        .map(|n| usage(&[("tenant", n.as_str())], 1, 0))
+        .collect();
+    let answer = envoy.report(&s, flood).await;
+    assert_eq!(
+        answer.bucket_action.len(),
+        999,
+        "up to the stream's 1,000 buckets"
+    );
+    let kept = envoy
+        .report(&s, vec![usage(&[("tenant", "kept")], 1, 5)])
+        .await;
+    assert_eq!(
+        rate(&only(&kept)),
+        60.0,
+        "a bucket held before keeps its assignment"
+    );
+}
