@@ -8,6 +8,7 @@ mod envoy;
 mod envoy_gateway;
 mod envoy_holds;
 mod envoy_metering;
+mod envoy_rlqs;
 mod envoy_tls;
 mod explain;
 mod figures;
