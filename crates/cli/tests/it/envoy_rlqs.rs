@@ -6,6 +6,8 @@ use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use spillway_core::{Clock, SystemClock};
@@ -134,4 +136,160 @@ fn envoy_runs_the_token_bucket_spillway_assigns() {
     }
     let statuses: Vec<u16> = (0..20).map(|_| status(port, "blocked")).collect();
     assert!(statuses.iter().all(|&s| s == 429), "{statuses:?}");
+}
+
+/// Requests of `tenant` through Envoy at `port` from `clients` threads until `stop`, each
+/// pausing `pause` between requests (none: as fast as Envoy answers): the admitted.
+fn drive(
+    port: u16,
+    tenant: &'static str,
+    clients: usize,
+    pause: Duration,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u32> {
+    std::thread::spawn(move || {
+        let threads: Vec<_> = (0..clients)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut admitted = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        match status(port, tenant) {
+                            200 => admitted += 1,
+                            429 => {}
+                            other => panic!("status {other}"),
+                        }
+                        // The load's shape (a rate), not a wait for anything.
+                        std::thread::sleep(pause);
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).sum()
+    })
+}
+
+/// Each holder of `tenant`'s bucket with a live share: its stream, share and demand;
+/// and the shares added up.
+fn shares(admin: u16, tenant: &str) -> (Vec<(u64, f64, f64)>, f64) {
+    let explained = explain(admin, tenant);
+    let holders = explained["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| {
+            let share = h["share_per_second"].as_f64()?;
+            Some((
+                h["stream"].as_u64()?,
+                share,
+                h["demand_per_second"].as_f64()?,
+            ))
+        })
+        .collect();
+    (holders, explained["assigned_per_second"].as_f64().unwrap())
+}
+
+/// Three Envoys sharing one bucket of 30 a second: one idle, one at about 2× an even
+/// third (20 a second), one as fast as it can. Over the run all three admit no more
+/// than the rate and two seconds' worth (the buckets' first fills and what increases
+/// add); the busy two get most of the shares, never more than 30 in total; when the
+/// fastest Envoy is stopped, its share goes to the others within its assignment's TTL
+/// (8 s here) and a report.
+#[test]
+fn three_envoys_share_one_bucket_by_demand() {
+    const RATE: f64 = 30.0;
+    let mut procs = Procs(Vec::new());
+    let admin = free_port();
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let policy = "domain: api
+descriptors:
+  - key: tenant
+    rate_limit: { unit: second, requests_per_unit: 30 }
+";
+    let (grpc, _) = spillway_with(
+        &mut procs,
+        policy,
+        &[
+            ("SPILLWAY_ADMIN_ADDR", &admin_addr),
+            ("SPILLWAY_RLQS_ASSIGNMENT_TTL", "8s"),
+        ],
+    );
+    let config = example("envoy.yaml");
+    let app = upstream();
+    let ports: Vec<u16> = (0..3)
+        .map(|_| envoy(&mut procs, &config, grpc, app))
+        .collect();
+    // The idle one makes its bucket with one request, and sends nothing more.
+    status(ports[0], "shared");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = SystemClock.now();
+    let paced = drive(
+        ports[1],
+        "shared",
+        2,
+        Duration::from_millis(100),
+        Arc::clone(&stop),
+    );
+    let fast = drive(ports[2], "shared", 4, Duration::ZERO, Arc::clone(&stop));
+    // Two reports of each Envoy (every 5 s), checking the shares' total meanwhile.
+    let mut most = 0.0f64;
+    while SystemClock.now().duration_since(start) < Duration::from_secs(12) {
+        most = most.max(shares(admin, "shared").1);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let admitted = 1 + paced.join().unwrap() + fast.join().unwrap();
+    let secs = SystemClock.now().duration_since(start).as_secs_f64();
+    let (holders, total) = shares(admin, "shared");
+    eprintln!("{admitted} admitted in {secs:.2} s; shares {holders:?}, most assigned {most}");
+    assert!(
+        most <= RATE + 1e-9 && total <= RATE + 1e-9,
+        "{most}, {total}"
+    );
+    let bound = (RATE * (secs + 2.0)).ceil() as u32;
+    assert!(
+        admitted <= bound,
+        "{admitted} admitted in {secs:.2} s, more than {bound}"
+    );
+    assert!(
+        f64::from(admitted) >= RATE * secs * 0.6,
+        "{admitted} in {secs:.2} s"
+    );
+    // The busy two hold most of the rate; the idle one (the first stream: its request
+    // came first) little more than its floor.
+    assert_eq!(holders.len(), 3, "{holders:?}");
+    assert!(holders[0].1 < 0.2 * RATE, "{holders:?}");
+    assert!(holders[1].1 + holders[2].1 > 0.75 * RATE, "{holders:?}");
+
+    // The fastest (the most demand) stops for good: its share goes to the others
+    // within its TTL and a report (8 s + 5 s).
+    let fast_stream = holders.iter().max_by(|a, b| a.2.total_cmp(&b.2)).unwrap().0;
+    procs.0[3].kill().unwrap();
+    procs.0[3].wait().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let paced = drive(ports[1], "shared", 4, Duration::ZERO, Arc::clone(&stop));
+    let stopped = SystemClock.now();
+    loop {
+        let (holders, total) = shares(admin, "shared");
+        assert!(total <= RATE + 1e-9, "{holders:?}");
+        let gone = !holders.iter().any(|h| h.0 == fast_stream);
+        if gone && holders.iter().map(|h| h.1).sum::<f64>() > RATE - 1e-6 {
+            eprintln!(
+                "after {:?}: {holders:?}",
+                SystemClock.now().duration_since(stopped)
+            );
+            let busy = holders.iter().map(|h| h.1).fold(0.0, f64::max);
+            assert!(busy > 0.8 * RATE, "{holders:?}");
+            break;
+        }
+        assert!(
+            SystemClock.now().duration_since(stopped) < Duration::from_secs(20),
+            "the stopped Envoy's share never came back: {holders:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    paced.join().unwrap();
 }
