@@ -293,3 +293,54 @@ descriptors:
     stop.store(true, Ordering::Relaxed);
     paced.join().unwrap();
 }
+
+/// Spillway killed and started again on the same port: meanwhile Envoy keeps running
+/// its assignment (requests still limited, not let through), and at its next report
+/// it subscribes again and gets a new one.
+#[test]
+fn envoy_keeps_its_assignment_while_spillway_restarts_and_subscribes_again() {
+    let mut procs = Procs(Vec::new());
+    let (grpc, http, admin) = (free_port(), free_port(), free_port());
+    let dir = support::tempdir(&format!("rlqs-restart-{grpc}"));
+    std::fs::write(dir.join("api.yaml"), example("policies/api.yaml")).unwrap();
+    let serve = || {
+        support::spawn_serve_with(
+            [
+                "--config".to_string(),
+                dir.display().to_string(),
+                "--http-addr".into(),
+                format!("127.0.0.1:{http}"),
+                "--grpc-addr".into(),
+                format!("127.0.0.1:{grpc}"),
+            ],
+            &[("SPILLWAY_ADMIN_ADDR", &format!("127.0.0.1:{admin}"))],
+        )
+    };
+    procs.0.push(serve());
+    let port = envoy(&mut procs, &example("envoy.yaml"), grpc, upstream());
+    status(port, "acme");
+    assert_eq!(until_assigned(admin, "acme"), 10.0);
+
+    // Spillway gone (SIGKILL): Envoy still limits to its assignment.
+    procs.0[0].kill().unwrap();
+    procs.0[0].wait().unwrap();
+    let start = SystemClock.now();
+    let (mut admitted, mut denied) = (0u32, 0u32);
+    while SystemClock.now().duration_since(start) < Duration::from_secs(2) {
+        match status(port, "acme") {
+            200 => admitted += 1,
+            _ => denied += 1,
+        }
+    }
+    let secs = SystemClock.now().duration_since(start).as_secs_f64();
+    eprintln!("Spillway down: {admitted} admitted, {denied} denied in {secs:.2} s");
+    assert!(denied > 0 && f64::from(admitted) <= 10.0 * secs + 11.0);
+
+    // Started again: Envoy subscribes at its next report (every 5 s).
+    procs.0[0] = serve();
+    let again = SystemClock.now();
+    assert_eq!(until_assigned(admin, "acme"), 10.0);
+    let took = SystemClock.now().duration_since(again);
+    eprintln!("subscribed again after {took:?}");
+    assert!(took < Duration::from_secs(11), "{took:?}");
+}
