@@ -7,6 +7,7 @@
 mod cpu;
 mod load;
 mod report;
+mod rlqs;
 mod setup;
 mod target;
 
@@ -147,6 +148,17 @@ pub struct BenchArgs {
     #[arg(long, default_value = "request_id", requires = "hold")]
     pub hold_key: String,
 
+    /// Envoy-like Rate Limit Quota Service load instead of decisions: this many streams
+    /// on --server (grpc://), each reporting --keys buckets every --report-every; says
+    /// reports and assignments a second, and with --server-pid the service's CPU per
+    /// report and per assignment.
+    #[arg(long, requires_all = ["server", "domain"], value_parser = args::positive)]
+    pub rlqs: Option<u64>,
+
+    /// With --rlqs: how often each stream reports (Envoy 1.40: every 5 s).
+    #[arg(long, default_value = "5s", value_parser = duration::parse, requires = "rlqs")]
+    pub report_every: Duration,
+
     /// Give up on one call after this long (counted as a timeout error).
     #[arg(long, default_value = "1s", value_parser = duration::parse)]
     pub timeout: Duration,
@@ -180,6 +192,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(streams) = args.rlqs {
+        rlqs::bench(&args, streams as usize).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let flag_limit = flag_limit(&args)?;
     let policies = match &args.config {
         Some(path) => Some(spillway_policy::load(path)?),

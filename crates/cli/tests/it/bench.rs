@@ -188,6 +188,35 @@ fn a_running_service_over_http_and_grpc_and_a_check_that_fails() {
     runtime.block_on(running.stop());
 }
 
+/// `--rlqs`: Envoy-like streams reporting buckets to a service's Rate Limit Quota
+/// Service: every report is answered (one assignment a bucket at least), and the
+/// service's CPU per report and per assignment is said.
+#[test]
+fn rlqs_streams_report_and_are_assigned() {
+    let (runtime, running) = support::server("bench-rlqs", &policy(600));
+    let (code, v, out) = bench(&format!(
+        "--server grpc://{} --domain b --key-name user --keys 20 --rlqs 4 --report-every 50ms \
+         --server-pid {}",
+        running.grpc_addr,
+        std::process::id()
+    ));
+    assert_eq!(code, Some(0), "{out:?}");
+    let reports = v["reports"].as_u64().unwrap();
+    assert!(reports >= 4 * 4, "{v}");
+    // Each report's 20 buckets answered; the streams read to the run's end, so the
+    // last reports' answers may be unread.
+    assert!(
+        v["assignments"].as_u64().unwrap() >= (reports - 4) * 20,
+        "{v}"
+    );
+    assert!(v["server_cpu_us_per_report"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(
+        v["server_cpu_us_per_assignment"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    runtime.block_on(running.stop());
+}
+
 /// `GET /v1/top` after a spread load and a `--hot` one: the hot key is the heaviest
 /// denied key.
 #[test]
