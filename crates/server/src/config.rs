@@ -232,6 +232,10 @@ pub struct Rlqs {
     /// The most buckets one stream may hold; a report's buckets past them get no
     /// answer (Envoy's `no_assignment_behavior` applies to them).
     pub max_buckets: usize,
+    /// On shutdown, send every assignment again with a TTL of 0 before the streams end:
+    /// Envoy then runs its `expired_assignment_behavior` at once, rather than the
+    /// assignments until their TTL.
+    pub expire_on_shutdown: bool,
 }
 
 /// and the rest, counted in hits as the reference counts them): as Prometheus series

@@ -344,3 +344,45 @@ fn envoy_keeps_its_assignment_while_spillway_restarts_and_subscribes_again() {
     eprintln!("subscribed again after {took:?}");
     assert!(took < Duration::from_secs(11), "{took:?}");
 }
+
+/// With `rlqs_expire_on_shutdown`, a Spillway shut down (SIGTERM) sends every
+/// assignment again with a TTL of 0 before its streams end: Envoy runs its
+/// `expired_assignment_behavior` at once (examples/rlqs/envoy.yaml: one request a
+/// second), not the assignment (10 a second) until its TTL.
+#[test]
+fn on_shutdown_envoy_can_be_told_to_run_its_fallback_at_once() {
+    let mut procs = Procs(Vec::new());
+    let admin = free_port();
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let (grpc, _) = spillway_with(
+        &mut procs,
+        &example("policies/api.yaml"),
+        &[
+            ("SPILLWAY_ADMIN_ADDR", &admin_addr),
+            ("SPILLWAY_RLQS_EXPIRE_ON_SHUTDOWN", "true"),
+        ],
+    );
+    let port = envoy(&mut procs, &example("envoy.yaml"), grpc, upstream());
+    status(port, "acme");
+    assert_eq!(until_assigned(admin, "acme"), 10.0);
+
+    let pid = procs.0[0].id().to_string();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    procs.0[0].wait().unwrap();
+    let start = SystemClock.now();
+    let mut admitted = 0u32;
+    while SystemClock.now().duration_since(start) < Duration::from_secs(3) {
+        admitted += u32::from(status(port, "acme") == 200);
+    }
+    let secs = SystemClock.now().duration_since(start).as_secs_f64();
+    eprintln!("after shutdown: {admitted} admitted in {secs:.2} s");
+    // The fallback's one a second and its one token, not the assignment's 10.
+    assert!(
+        f64::from(admitted) <= secs + 2.0,
+        "{admitted} admitted in {secs:.2} s"
+    );
+}

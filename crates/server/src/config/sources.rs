@@ -247,6 +247,7 @@ fn blank() -> Config {
             ttl: Duration::ZERO,
             abandon_after: Duration::ZERO,
             max_buckets: 0,
+            expire_on_shutdown: false,
         },
         stats: Stats::default(),
         tracing: Tracing::default(),

@@ -462,6 +462,9 @@ pub static SETTINGS: &[Setting] = &[
             c.rlqs.max_buckets = n;
             Ok(())
         }),
+    row("rlqs_expire_on_shutdown", "rlqs", "false", BOOL,
+        "on shutdown, send every RLQS assignment again with a TTL of 0 before the streams end: Envoy runs its expired_assignment_behavior at once instead of the assignments until their TTL",
+        Bool, |c, v| { c.rlqs.expire_on_shutdown = boolean(v)?; Ok(()) }),
     // === stats ===
     row("reference_metrics", "stats", "false", BOOL,
         "/metrics also serves the reference's series (ratelimit_service_rate_limit_total_hits{domain,key1,key2} and the rest), counted in hits as the reference counts them, named by prometheus_mapper",

@@ -175,9 +175,32 @@ impl Quotas {
         }
     }
 
-    /// Ends every stream (a shutdown): Envoy keeps running its assignments until their
-    /// TTL while it subscribes again, here or elsewhere.
+    /// Ends every stream (a shutdown). Envoy keeps running its assignments until their
+    /// TTL while it subscribes again, here or elsewhere; with `expire_on_shutdown`, each
+    /// stream is first sent its buckets' assignments with a TTL of 0, so that Envoy
+    /// runs its `expired_assignment_behavior` at once.
     pub fn stop(&self) {
+        if self.settings.expire_on_shutdown {
+            let mut inner = self.inner.lock();
+            let inner = &mut *inner;
+            let mut expiring: HashMap<u64, Vec<BucketAction>> = HashMap::new();
+            for bucket in inner.buckets.values_mut() {
+                for (stream, holder) in &mut bucket.holders {
+                    if let Some(a) = holder.assigned.take() {
+                        let action = assignment(bucket.id.clone(), token_bucket(a.share), 0);
+                        expiring.entry(*stream).or_default().push(action);
+                    }
+                }
+            }
+            for (stream, actions) in expiring {
+                if let Some(s) = inner.streams.get_mut(&stream) {
+                    let n = actions.len();
+                    if s.send(actions) {
+                        metrics::rlqs_assignments(n);
+                    }
+                }
+            }
+        }
         self.stop.cancel();
     }
 
