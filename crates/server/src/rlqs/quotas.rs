@@ -41,11 +41,11 @@ use super::shares;
 use crate::metrics;
 
 /// What a stream is sent: answers, or the status that ends it.
-pub type Outbox = mpsc::Sender<Result<RateLimitQuotaResponse, tonic::Status>>;
+type Outbox = mpsc::Sender<Result<RateLimitQuotaResponse, tonic::Status>>;
 
 /// The most pairs a bucket id may have, and the most bytes of each key or value.
-pub const MAX_PAIRS: usize = 16;
-pub const MAX_PAIR_BYTES: usize = 256;
+const MAX_PAIRS: usize = 16;
+const MAX_PAIR_BYTES: usize = 256;
 
 /// The RLQS settings.
 pub type Settings = crate::config::Rlqs;
@@ -132,7 +132,7 @@ struct Assigned {
 
 /// What a bucket's rule says for RLQS.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Verdict {
+enum Verdict {
     /// No rule, an unlimited one, or only rules in shadow.
     AllowAll,
     /// A block-all rule (`requests_per_unit: 0`).
@@ -144,7 +144,7 @@ pub(crate) enum Verdict {
 /// What a bucket's rule says: the domain's rules for the bucket's pairs, the tightest
 /// enforcing limit of the node as a rate (`concurrency` and `distinct` limits count no
 /// rate and are left out).
-pub(crate) fn verdict(policies: &PolicySet, domain: &str, pairs: &[(String, String)]) -> Verdict {
+fn verdict(policies: &PolicySet, domain: &str, pairs: &[(String, String)]) -> Verdict {
     let Some(matched) = policies
         .domain(domain)
         .and_then(|d| d.resolve_bucket(pairs))
@@ -207,10 +207,6 @@ impl Quotas {
     /// Cancelled when every stream must end.
     pub fn stopping(&self) -> tokio_util::sync::CancellationToken {
         self.stop.clone()
-    }
-
-    pub fn settings(&self) -> &Settings {
-        &self.settings
     }
 
     /// A stream opened: its id.
