@@ -209,11 +209,10 @@ fn rlqs_streams_report_and_are_assigned() {
         v["assignments"].as_u64().unwrap() >= (reports - 4) * 20,
         "{v}"
     );
-    assert!(v["server_cpu_us_per_report"].as_f64().unwrap() > 0.0, "{v}");
-    assert!(
-        v["server_cpu_us_per_assignment"].as_f64().unwrap() > 0.0,
-        "{v}"
-    );
+    // Said, with --server-pid (a run this short may use less than the 10 ms tick /proc
+    // counts in: the reading itself is cpu.rs's test).
+    assert!(v["server_cpu_us_per_report"].as_f64().is_some(), "{v}");
+    assert!(v["server_cpu_us_per_assignment"].as_f64().is_some(), "{v}");
     runtime.block_on(running.stop());
 }
 
