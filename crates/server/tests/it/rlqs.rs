@@ -333,7 +333,8 @@ async fn shares_follow_demand_and_never_add_up_to_more_than_the_limit() {
         e.report(&s, vec![usage(&a, d, 5)]).await;
     }
     let r = rates(&s, &mut envoys, &id).await;
-    assert!(r[0] > 45.0 && r.iter().sum::<f64>() > 59.0, "{r:?}");
+    // (Each token bucket runs within 5% of its share; the shares add up to 60.)
+    assert!(r[0] > 45.0 && r.iter().sum::<f64>() >= 0.95 * 60.0, "{r:?}");
     assert_eq!(
         explain(&s, &id)
             .await
