@@ -47,6 +47,16 @@ fn status(port: u16, tenant: &str) -> u16 {
     line[9..12].parse().unwrap()
 }
 
+/// `spillway serve` on the example's policy with `env` (an admin port of its own
+/// added): its gRPC and admin ports.
+fn spillway_on_example(procs: &mut Procs, env: &[(&str, &str)]) -> (u16, u16) {
+    let admin = free_port();
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let env = [&[("SPILLWAY_ADMIN_ADDR", admin_addr.as_str())], env].concat();
+    let (grpc, _) = spillway_with(procs, &example("policies/api.yaml"), &env);
+    (grpc, admin)
+}
+
 /// Polls until Spillway has assigned `tenant`'s bucket a share (Envoy reports a new
 /// bucket at once; its answer takes a round trip).
 fn until_assigned(admin: u16, tenant: &str) -> f64 {
@@ -65,18 +75,13 @@ fn until_assigned(admin: u16, tenant: &str) -> f64 {
 }
 
 /// One Envoy, alone on a tenant's bucket of 10 a second: it gets the whole 10, and over
-/// a few seconds of requests from eight clients as fast as it answers, admits 10 a second and a bucket's
-/// worth (its token bucket starts full), not more, and not much less.
+/// a few seconds of requests from eight clients as fast as it answers, admits 10 a
+/// second and a bucket's worth (its token bucket starts full), not more, and not much
+/// less.
 #[test]
 fn envoy_runs_the_token_bucket_spillway_assigns() {
     let mut procs = Procs(Vec::new());
-    let admin = free_port();
-    let admin_addr = format!("127.0.0.1:{admin}");
-    let (grpc, _) = spillway_with(
-        &mut procs,
-        &example("policies/api.yaml"),
-        &[("SPILLWAY_ADMIN_ADDR", &admin_addr)],
-    );
+    let (grpc, admin) = spillway_on_example(&mut procs, &[]);
     let port = envoy(&mut procs, &example("envoy.yaml"), grpc, upstream());
 
     // The first request makes the bucket (no assignment yet: allowed, as the config's
@@ -352,16 +357,8 @@ fn envoy_keeps_its_assignment_while_spillway_restarts_and_subscribes_again() {
 #[test]
 fn on_shutdown_envoy_can_be_told_to_run_its_fallback_at_once() {
     let mut procs = Procs(Vec::new());
-    let admin = free_port();
-    let admin_addr = format!("127.0.0.1:{admin}");
-    let (grpc, _) = spillway_with(
-        &mut procs,
-        &example("policies/api.yaml"),
-        &[
-            ("SPILLWAY_ADMIN_ADDR", &admin_addr),
-            ("SPILLWAY_RLQS_EXPIRE_ON_SHUTDOWN", "true"),
-        ],
-    );
+    let (grpc, admin) =
+        spillway_on_example(&mut procs, &[("SPILLWAY_RLQS_EXPIRE_ON_SHUTDOWN", "true")]);
     let port = envoy(&mut procs, &example("envoy.yaml"), grpc, upstream());
     status(port, "acme");
     assert_eq!(until_assigned(admin, "acme"), 10.0);

@@ -68,6 +68,13 @@ impl std::fmt::Debug for Quotas {
     }
 }
 
+impl Inner {
+    /// `spillway_rlqs_streams`: the streams open now.
+    fn count_open(&self) {
+        metrics::rlqs_streams(self.streams.values().filter(|s| s.outbox.is_some()).count());
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     next: u64,
@@ -223,13 +230,7 @@ impl Quotas {
                 sent: 0,
             },
         );
-        metrics::rlqs_streams(
-            inner
-                .streams
-                .values()
-                .filter(|s| s.outbox.is_some())
-                .count(),
-        );
+        inner.count_open();
         id
     }
 
@@ -240,13 +241,7 @@ impl Quotas {
         if let Some(s) = inner.streams.get_mut(&stream) {
             s.outbox = None;
         }
-        metrics::rlqs_streams(
-            inner
-                .streams
-                .values()
-                .filter(|s| s.outbox.is_some())
-                .count(),
-        );
+        inner.count_open();
     }
 
     /// One report of `stream` at `now` (µs), its answer sent: buckets matched to
