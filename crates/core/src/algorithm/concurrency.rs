@@ -34,6 +34,13 @@ pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(60
 /// length.
 pub const MAX_LIMIT: u64 = 1_000;
 
+/// How long a key's state is kept after its last hold lapses, µs: long enough for the
+/// next take or release on the key to count the holds that lapsed. The same for every
+/// lease: two limits of one shape share a key whatever their leases (a changed lease
+/// keeps the holds), so whether the state is still there must not depend on the lease
+/// of the limit that reads it.
+const LAPSED_KEPT: u64 = 60_000_000;
+
 /// A concurrency limit's parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Params {
@@ -178,12 +185,12 @@ impl Meter for Params {
         s.newest = now;
     }
 
-    /// A lease after the last hold lapses: the state is kept that long for its lapsed
-    /// holds to be counted (`lapsed`) by the next take or release on the key.
+    /// [`LAPSED_KEPT`] after the last hold lapses: the state is kept that long for its
+    /// lapsed holds to be counted (`lapsed`) by the next take or release on the key.
     fn idle_at(&self, s: &Holds) -> u64 {
         match s.last_lapse() {
             0 => 0,
-            last => last + self.lease,
+            last => last + LAPSED_KEPT,
         }
     }
 }

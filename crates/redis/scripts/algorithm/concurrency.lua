@@ -106,12 +106,12 @@ local function define_concurrency()
     s.holds, s.newest = kept, now
   end
 
-  -- A lease after the last hold lapses: kept that long for its lapsed holds to be
-  -- counted.
-  function concurrency.idle_at(r, s)
+  -- A minute (concurrency.rs's LAPSED_KEPT, whatever the lease) after the last hold
+  -- lapses: kept that long for its lapsed holds to be counted.
+  function concurrency.idle_at(_, s)
     local last = last_lapse(s)
     if last == 0 then return 0 end
-    return last + r.window
+    return last + 60000000
   end
 
   -- Holds lapsed by `now` and still kept: the next charge clears them. None once the
