@@ -162,14 +162,44 @@ pub(crate) fn ring_len(limit: &Limit) -> u32 {
 }
 
 fn escape(out: &mut String, s: &str) {
-    for c in s.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            '{' => out.push_str("%7B"),
-            '}' => out.push_str("%7D"),
-            c => out.push(c),
-        }
+    s.chars().for_each(|c| escape_char(out, c));
+}
+
+fn escape_char(out: &mut String, c: char) {
+    match c {
+        '%' => out.push_str("%25"),
+        '{' => out.push_str("%7B"),
+        '}' => out.push_str("%7D"),
+        c => out.push(c),
     }
+}
+
+/// The Redis key of an RLQS bucket's shares (`quota.rs`): `<prefix>rlqs:{<domain>|k=v|…}`
+/// with the pairs as given (sorted by the caller), each part percent-escaped (`|` and
+/// `=` too), so that two buckets never share a name; the braces make the bucket its own
+/// hash tag, spreading buckets over a Cluster's slots.
+pub(crate) fn quota_key(prefix: &str, domain: &str, pairs: &[(String, String)]) -> String {
+    let mut out = String::with_capacity(prefix.len() + 8 + domain.len() + 16 * pairs.len());
+    let part = |out: &mut String, s: &str| {
+        for c in s.chars() {
+            match c {
+                '|' => out.push_str("%7C"),
+                '=' => out.push_str("%3D"),
+                c => escape_char(out, c),
+            }
+        }
+    };
+    out.push_str(prefix);
+    out.push_str("rlqs:{");
+    part(&mut out, domain);
+    for (k, v) in pairs {
+        out.push('|');
+        part(&mut out, k);
+        out.push('=');
+        part(&mut out, v);
+    }
+    out.push('}');
+    out
 }
 
 /// A prefix may not contain braces: Redis would take the hash tag from the prefix.
@@ -197,6 +227,21 @@ mod tests {
 
     fn name(identity: &str, a: Algorithm) -> String {
         redis_key("rl:", &Key::new(identity).unwrap(), &limit(a), NOW)
+    }
+
+    #[test]
+    fn quota_keys_escape_every_separator() {
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            quota_key("rl:", "api", &[pair("tenant", "a")]),
+            "rl:rlqs:{api|tenant=a}"
+        );
+        // A value holding the separators is not another bucket's pairs.
+        let tricky = quota_key("rl:", "api", &[pair("a", "b|c=d")]);
+        let two = quota_key("rl:", "api", &[pair("a", "b"), pair("c", "d")]);
+        assert_ne!(tricky, two);
+        assert_eq!(tricky, "rl:rlqs:{api|a=b%7Cc%3Dd}");
+        assert_eq!(quota_key("", "{%}", &[]), "rlqs:{%7B%25%7D}");
     }
 
     #[test]

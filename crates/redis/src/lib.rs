@@ -45,6 +45,7 @@ pub use access::{Access, Password};
 pub use error::Error;
 pub use key::{redis_key, ring_keys};
 pub use script::TimeSource;
+pub use store::quota;
 pub use store::{
     Calls, DEFAULT_CLUSTER_SHARDS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
     MAX_CLUSTER_SHARDS, RedisStore, RedisStoreBuilder, ServerStats,

@@ -33,6 +33,7 @@ mod builder;
 mod call;
 mod calls;
 pub(crate) mod counter;
+pub mod quota;
 mod records;
 mod stats;
 

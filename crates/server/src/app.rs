@@ -197,6 +197,12 @@ fn state(
         "starting"
     );
     let options = Options::of(config);
+    // On Redis, RLQS shares live there: Envoys on every replica share each bucket.
+    let quotas = crate::rlqs::Quotas::new(config.rlqs.clone());
+    let quotas = match &store {
+        AnyStore::Redis(redis) => quotas.shared_through(redis.clone()),
+        AnyStore::Memory(_) => quotas,
+    };
     if let Some(second) = &per_second {
         tracing::info!(
             target: "spillway_server",
@@ -242,7 +248,7 @@ fn state(
         ready_needs_a_domain: config.rules.ready_needs_a_domain,
         health_follows_store: config.store.health_follows_store,
         store_connected: AtomicBool::new(true),
-        quotas: crate::rlqs::Quotas::new(config.rlqs.clone()),
+        quotas,
     })
 }
 

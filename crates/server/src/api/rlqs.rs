@@ -67,8 +67,9 @@ impl RateLimitQuotaService for Rlqs {
                 };
                 let Ok(Some(report)) = report else { break };
                 let now = state.service.now().as_micros();
-                let policies = state.service.policies();
-                if let Err(status) = state.quotas.report(stream, report, &policies, now) {
+                // An Arc, not a guard: the report may wait on Redis.
+                let policies = arc_swap::Guard::into_inner(state.service.policies());
+                if let Err(status) = state.quotas.report(stream, report, &policies, now).await {
                     metrics::invalid_request("rlqs");
                     let _ = outbox.send(Err(status)).await;
                     break;
@@ -108,11 +109,20 @@ pub(super) async fn explain(State(state): State<Arc<AppState>>, body: Bytes) -> 
             )));
         }
     };
+    let policies = arc_swap::Guard::into_inner(state.service.policies());
     let explained = state.quotas.explain(
         &asked.domain,
         asked.bucket.into_iter().collect(),
-        &state.service.policies(),
+        &policies,
         state.service.now().as_micros(),
     );
-    Json(explained).into_response()
+    match explained.await {
+        Ok(explained) => Json(explained).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "RLQS explain: the shares could not be read from Redis");
+            respond::v1_error(&CheckError::Unavailable(
+                "the bucket's shares live in Redis, which did not answer".into(),
+            ))
+        }
+    }
 }

@@ -35,6 +35,8 @@ use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use parking_lot::Mutex;
 use spillway_core::Mode;
 use spillway_policy::{PolicySet, RuleLimit};
+use spillway_redis::RedisStore;
+use spillway_redis::quota::Ask;
 use tokio::sync::mpsc;
 
 use super::shares;
@@ -56,6 +58,12 @@ pub struct Quotas {
     inner: Mutex<Inner>,
     /// Cancelled when the server shuts down: every stream ends.
     stop: tokio_util::sync::CancellationToken,
+    /// This replica's name among those sharing buckets through Redis: random at each
+    /// start, so that a restarted replica's old shares lapse on their own.
+    replica: String,
+    /// Where the shares live when the store is Redis: every replica's holders of a
+    /// bucket share its limit there. `None`: in this process alone.
+    shared: Option<RedisStore>,
 }
 
 impl std::fmt::Debug for Quotas {
@@ -73,7 +81,32 @@ impl Inner {
     fn count_open(&self) {
         metrics::rlqs_streams(self.streams.values().filter(|s| s.outbox.is_some()).count());
     }
+
+    /// Sends `stream` its `answer`, if there is one.
+    fn answer(&mut self, stream: u64, answer: Vec<BucketAction>) {
+        let n = answer.len();
+        if n > 0
+            && let Some(subscriber) = self.streams.get_mut(&stream)
+            && subscriber.send(answer)
+        {
+            metrics::rlqs_assignments(n);
+        }
+    }
 }
+
+/// A reported bucket whose rule has a rate: its share is left to work out.
+struct Rated {
+    key: BucketKey,
+    id: BucketId,
+    rate: f64,
+    /// The reporter's demand, requests a second.
+    demand: f64,
+}
+
+/// Envoys of no demand counted in every share worked out through Redis: the room kept
+/// for one that comes to another replica, whose first report then gets a share at once
+/// rather than after the others' next reports shrink theirs (`quota.lua`'s headroom).
+const HEADROOM: u32 = 1;
 
 #[derive(Default)]
 struct Inner {
@@ -179,7 +212,22 @@ impl Quotas {
             settings,
             inner: Mutex::new(Inner::default()),
             stop: Default::default(),
+            replica: format!("{:016x}", rand::random::<u64>()),
+            shared: None,
         }
+    }
+
+    /// Shares kept in `redis`, with every other replica's that uses it.
+    pub fn shared_through(self, redis: RedisStore) -> Quotas {
+        Quotas {
+            shared: Some(redis),
+            ..self
+        }
+    }
+
+    /// This replica's name, as `/v1/rlqs/explain` shows it.
+    pub fn replica(&self) -> &str {
+        &self.replica
     }
 
     /// Ends every stream (a shutdown). Envoy keeps running its assignments until their
@@ -245,8 +293,9 @@ impl Quotas {
     }
 
     /// One report of `stream` at `now` (µs), its answer sent: buckets matched to
-    /// `policies`' rules, shares recomputed. An error ends the stream.
-    pub fn report(
+    /// `policies`' rules, shares recomputed (in this process, or through Redis). An
+    /// error ends the stream.
+    pub async fn report(
         &self,
         stream: u64,
         report: RateLimitQuotaUsageReports,
@@ -254,15 +303,87 @@ impl Quotas {
         now: u64,
     ) -> Result<(), tonic::Status> {
         metrics::rlqs_report();
+        let ttl = whole_secs(self.settings.ttl);
+        let (mut answer, rated) = {
+            let mut inner = self.inner.lock();
+            let inner = &mut *inner;
+            let (mut answer, rated) = self.take(inner, stream, report, policies, now)?;
+            let Some(redis) = &self.shared else {
+                for rated in rated {
+                    let bucket = inner.buckets.get_mut(&rated.key).expect("taken above");
+                    let mine = share_out(bucket, stream, rated.rate, now, ttl, &mut inner.streams);
+                    answer.push(assignment(rated.id, token_bucket(mine), ttl));
+                }
+                inner.answer(stream, answer);
+                return Ok(());
+            };
+            (
+                answer,
+                rated.into_iter().map(|r| (r, redis)).collect::<Vec<_>>(),
+            )
+        };
+        let holder = format!("{}:{stream}", self.replica);
+        let grants = futures_util::future::join_all(rated.iter().map(|(r, redis)| {
+            let key = redis.quota_key(&r.key.domain, &r.key.pairs);
+            let ask = Ask {
+                holder: &holder,
+                demand: r.demand,
+                rate: r.rate,
+                now,
+                ttl: ttl * 1_000_000,
+                floor: shares::FLOOR,
+                headroom: HEADROOM,
+            };
+            async move { redis.grant_share(&key, ask).await }
+        }))
+        .await;
+        let mut inner = self.inner.lock();
+        for ((rated, _), grant) in rated.into_iter().zip(grants) {
+            let share = match grant {
+                Ok(granted) => granted.share,
+                Err(e) => {
+                    // Nothing sent: Envoy runs its assignment to its TTL, then its
+                    // `expired_assignment_behavior`.
+                    metrics::rlqs_refused("store_failed");
+                    tracing::warn!(error = %e, "an RLQS share could not be granted through Redis");
+                    continue;
+                }
+            };
+            let holder = inner
+                .buckets
+                .get_mut(&rated.key)
+                .and_then(|b| b.holders.get_mut(&stream));
+            if let Some(h) = holder {
+                h.assigned = Some(Assigned {
+                    share,
+                    until: now + ttl * 1_000_000,
+                });
+            }
+            answer.push(assignment(rated.id, token_bucket(share), ttl));
+        }
+        inner.answer(stream, answer);
+        Ok(())
+    }
+
+    /// The bookkeeping of `report` (under the lock): its buckets matched and their
+    /// holders' demands recorded; the answers already known (abandons, blanket rules),
+    /// and the buckets left to share out.
+    fn take(
+        &self,
+        inner: &mut Inner,
+        stream: u64,
+        report: RateLimitQuotaUsageReports,
+        policies: &PolicySet,
+        now: u64,
+    ) -> Result<(Vec<BucketAction>, Vec<Rated>), tonic::Status> {
         if report.domain.is_empty() {
             return Err(tonic::Status::invalid_argument(
                 "a usage report needs a domain",
             ));
         }
-        let mut inner = self.inner.lock();
-        let inner = &mut *inner;
+        let (mut answer, mut rated) = (Vec::new(), Vec::new());
         let Some(subscriber) = inner.streams.get_mut(&stream) else {
-            return Ok(());
+            return Ok((answer, rated));
         };
         let domain: Arc<str> = match &subscriber.domain {
             Some(d) if **d != *report.domain => {
@@ -279,7 +400,6 @@ impl Quotas {
             }
         };
         let ttl = whole_secs(self.settings.ttl);
-        let mut answer = Vec::new();
         for usage in report.bucket_quota_usages {
             let Some(id) = usage.bucket_id.filter(|id| !id.bucket.is_empty()) else {
                 metrics::rlqs_refused("no_bucket_id");
@@ -334,32 +454,25 @@ impl Quotas {
                 holder.demand = 0.0;
                 continue;
             }
-            let verdict = verdict(policies, &domain, &key.pairs);
-            let rate = match verdict {
-                Verdict::AllowAll | Verdict::DenyAll => {
-                    let rule = if verdict == Verdict::AllowAll {
-                        BlanketRule::AllowAll
-                    } else {
-                        BlanketRule::DenyAll
-                    };
+            match verdict(policies, &domain, &key.pairs) {
+                Verdict::AllowAll => {
                     holder.assigned = None;
-                    answer.push(assignment(id, blanket(rule), ttl));
-                    continue;
+                    answer.push(assignment(id, blanket(BlanketRule::AllowAll), ttl));
                 }
-                Verdict::Rate(rate) => rate,
-            };
-            let mine = share_out(bucket, stream, rate, now, ttl, &mut inner.streams);
-            answer.push(assignment(id, token_bucket(mine), ttl));
-        }
-        if !answer.is_empty() {
-            let n = answer.len();
-            let subscriber = inner.streams.get_mut(&stream).expect("found above");
-            if subscriber.send(answer) {
-                metrics::rlqs_assignments(n);
+                Verdict::DenyAll => {
+                    holder.assigned = None;
+                    answer.push(assignment(id, blanket(BlanketRule::DenyAll), ttl));
+                }
+                Verdict::Rate(rate) => rated.push(Rated {
+                    key,
+                    id,
+                    rate,
+                    demand: holder.demand,
+                }),
             }
         }
         metrics::rlqs_buckets(inner.buckets.len());
-        Ok(())
+        Ok((answer, rated))
     }
 
     /// Forgets, at `now` (µs), the holdings whose assignment has lapsed and that are no
@@ -397,14 +510,15 @@ impl Quotas {
     }
 
     /// What `/v1/rlqs/explain` shows of the bucket `pairs` of `domain` at `now` (µs):
-    /// its rule, and each holder's demand and share.
-    pub fn explain(
+    /// its rule, and each holder's demand and share (every replica's, when the shares
+    /// live in Redis).
+    pub async fn explain(
         &self,
         domain: &str,
         pairs: Vec<(String, String)>,
         policies: &PolicySet,
         now: u64,
-    ) -> Explanation {
+    ) -> Result<Explanation, spillway_core::Error> {
         let pairs = sorted(pairs);
         let rule = match verdict(policies, domain, &pairs) {
             Verdict::AllowAll => ExplainedRule::AllowAll,
@@ -417,36 +531,66 @@ impl Quotas {
             domain: Arc::from(domain),
             pairs,
         };
-        let inner = self.inner.lock();
-        let mut holders: Vec<ExplainedHolder> = inner
-            .buckets
-            .get(&key)
-            .map(|b| {
-                b.holders
-                    .iter()
-                    .map(|(stream, h)| {
-                        let subscriber = inner.streams.get(stream);
-                        let live = h.assigned.filter(|a| a.until > now);
+        let mut holders = match &self.shared {
+            None => self.holders_here(&key, now),
+            Some(redis) => {
+                let held = redis
+                    .shares_held(&redis.quota_key(domain, &key.pairs), now)
+                    .await?;
+                let inner = self.inner.lock();
+                held.into_iter()
+                    .map(|h| {
+                        let (replica, stream) = h.holder.rsplit_once(':').unwrap_or(("", ""));
+                        let stream: u64 = stream.parse().unwrap_or(0);
+                        let here = (replica == self.replica)
+                            .then(|| inner.streams.get(&stream))
+                            .flatten();
                         ExplainedHolder {
-                            stream: *stream,
-                            open: subscriber.is_some_and(|s| s.outbox.is_some()),
-                            sent: subscriber.map_or(0, |s| s.sent),
+                            replica: replica.to_string(),
+                            stream,
+                            open: here.map(|s| s.outbox.is_some()),
+                            sent: here.map(|s| s.sent),
                             demand_per_second: h.demand,
-                            share_per_second: live.map(|a| a.share),
-                            lapses_in_ms: live.map(|a| (a.until - now) / 1_000),
+                            share_per_second: Some(h.share),
+                            lapses_in_ms: Some(h.until.saturating_sub(now) / 1_000),
                         }
                     })
                     .collect()
-            })
-            .unwrap_or_default();
-        holders.sort_by_key(|h| h.stream);
-        Explanation {
+            }
+        };
+        holders.sort_by(|a, b| (&a.replica, a.stream).cmp(&(&b.replica, b.stream)));
+        Ok(Explanation {
             domain: domain.to_string(),
             bucket: key.pairs.iter().cloned().collect(),
             assigned_per_second: holders.iter().filter_map(|h| h.share_per_second).sum(),
             rule,
             holders,
-        }
+        })
+    }
+
+    /// The holders of `key` in this process.
+    fn holders_here(&self, key: &BucketKey, now: u64) -> Vec<ExplainedHolder> {
+        let inner = self.inner.lock();
+        let Some(bucket) = inner.buckets.get(key) else {
+            return Vec::new();
+        };
+        bucket
+            .holders
+            .iter()
+            .map(|(stream, h)| {
+                let subscriber = inner.streams.get(stream);
+                let live = h.assigned.filter(|a| a.until > now);
+                ExplainedHolder {
+                    replica: self.replica.clone(),
+                    stream: *stream,
+                    open: Some(subscriber.is_some_and(|s| s.outbox.is_some())),
+                    sent: Some(subscriber.map_or(0, |s| s.sent)),
+                    demand_per_second: h.demand,
+                    share_per_second: live.map(|a| a.share),
+                    lapses_in_ms: live.map(|a| (a.until - now) / 1_000),
+                }
+            })
+            .collect()
     }
 }
 
@@ -478,12 +622,16 @@ pub enum ExplainedRule {
 /// One stream's part of a bucket.
 #[derive(Debug, serde::Serialize)]
 pub struct ExplainedHolder {
-    /// The stream's id (its answers' `x-spillway-rlqs-stream` header says it to Envoy).
+    /// The replica the stream is on (random at each start).
+    pub replica: String,
+    /// The stream's id on it (its answers' `x-spillway-rlqs-stream` header says it to
+    /// Envoy).
     pub stream: u64,
-    /// Whether the stream is still open (an ended one's share counts until it lapses).
-    pub open: bool,
-    /// Answers sent on the stream, every bucket's.
-    pub sent: u64,
+    /// Whether the stream is still open (an ended one's share counts until it lapses);
+    /// `None` on another replica.
+    pub open: Option<bool>,
+    /// Answers sent on the stream, every bucket's; `None` on another replica.
+    pub sent: Option<u64>,
     /// The requests a second it last reported, allowed and denied.
     pub demand_per_second: f64,
     /// Its live share, and when it lapses unless renewed.
