@@ -175,9 +175,9 @@ fn drive(
     })
 }
 
-/// Each holder of `tenant`'s bucket with a live share: its stream, share and demand;
-/// and the shares added up.
-fn shares(admin: u16, tenant: &str) -> (Vec<(u64, f64, f64)>, f64) {
+/// Each holder of `tenant`'s bucket with a live share: its replica and stream, share
+/// and demand; and the shares added up.
+fn shares(admin: u16, tenant: &str) -> (Vec<(String, f64, f64)>, f64) {
     let explained = explain(admin, tenant);
     let holders = explained["holders"]
         .as_array()
@@ -186,7 +186,7 @@ fn shares(admin: u16, tenant: &str) -> (Vec<(u64, f64, f64)>, f64) {
         .filter_map(|h| {
             let share = h["share_per_second"].as_f64()?;
             Some((
-                h["stream"].as_u64()?,
+                format!("{}:{}", h["replica"].as_str()?, h["stream"].as_u64()?),
                 share,
                 h["demand_per_second"].as_f64()?,
             ))
@@ -203,27 +203,54 @@ fn shares(admin: u16, tenant: &str) -> (Vec<(u64, f64, f64)>, f64) {
 /// (8 s here) and a report.
 #[test]
 fn three_envoys_share_one_bucket_by_demand() {
+    three_envoys_share_one_bucket(None);
+}
+
+/// The same on two Spillway replicas of one Redis, the idle and the paced Envoy on the
+/// first, the fastest on the second: the shares live in Redis, and the same bound holds.
+#[test]
+fn three_envoys_on_two_replicas_share_one_bucket_through_redis() {
+    three_envoys_share_one_bucket(Some(spillway_testkit::redis::standalone_url()));
+}
+
+/// [`three_envoys_share_one_bucket_by_demand`], on one Spillway of the memory store, or
+/// (`redis`) on two replicas of that Redis.
+fn three_envoys_share_one_bucket(redis: Option<String>) {
     const RATE: f64 = 30.0;
     let mut procs = Procs(Vec::new());
-    let admin = free_port();
-    let admin_addr = format!("127.0.0.1:{admin}");
     let policy = "domain: api
 descriptors:
   - key: tenant
     rate_limit: { unit: second, requests_per_unit: 30 }
 ";
-    let (grpc, _) = spillway_with(
-        &mut procs,
-        policy,
-        &[
-            ("SPILLWAY_ADMIN_ADDR", &admin_addr),
+    let prefix = spillway_testkit::redis::unique_prefix("envoy-rlqs");
+    let spillway = |procs: &mut Procs| {
+        let admin = free_port();
+        let admin_addr = format!("127.0.0.1:{admin}");
+        let mut env = vec![
+            ("SPILLWAY_ADMIN_ADDR", admin_addr.as_str()),
             ("SPILLWAY_RLQS_ASSIGNMENT_TTL", "8s"),
-        ],
-    );
+        ];
+        if let Some(url) = &redis {
+            env.extend([
+                ("SPILLWAY_STORE", url.as_str()),
+                ("SPILLWAY_KEY_PREFIX", prefix.as_str()),
+                ("SPILLWAY_STORE_TIMEOUT", "1s"),
+            ]);
+        }
+        let (grpc, _) = spillway_with(procs, policy, &env);
+        (grpc, admin)
+    };
+    let (grpc, admin) = spillway(&mut procs);
+    let (other, other_admin) = match &redis {
+        Some(_) => spillway(&mut procs),
+        None => (grpc, admin),
+    };
     let config = example("envoy.yaml");
     let app = upstream();
-    let ports: Vec<u16> = (0..3)
-        .map(|_| envoy(&mut procs, &config, grpc, app))
+    let ports: Vec<u16> = [grpc, grpc, other]
+        .into_iter()
+        .map(|to| envoy(&mut procs, &config, to, app))
         .collect();
     // The idle one makes its bucket with one request, and sends nothing more.
     status(ports[0], "shared");
@@ -238,10 +265,12 @@ descriptors:
         Arc::clone(&stop),
     );
     let fast = drive(ports[2], "shared", 4, Duration::ZERO, Arc::clone(&stop));
-    // Two reports of each Envoy (every 5 s), checking the shares' total meanwhile.
+    // Two reports of each Envoy (every 5 s), checking the shares' total meanwhile (as
+    // each replica sees it).
     let mut most = 0.0f64;
     while SystemClock.now().duration_since(start) < Duration::from_secs(12) {
         most = most.max(shares(admin, "shared").1);
+        most = most.max(shares(other_admin, "shared").1);
         std::thread::sleep(Duration::from_millis(200));
     }
     stop.store(true, Ordering::Relaxed);
@@ -262,31 +291,33 @@ descriptors:
         f64::from(admitted) >= RATE * secs * 0.6,
         "{admitted} in {secs:.2} s"
     );
-    // The busy two hold most of the rate; the idle one (the first stream: its request
-    // came first) little more than its floor.
+    // The busy two hold most of the rate; the idle one (the least demand) little more
+    // than its floor.
     assert_eq!(holders.len(), 3, "{holders:?}");
-    assert!(holders[0].1 < 0.2 * RATE, "{holders:?}");
-    assert!(holders[1].1 + holders[2].1 > 0.75 * RATE, "{holders:?}");
+    let mut by_demand = holders.clone();
+    by_demand.sort_by(|a, b| a.2.total_cmp(&b.2));
+    assert!(by_demand[0].1 < 0.2 * RATE, "{holders:?}");
+    assert!(by_demand[1].1 + by_demand[2].1 > 0.75 * RATE, "{holders:?}");
 
     // The fastest (the most demand) stops for good: its share goes to the others
     // within its TTL and a report (8 s + 5 s).
-    let fast_stream = holders.iter().max_by(|a, b| a.2.total_cmp(&b.2)).unwrap().0;
-    procs.0[3].kill().unwrap();
-    procs.0[3].wait().unwrap();
+    let fast_holder = by_demand[2].0.clone();
+    let fastest = procs.0.last_mut().unwrap();
+    fastest.kill().unwrap();
+    fastest.wait().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let paced = drive(ports[1], "shared", 4, Duration::ZERO, Arc::clone(&stop));
     let stopped = SystemClock.now();
     loop {
         let (holders, total) = shares(admin, "shared");
         assert!(total <= RATE + 1e-9, "{holders:?}");
-        let gone = !holders.iter().any(|h| h.0 == fast_stream);
-        if gone && holders.iter().map(|h| h.1).sum::<f64>() > RATE - 1e-6 {
+        let gone = !holders.iter().any(|h| h.0 == fast_holder);
+        let busy = holders.iter().map(|h| h.1).fold(0.0, f64::max);
+        if gone && busy > 0.8 * RATE {
             eprintln!(
                 "after {:?}: {holders:?}",
                 SystemClock.now().duration_since(stopped)
             );
-            let busy = holders.iter().map(|h| h.1).fold(0.0, f64::max);
-            assert!(busy > 0.8 * RATE, "{holders:?}");
             break;
         }
         assert!(
