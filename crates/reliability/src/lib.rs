@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p spillway-reliability -- faults
+//! cargo run --release -p spillway-reliability -- rlqs
 //! cargo run --release -p spillway-reliability -- overload
 //! cargo run --release -p spillway-reliability -- skew
 //! cargo run --release -p spillway-reliability -- hostile
@@ -18,6 +19,7 @@ pub mod fault;
 pub mod hostile;
 pub mod load;
 pub mod overload;
+pub mod rlqs;
 pub mod skew;
 pub mod trial;
 

@@ -60,6 +60,19 @@ enum Command {
         #[arg(long, default_value = "10s", value_parser = humantime_duration)]
         length: Duration,
     },
+    /// The Rate Limit Quota Service's streams under each single-server fault: no share
+    /// granted without Redis, the shares held never past the limit, each stream's
+    /// share back after the fault, a stream opened in place of a dropped one served.
+    ///
+    /// Example: spillway-reliability rlqs --fault stop --tls
+    Rlqs {
+        /// Only these faults (default: every single-server fault but iptables-drop).
+        #[arg(long = "fault")]
+        faults: Vec<Fault>,
+        /// Over TLS, client certificates required.
+        #[arg(long)]
+        tls: bool,
+    },
     /// Every malformed request class on /v1/check, /json and gRPC, against a service
     /// on a Redis of its own: each must be refused with a 4xx (INVALID_ARGUMENT), no
     /// panic, no 5xx, no store call; a valid control request must reach the store.
@@ -132,6 +145,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             overload_all(store, o).await
         }
         Command::Hostile => hostile_table().await,
+        Command::Rlqs { faults, tls } => rlqs_table(faults, tls).await,
         Command::Skew {
             store,
             offset,
@@ -158,6 +172,31 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+async fn rlqs_table(faults: Vec<Fault>, tls: bool) -> anyhow::Result<()> {
+    use spillway_reliability::rlqs::{self, RLQS_HEADER};
+    let faults = if faults.is_empty() {
+        Fault::ALL
+            .into_iter()
+            .filter(|f| !f.on_cluster() && !f.needs_root())
+            .collect()
+    } else {
+        faults
+    };
+    let transport = if tls { Transport::Tls } else { Transport::Plain };
+    println!("{RLQS_HEADER}");
+    let mut broken = 0;
+    for fault in faults {
+        let report = rlqs::run(fault, transport).await?;
+        println!("{report}");
+        if report.violations > 0 {
+            eprintln!("{fault}: {:?}", report.examples);
+            broken += 1;
+        }
+    }
+    anyhow::ensure!(broken == 0, "{broken} trials broke a promise");
+    Ok(())
 }
 
 async fn hostile_table() -> anyhow::Result<()> {

@@ -8,6 +8,7 @@ mod faults;
 mod hostile;
 mod memory;
 mod overload;
+mod rlqs;
 mod skew;
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -1,0 +1,366 @@
+//! The Rate Limit Quota Service's streams under a fault: a service on a real Redis (the
+//! shares live there), two Envoy-like streams reporting one rated bucket and one
+//! unlimited bucket every 100 ms, one fault in the middle, then one stream dropped and
+//! another opened in its place. What Envoy must be able to count on:
+//!
+//! - the shares it was sent, each live until its TTL, never add up to more than the
+//!   limit, at any moment of the run (the dropped stream's share counted to its TTL);
+//! - while Redis is away the rated bucket gets no answer (Envoy runs its last assignment
+//!   to its TTL, then its own fallback), never a share granted without Redis nor a
+//!   DENY_ALL; the unlimited bucket is answered all along; no stream ends;
+//! - Redis back, each stream's next report is answered with its share again (recovery);
+//! - a stream opened in place of a dropped one gets a share at its first report.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::fault::{Fault, Rig, Transport};
+
+/// The rated bucket's limit, requests a second.
+pub const RATE: f64 = 100.0;
+/// How long an assignment lives (the service's `rlqs_assignment_ttl`).
+pub const TTL: Duration = Duration::from_secs(2);
+/// How often each stream reports (Envoy's is 5 s: faster, to see more in a short run).
+pub const EVERY: Duration = Duration::from_millis(100);
+/// How long before the trial notes a fault healed Redis may already be serving.
+const HEAL_SEEN: Duration = Duration::from_millis(50);
+
+const POLICY: &str = "domain: reliability
+descriptors:
+  - key: tenant
+    rate_limit: { unit: second, requests_per_unit: 100 }
+  - key: free
+    rate_limit: { unlimited: true }
+";
+
+/// What one RLQS trial saw.
+#[derive(Clone, Debug)]
+pub struct RlqsReport {
+    pub fault: Fault,
+    pub transport: Transport,
+    /// Reports sent and answers read, every stream's.
+    pub reports: usize,
+    pub answers: usize,
+    /// Shares of the rated bucket answered while Redis was away.
+    pub granted_in_fault: usize,
+    /// The most the live shares added up to, at any answer.
+    pub most_assigned: f64,
+    /// From the fault's end to the last stream's first share.
+    pub recovery: Option<Duration>,
+    /// From the new stream's opening to its first share.
+    pub reopened: Option<Duration>,
+    /// Promises broken, and a few of them described.
+    pub violations: usize,
+    pub examples: Vec<String>,
+}
+
+/// The table's header, for its rows' [`Display`](fmt::Display).
+pub const RLQS_HEADER: &str = "| fault | reports | answers | shares granted without Redis | most assigned (of 100/s) | recovery (ms) | new stream's first share (ms) | violations |\n|---|---|---|---|---|---|---|---|";
+
+impl fmt::Display for RlqsReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Option<Duration>| d.map_or("never".into(), |d| format!("{:.0}", d.as_secs_f64() * 1e3));
+        write!(
+            f,
+            "| {}{} | {} | {} | {} | {:.2} | {} | {} | {} |",
+            self.fault,
+            match self.transport {
+                Transport::Plain => "",
+                Transport::Tls => " (TLS)",
+            },
+            self.reports,
+            self.answers,
+            self.granted_in_fault,
+            self.most_assigned,
+            ms(self.recovery),
+            ms(self.reopened),
+            self.violations,
+        )
+    }
+}
+
+/// Whether Redis answers nothing during `fault` (the others slow it or make each call
+/// take a second try, and shares are still granted).
+fn redis_away(fault: Fault) -> bool {
+    !matches!(fault, Fault::ScriptFlush)
+}
+
+/// One answer a stream read: when (since the run began), its stream, and the rated
+/// bucket's share in it (`None`: not in the answer; `Some(None)`: an assignment that is
+/// not a token bucket).
+#[derive(Clone, Copy, Debug)]
+struct Read {
+    at: Duration,
+    stream: usize,
+    rated: Option<Option<f64>>,
+    free: bool,
+}
+
+/// Runs one trial.
+pub async fn run(fault: Fault, transport: Transport) -> anyhow::Result<RlqsReport> {
+    let mut rig = Rig::start(fault, transport).await?;
+    let dir = std::env::temp_dir().join(format!(
+        "spillway-reliability-{}-rlqs-{fault}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("reliability.yaml"), POLICY)?;
+    let mut config = spillway_server::Config::ephemeral(&dir);
+    config.store.url = rig.store_url();
+    config.store.redis = rig.access();
+    config.rules.watch = false;
+    config.rlqs.ttl = TTL;
+    let running = crate::trial::start(config).await?;
+    let url = format!("http://{}", running.grpc_addr);
+
+    let start = Instant::now();
+    let reads = Arc::new(Mutex::new(Vec::<Read>::new()));
+    let reports = Arc::new(AtomicUsize::new(0));
+    let open = |n: usize| Stream::open(url.clone(), n, start, Arc::clone(&reads));
+    let mut streams = vec![open(0).await?, open(1).await?];
+    // Each stream reports every `EVERY` until told to stop.
+    let report_until = |streams: &[Stream], stop: CancellationToken| {
+        let senders: Vec<_> = streams.iter().map(|s| s.reports.clone()).collect();
+        let reports = Arc::clone(&reports);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(EVERY);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = stop.cancelled() => return,
+                }
+                for s in &senders {
+                    if s.send(report()).await.is_ok() {
+                        reports.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+    };
+
+    let stop = CancellationToken::new();
+    let load = report_until(&streams, stop.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let fault_start = start.elapsed();
+    fault.run(&mut rig, Duration::from_secs(1)).await?;
+    let healed = start.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.cancel();
+    load.await?;
+
+    // Stream 0 dropped (its Envoy gone), stream 2 opened in its place.
+    let dropped_at = start.elapsed();
+    streams.remove(0).close();
+    streams.push(open(2).await?);
+    let opened = start.elapsed();
+    let stop = CancellationToken::new();
+    let load = report_until(&streams, stop.clone());
+    tokio::time::sleep(TTL + Duration::from_secs(1)).await;
+    stop.cancel();
+    load.await?;
+    for s in streams {
+        s.close();
+    }
+    running.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let reads = reads.lock().unwrap().clone();
+    Ok(judge(
+        fault,
+        transport,
+        &reads,
+        (fault_start, healed, dropped_at, opened),
+        reports.load(Ordering::Relaxed),
+    ))
+}
+
+/// The promises, checked over every answer read.
+fn judge(
+    fault: Fault,
+    transport: Transport,
+    reads: &[Read],
+    (fault_start, healed, dropped_at, opened): (Duration, Duration, Duration, Duration),
+    reports: usize,
+) -> RlqsReport {
+    let mut examples = Vec::new();
+    let mut violations = 0;
+    let mut broken = |why: String| {
+        violations += 1;
+        if examples.len() < 3 {
+            examples.push(why);
+        }
+    };
+    // Each stream's latest share and when it lapses.
+    let mut live: Vec<Option<(f64, Duration)>> = vec![None; 3];
+    let mut most = 0.0f64;
+    let mut granted_in_fault = 0;
+    let mut back: Vec<Option<Duration>> = vec![None; 2];
+    let mut reopened = None;
+    // A report sent just before the fault may be granted as it starts; and Redis serves
+    // again (a paused client's calls first) before the healing command's answer reaches
+    // the trial, which then notes the time.
+    let fault_window = fault_start + EVERY..healed.saturating_sub(HEAL_SEEN);
+    for r in reads {
+        if let Some(rated) = r.rated {
+            match rated {
+                Some(share) => {
+                    live[r.stream] = Some((share, r.at + TTL));
+                    if redis_away(fault) && fault_window.contains(&r.at) {
+                        granted_in_fault += 1;
+                        broken(format!("a share of {share} granted without Redis at {:?}", r.at));
+                    }
+                    if r.at >= healed && r.stream < 2 && back[r.stream].is_none() {
+                        back[r.stream] = Some(r.at - healed);
+                    }
+                    if r.stream == 2 && reopened.is_none() {
+                        reopened = Some(r.at - opened);
+                    }
+                }
+                None => broken(format!("stream {} sent no token bucket at {:?}", r.stream, r.at)),
+            }
+        }
+        let assigned: f64 = live
+            .iter()
+            .flatten()
+            .filter(|(_, until)| *until > r.at)
+            .map(|(share, _)| share)
+            .sum();
+        most = most.max(assigned);
+        // A Redis that lost its data lost the shares: until the old ones lapse, new
+        // ones are granted beside them (docs/reliability.md).
+        let forgiven = fault.loses_state() && (healed..healed + TTL).contains(&r.at);
+        if assigned > RATE + 1e-9 && !forgiven {
+            broken(format!("{assigned} assigned at {:?}", r.at));
+        }
+        if !r.free && r.rated.is_none() {
+            broken(format!("stream {} answered nothing it asked for at {:?}", r.stream, r.at));
+        }
+    }
+    let recovery = if back.iter().all(Option::is_some) {
+        back.into_iter().flatten().max()
+    } else {
+        None
+    };
+    if recovery.is_none() {
+        broken("a stream's share never came back after the fault".into());
+    }
+    if reopened.is_none() {
+        broken(format!("the stream opened at {opened:?} (one dropped at {dropped_at:?}) got no share"));
+    }
+    RlqsReport {
+        fault,
+        transport,
+        reports,
+        answers: reads.len(),
+        granted_in_fault,
+        most_assigned: most,
+        recovery,
+        reopened,
+        violations,
+        examples,
+    }
+}
+
+/// One report: the rated bucket flooded (1,000 requests a second), the unlimited one.
+fn report() -> RateLimitQuotaUsageReports {
+    let usage = |key: &str, value: &str| BucketQuotaUsage {
+        bucket_id: Some(BucketId {
+            bucket: [(key.to_string(), value.to_string())].into(),
+        }),
+        time_elapsed: Some(PbDuration {
+            seconds: 0,
+            nanos: EVERY.as_nanos() as i32,
+        }),
+        num_requests_allowed: 10,
+        num_requests_denied: 90,
+    };
+    RateLimitQuotaUsageReports {
+        domain: "reliability".into(),
+        bucket_quota_usages: vec![usage("tenant", "shared"), usage("free", "x")],
+    }
+}
+
+/// An Envoy-like stream: reports go in; a task reads every answer into `reads`.
+struct Stream {
+    reports: mpsc::Sender<RateLimitQuotaUsageReports>,
+    stop: CancellationToken,
+}
+
+impl Stream {
+    async fn open(
+        url: String,
+        n: usize,
+        start: Instant,
+        reads: Arc<Mutex<Vec<Read>>>,
+    ) -> anyhow::Result<Stream> {
+        let mut client = RateLimitQuotaServiceClient::connect(url).await?;
+        let (reports, rx) = mpsc::channel(64);
+        let outgoing = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|r| (r, rx))
+        });
+        let mut answers = client.stream_rate_limit_quotas(outgoing).await?.into_inner();
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let answer = tokio::select! {
+                    a = answers.message() => a,
+                    () = stopped.cancelled() => break,
+                };
+                let answer: RateLimitQuotaResponse = match answer {
+                    Ok(Some(a)) => a,
+                    // An ended stream shows as answers that stop: judged as no recovery.
+                    _ => break,
+                };
+                let at = start.elapsed();
+                let (mut rated, mut free) = (None, false);
+                for a in &answer.bucket_action {
+                    let tenant = a.bucket_id.as_ref().is_some_and(|id| id.bucket.contains_key("tenant"));
+                    let strategy = match &a.bucket_action {
+                        Some(Action::QuotaAssignmentAction(q)) => {
+                            q.rate_limit_strategy.as_ref().and_then(|s| s.strategy.clone())
+                        }
+                        _ => None,
+                    };
+                    if tenant {
+                        rated = Some(match strategy {
+                            Some(Strategy::TokenBucket(b)) => {
+                                let secs = b.fill_interval.map_or(1, |f| f.seconds.max(1));
+                                let tokens = b.tokens_per_fill.map_or(0, |t| t.value);
+                                Some(f64::from(tokens) / secs as f64)
+                            }
+                            _ => None,
+                        });
+                    } else {
+                        free = true;
+                    }
+                }
+                reads.lock().unwrap().push(Read {
+                    at,
+                    stream: n,
+                    rated,
+                    free,
+                });
+            }
+        });
+        Ok(Stream { reports, stop })
+    }
+
+    fn close(self) {
+        self.stop.cancel();
+    }
+}
