@@ -184,7 +184,11 @@ async fn rlqs_table(faults: Vec<Fault>, tls: bool) -> anyhow::Result<()> {
     } else {
         faults
     };
-    let transport = if tls { Transport::Tls } else { Transport::Plain };
+    let transport = if tls {
+        Transport::Tls
+    } else {
+        Transport::Plain
+    };
     println!("{RLQS_HEADER}");
     let mut broken = 0;
     for fault in faults {

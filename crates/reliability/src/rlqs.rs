@@ -73,7 +73,9 @@ pub const RLQS_HEADER: &str = "| fault | reports | answers | shares granted with
 
 impl fmt::Display for RlqsReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = |d: Option<Duration>| d.map_or("never".into(), |d| format!("{:.0}", d.as_secs_f64() * 1e3));
+        let ms = |d: Option<Duration>| {
+            d.map_or("never".into(), |d| format!("{:.0}", d.as_secs_f64() * 1e3))
+        };
         write!(
             f,
             "| {}{} | {} | {} | {} | {:.2} | {} | {} | {} |",
@@ -221,7 +223,10 @@ fn judge(
                     live[r.stream] = Some((share, r.at + TTL));
                     if redis_away(fault) && fault_window.contains(&r.at) {
                         granted_in_fault += 1;
-                        broken(format!("a share of {share} granted without Redis at {:?}", r.at));
+                        broken(format!(
+                            "a share of {share} granted without Redis at {:?}",
+                            r.at
+                        ));
                     }
                     if r.at >= healed && r.stream < 2 && back[r.stream].is_none() {
                         back[r.stream] = Some(r.at - healed);
@@ -230,7 +235,10 @@ fn judge(
                         reopened = Some(r.at - opened);
                     }
                 }
-                None => broken(format!("stream {} sent no token bucket at {:?}", r.stream, r.at)),
+                None => broken(format!(
+                    "stream {} sent no token bucket at {:?}",
+                    r.stream, r.at
+                )),
             }
         }
         let assigned: f64 = live
@@ -247,7 +255,10 @@ fn judge(
             broken(format!("{assigned} assigned at {:?}", r.at));
         }
         if !r.free && r.rated.is_none() {
-            broken(format!("stream {} answered nothing it asked for at {:?}", r.stream, r.at));
+            broken(format!(
+                "stream {} answered nothing it asked for at {:?}",
+                r.stream, r.at
+            ));
         }
     }
     let recovery = if back.iter().all(Option::is_some) {
@@ -259,7 +270,9 @@ fn judge(
         broken("a stream's share never came back after the fault".into());
     }
     if reopened.is_none() {
-        broken(format!("the stream opened at {opened:?} (one dropped at {dropped_at:?}) got no share"));
+        broken(format!(
+            "the stream opened at {opened:?} (one dropped at {dropped_at:?}) got no share"
+        ));
     }
     RlqsReport {
         fault,
@@ -309,10 +322,15 @@ impl Stream {
     ) -> anyhow::Result<Stream> {
         let mut client = RateLimitQuotaServiceClient::connect(url).await?;
         let (reports, rx) = mpsc::channel(64);
-        let outgoing = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|r| (r, rx))
-        });
-        let mut answers = client.stream_rate_limit_quotas(outgoing).await?.into_inner();
+        let outgoing =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
+            );
+        let mut answers = client
+            .stream_rate_limit_quotas(outgoing)
+            .await?
+            .into_inner();
         let stop = CancellationToken::new();
         let stopped = stop.clone();
         tokio::spawn(async move {
@@ -329,11 +347,15 @@ impl Stream {
                 let at = start.elapsed();
                 let (mut rated, mut free) = (None, false);
                 for a in &answer.bucket_action {
-                    let tenant = a.bucket_id.as_ref().is_some_and(|id| id.bucket.contains_key("tenant"));
+                    let tenant = a
+                        .bucket_id
+                        .as_ref()
+                        .is_some_and(|id| id.bucket.contains_key("tenant"));
                     let strategy = match &a.bucket_action {
-                        Some(Action::QuotaAssignmentAction(q)) => {
-                            q.rate_limit_strategy.as_ref().and_then(|s| s.strategy.clone())
-                        }
+                        Some(Action::QuotaAssignmentAction(q)) => q
+                            .rate_limit_strategy
+                            .as_ref()
+                            .and_then(|s| s.strategy.clone()),
                         _ => None,
                     };
                     if tenant {
