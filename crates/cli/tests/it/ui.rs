@@ -18,7 +18,7 @@ use support::{Procs, free_port, spawn_serve, tempdir};
 
 mod browser;
 
-use browser::{browser, chromedriver, console_errors, example_rules, explain, traffic, wait_for};
+use browser::{browser, chromedriver, console_errors, example_rules, submit, traffic, wait_for};
 
 /// How long the page may take to show what the test waits for: it refreshes every 2 s.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -190,20 +190,20 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
     let cost = client.find(Locator::Id("explain-cost")).await.unwrap();
     cost.clear().await.unwrap();
     cost.send_keys("1000").await.unwrap();
-    explain(&client).await;
+    submit(&client, "explain-form").await;
     let result = wait_for(&client, "#explain-result[data-allowed=\"false\"]").await;
     let text = result.text().await.unwrap();
     assert!(text.contains("would be denied by burst"), "{text}");
     assert!(text.contains("api|api_key=unseen#burst"), "{text}");
     cost.clear().await.unwrap();
     cost.send_keys("1").await.unwrap();
-    explain(&client).await;
+    submit(&client, "explain-form").await;
     wait_for(&client, "#explain-result[data-allowed=\"true\"]").await;
 
     // A line that is not key=value is refused by the page, not sent.
     entries.clear().await.unwrap();
     entries.send_keys("api_key").await.unwrap();
-    explain(&client).await;
+    submit(&client, "explain-form").await;
     let refused = wait_for(&client, "#explain-result[data-allowed=\"\"] .error").await;
     assert!(refused.text().await.unwrap().contains("is not key=value"));
 
@@ -246,7 +246,7 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
     }
     entries.clear().await.unwrap();
     entries.send_keys("api_key=k1").await.unwrap();
-    explain(&client).await;
+    submit(&client, "explain-form").await;
     wait_for(
         &client,
         "#explain-result[data-allowed]:not([data-allowed=\"\"])",
@@ -265,6 +265,90 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
     );
     std::fs::write(&path, png).unwrap();
     traffic.abort();
+
+    let errors = console_errors(&client, driver_port).await;
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    client.close().await.unwrap();
+}
+
+/// The console's RLQS section, in front of `spillway serve` on the RLQS example: the
+/// note counts the buckets reported (`spillway bench --rlqs 1` is the Envoy), and the
+/// form shows a bucket's rule and its one holder's share, or DENY_ALL for a blocked
+/// tenant; a malformed bucket is refused by the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_an_rlqs_bucket_and_its_holders() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rlqs/policies");
+    let dir = tempdir("ui-rlqs");
+    let (http, grpc, admin, driver_port) = (free_port(), free_port(), free_port(), free_port());
+    let serve = spawn_serve([
+        "--config".into(),
+        examples.into_os_string(),
+        "--http-addr".into(),
+        format!("127.0.0.1:{http}").into(),
+        "--grpc-addr".into(),
+        format!("127.0.0.1:{grpc}").into(),
+        "--admin-addr".into(),
+        format!("127.0.0.1:{admin}").into(),
+        "--no-watch".into(),
+    ]);
+    let mut procs = Procs(vec![serve]);
+    let driver = Command::new(chromedriver())
+        .arg(format!("--port={driver_port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    procs.0.push(driver);
+    // One Envoy-like stream reporting {tenant: k0} for a second; its share lives 15 s.
+    let bench = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["bench", "--server", &format!("grpc://127.0.0.1:{grpc}")])
+        .args([
+            "--domain",
+            "api",
+            "--key-name",
+            "tenant",
+            "--keys",
+            "1",
+            "--rlqs",
+            "1",
+        ])
+        .args(["--report-every", "500ms", "--duration", "1s"])
+        .output()
+        .unwrap();
+    assert!(bench.status.success(), "{bench:?}");
+
+    let profile = dir.join("profile");
+    let _ = std::fs::remove_dir_all(&profile);
+    let client = browser(driver_port, &profile).await;
+    client
+        .goto(&format!("http://127.0.0.1:{admin}/ui"))
+        .await
+        .unwrap();
+    wait_for(&client, "#rlqs-note[data-buckets=\"1\"]").await;
+    wait_for(&client, "#rlqs-domain option[value=\"api\"]").await;
+
+    let bucket = client.find(Locator::Id("rlqs-bucket")).await.unwrap();
+    bucket.send_keys("tenant=k0").await.unwrap();
+    submit(&client, "rlqs-form").await;
+    let result = wait_for(
+        &client,
+        "#rlqs-result[data-strategy=\"token_bucket\"] tr[data-share=\"10\"]",
+    )
+    .await;
+    let row = result.text().await.unwrap();
+    assert!(row.contains("10.00"), "{row}");
+
+    bucket.clear().await.unwrap();
+    bucket.send_keys("tenant=blocked").await.unwrap();
+    submit(&client, "rlqs-form").await;
+    let result = wait_for(&client, "#rlqs-result[data-strategy=\"deny_all\"]").await;
+    assert!(result.text().await.unwrap().contains("DENY_ALL"));
+
+    bucket.clear().await.unwrap();
+    bucket.send_keys("tenant").await.unwrap();
+    submit(&client, "rlqs-form").await;
+    let refused = wait_for(&client, "#rlqs-result[data-strategy=\"\"] .error").await;
+    assert!(refused.text().await.unwrap().contains("is not key=value"));
 
     let errors = console_errors(&client, driver_port).await;
     assert!(errors.is_empty(), "console errors: {errors:#?}");

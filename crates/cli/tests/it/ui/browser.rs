@@ -120,9 +120,9 @@ pub(super) async fn traffic(client: reqwest::Client, base: String) {
 }
 
 /// Submits the explain form as it stands.
-pub(super) async fn explain(client: &Client) {
+pub(super) async fn submit(client: &Client, form: &str) {
     client
-        .find(Locator::Css("#explain-form button"))
+        .find(Locator::Css(&format!("#{form} button")))
         .await
         .unwrap()
         .click()

@@ -1,7 +1,8 @@
 // The console page: every few seconds it reads /v1/config (the rules), /metrics (the
-// service's own decision counters), /v1/history (the same counters over the last
-// minutes, drawn as charts) and /v1/top (the denied keys), and turns counter
-// differences into rates. Everything a client chose (keys, values) is written as text,
+// service's own decision counters, and the RLQS streams and buckets), /v1/history (the
+// same counters over the last minutes, drawn as charts) and /v1/top (the denied keys),
+// and turns counter differences into rates; its forms ask /v1/explain and
+// /v1/rlqs/explain. Everything a client chose (keys, values) is written as text,
 // never as HTML.
 "use strict";
 
@@ -316,6 +317,8 @@ async function refresh() {
     const names = config.domains.map((d) => d.domain);
     fillSelect($("top-domain"), names);
     fillSelect($("explain-domain"), names);
+    fillSelect($("rlqs-domain"), names);
+    fillRlqsNote(metrics);
     previous = { at, counts };
     $("interval").textContent = seconds > 0 ? `rates over the last ${seconds.toFixed(1)} s` : "";
     const rules = config.domains.reduce((n, d) => n + d.rules.length, 0);
@@ -436,11 +439,93 @@ async function explain(event) {
   }
 }
 
+/** The RLQS gauges of the /metrics text: streams open and buckets held. */
+function fillRlqsNote(metrics) {
+  const gauge = (name) => {
+    const m = new RegExp(`^${name}(?:\\{[^}]*\\})?\\s+(\\S+)`, "m").exec(metrics);
+    return m ? Number(m[1]) : 0;
+  };
+  const streams = gauge("spillway_rlqs_streams");
+  const buckets = gauge("spillway_rlqs_buckets");
+  const note = $("rlqs-note");
+  note.setAttribute("data-streams", streams);
+  note.setAttribute("data-buckets", buckets);
+  note.textContent = `${plural(streams, "stream")} open, ${plural(buckets, "bucket")} reported (on Redis: this replica's).`;
+}
+
+/** /v1/rlqs/explain's answer: the rule, then each holder. */
+function renderRlqs(x) {
+  const rule =
+    x.rule.strategy === "token_bucket"
+      ? `${x.rule.requests_per_second} requests/s shared as token buckets; ${x.assigned_per_second.toFixed(2)}/s assigned now`
+      : x.rule.strategy === "deny_all"
+        ? "DENY_ALL: the rule blocks every request"
+        : "ALLOW_ALL: no rule limits this bucket";
+  const parts = [el("p", { class: "verdict" }, rule)];
+  if (x.holders.length === 0) {
+    parts.push(el("p", { class: "note" }, "No Envoy reports this bucket."));
+    return parts;
+  }
+  const num = (v, digits) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
+  const head = ["replica", "stream", "open", "demand/s", "share/s", "lapses in"];
+  parts.push(
+    el(
+      "table",
+      {},
+      el("thead", {}, el("tr", {}, head.map((h, i) => el("th", { class: i > 2 ? "num" : "" }, h)))),
+      el(
+        "tbody",
+        {},
+        x.holders.map((h) =>
+          el(
+            "tr",
+            { "data-stream": `${h.replica}:${h.stream}`, "data-share": h.share_per_second ?? "" },
+            el("td", { class: "key" }, h.replica),
+            el("td", {}, String(h.stream)),
+            el("td", {}, h.open === null ? "another replica's" : h.open ? "open" : "ended"),
+            el("td", { class: "num" }, num(h.demand_per_second, 1)),
+            el("td", { class: "num" }, num(h.share_per_second, 2)),
+            el("td", { class: "num" }, duration(h.lapses_in_ms)),
+          ),
+        ),
+      ),
+    ),
+  );
+  return parts;
+}
+
+async function explainBucket(event) {
+  event.preventDefault();
+  const out = $("rlqs-result");
+  try {
+    const bucket = {};
+    for (const pair of $("rlqs-bucket").value.trim().split(/\s+/).filter((p) => p.length > 0)) {
+      const eq = pair.indexOf("=");
+      if (eq <= 0) throw new Error(`"${pair}" is not key=value`);
+      bucket[pair.slice(0, eq)] = pair.slice(eq + 1);
+    }
+    if (Object.keys(bucket).length === 0) throw new Error("give the bucket's pairs");
+    const response = await fetch("/v1/rlqs/explain", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ domain: $("rlqs-domain").value, bucket }),
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error ? answer.error.message : `HTTP ${response.status}`);
+    out.setAttribute("data-strategy", answer.rule.strategy);
+    out.replaceChildren(...renderRlqs(answer));
+  } catch (e) {
+    out.setAttribute("data-strategy", "");
+    out.replaceChildren(el("p", { class: "error" }, e.message));
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   for (const table of [$("rules"), $("candidate-rules")]) {
     table.tHead.replaceChildren(el("tr", {}, RULE_COLUMNS.map(([name, cls]) => el("th", { class: cls }, name))));
   }
   $("explain-form").addEventListener("submit", explain);
+  $("rlqs-form").addEventListener("submit", explainBucket);
   $("top-domain").addEventListener("change", () => fillTop().catch(() => {}));
   refresh();
   setInterval(refresh, REFRESH_MS);
