@@ -30,6 +30,11 @@ pub fn handle() -> &'static PrometheusHandle {
                 &STORE_BUCKETS,
             )
             .expect("the bucket list is not empty")
+            .set_buckets_for_metric(
+                Matcher::Full("spillway_rlqs_share_ratio".into()),
+                &SHARE_BUCKETS,
+            )
+            .expect("the bucket list is not empty")
             // The reference's timers, as statsd_exporter's histograms (Prometheus'
             // default buckets, in seconds).
             .set_buckets_for_metric(
@@ -144,6 +149,15 @@ pub fn rlqs_assignments(n: usize) {
 /// An RLQS bucket was abandoned (idle past `rlqs_abandon_after`).
 pub fn rlqs_abandoned() {
     counter!("spillway_rlqs_abandoned_total").increment(1);
+}
+
+/// The RLQS share ratio histogram's buckets: an even split among 2, 3, 4, 5, 10, 20
+/// and 100 Envoys, and the whole rate.
+const SHARE_BUCKETS: [f64; 9] = [0.01, 0.05, 0.1, 0.2, 0.25, 0.34, 0.5, 0.9, 1.0];
+
+/// An Envoy reporting a bucket of `domain` was given `ratio` of its rate.
+pub fn rlqs_share(domain: &str, ratio: f64) {
+    histogram!("spillway_rlqs_share_ratio", "domain" => domain.to_owned()).record(ratio);
 }
 
 /// A reported RLQS bucket got no assignment: `reason` says why.

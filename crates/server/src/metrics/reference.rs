@@ -122,6 +122,13 @@ pub static METRICS: &[Metric] = &[
         "—",
     ),
     metric(
+        "spillway_rlqs_share_ratio",
+        "histogram",
+        "`domain`",
+        "each Envoy's share of an RLQS bucket's rate, at each of its reports (its Envoys' shares and demands one by one: `/v1/rlqs/explain`)",
+        "—",
+    ),
+    metric(
         "spillway_rlqs_abandoned_total",
         "counter",
         "—",

@@ -312,6 +312,7 @@ impl Quotas {
                 for rated in rated {
                     let bucket = inner.buckets.get_mut(&rated.key).expect("taken above");
                     let mine = share_out(bucket, stream, rated.rate, now, ttl, &mut inner.streams);
+                    metrics::rlqs_share(&rated.key.domain, mine / rated.rate);
                     answer.push(assignment(rated.id, token_bucket(mine), ttl));
                 }
                 inner.answer(stream, answer);
@@ -359,6 +360,7 @@ impl Quotas {
                     until: now + ttl * 1_000_000,
                 });
             }
+            metrics::rlqs_share(&rated.key.domain, share / rated.rate);
             answer.push(assignment(rated.id, token_bucket(share), ttl));
         }
         inner.answer(stream, answer);

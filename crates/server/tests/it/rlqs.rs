@@ -230,6 +230,15 @@ async fn a_lone_envoy_gets_the_whole_limit_and_blanket_rules_where_the_rule_says
         .report(&s, vec![usage(&[("tenant", "a")], 1, 0)])
         .await;
     assert_eq!(rate(&only(&answer)), 60.0);
+    // Its share, the whole rate, is in the share histogram (the recorder is the
+    // process's: other tests' shares are there too, all below the whole but this one's
+    // and the other lone Envoys').
+    let text = s.get_text("/metrics").await;
+    let series = |le: &str| {
+        let name = format!("spillway_rlqs_share_ratio_bucket{{domain=\"q\",le=\"{le}\"}}");
+        spillway_testkit::metric(&text, &name)
+    };
+    assert!(series("1") > series("0.9"), "{text}");
     let answer = envoy
         .report(
             &s,
