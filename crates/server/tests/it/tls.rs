@@ -1,8 +1,9 @@
 //! Serving TLS, over real sockets with certificates made here: gRPC and HTTP over TLS
 //! with ALPN `h2` and `http/1.1`; mutual TLS (required on gRPC; on HTTP, health without
 //! a certificate and 403 for the rest; another CA, an expired certificate and a SAN not
-//! allowed are refused); settings that cannot be honoured stopping the start; and
-//! handshakes that fail or stall, closed and counted. (Reloads: `tls_reload.rs`.)
+//! allowed are refused; the Rate Limit Quota Service asks the same); settings that
+//! cannot be honoured stopping the start; and handshakes that fail or stall, closed and
+//! counted. (Reloads: `tls_reload.rs`.)
 
 use crate::support;
 
@@ -120,6 +121,13 @@ async fn mutual_tls_requires_a_certificate_from_the_ca_and_an_allowed_san() {
         let r = grpc_over_tls(grpc, client_config(&ca, client, &[])).await;
         assert!(r.is_err(), "{what}: {r:?}");
     }
+    // The Rate Limit Quota Service, on the same listener, asks the same.
+    assert_eq!(
+        rlqs_over_tls(grpc, client_config(&ca, Some(&good), &[])).await,
+        Ok(1)
+    );
+    let r = rlqs_over_tls(grpc, client_config(&ca, None, &[])).await;
+    assert!(r.is_err(), "no certificate: {r:?}");
 
     // HTTP: health without a certificate; the rest needs one.
     let none = || client_config(&ca, None, &[]);
@@ -334,4 +342,42 @@ async fn the_admin_listener_speaks_tls_when_asked_and_the_check_ports_need_not()
     );
     let (status, _, _) = s.check(serde_json::from_str(CHECK).unwrap()).await;
     assert_eq!(status, 200, "the check port stays plaintext");
+}
+
+/// One RLQS stream over TLS on `addr`: a report of the bucket `{user: g1}` of domain
+/// `tls`, and how many buckets its answer assigns.
+async fn rlqs_over_tls(
+    addr: std::net::SocketAddr,
+    config: rustls::ClientConfig,
+) -> Result<usize, String> {
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+        BucketId, RateLimitQuotaUsageReports,
+    };
+
+    let channel = spillway_server::tls::grpc_channel(&addr.to_string(), config)
+        .await
+        .map_err(|e| format!("connect: {e:?}"))?;
+    let report = RateLimitQuotaUsageReports {
+        domain: "tls".into(),
+        bucket_quota_usages: vec![BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: [("user".to_string(), "g1".to_string())].into(),
+            }),
+            num_requests_allowed: 1,
+            ..Default::default()
+        }],
+    };
+    let mut answers = RateLimitQuotaServiceClient::new(channel)
+        .stream_rate_limit_quotas(futures_util::stream::iter([report]))
+        .await
+        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
+        .into_inner();
+    let answer = answers
+        .message()
+        .await
+        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
+        .ok_or("the stream ended with no answer")?;
+    Ok(answer.bucket_action.len())
 }
