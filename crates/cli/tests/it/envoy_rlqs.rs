@@ -268,9 +268,17 @@ descriptors:
     // Two reports of each Envoy (every 5 s), checking the shares' total meanwhile (as
     // each replica sees it).
     let mut most = 0.0f64;
-    while SystemClock.now().duration_since(start) < Duration::from_secs(12) {
-        most = most.max(shares(admin, "shared").1);
-        most = most.max(shares(other_admin, "shared").1);
+    let mut timeline = Vec::new();
+    for tick in 0.. {
+        let at = SystemClock.now().duration_since(start);
+        if at >= Duration::from_secs(12) {
+            break;
+        }
+        let seen = shares(admin, "shared");
+        most = most.max(seen.1).max(shares(other_admin, "shared").1);
+        if tick % 5 == 0 {
+            timeline.push((at, seen.0));
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
     stop.store(true, Ordering::Relaxed);
@@ -298,6 +306,23 @@ descriptors:
     by_demand.sort_by(|a, b| a.2.total_cmp(&b.2));
     assert!(by_demand[0].1 < 0.2 * RATE, "{holders:?}");
     assert!(by_demand[1].1 + by_demand[2].1 > 0.75 * RATE, "{holders:?}");
+    // Each Envoy's share over the run, a row a second (docs/algorithms.md shows it).
+    eprintln!("| s | idle | paced | fastest | assigned |\n|---|---|---|---|---|");
+    for (at, seen) in &timeline {
+        let share = |who: usize| {
+            seen.iter()
+                .find(|h| h.0 == by_demand[who].0)
+                .map_or("–".to_string(), |h| format!("{:.2}", h.1))
+        };
+        let total: f64 = seen.iter().map(|h| h.1).sum();
+        eprintln!(
+            "| {:.1} | {} | {} | {} | {total:.2} |",
+            at.as_secs_f64(),
+            share(0),
+            share(1),
+            share(2)
+        );
+    }
 
     // The fastest (the most demand) stops for good: its share goes to the others
     // within its TTL and a report (8 s + 5 s).
