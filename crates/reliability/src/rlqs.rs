@@ -352,10 +352,9 @@ impl Stream {
                         .as_ref()
                         .is_some_and(|id| id.bucket.contains_key("tenant"));
                     let strategy = match &a.bucket_action {
-                        Some(Action::QuotaAssignmentAction(q)) => q
-                            .rate_limit_strategy
-                            .as_ref()
-                            .and_then(|s| s.strategy.clone()),
+                        Some(Action::QuotaAssignmentAction(q)) => {
+                            q.rate_limit_strategy.as_ref().and_then(|s| s.strategy)
+                        }
                         _ => None,
                     };
                     if tenant {
