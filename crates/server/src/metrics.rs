@@ -155,9 +155,11 @@ pub fn rlqs_abandoned() {
 /// and 100 Envoys, and the whole rate.
 const SHARE_BUCKETS: [f64; 9] = [0.01, 0.05, 0.1, 0.2, 0.25, 0.34, 0.5, 0.9, 1.0];
 
-/// An Envoy reporting a bucket of `domain` was given `ratio` of its rate.
-pub fn rlqs_share(domain: &str, ratio: f64) {
-    histogram!("spillway_rlqs_share_ratio", "domain" => domain.to_owned()).record(ratio);
+/// Where the shares of `domain`'s RLQS buckets are recorded, each Envoy's as a ratio of
+/// its bucket's rate at each of its reports: a handle a stream keeps, not a registry
+/// lookup and a label's allocation per bucket per report.
+pub fn rlqs_share_ratio(domain: &str) -> metrics::Histogram {
+    histogram!("spillway_rlqs_share_ratio", "domain" => domain.to_owned())
 }
 
 /// A reported RLQS bucket got no assignment: `reason` says why.

@@ -124,6 +124,8 @@ struct Inner {
 struct Subscriber {
     outbox: Option<Outbox>,
     domain: Option<Arc<str>>,
+    /// `spillway_rlqs_share_ratio` of its domain (set with it).
+    share_ratio: Option<::metrics::Histogram>,
     held: usize,
     /// Answers sent to it.
     sent: u64,
@@ -278,6 +280,7 @@ impl Quotas {
             Subscriber {
                 outbox: Some(outbox),
                 domain: None,
+                share_ratio: None,
                 held: 0,
                 sent: 0,
             },
@@ -308,15 +311,24 @@ impl Quotas {
     ) -> Result<(), tonic::Status> {
         metrics::rlqs_report();
         let ttl = whole_secs(self.settings.ttl);
-        let (mut answer, rated) = {
+        let (mut answer, rated, share_ratio) = {
             let mut inner = self.inner.lock();
             let inner = &mut *inner;
             let (mut answer, rated) = self.take(inner, stream, report, policies, now)?;
+            let share_ratio = inner
+                .streams
+                .get(&stream)
+                .and_then(|s| s.share_ratio.clone());
+            let record = |share: f64, rate: f64| {
+                if let Some(h) = &share_ratio {
+                    h.record(share / rate);
+                }
+            };
             let Some(redis) = &self.shared else {
                 for rated in rated {
                     let bucket = inner.buckets.get_mut(&rated.key).expect("taken above");
                     let mine = share_out(bucket, stream, rated.rate, now, ttl, &mut inner.streams);
-                    metrics::rlqs_share(&rated.key.domain, mine / rated.rate);
+                    record(mine, rated.rate);
                     answer.push(assignment(rated.id, token_bucket(mine), ttl));
                 }
                 inner.answer(stream, answer);
@@ -325,6 +337,7 @@ impl Quotas {
             (
                 answer,
                 rated.into_iter().map(|r| (r, redis)).collect::<Vec<_>>(),
+                share_ratio,
             )
         };
         let holder = format!("{}:{stream}", self.replica);
@@ -364,7 +377,9 @@ impl Quotas {
                     until: now + ttl * 1_000_000,
                 });
             }
-            metrics::rlqs_share(&rated.key.domain, share / rated.rate);
+            if let Some(h) = &share_ratio {
+                h.record(share / rated.rate);
+            }
             answer.push(assignment(rated.id, token_bucket(share), ttl));
         }
         inner.answer(stream, answer);
@@ -402,6 +417,7 @@ impl Quotas {
             None => {
                 let d: Arc<str> = Arc::from(report.domain.as_str());
                 subscriber.domain = Some(Arc::clone(&d));
+                subscriber.share_ratio = Some(metrics::rlqs_share_ratio(&d));
                 d
             }
         };
