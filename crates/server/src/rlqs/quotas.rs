@@ -107,6 +107,13 @@ struct Rated {
     demand: f64,
 }
 
+/// Records a share of `rate` in the stream's `spillway_rlqs_share_ratio`.
+fn note_share(histogram: Option<&::metrics::Histogram>, share: f64, rate: f64) {
+    if let Some(h) = histogram {
+        h.record(share / rate);
+    }
+}
+
 /// Envoys of no demand counted in every share worked out through Redis: the room kept
 /// for one that comes to another replica, whose first report then gets a share at once
 /// rather than after the others' next reports shrink theirs (`quota.lua`'s headroom).
@@ -231,11 +238,6 @@ impl Quotas {
         }
     }
 
-    /// This replica's name, as `/v1/rlqs/explain` shows it.
-    pub fn replica(&self) -> &str {
-        &self.replica
-    }
-
     /// Ends every stream (a shutdown). Envoy keeps running its assignments until their
     /// TTL while it subscribes again, here or elsewhere; with `expire_on_shutdown`, each
     /// stream is first sent its buckets' assignments with a TTL of 0, so that Envoy
@@ -311,7 +313,7 @@ impl Quotas {
     ) -> Result<(), tonic::Status> {
         metrics::rlqs_report();
         let ttl = whole_secs(self.settings.ttl);
-        let (mut answer, rated, share_ratio) = {
+        let (mut answer, rated, share_ratio, redis) = {
             let mut inner = self.inner.lock();
             let inner = &mut *inner;
             let (mut answer, rated) = self.take(inner, stream, report, policies, now)?;
@@ -319,29 +321,20 @@ impl Quotas {
                 .streams
                 .get(&stream)
                 .and_then(|s| s.share_ratio.clone());
-            let record = |share: f64, rate: f64| {
-                if let Some(h) = &share_ratio {
-                    h.record(share / rate);
-                }
-            };
             let Some(redis) = &self.shared else {
                 for rated in rated {
                     let bucket = inner.buckets.get_mut(&rated.key).expect("taken above");
                     let mine = share_out(bucket, stream, rated.rate, now, ttl, &mut inner.streams);
-                    record(mine, rated.rate);
+                    note_share(share_ratio.as_ref(), mine, rated.rate);
                     answer.push(assignment(rated.id, token_bucket(mine), ttl));
                 }
                 inner.answer(stream, answer);
                 return Ok(());
             };
-            (
-                answer,
-                rated.into_iter().map(|r| (r, redis)).collect::<Vec<_>>(),
-                share_ratio,
-            )
+            (answer, rated, share_ratio, redis)
         };
         let holder = format!("{}:{stream}", self.replica);
-        let grants = futures_util::future::join_all(rated.iter().map(|(r, redis)| {
+        let grants = futures_util::future::join_all(rated.iter().map(|r| {
             let key = redis.quota_key(&r.key.domain, &r.key.pairs);
             let ask = Ask {
                 holder: &holder,
@@ -356,7 +349,7 @@ impl Quotas {
         }))
         .await;
         let mut inner = self.inner.lock();
-        for ((rated, _), grant) in rated.into_iter().zip(grants) {
+        for (rated, grant) in rated.into_iter().zip(grants) {
             let share = match grant {
                 Ok(granted) => granted.share,
                 Err(e) => {
@@ -377,9 +370,7 @@ impl Quotas {
                     until: now + ttl * 1_000_000,
                 });
             }
-            if let Some(h) = &share_ratio {
-                h.record(share / rated.rate);
-            }
+            note_share(share_ratio.as_ref(), share, rated.rate);
             answer.push(assignment(rated.id, token_bucket(share), ttl));
         }
         inner.answer(stream, answer);
