@@ -74,6 +74,19 @@ fn until_assigned(admin: u16, tenant: &str) -> f64 {
     }
 }
 
+/// Requests of `tenant` through Envoy at `port` until one is denied: Envoy then runs the
+/// assignment (before it reads one, its `no_assignment_behavior` admits everything; the
+/// server having sent it is not enough, on a busy machine).
+fn until_enforced(port: u16, tenant: &str) {
+    let start = SystemClock.now();
+    while status(port, tenant) != 429 {
+        assert!(
+            SystemClock.now().duration_since(start) < Duration::from_secs(20),
+            "Envoy never ran its assignment"
+        );
+    }
+}
+
 /// One Envoy, alone on a tenant's bucket of 10 a second: it gets the whole 10, and over
 /// a few seconds of requests from eight clients as fast as it answers, admits from its
 /// first denial on 10 a second, not more, and not much less over the run. (The bound is
@@ -402,6 +415,7 @@ fn envoy_keeps_its_assignment_while_spillway_restarts_and_subscribes_again() {
     let port = envoy(&mut procs, &example("envoy.yaml"), grpc, upstream());
     status(port, "acme");
     assert_eq!(until_assigned(admin, "acme"), 10.0);
+    until_enforced(port, "acme");
 
     // Spillway gone (SIGKILL): Envoy still limits to its assignment.
     procs.0[0].kill().unwrap();
@@ -439,6 +453,7 @@ fn on_shutdown_envoy_can_be_told_to_run_its_fallback_at_once() {
     let port = envoy(&mut procs, &example("envoy.yaml"), grpc, upstream());
     status(port, "acme");
     assert_eq!(until_assigned(admin, "acme"), 10.0);
+    until_enforced(port, "acme");
 
     let pid = procs.0[0].id().to_string();
     let term = std::process::Command::new("kill")
