@@ -23,6 +23,57 @@ use browser::{browser, chromedriver, console_errors, example_rules, submit, traf
 /// How long the page may take to show what the test waits for: it refreshes every 2 s.
 const PATIENCE: Duration = Duration::from_secs(20);
 
+/// `spillway serve` with `config` (its three listeners on ports of its own, no watch),
+/// chromedriver, and a browser on a fresh profile under `dir`; the processes are killed
+/// when it is dropped.
+struct Console {
+    http: u16,
+    grpc: u16,
+    admin: u16,
+    driver_port: u16,
+    client: Client,
+    _procs: Procs,
+}
+
+impl Console {
+    async fn start(dir: &Path, config: impl IntoIterator<Item = std::ffi::OsString>) -> Console {
+        let (http, grpc, admin, driver_port) = (free_port(), free_port(), free_port(), free_port());
+        let listeners = [
+            ("--http-addr", http),
+            ("--grpc-addr", grpc),
+            ("--admin-addr", admin),
+        ]
+        .into_iter()
+        .flat_map(|(flag, port)| [flag.into(), format!("127.0.0.1:{port}").into()]);
+        let serve = spawn_serve(
+            config
+                .into_iter()
+                .chain(listeners)
+                .chain(["--no-watch".into()]),
+        );
+        // Held at once: a missing chromedriver must not leave the service running.
+        let mut procs = Procs(vec![serve]);
+        let driver = Command::new(chromedriver())
+            .arg(format!("--port={driver_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        procs.0.push(driver);
+        let profile = dir.join("profile");
+        let _ = std::fs::remove_dir_all(&profile);
+        let client = browser(driver_port, &profile).await;
+        Console {
+            http,
+            grpc,
+            admin,
+            driver_port,
+            client,
+            _procs: procs,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
@@ -37,32 +88,22 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
          algorithm: gcra, limit: 2, window: 1s, burst: 2 }\n",
     )
     .unwrap();
-    let (http, grpc, admin, driver_port) = (free_port(), free_port(), free_port(), free_port());
-    let serve = spawn_serve([
-        "--config".into(),
-        examples.clone().into_os_string(),
-        "--candidate-config".into(),
-        candidate.into_os_string(),
-        "--http-addr".into(),
-        format!("127.0.0.1:{http}").into(),
-        "--grpc-addr".into(),
-        format!("127.0.0.1:{grpc}").into(),
-        "--admin-addr".into(),
-        format!("127.0.0.1:{admin}").into(),
-        "--no-watch".into(),
-    ]);
-    // Held at once: a missing chromedriver must not leave the service running.
-    let mut procs = Procs(vec![serve]);
-    let driver = Command::new(chromedriver())
-        .arg(format!("--port={driver_port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver starts");
-    procs.0.push(driver);
-    let profile = dir.join("profile");
-    let _ = std::fs::remove_dir_all(&profile);
-    let client = browser(driver_port, &profile).await;
+    let console = Console::start(
+        &dir,
+        [
+            "--config".into(),
+            examples.clone().into_os_string(),
+            "--candidate-config".into(),
+            candidate.into_os_string(),
+        ],
+    )
+    .await;
+    let (http, admin, driver_port, client) = (
+        console.http,
+        console.admin,
+        console.driver_port,
+        console.client.clone(),
+    );
     // The console is on the admin listener; traffic goes to the check port.
     let base = format!("http://127.0.0.1:{admin}");
     let check_base = format!("http://127.0.0.1:{http}");
@@ -279,26 +320,13 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
 async fn the_console_shows_an_rlqs_bucket_and_its_holders() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rlqs/policies");
     let dir = tempdir("ui-rlqs");
-    let (http, grpc, admin, driver_port) = (free_port(), free_port(), free_port(), free_port());
-    let serve = spawn_serve([
-        "--config".into(),
-        examples.into_os_string(),
-        "--http-addr".into(),
-        format!("127.0.0.1:{http}").into(),
-        "--grpc-addr".into(),
-        format!("127.0.0.1:{grpc}").into(),
-        "--admin-addr".into(),
-        format!("127.0.0.1:{admin}").into(),
-        "--no-watch".into(),
-    ]);
-    let mut procs = Procs(vec![serve]);
-    let driver = Command::new(chromedriver())
-        .arg(format!("--port={driver_port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver starts");
-    procs.0.push(driver);
+    let console = Console::start(&dir, ["--config".into(), examples.into_os_string()]).await;
+    let (grpc, admin, driver_port, client) = (
+        console.grpc,
+        console.admin,
+        console.driver_port,
+        console.client.clone(),
+    );
     // One Envoy-like stream reporting {tenant: k0} for a second; its share lives 15 s.
     let bench = Command::new(env!("CARGO_BIN_EXE_spillway"))
         .args(["bench", "--server", &format!("grpc://127.0.0.1:{grpc}")])
@@ -317,9 +345,6 @@ async fn the_console_shows_an_rlqs_bucket_and_its_holders() {
         .unwrap();
     assert!(bench.status.success(), "{bench:?}");
 
-    let profile = dir.join("profile");
-    let _ = std::fs::remove_dir_all(&profile);
-    let client = browser(driver_port, &profile).await;
     client
         .goto(&format!("http://127.0.0.1:{admin}/ui"))
         .await
