@@ -12,7 +12,9 @@ use crate::Rule;
 mod keys;
 mod trace;
 
-pub use keys::{escape_into, override_key, wildcard_match};
+pub use keys::{
+    MAX_VALUE_KEPT, digested, escape_into, member_of, override_key, value_into, wildcard_match,
+};
 pub use trace::{How, Step, Trace, Unmatched};
 
 /// Every domain loaded from a file or directory. Immutable: a reload builds a new one.
@@ -261,7 +263,7 @@ impl Domain {
                 }
                 None => {
                     group.push('=');
-                    escape_into(&mut group, v);
+                    value_into(&mut group, v);
                 }
             }
 

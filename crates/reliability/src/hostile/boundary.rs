@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use prost::Message;
 use serde_json::json;
 
-use super::cases::refused;
+use super::cases::{decided, refused};
 use super::{Api, Case};
 
 /// A second policy file beside the suite's: a rule as heavy as a rule gets.
@@ -73,7 +73,7 @@ pub fn boundary_cases() -> Vec<Case> {
         json!({ "domain": domain, "descriptors": [{ "entries": [] }] }),
     );
     check(
-        "key of 2,000 bytes",
+        "key of 2,000 bytes (limit 256)",
         json!({ "domain": domain, "descriptors": [{ "entries": [{ "key": "k".repeat(2000), "value": "a" }] }] }),
     );
     check(
@@ -146,10 +146,13 @@ pub fn boundary_cases() -> Vec<Case> {
         "no descriptors",
         json!({ "domain": domain, "descriptors": [] }),
     );
-    json_api(
-        "value of 2,000 bytes",
-        json!({ "domain": domain, "descriptors": one(&"v".repeat(2000)) }),
-    );
+    cases.push(decided(
+        "value of 2,000 bytes (decided: a digest in its key)",
+        Api::Json,
+        json!({ "domain": domain, "descriptors": one(&"v".repeat(2000)) })
+            .to_string()
+            .as_bytes(),
+    ));
     cases.push(refused("empty body", Api::Json, b""));
     cases.push(refused("a bare number", Api::Json, b"42"));
 

@@ -53,10 +53,14 @@ pub fn cases() -> Vec<Case> {
         "empty key",
         json!({ "domain": domain, "descriptors": [{ "entries": [{ "key": "" }] }] }),
     );
-    check(
-        "value of 2,000 bytes (limit 1,024)",
-        json!({ "domain": domain, "descriptors": one(&"v".repeat(2000)) }),
-    );
+    // Decided, not refused: Envoy under `failure_mode_deny: false` admits a refused call.
+    cases.push(decided(
+        "value of 2,000 bytes (decided: a digest in its key)",
+        Api::Check,
+        json!({ "domain": domain, "descriptors": one(&"v".repeat(2000)) })
+            .to_string()
+            .as_bytes(),
+    ));
     check(
         "value of 1 MiB (body over 64 KiB)",
         json!({ "domain": domain, "descriptors": one(&"v".repeat(1 << 20)) }),
@@ -180,8 +184,12 @@ pub fn cases() -> Vec<Case> {
         request((0..65).map(|i| descriptor(&i.to_string())).collect()),
     );
     grpc(
-        "10,000 descriptors (message over 64 KiB)",
+        "10,000 descriptors",
         request((0..10_000).map(|i| descriptor(&i.to_string())).collect()),
+    );
+    grpc(
+        "value of 2 MiB (message over 1 MiB)",
+        request(vec![descriptor(&"v".repeat(2 << 20))]),
     );
     grpc(
         "empty key",
@@ -190,10 +198,16 @@ pub fn cases() -> Vec<Case> {
             ..Default::default()
         }]),
     );
-    grpc(
-        "value of 2,000 bytes",
-        request(vec![descriptor(&"v".repeat(2000))]),
-    );
+    cases.push(decided(
+        "value of 2,000 bytes (decided: a digest in its key)",
+        Api::Grpc,
+        &request(vec![descriptor(&"v".repeat(2000))]).encode_to_vec(),
+    ));
+    cases.push(decided(
+        "value of 60 KiB, Envoy's header bound (decided)",
+        Api::Grpc,
+        &request(vec![descriptor(&"v".repeat(60 << 10))]).encode_to_vec(),
+    ));
     grpc(
         "override unit 99",
         request(vec![RateLimitDescriptor {
@@ -255,10 +269,15 @@ pub(super) fn refused(class: &str, api: Api, body: &[u8]) -> Case {
 
 /// The valid request that must reach the store: proof the store calls are counted.
 pub(super) fn control(api: Api, body: Vec<u8>) -> Case {
+    decided("control: a valid request", api, &body)
+}
+
+/// A request that must be decided (reach the store), however odd it looks.
+pub(super) fn decided(class: &str, api: Api, body: &[u8]) -> Case {
     Case {
-        class: "control: a valid request".into(),
+        class: class.into(),
         api,
-        body,
+        body: body.to_vec(),
         headers: Vec::new(),
         valid: true,
     }

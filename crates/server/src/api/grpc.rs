@@ -26,8 +26,11 @@ use crate::service::request::{CheckRequest, Code};
 use crate::state::AppState;
 use crate::{metrics, otel};
 
-/// The most bytes one gRPC request may take, decoded.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// The most bytes one gRPC request may take, decoded. Envoy copies request headers
+/// into descriptors (its default bound on a request's headers is 60 KiB), and a
+/// refused call is one Envoy under `failure_mode_deny: false` admits: this leaves room
+/// for a 60 KiB header in a dozen descriptors, and still bounds what one call holds.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
 struct Grpc {
     state: Arc<AppState>,

@@ -32,7 +32,7 @@ What Spillway reads from a `RateLimitRequest`:
 | field | how it is read |
 |---|---|
 | `domain` | the policy domain; empty is `INVALID_ARGUMENT`, an undeclared one answers `OK` with no rule |
-| `descriptors[].entries[].key`, `.value` | the path in the domain's tree, in order (1 to 32 entries, 1 to 64 descriptors, at most 1,024 bytes of keys and values a descriptor) |
+| `descriptors[].entries[].key`, `.value` | the path in the domain's tree, in order (1 to 32 entries, 1 to 64 descriptors, keys of at most 256 bytes; a value of any length is decided on, one over 64 bytes kept in the counter key as a prefix and its SHA-256) |
 | `descriptors[].limit` (`requests_per_unit`, `unit`) | a limit instead of the configuration's, when `grpc_limit_overrides` is `allow` (the default, as the reference); `ignore` drops it, `refuse` answers `INVALID_ARGUMENT` |
 | `descriptors[].hits_addend` | this descriptor's cost; 0 looks without consuming |
 | `hits_addend` | every descriptor's cost; 0 or absent means 1 |

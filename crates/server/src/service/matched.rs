@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use spillway_policy::{Mode, Rule, RuleLimit};
+use spillway_policy::{Mode, Rule, RuleLimit, member_of};
 
 use super::request::Valid;
 use super::{Check, CheckError, Hit, Service, override_key, rule_refunds};
@@ -67,7 +67,7 @@ impl Service {
                         cost: 1,
                         usage: true,
                         refund: Some(spillway_core::Timestamp::from_micros(0)),
-                        member: entries.last().map(|(_, v)| v.to_string()),
+                        member: last_member(entries),
                     });
                 }
                 continue;
@@ -120,10 +120,8 @@ impl Service {
                     // A distinct rule counts the request's member once, whatever its
                     // hits; a concurrency rule takes its hits as holds under it.
                     let (member, cost) = match rule.takes_member() {
-                        true if rule.holds() => {
-                            (d.entries.last().map(|(_, v)| v.to_string()), cost)
-                        }
-                        true => (d.entries.last().map(|(_, v)| v.to_string()), cost.min(1)),
+                        true if rule.holds() => (last_member(&d.entries), cost),
+                        true => (last_member(&d.entries), cost.min(1)),
                         false => (None, cost),
                     };
                     let usage = (req.usage || (rule.metered && !req.reserve))
@@ -153,6 +151,13 @@ impl Service {
         }
         Ok(hits)
     }
+}
+
+/// The member a descriptor brings: its last entry's value (a hold's id, what a
+/// `distinct` rule counts), digested when long ([`member_of`]): decided on, never
+/// refused for its length.
+fn last_member(entries: &[(String, String)]) -> Option<String> {
+    entries.last().map(|(_, v)| member_of(v).into_owned())
 }
 
 fn counts(rule: &Rule) -> bool {

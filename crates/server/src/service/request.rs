@@ -20,6 +20,11 @@ pub const MAX_ENTRIES: usize = 32;
 /// The longest domain name, in bytes.
 pub const MAX_DOMAIN_LEN: usize = 256;
 
+/// The longest key of a descriptor entry, in bytes. Envoy's keys come from its
+/// configuration (`descriptor_key`), not from clients; values, which do, have no bound
+/// here (a long one is kept in keys as its digest).
+pub const MAX_ENTRY_KEY_LEN: usize = 256;
+
 /// Why no answer could be given.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
@@ -250,15 +255,20 @@ impl CheckRequest {
             if let Some(j) = d.entries.iter().position(|(k, _)| k.is_empty()) {
                 return invalid(format!("descriptor {i} entry {j} has an empty key"));
             }
-            // Longer entries could not make a valid counter key anyway (the store refuses
-            // keys over 1 KiB); refusing them here keeps a 1 MB value from being copied.
-            let len: usize = d.entries.iter().map(|(k, v)| k.len() + v.len()).sum();
-            if len > spillway_core::MAX_KEY_LEN {
+            if let Some((j, (k, _))) = d
+                .entries
+                .iter()
+                .enumerate()
+                .find(|(_, (k, _))| k.len() > MAX_ENTRY_KEY_LEN)
+            {
                 return invalid(format!(
-                    "descriptor {i} is {len} bytes of keys and values, the most is {}",
-                    spillway_core::MAX_KEY_LEN
+                    "descriptor {i} entry {j}: key of {} bytes, the most is {MAX_ENTRY_KEY_LEN}",
+                    k.len()
                 ));
             }
+            // A value of any length is decided on: a long one is kept in keys as
+            // its digest (`spillway_policy::value_into`). Refusing it would fail the
+            // call, which Envoy under `failure_mode_deny: false` turns into "admit".
         }
         Ok(())
     }
