@@ -204,6 +204,26 @@ impl Params {
         ))
     }
 
+    /// Renews the `concurrency` hold `member` names (see `concurrency::Params::renew`);
+    /// `None` for every other algorithm.
+    pub(crate) fn renew(
+        &self,
+        state: &mut State,
+        now: u64,
+        cost: u64,
+        member: &[u8],
+    ) -> Option<Decision> {
+        match self {
+            Params::Concurrency(p) => Some(p.renew(
+                Slot::get_mut(&mut state.0),
+                now,
+                cost,
+                member,
+            )),
+            _ => None,
+        }
+    }
+
     /// The holds of a `concurrency` state lapsed by `now` and not yet cleared (0 for
     /// every other algorithm).
     pub(crate) fn lapsed(&self, state: &State, now: u64) -> u64 {

@@ -145,6 +145,13 @@ impl<'a> Request<'a> {
         Request::refund(key, limit, 1, Timestamp::from_micros(0)).with_member(id)
     }
 
+    /// `key`'s `concurrency` hold named `id`, of `holds` slots, renewed: its lease
+    /// starts again from now; one that has lapsed is taken again if it fits. A take
+    /// never renews (a take of a held id is one more hold): this does.
+    pub fn renew(key: &'a Key, limit: &'a Limit, id: &'a [u8], holds: u64) -> Self {
+        Request::usage(key, limit, holds).with_member(id)
+    }
+
     /// The same request, bringing `member`.
     pub fn with_member(self, member: &'a [u8]) -> Self {
         Request {
@@ -258,9 +265,9 @@ pub fn validate(requests: &[Request<'_>]) -> Result<(), Error> {
 #[inline]
 pub(crate) fn validate_one(r: &Request<'_>) -> Result<(), Error> {
     validate_cost(r.cost)?;
-    // A release (a concurrency hold given back) is the one refund that is not units.
-    let release = r.refund.is_some() && r.limit.algorithm().holds();
-    if r.usage && !release {
+    // A concurrency limit's usage naming a hold is a renewal, its refund a release:
+    // neither is units.
+    if r.usage && !(r.limit.algorithm().holds() && r.member.is_some()) {
         validate_usage(r.limit, r.cost)?;
     }
     if r.refund.is_some() {

@@ -139,11 +139,17 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
   local absent = value == false
   local stale = a.lapsed and a.lapsed(r, s, now)
   if usage then
-    if cost > 0 then
-      charge_usage(a, r, s, now, cost, member, refund)
+    local n, o, remaining, reset, retry = #out, nil, nil, nil, nil
+    if cost > 0 and a.renew and not refund then
+      o, remaining, reset, retry = a.renew(r, s, now, cost, member)
       save(r, key, s, now, margin, absent)
+    else
+      if cost > 0 then
+        charge_usage(a, r, s, now, cost, member, refund)
+        save(r, key, s, now, margin, absent)
+      end
+      o, remaining, reset, retry = a.check(r, s, now, 0, member)
     end
-    local n, o, remaining, reset, retry = #out, a.check(r, s, now, 0, member)
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = 0, o, remaining, reset, retry
     if stale then out[n + 6] = sub0(stale, a.lapsed(r, s, now)) end
     return
@@ -157,7 +163,11 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
     end
   else
     denied = 1
-    if r.rejected ~= 0 then
+    if a.marks and cost > 0 then
+      -- A denied take leaves a mark its release gives back (concurrency.lua).
+      a.commit(r, s, now, cost, false, member)
+      save(r, key, s, now, margin, absent)
+    elseif r.rejected ~= 0 then
       -- Charged anyway: the decision after the charge, with what remained when the
       -- request came (a denial's remaining: how far it was from fitting).
       a.commit(r, s, now, cost, false, member)
@@ -284,6 +294,16 @@ local function round(out, k0, at, n, k)
         scratch[key] = nil -- only the first request of a key carries it over
         dirty[key] = r
       end
+    elseif a.marks and cost > 0 then
+      -- A denied take leaves a mark its release gives back (concurrency.lua); one
+      -- that had room reports the state as it is.
+      a.commit(r, stored[key], now, cost, false, member)
+      if decisions[i][1] == 0 then
+        local d = { a.check(r, stored[key], now, 0, member) }
+        d[1] = 0
+        decisions[i] = d
+      end
+      dirty[key] = r
     elseif r.rejected == 1 or (r.rejected == 2 and decisions[i][1] ~= 0) then
       local s = stored[key]
       if decisions[i][1] == 0 then
@@ -313,11 +333,16 @@ local function round(out, k0, at, n, k)
     if usage[i] then
       local r, key, member = rs[i], keys[i], members[i]
       local a = r.algorithm
-      if costs[i] > 0 then
-        charge_usage(a, r, stored[key], now, costs[i], member, refund[i])
+      if costs[i] > 0 and a.renew and not refund[i] then
+        decisions[i] = { a.renew(r, stored[key], now, costs[i], member) }
         dirty[key] = r
+      else
+        if costs[i] > 0 then
+          charge_usage(a, r, stored[key], now, costs[i], member, refund[i])
+          dirty[key] = r
+        end
+        decisions[i] = { a.check(r, stored[key], now, 0, member) }
       end
-      decisions[i] = { a.check(r, stored[key], now, 0, member) }
     end
   end
 

@@ -53,12 +53,15 @@ pub fn handle() -> &'static PrometheusHandle {
     })
 }
 
-/// A request arrived on `api` (`grpc`, `http`, `json`, `reserve`, `commit`). Counted
+/// A request arrived on `api` (`grpc`, `http`, `json`, `reserve`, `commit`, `release`,
+/// `renew`). Counted
 /// on every request: each API's counter is registered once and kept (an atomic add, not
 /// a lookup of the recorder's registry by name and label).
 pub fn request(api: &'static str) {
-    const APIS: [&str; 6] = ["grpc", "http", "json", "reserve", "commit", "release"];
-    static COUNTERS: [OnceLock<metrics::Counter>; 6] = [const { OnceLock::new() }; 6];
+    const APIS: [&str; 7] = [
+        "grpc", "http", "json", "reserve", "commit", "release", "renew",
+    ];
+    static COUNTERS: [OnceLock<metrics::Counter>; 7] = [const { OnceLock::new() }; 7];
     let register = |api| counter!("spillway_requests_total", "api" => api);
     match APIS.iter().position(|a| *a == api) {
         Some(i) => COUNTERS[i].get_or_init(|| register(APIS[i])).increment(1),

@@ -43,6 +43,13 @@ impl Limit {
             .charge(state, now.as_micros(), cost, true, member);
     }
 
+    /// Charges a denied take of `id` to a `concurrency` limit: a mark that the take's
+    /// release gives back (see the `concurrency` algorithm), no slot.
+    #[inline]
+    pub fn mark_denied(&self, state: &mut State, now: Timestamp, cost: u64, id: &[u8]) {
+        self.params.charge(state, now.as_micros(), cost, false, id);
+    }
+
     /// Charges a denied `cost` at `now`, for `count_rejected` limits (see the module
     /// docs), and returns the decision as it stands after the charge (the ban it
     /// extended shows in `retry_after`) with what remained when the request came, as
@@ -75,7 +82,8 @@ impl Limit {
             now.as_micros(),
             cost,
             member,
-            self.charges_rejected(true),
+            // A concurrency limit marks a denied take (its release gives the mark back).
+            self.charges_rejected(true) || self.algorithm().holds(),
         );
         (d, idle.map(Timestamp::from_micros))
     }
@@ -131,6 +139,41 @@ impl Limit {
     /// after it, and when the state becomes the same as no state.
     pub fn release(&self, state: &mut State, now: Timestamp, id: &[u8]) -> (Decision, Timestamp) {
         self.give_back(state, now, 1, Timestamp::from_micros(0), id)
+    }
+
+    /// A usage request at `now`: [`decide_usage`](Limit::decide_usage), or on a
+    /// `concurrency` limit (whose usage is a renewal) [`renew`](Limit::renew) of the
+    /// hold `member` names.
+    pub(crate) fn decide_usage_of(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        cost: u64,
+        member: &[u8],
+    ) -> (Decision, Option<Timestamp>) {
+        if self.algorithm().holds() {
+            let (decision, idle) = self.renew(state, now, cost, member);
+            return (decision, Some(idle));
+        }
+        self.decide_usage(state, now, cost)
+    }
+
+    /// Renews at `now` the `concurrency` hold named `id`, of `holds` slots: its lease
+    /// starts again; one that has lapsed is taken again if it fits. Returns the
+    /// decision (denied only when it had lapsed and does not fit) and when the state
+    /// becomes the same as no state. The caller has checked the limit holds.
+    pub fn renew(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        holds: u64,
+        id: &[u8],
+    ) -> (Decision, Timestamp) {
+        let decision = self
+            .params
+            .renew(state, now.as_micros(), holds, id)
+            .expect("a concurrency limit");
+        (decision, self.idle_at(state))
     }
 
     /// The holds of a `concurrency` limit's `state` that have lapsed by `now` and are

@@ -13,9 +13,9 @@ use super::Limiter;
 impl<S: Store, C: Clock> Limiter<S, C> {
     /// Takes `holds` slots of `key`'s `concurrency` limit under the hold named `id` (a
     /// request id): admitted while the holds live stay within the limit, each lapsing
-    /// on its own a lease after it was taken. Taking an `id` already held renews it
-    /// (its lease starts again; its slots stay what they were): a long call renews
-    /// by taking again, and a retried take never counts twice.
+    /// on its own a lease after it was taken. An `id` names a hold, it never lets one
+    /// in: taking an `id` already held is one more hold (a retried take counts twice
+    /// unless the first is given back); [`renew`](Limiter::renew) renews.
     pub fn acquire<'a>(
         &'a self,
         key: &'a Key,
@@ -24,6 +24,19 @@ impl<S: Store, C: Clock> Limiter<S, C> {
         holds: u64,
     ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
         self.check_request(Request::new(key, limit, holds).with_member(id))
+    }
+
+    /// Renews `key`'s hold named `id` (of `holds` slots): its lease starts again from
+    /// now. Denied only when the hold had lapsed and its slots were taken meanwhile
+    /// (it is taken again if they are free).
+    pub fn renew<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: &'a Limit,
+        id: &'a [u8],
+        holds: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.check_request(Request::renew(key, limit, id, holds))
     }
 
     /// Gives back `key`'s hold named `id`: its slots are free at once. Giving back a
@@ -98,7 +111,7 @@ impl<S: Store + Clone + 'static, C: Clock + Clone + 'static> Hold<S, C> {
     /// are free).
     pub async fn renew(&self) -> Result<Decision, Error> {
         let h = self.held();
-        h.limiter.acquire(&h.key, &h.limit, &h.id, h.holds).await
+        h.limiter.renew(&h.key, &h.limit, &h.id, h.holds).await
     }
 
     /// Gives the hold back and waits for the store: the decision is a look after it.

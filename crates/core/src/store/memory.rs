@@ -216,7 +216,7 @@ impl<H: HashKeys> MemoryStore<H> {
                 let (decision, idle) = limit.give_back(state, now, cost, at, member);
                 (decision, Some(idle))
             }
-            (true, None) => limit.decide_usage(state, now, cost),
+            (true, None) => limit.decide_usage_of(state, now, cost, member),
             (false, None) => limit.decide(state, now, cost, member),
         };
         let mut guard = lock(self.inner.shard(hash));

@@ -143,6 +143,19 @@ pub(crate) fn decide(
                 }
                 Some(_) => {}
             },
+            // A denied take of a concurrency limit leaves a mark for its release.
+            Some(_) if r.cost > 0 && r.limit.algorithm().holds() => {
+                r.limit
+                    .mark_denied(slots.get_mut(i), now, r.cost, r.member_bytes());
+                slots.charged(i);
+                if decisions[i].allowed() {
+                    let peek = r.limit.check_member(slots.get_mut(i), now, 0, r.member_bytes());
+                    decisions[i] = Decision {
+                        outcome: Outcome::Allowed,
+                        ..peek
+                    };
+                }
+            }
             Some(_) if r.limit.charges_rejected(!decisions[i].allowed()) => {
                 let s = slots.get_mut(i);
                 decisions[i] = if decisions[i].allowed() {
@@ -191,7 +204,9 @@ pub(crate) fn decide(
             slots.charged(i);
             continue;
         }
-        let (decision, charged) = r.limit.decide_usage(slots.get_mut(i), now, r.cost);
+        let (decision, charged) =
+            r.limit
+                .decide_usage_of(slots.get_mut(i), now, r.cost, r.member_bytes());
         decisions[i] = decision;
         if charged.is_some() {
             slots.charged(i);

@@ -1,5 +1,6 @@
 //! `concurrency` on the memory store, with the manual clock: holds taken up to the
-//! limit, given back by id, renewed, lapsing at the end of their lease, a truthful
+//! limit, given back by id (a take of a held id is one more hold; a denied take's
+//! release gives back its mark, not a hold), renewed by its own call, lapsing at the end of their lease, a truthful
 //! `retry_after`, the `Hold` guard, bad input refused; and the promise under random
 //! interleavings: never more than the limit live.
 
@@ -53,36 +54,62 @@ async fn holds_are_taken_up_to_the_limit_and_given_back_by_id() {
     );
 }
 
+/// #60: an id a client chose named a hold already held, and the take was admitted as
+/// a renewal whatever the others held: five takes of one id on a limit of 2 were all
+/// admitted. A take of a held id is one more hold now; renewing is its own call.
 #[tokio::test]
-async fn a_held_id_renews_and_never_counts_twice() {
+async fn a_held_id_is_one_more_hold_and_renewing_is_its_own_call() {
     let (limiter, clock) = limiter();
     let (k, l) = (Key::new("tenant:a").unwrap(), holds(2));
+    let takes: Vec<bool> = {
+        let mut out = Vec::new();
+        for _ in 0..5 {
+            out.push(limiter.acquire(&k, &l, b"same", 1).await.unwrap().allowed());
+        }
+        out
+    };
+    assert_eq!(takes, [true, true, false, false, false]);
+    assert_eq!(limiter.peek_holds(&k, &l).await, 2);
+    // Five releases: three give back the marks of the denied takes, two the holds; a
+    // release never gives back more than one take of the id left.
+    for held in [2, 2, 2, 1, 0] {
+        limiter.release(&k, &l, b"same").await.unwrap();
+        assert_eq!(limiter.peek_holds(&k, &l).await, held);
+    }
+
+    // Renewed just before it lapses, a hold outlives its first lease.
     assert!(limiter.acquire(&k, &l, b"long", 1).await.unwrap().allowed());
-    // A retried take of the same id is admitted and takes nothing more.
-    let again = limiter.acquire(&k, &l, b"long", 1).await.unwrap();
-    assert!(again.allowed());
-    assert_eq!(again.remaining, 1);
-    // Renewed just before it lapses, it outlives its first lease.
     clock.advance(LEASE - Duration::from_secs(1));
-    assert!(limiter.acquire(&k, &l, b"long", 1).await.unwrap().allowed());
+    assert!(limiter.renew(&k, &l, b"long", 1).await.unwrap().allowed());
     clock.advance(Duration::from_secs(2));
     assert_eq!(limiter.peek_holds(&k, &l).await, 1);
-    // Full, a held id still renews.
-    assert!(
-        limiter
-            .acquire(&k, &l, b"other", 1)
-            .await
-            .unwrap()
-            .allowed()
-    );
-    assert!(
-        !limiter
-            .acquire(&k, &l, b"third", 1)
-            .await
-            .unwrap()
-            .allowed()
-    );
-    assert!(limiter.acquire(&k, &l, b"long", 1).await.unwrap().allowed());
+    // Full, a held id still renews; a lapsed one is taken again only if it fits.
+    assert!(limiter.acquire(&k, &l, b"other", 1).await.unwrap().allowed());
+    assert!(limiter.renew(&k, &l, b"long", 1).await.unwrap().allowed());
+    assert!(!limiter.renew(&k, &l, b"third", 1).await.unwrap().allowed());
+    assert_eq!(limiter.peek_holds(&k, &l).await, 2);
+}
+
+/// A denied take's release (Envoy sends one at stream end for a request it answered
+/// 429) gives back the denied take's mark, never the hold of another request that
+/// named the same id: in either order.
+#[tokio::test]
+async fn a_denied_takes_release_gives_back_its_mark_not_a_hold() {
+    let (limiter, _) = limiter();
+    let (k, l) = (Key::new("tenant:a").unwrap(), holds(1));
+    // The long request holds; a short one with its id is denied and released.
+    assert!(limiter.acquire(&k, &l, b"x", 1).await.unwrap().allowed());
+    assert!(!limiter.acquire(&k, &l, b"x", 1).await.unwrap().allowed());
+    limiter.release(&k, &l, b"x").await.unwrap();
+    assert_eq!(limiter.peek_holds(&k, &l).await, 1, "the long one still holds");
+    // A request denied while x holds; x done; a take of the denied one's id is
+    // admitted; then the denied one's release comes: it gives back its mark.
+    assert!(!limiter.acquire(&k, &l, b"z", 1).await.unwrap().allowed());
+    limiter.release(&k, &l, b"x").await.unwrap();
+    assert_eq!(limiter.peek_holds(&k, &l).await, 0, "a mark is no hold");
+    assert!(limiter.acquire(&k, &l, b"z", 1).await.unwrap().allowed());
+    limiter.release(&k, &l, b"z").await.unwrap();
+    assert_eq!(limiter.peek_holds(&k, &l).await, 1, "the admitted z still holds");
 }
 
 #[tokio::test]
@@ -216,23 +243,55 @@ impl<S: Store, C: Clock> PeekHolds for Limiter<S, C> {
 enum Op {
     Advance(u64),
     Take { id: u8, cost: u64 },
+    Renew { id: u8, cost: u64 },
     Release { id: u8 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
+    let cost = || prop_oneof![4 => Just(1u64), 1 => 0u64..4];
     prop_oneof![
         2 => (0u64..40_000_000).prop_map(Op::Advance),
-        5 => (0u8..12, prop_oneof![4 => Just(1u64), 1 => 0u64..4])
-            .prop_map(|(id, cost)| Op::Take { id, cost }),
-        2 => (0u8..12).prop_map(|id| Op::Release { id }),
+        5 => (0u8..6, cost()).prop_map(|(id, cost)| Op::Take { id, cost }),
+        1 => (0u8..6, cost()).prop_map(|(id, cost)| Op::Renew { id, cost }),
+        3 => (0u8..6).prop_map(|id| Op::Release { id }),
     ]
 }
 
+/// The model: per id, its holds (slots, lapse µs) and its marks (lapse µs).
+#[derive(Default)]
+struct Model(HashMap<u8, (Vec<(u64, u64)>, Vec<u64>)>);
+
+impl Model {
+    fn live(&self) -> u64 {
+        self.0.values().flat_map(|(h, _)| h).map(|(c, _)| c).sum()
+    }
+
+    fn lapse(&mut self, now: u64) {
+        for (holds, marks) in self.0.values_mut() {
+            holds.retain(|&(_, lapse)| lapse > now);
+            marks.retain(|&lapse| lapse > now);
+        }
+    }
+
+    /// A release: a mark of `id` first (the soonest to lapse), else its hold soonest
+    /// to lapse.
+    fn release(&mut self, id: u8) {
+        let (holds, marks) = self.0.entry(id).or_default();
+        let soonest = |v: &[u64]| (0..v.len()).min_by_key(|&i| v[i]);
+        if let Some(i) = soonest(marks) {
+            marks.remove(i);
+        } else if let Some(i) = soonest(&holds.iter().map(|h| h.1).collect::<Vec<_>>()) {
+            holds.remove(i);
+        }
+    }
+}
+
 proptest! {
-    /// Random takes, renewals, releases and lapses against a model kept from the
-    /// decisions alone (an admitted take holds its slots until it is given back or
-    /// its lease ends): the live slots never exceed the limit, and the store's
-    /// `remaining` agrees with the model at every step.
+    /// Random takes (several of one id), renewals, releases and lapses against a
+    /// model kept from the decisions alone (an admitted take holds its slots until a
+    /// release or its lease ends, a denied one leaves a mark its release gives back):
+    /// the live slots never exceed the limit, and the store's `remaining` agrees with
+    /// the model at every step.
     #[test]
     fn never_more_than_the_limit_live(
         n in 1u64..6,
@@ -245,42 +304,53 @@ proptest! {
             Key::new("tenant").unwrap(),
             Limit::new(Algorithm::Concurrency, n, Duration::from_micros(lease)).unwrap(),
         );
-        // id -> (slots, lapse µs)
-        let mut model: HashMap<u8, (u64, u64)> = HashMap::new();
+        let mut model = Model::default();
         for op in ops {
             let now = clock.now().as_micros();
-            model.retain(|_, (_, lapse)| *lapse > now);
-            let live = |m: &HashMap<u8, (u64, u64)>| m.values().map(|(c, _)| c).sum::<u64>();
+            model.lapse(now);
             match op {
                 Op::Advance(us) => clock.advance(Duration::from_micros(us)),
-                Op::Take { id, cost } => {
+                Op::Take { id, cost } | Op::Renew { id, cost } => {
                     let name = [b'h', id];
-                    let d = rt.block_on(limiter.acquire(&k, &l, &name, cost)).unwrap();
-                    let held = model.contains_key(&id);
-                    if cost == 0 {
+                    let renew = matches!(op, Op::Renew { .. });
+                    let d = if renew {
+                        rt.block_on(limiter.renew(&k, &l, &name, cost)).unwrap()
+                    } else {
+                        rt.block_on(limiter.acquire(&k, &l, &name, cost)).unwrap()
+                    };
+                    let fits = model.live() + cost <= n;
+                    let (holds, marks) = model.0.entry(id).or_default();
+                    let held = holds.iter_mut().min_by_key(|h| h.1);
+                    if renew && held.is_some() {
+                        prop_assert!(d.allowed(), "a held id renews");
+                        let h = held.unwrap();
+                        h.1 = h.1.max(now + lease);
+                    } else if cost == 0 {
                         prop_assert!(d.allowed());
                     } else if cost > n {
                         prop_assert_eq!(d.outcome, Outcome::CostExceedsCapacity);
-                    } else if held {
-                        prop_assert!(d.allowed(), "a held id renews");
-                        model.get_mut(&id).unwrap().1 = now + lease;
+                        if !renew {
+                            marks.push(now + lease);
+                        }
                     } else {
-                        prop_assert_eq!(d.allowed(), live(&model) + cost <= n);
+                        prop_assert_eq!(d.allowed(), fits, "{:?}", op);
                         if d.allowed() {
-                            model.insert(id, (cost, now + lease));
+                            holds.push((cost, now + lease));
+                        } else if !renew {
+                            marks.push(now + lease);
                         }
                     }
                     if d.allowed() {
-                        prop_assert_eq!(d.remaining, n - live(&model));
+                        prop_assert_eq!(d.remaining, n - model.live());
                     }
                 }
                 Op::Release { id } => {
                     let d = rt.block_on(limiter.release(&k, &l, &[b'h', id])).unwrap();
-                    model.remove(&id);
-                    prop_assert_eq!(d.remaining, n - live(&model));
+                    model.release(id);
+                    prop_assert_eq!(d.remaining, n - model.live());
                 }
             }
-            prop_assert!(live(&model) <= n);
+            prop_assert!(model.live() <= n);
         }
     }
 }

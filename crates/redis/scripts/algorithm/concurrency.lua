@@ -5,6 +5,10 @@
 -- At most cap holds live at once. The state is one string: the newest time a charge
 -- saw (a double), then per hold its lapse (a double), its cost (a double), its id's
 -- length (4 bytes) and its id. The member is the hold's id; the window is the lease.
+-- A hold of cost 0 is a mark: a denied take, its release still to come (it takes no
+-- slot; the release gives it back instead of another request's hold of that id).
+-- Marks are kept only by this algorithm: `marks` tells round.lua to charge a denied
+-- take (commit with admitted false).
 
 local function define_concurrency()
   local concurrency = {}
@@ -36,27 +40,45 @@ local function define_concurrency()
     return { newest = s.newest, holds = holds }
   end
 
+  concurrency.marks = true
+  local MAX_MARKS = 64 -- concurrency.rs's MAX_MARKS
+
+  -- When the last hold lapses (marks are not holds).
   local function last_lapse(s)
+    local last = 0
+    for _, h in ipairs(s.holds) do
+      if h[2] > 0 then last = max(last, h[3]) end
+    end
+    return last
+  end
+
+  -- When the last hold or mark lapses: until then the state matters.
+  local function last_entry_lapse(s)
     local last = 0
     for _, h in ipairs(s.holds) do last = max(last, h[3]) end
     return last
   end
 
+  -- The holds and marks live at `now`, in their order.
+  local function kept(s, now)
+    local out = {}
+    for _, h in ipairs(s.holds) do
+      if h[3] > now then out[#out + 1] = h end
+    end
+    return out
+  end
+
   function concurrency.check(r, s, now, cost, id)
     if id == '' then fail('a concurrency hold needs an id') end
     now = max(now, s.newest)
-    local used, held = 0, false
+    local used = 0
     for _, h in ipairs(s.holds) do
-      if h[3] > now then
-        used = used + h[2]
-        if h[1] == id then held = true end
-      end
+      if h[3] > now then used = used + h[2] end
     end
     local last = last_lapse(s)
     if cost == 0 then return allow(r, sub0(r.cap, used), sub0(last, now)) end
     if cost > r.cap then return 2, sub0(r.cap, used), sub0(last, now), 0 end
     local reset = max(last, now + r.window) - now
-    if held then return allow(r, sub0(r.cap, used), reset) end
     if used + cost <= r.cap then return allow(r, r.cap - used - cost, reset) end
     -- When enough live holds lapse, soonest first, for the cost to fit.
     local live = {}
@@ -78,38 +100,73 @@ local function define_concurrency()
     return deny(r, cost, at - now, sub0(r.cap, used), sub0(last, now))
   end
 
-  function concurrency.commit(r, s, now, cost, _, id)
+  -- A take: admitted, one more hold of `id`; denied, a mark of `id` (cost 0) that
+  -- its release gives back. Past MAX_MARKS marks, the soonest to lapse goes.
+  function concurrency.commit(r, s, now, cost, admitted, id)
     if cost == 0 then return end
     now = max(now, s.newest)
-    local lapse, kept, found = now + r.window, {}, false
-    for _, h in ipairs(s.holds) do
-      if h[3] > now then
-        if h[1] == id then
-          h[3] = max(h[3], lapse)
-          found = true
+    local holds = kept(s, now)
+    if not admitted then
+      cost = 0
+      local marks, soonest = 0, nil
+      for i, h in ipairs(holds) do
+        if h[2] == 0 then
+          marks = marks + 1
+          if not soonest or h[3] < holds[soonest][3] then soonest = i end
         end
-        kept[#kept + 1] = h
       end
+      if marks >= MAX_MARKS then table.remove(holds, soonest) end
     end
-    if not found then kept[#kept + 1] = { id, cost, lapse } end
-    s.holds, s.newest = kept, now
+    holds[#holds + 1] = { id, cost, now + r.window }
+    s.holds, s.newest = holds, now
   end
 
-  -- A release: the hold named `id` given back.
+  -- A release: what one take of `id` left, a mark first (the soonest to lapse), else
+  -- the hold of `id` soonest to lapse.
   function concurrency.refund(_, s, now, _, id)
     if id == '' then fail('a concurrency hold needs an id') end
     now = max(now, s.newest)
-    local kept = {}
-    for _, h in ipairs(s.holds) do
-      if h[3] > now and h[1] ~= id then kept[#kept + 1] = h end
+    local holds, at = kept(s, now), nil
+    for i, h in ipairs(holds) do
+      if h[1] == id then
+        if not at then
+          at = i
+        else
+          local a = holds[at]
+          -- (is mark, lapse) smallest: a mark before a hold, then the sooner lapse.
+          local ka, kh = (a[2] > 0) and 1 or 0, (h[2] > 0) and 1 or 0
+          if kh < ka or (kh == ka and h[3] < a[3]) then at = i end
+        end
+      end
     end
-    s.holds, s.newest = kept, now
+    if at then table.remove(holds, at) end
+    s.holds, s.newest = holds, now
+  end
+
+  -- A renewal of the hold `id` names: its lease starts again (the soonest to lapse of
+  -- that id) whatever the others hold; lapsed, it is taken again if it fits. Returns
+  -- the decision as check does.
+  function concurrency.renew(r, s, now, cost, id)
+    if id == '' then fail('a concurrency hold needs an id') end
+    now = max(now, s.newest)
+    s.holds, s.newest = kept(s, now), now
+    local held = nil
+    for _, h in ipairs(s.holds) do
+      if h[2] > 0 and h[1] == id and (not held or h[3] < held[3]) then held = h end
+    end
+    if held then
+      held[3] = max(held[3], now + r.window)
+      return concurrency.check(r, s, now, 0, id)
+    end
+    local o, remaining, reset, retry = concurrency.check(r, s, now, cost, id)
+    if o == 0 and cost > 0 then concurrency.commit(r, s, now, cost, true, id) end
+    return o, remaining, reset, retry
   end
 
   -- A minute (concurrency.rs's LAPSED_KEPT, whatever the lease) after the last hold
   -- lapses: kept that long for its lapsed holds to be counted.
   function concurrency.idle_at(_, s)
-    local last = last_lapse(s)
+    local last = last_entry_lapse(s)
     if last == 0 then return 0 end
     return last + 60000000
   end
@@ -121,7 +178,7 @@ local function define_concurrency()
     if concurrency.idle_at(r, s) <= now then return 0 end
     local n = 0
     for _, h in ipairs(s.holds) do
-      if h[3] <= now then n = n + 1 end
+      if h[3] <= now and h[2] > 0 then n = n + 1 end
     end
     return n
   end

@@ -138,7 +138,7 @@ fn check_equal_with(
             .map(|&(l, k, cost, m, charge)| {
                 let limit = &limits[l];
                 if limit.algorithm().holds() {
-                    // Takes and renewals, and releases (for usage and refunds alike).
+                    // Takes, renewals (for usage) and releases (for refunds).
                     let id = if members[m].is_empty() {
                         b"id"
                     } else {
@@ -146,7 +146,8 @@ fn check_equal_with(
                     };
                     return match charge {
                         Charge::Check => Request::new(&keys[k], limit, cost).with_member(id),
-                        _ => Request::release(&keys[k], limit, id),
+                        Charge::Refund(_) => Request::release(&keys[k], limit, id),
+                        _ => Request::renew(&keys[k], limit, id, cost),
                     };
                 }
                 if limit.algorithm().counts_members() {

@@ -35,6 +35,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/check", post(v1::check))
         .route("/v1/acquire", post(v1::check))
         .route("/v1/release", post(v1::release))
+        .route("/v1/renew", post(v1::renew))
         .route("/v1/reserve", post(v1::reserve))
         .route("/v1/commit", post(v1::commit))
         .route("/json", post(reference::check))
@@ -270,6 +271,7 @@ async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: N
     let api = match parts.uri.path() {
         "/v1/check" | "/v1/acquire" => Some("http"),
         "/v1/release" => Some("release"),
+        "/v1/renew" => Some("renew"),
         "/v1/reserve" => Some("reserve"),
         "/v1/commit" => Some("commit"),
         "/json" => Some("json"),

@@ -233,18 +233,38 @@ pub(super) async fn check(
 /// `POST /v1/release`: `/v1/check`'s body; each descriptor gives back the hold it
 /// names (its concurrency rules', by its last value) and nothing is counted. Answered
 /// as `/v1/check` is, each status a look after the release.
-pub(super) async fn release(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    metrics::request("release");
+pub(super) async fn release(state: State<Arc<AppState>>, body: Bytes) -> Response {
+    on_holds(state, body, "release", |req| CheckRequest {
+        release: true,
+        ..req
+    })
+    .await
+}
+
+/// `POST /v1/renew`: `/v1/check`'s body; each descriptor renews the hold it names
+/// (its concurrency rules', by its last value: the lease starts again) and nothing
+/// else is counted. A take never renews (a take of a held id is one more hold): a
+/// long call renews before its lease ends. Answered as `/v1/check` is: 429 when a
+/// hold had lapsed and its slots were taken meanwhile.
+pub(super) async fn renew(state: State<Arc<AppState>>, body: Bytes) -> Response {
+    on_holds(state, body, "renew", |req| CheckRequest { renew: true, ..req }).await
+}
+
+/// `/v1/release` and `/v1/renew`: `/v1/check`'s body made into `what` by `make`.
+async fn on_holds(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+    what: &'static str,
+    make: impl FnOnce(CheckRequest) -> CheckRequest,
+) -> Response {
+    metrics::request(what);
     let answer = async {
-        let req = CheckRequest {
-            release: true,
-            ..decode(&body)?
-        };
+        let req = make(decode(&body)?);
         state.check(req, state.http_callers).await
     };
     match answer.await {
         Ok(r) => v1_response(&state, &r),
-        Err(e) => invalid(e, "release"),
+        Err(e) => invalid(e, what),
     }
 }
 

@@ -76,6 +76,25 @@ impl Service {
                 // `/v1/release` of a descriptor with no hold to give back: nothing.
                 continue;
             }
+            if req.renew {
+                // `/v1/renew`: the holds its concurrency rules name renewed, nothing
+                // else counted.
+                let Some(m) = domain.resolve(&d.entries) else {
+                    continue;
+                };
+                for rule in m.rules.iter().filter(|r| r.holds()) {
+                    hits.push(Hit {
+                        descriptor: i,
+                        rule: Cow::Borrowed(rule),
+                        key: Some(m.key(rule).map_err(invalid)?),
+                        cost,
+                        usage: cost > 0,
+                        refund: None,
+                        member: last_member(&d.entries),
+                    });
+                }
+                continue;
+            }
             if let Some(o) = d.limit {
                 let mut rule = Rule::reference(o.requests_per_unit, o.unit);
                 if self.options.stop_increment_when_over_limit {

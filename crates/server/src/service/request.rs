@@ -61,6 +61,10 @@ pub struct CheckRequest {
     /// Every descriptor gives back the hold it names (`/v1/release`): its concurrency
     /// rules' holds, by the descriptor's last value; nothing else is counted.
     pub release: bool,
+    /// Every descriptor renews the hold it names (`/v1/renew`): its concurrency rules'
+    /// holds, by the descriptor's last value, start their lease again (one lapsed is
+    /// taken again if it fits); nothing else is counted.
+    pub renew: bool,
 }
 
 /// One descriptor: the path in the policy tree.

@@ -164,6 +164,7 @@ impl Service {
             refund: settlement.refund,
             settle: true,
             release: false,
+            renew: false,
         }
         .validate()?;
         let failed = match self.checked(&req, None).await {

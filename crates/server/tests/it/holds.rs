@@ -53,11 +53,21 @@ async fn two_in_flight_per_tenant_given_back_or_lapsed() {
             body["denied_by"],
             json!({ "descriptor": 0, "rule": "in-flight" })
         );
-        // Another tenant has its own slots; a held id renews.
+        // Another tenant has its own slots. A take naming a held id is one more hold
+        // (#60: it was admitted as a renewal whatever the others held); /v1/renew
+        // renews.
         let (status, _) = s.post("/v1/acquire", &request("other", "r3")).await;
         assert_eq!(status, 200, "{backing:?}");
         let (status, _) = s.post("/v1/acquire", &request("acme", "r1")).await;
-        assert_eq!(status, 200, "{backing:?}: r1 renews");
+        assert_eq!(status, 429, "{backing:?}: r1 again is one more, and full");
+        let (status, body) = s.post("/v1/renew", &request("acme", "r1")).await;
+        assert_eq!(status, 200, "{backing:?}: r1 renews: {body}");
+        // The denied take's release gives back its mark, not r1's hold.
+        let (status, body) = s.post("/v1/release", &request("acme", "r1")).await;
+        assert_eq!(status, 200, "{backing:?}: {body}");
+        assert_eq!(body["descriptors"][0]["remaining"], 0, "{backing:?}: {body}");
+        let (status, body) = s.post("/v1/renew", &request("acme", "r9")).await;
+        assert_eq!(status, 429, "{backing:?}: r9 is not held and does not fit: {body}");
 
         // Given back over HTTP, its slot is free at once.
         let (status, body) = s.post("/v1/release", &request("acme", "r1")).await;
@@ -122,18 +132,22 @@ descriptors:
             let (status, body) = s.post("/v1/release", &request("acme", "r1")).await;
             assert_eq!(status, 200, "{backing:?}: {body}");
         }
-        // The releases counted nothing on the fixed window: five takes (the first,
-        // then renewals) fit it, the sixth does not.
+        // The releases counted nothing on the fixed window: five takes (each given
+        // back before the next) fit it, the sixth does not.
         for n in 1..=5 {
             let (status, body) = s.post("/v1/acquire", &request("acme", "r1")).await;
             assert_eq!(status, 200, "{backing:?}: take {n}: {body}");
+            let (status, body) = s.post("/v1/release", &request("acme", "r1")).await;
+            assert_eq!(status, 200, "{backing:?}: release {n}: {body}");
         }
         let (status, body) = s.post("/v1/acquire", &request("acme", "r1")).await;
         assert_eq!(status, 429, "{backing:?}: {body}");
         assert_eq!(body["denied_by"]["rule"], "per-request", "{body}");
         // The default lease is a minute.
+        let (status, body) = s.post("/v1/acquire", &request("lease", "r1")).await;
+        assert_eq!(status, 200, "{backing:?}: {body}");
         let what = format!("{backing:?}: the default lease, a minute");
-        admitted_after(&s, "acme", "r2", Duration::from_secs(60), &what).await;
+        admitted_after(&s, "lease", "r2", Duration::from_secs(60), &what).await;
     }
 }
 
