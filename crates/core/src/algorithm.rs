@@ -204,6 +204,12 @@ impl Params {
         ))
     }
 
+    /// Whether a denied take bringing `member` leaves a mark (a `concurrency` limit on
+    /// which `member` is held).
+    pub(crate) fn marks_denied(&self, state: &State, now: u64, member: &[u8]) -> bool {
+        dispatch!(self, |p| read(state, |s| p.marks_denied(s, now, member)))
+    }
+
     /// Renews the `concurrency` hold `member` names (see `concurrency::Params::renew`);
     /// `None` for every other algorithm.
     pub(crate) fn renew(
@@ -214,12 +220,7 @@ impl Params {
         member: &[u8],
     ) -> Option<Decision> {
         match self {
-            Params::Concurrency(p) => Some(p.renew(
-                Slot::get_mut(&mut state.0),
-                now,
-                cost,
-                member,
-            )),
+            Params::Concurrency(p) => Some(p.renew(Slot::get_mut(&mut state.0), now, cost, member)),
             _ => None,
         }
     }
@@ -278,7 +279,9 @@ where
 {
     let d = read(state, |s| p.check(s, now, cost, member));
     let admitted = d.allowed();
-    if (admitted && cost == 0) || (!admitted && !charge_denied) {
+    if (admitted && cost == 0)
+        || (!admitted && !charge_denied && !read(state, |s| p.marks_denied(s, now, member)))
+    {
         return (d, None);
     }
     let s = M::State::get_mut(&mut state.0);

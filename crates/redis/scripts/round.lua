@@ -163,8 +163,8 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
     end
   else
     denied = 1
-    if a.marks and cost > 0 then
-      -- A denied take leaves a mark its release gives back (concurrency.lua).
+    if a.marks and cost > 0 and a.marks(r, s, now, member) then
+      -- A denied take of a held id leaves a mark its release gives back.
       a.commit(r, s, now, cost, false, member)
       save(r, key, s, now, margin, absent)
     elseif r.rejected ~= 0 then
@@ -294,9 +294,9 @@ local function round(out, k0, at, n, k)
         scratch[key] = nil -- only the first request of a key carries it over
         dirty[key] = r
       end
-    elseif a.marks and cost > 0 then
-      -- A denied take leaves a mark its release gives back (concurrency.lua); one
-      -- that had room reports the state as it is.
+    elseif a.marks and cost > 0 and a.marks(r, stored[key], now, member) then
+      -- A denied take of a held id leaves a mark its release gives back
+      -- (concurrency.lua); one that had room reports the state as it is.
       a.commit(r, stored[key], now, cost, false, member)
       if decisions[i][1] == 0 then
         local d = { a.check(r, stored[key], now, 0, member) }

@@ -14,12 +14,13 @@
 //!   call ([`renew`](Params::renew)), never a take.
 //! - A release gives back what one take of that id left, and no more: one hold, or the
 //!   *mark* a denied take of that id left. A denied take (by this limit or another of
-//!   its batch) leaves a mark of cost 0 that takes no slot and lapses with a lease; the
-//!   release that follows it (Envoy sends one at stream end for every request, denied
-//!   or not) gives back the mark, not another request's hold. So whatever the order of
-//!   takes and releases of one id, the holds of an id are never fewer than its takes
-//!   admitted and not yet released. At most [`MAX_MARKS`] marks are kept (the soonest
-//!   to lapse goes first past it).
+//!   its batch) of an id that is held leaves a mark of cost 0 that takes no slot and
+//!   lapses with a lease; the release that follows it (Envoy sends one at stream end
+//!   for every request, denied or not) gives back the mark, not the hold of the other
+//!   request that named the id. A denied take of an id not held leaves nothing (its
+//!   release finds nothing to give back), so ids that are unique, as every honest
+//!   caller's are, never cost a mark. At most [`MAX_MARKS`] marks are kept (the
+//!   soonest to lapse goes first past it).
 //! - A hold is live at `now` while `now` is before its lapse: never more than `limit`
 //!   holds are live, on every store, whatever the interleaving (a take is checked
 //!   against the live holds, in the same atomic round that adds it).
@@ -224,6 +225,11 @@ impl Meter for Params {
             limit.saturating_sub(used),
             until(s.last_lapse()),
         )
+    }
+
+    /// A denied take of `id` leaves a mark while `id` is held.
+    fn marks_denied(&self, s: &Holds, now: u64, id: &[u8]) -> bool {
+        s.live(s.at(now)).any(|h| h.cost > 0 && &*h.id == id)
     }
 
     /// A take: `admitted`, one more hold of `id` (another of the same id counts on

@@ -17,6 +17,14 @@ pub(super) trait Meter {
     /// Charges `cost` at `now`: admitted, or (for `count_rejected`) denied.
     fn commit(&self, s: &mut Self::State, now: u64, cost: u64, admitted: bool, member: &[u8]);
 
+    /// Whether a denied take bringing `member` is charged anyway, as a mark (see the
+    /// `concurrency` algorithm: a denied take of an id already held, whose release
+    /// must give back the mark and not the hold). No for every other algorithm.
+    fn marks_denied(&self, s: &Self::State, now: u64, member: &[u8]) -> bool {
+        let _ = (s, now, member);
+        false
+    }
+
     /// Gives back at `now` `cost` units charged at `at` (what a reservation took and
     /// did not use), as far as the state still holds them; `member` names what is
     /// given back where the algorithm keeps it apart (a `concurrency` hold). Only the

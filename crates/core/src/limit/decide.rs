@@ -43,11 +43,29 @@ impl Limit {
             .charge(state, now.as_micros(), cost, true, member);
     }
 
-    /// Charges a denied take of `id` to a `concurrency` limit: a mark that the take's
-    /// release gives back (see the `concurrency` algorithm), no slot.
+    /// Whether a denied take of `id` (of `cost`) leaves a mark on `state`: a
+    /// `concurrency` limit on which `id` is held.
     #[inline]
-    pub fn mark_denied(&self, state: &mut State, now: Timestamp, cost: u64, id: &[u8]) {
+    fn marks_denied(&self, state: &State, now: Timestamp, cost: u64, id: &[u8]) -> bool {
+        cost > 0 && self.params.marks_denied(state, now.as_micros(), id)
+    }
+
+    /// Charges a denied take of `id` to a `concurrency` limit on which `id` is held: a
+    /// mark that the take's release gives back (see the `concurrency` algorithm), no
+    /// slot. Whether it did.
+    #[inline]
+    pub(crate) fn mark_denied(
+        &self,
+        state: &mut State,
+        now: Timestamp,
+        cost: u64,
+        id: &[u8],
+    ) -> bool {
+        if !self.marks_denied(state, now, cost, id) {
+            return false;
+        }
         self.params.charge(state, now.as_micros(), cost, false, id);
+        true
     }
 
     /// Charges a denied `cost` at `now`, for `count_rejected` limits (see the module
@@ -82,8 +100,7 @@ impl Limit {
             now.as_micros(),
             cost,
             member,
-            // A concurrency limit marks a denied take (its release gives the mark back).
-            self.charges_rejected(true) || self.algorithm().holds(),
+            self.charges_rejected(true),
         );
         (d, idle.map(Timestamp::from_micros))
     }
@@ -143,7 +160,7 @@ impl Limit {
 
     /// A usage request at `now`: [`decide_usage`](Limit::decide_usage), or on a
     /// `concurrency` limit (whose usage is a renewal) [`renew`](Limit::renew) of the
-    /// hold `member` names.
+    /// hold `member` names (of 0 slots: a look, as usage of 0 is).
     pub(crate) fn decide_usage_of(
         &self,
         state: &mut State,
@@ -151,7 +168,7 @@ impl Limit {
         cost: u64,
         member: &[u8],
     ) -> (Decision, Option<Timestamp>) {
-        if self.algorithm().holds() {
+        if self.algorithm().holds() && cost > 0 {
             let (decision, idle) = self.renew(state, now, cost, member);
             return (decision, Some(idle));
         }

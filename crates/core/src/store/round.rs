@@ -143,13 +143,18 @@ pub(crate) fn decide(
                 }
                 Some(_) => {}
             },
-            // A denied take of a concurrency limit leaves a mark for its release.
-            Some(_) if r.cost > 0 && r.limit.algorithm().holds() => {
-                r.limit
-                    .mark_denied(slots.get_mut(i), now, r.cost, r.member_bytes());
+            // A denied take of a held id leaves a mark for its release (concurrency).
+            Some(_)
+                if r.limit.algorithm().holds()
+                    && slots.get(i).is_some()
+                    && r.limit
+                        .mark_denied(slots.get_mut(i), now, r.cost, r.member_bytes()) =>
+            {
                 slots.charged(i);
                 if decisions[i].allowed() {
-                    let peek = r.limit.check_member(slots.get_mut(i), now, 0, r.member_bytes());
+                    let peek = r
+                        .limit
+                        .check_member(slots.get_mut(i), now, 0, r.member_bytes());
                     decisions[i] = Decision {
                         outcome: Outcome::Allowed,
                         ..peek

@@ -84,7 +84,13 @@ async fn a_held_id_is_one_more_hold_and_renewing_is_its_own_call() {
     clock.advance(Duration::from_secs(2));
     assert_eq!(limiter.peek_holds(&k, &l).await, 1);
     // Full, a held id still renews; a lapsed one is taken again only if it fits.
-    assert!(limiter.acquire(&k, &l, b"other", 1).await.unwrap().allowed());
+    assert!(
+        limiter
+            .acquire(&k, &l, b"other", 1)
+            .await
+            .unwrap()
+            .allowed()
+    );
     assert!(limiter.renew(&k, &l, b"long", 1).await.unwrap().allowed());
     assert!(!limiter.renew(&k, &l, b"third", 1).await.unwrap().allowed());
     assert_eq!(limiter.peek_holds(&k, &l).await, 2);
@@ -101,15 +107,28 @@ async fn a_denied_takes_release_gives_back_its_mark_not_a_hold() {
     assert!(limiter.acquire(&k, &l, b"x", 1).await.unwrap().allowed());
     assert!(!limiter.acquire(&k, &l, b"x", 1).await.unwrap().allowed());
     limiter.release(&k, &l, b"x").await.unwrap();
-    assert_eq!(limiter.peek_holds(&k, &l).await, 1, "the long one still holds");
-    // A request denied while x holds; x done; a take of the denied one's id is
-    // admitted; then the denied one's release comes: it gives back its mark.
-    assert!(!limiter.acquire(&k, &l, b"z", 1).await.unwrap().allowed());
+    assert_eq!(
+        limiter.peek_holds(&k, &l).await,
+        1,
+        "the long one still holds"
+    );
+    // With room, a second request naming x holds a slot of its own; its release
+    // leaves the long one's.
+    let (k, l) = (Key::new("tenant:b").unwrap(), holds(2));
+    assert!(limiter.acquire(&k, &l, b"x", 1).await.unwrap().allowed());
+    assert!(limiter.acquire(&k, &l, b"x", 1).await.unwrap().allowed());
     limiter.release(&k, &l, b"x").await.unwrap();
-    assert_eq!(limiter.peek_holds(&k, &l).await, 0, "a mark is no hold");
-    assert!(limiter.acquire(&k, &l, b"z", 1).await.unwrap().allowed());
-    limiter.release(&k, &l, b"z").await.unwrap();
-    assert_eq!(limiter.peek_holds(&k, &l).await, 1, "the admitted z still holds");
+    assert_eq!(
+        limiter.peek_holds(&k, &l).await,
+        1,
+        "the long one still holds"
+    );
+    // A denied take of an id nobody holds leaves nothing: unique ids cost no mark.
+    assert!(limiter.acquire(&k, &l, b"y", 1).await.unwrap().allowed());
+    assert!(!limiter.acquire(&k, &l, b"z", 1).await.unwrap().allowed());
+    limiter.release(&k, &l, b"y").await.unwrap();
+    limiter.release(&k, &l, b"x").await.unwrap();
+    assert_eq!(limiter.peek_holds(&k, &l).await, 0);
 }
 
 #[tokio::test]
@@ -257,7 +276,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The model: per id, its holds (slots, lapse µs) and its marks (lapse µs).
+/// The model: per id, its live holds (slots, lapse µs) and its marks (lapse µs).
 #[derive(Default)]
 struct Model(HashMap<u8, (Vec<(u64, u64)>, Vec<u64>)>);
 
@@ -289,7 +308,8 @@ impl Model {
 proptest! {
     /// Random takes (several of one id), renewals, releases and lapses against a
     /// model kept from the decisions alone (an admitted take holds its slots until a
-    /// release or its lease ends, a denied one leaves a mark its release gives back):
+    /// release or its lease ends, a denied one of a held id leaves a mark its release
+    /// gives back):
     /// the live slots never exceed the limit, and the store's `remaining` agrees with
     /// the model at every step.
     #[test]
@@ -321,22 +341,22 @@ proptest! {
                     let fits = model.live() + cost <= n;
                     let (holds, marks) = model.0.entry(id).or_default();
                     let held = holds.iter_mut().min_by_key(|h| h.1);
-                    if renew && held.is_some() {
+                    if renew && cost > 0 && held.is_some() {
                         prop_assert!(d.allowed(), "a held id renews");
                         let h = held.unwrap();
                         h.1 = h.1.max(now + lease);
                     } else if cost == 0 {
                         prop_assert!(d.allowed());
-                    } else if cost > n {
-                        prop_assert_eq!(d.outcome, Outcome::CostExceedsCapacity);
-                        if !renew {
-                            marks.push(now + lease);
-                        }
                     } else {
-                        prop_assert_eq!(d.allowed(), fits, "{:?}", op);
+                        if cost > n {
+                            prop_assert_eq!(d.outcome, Outcome::CostExceedsCapacity);
+                        } else {
+                            prop_assert_eq!(d.allowed(), fits, "{:?}", op);
+                        }
                         if d.allowed() {
                             holds.push((cost, now + lease));
-                        } else if !renew {
+                        } else if !renew && !holds.is_empty() {
+                            // A denied take of a held id leaves a mark.
                             marks.push(now + lease);
                         }
                     }

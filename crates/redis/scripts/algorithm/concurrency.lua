@@ -7,8 +7,8 @@
 -- length (4 bytes) and its id. The member is the hold's id; the window is the lease.
 -- A hold of cost 0 is a mark: a denied take, its release still to come (it takes no
 -- slot; the release gives it back instead of another request's hold of that id).
--- Marks are kept only by this algorithm: `marks` tells round.lua to charge a denied
--- take (commit with admitted false).
+-- Only a denied take of an id that is held leaves a mark (`marks`: round.lua then
+-- charges it, commit with admitted false); unique ids never cost one.
 
 local function define_concurrency()
   local concurrency = {}
@@ -40,7 +40,14 @@ local function define_concurrency()
     return { newest = s.newest, holds = holds }
   end
 
-  concurrency.marks = true
+  -- Whether a denied take of `id` leaves a mark: `id` is held.
+  function concurrency.marks(_, s, now, id)
+    now = max(now, s.newest)
+    for _, h in ipairs(s.holds) do
+      if h[3] > now and h[2] > 0 and h[1] == id then return true end
+    end
+    return false
+  end
   local MAX_MARKS = 64 -- concurrency.rs's MAX_MARKS
 
   -- When the last hold lapses (marks are not holds).

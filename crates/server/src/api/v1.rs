@@ -247,7 +247,11 @@ pub(super) async fn release(state: State<Arc<AppState>>, body: Bytes) -> Respons
 /// long call renews before its lease ends. Answered as `/v1/check` is: 429 when a
 /// hold had lapsed and its slots were taken meanwhile.
 pub(super) async fn renew(state: State<Arc<AppState>>, body: Bytes) -> Response {
-    on_holds(state, body, "renew", |req| CheckRequest { renew: true, ..req }).await
+    on_holds(state, body, "renew", |req| CheckRequest {
+        renew: true,
+        ..req
+    })
+    .await
 }
 
 /// `/v1/release` and `/v1/renew`: `/v1/check`'s body made into `what` by `make`.

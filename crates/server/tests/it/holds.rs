@@ -65,9 +65,15 @@ async fn two_in_flight_per_tenant_given_back_or_lapsed() {
         // The denied take's release gives back its mark, not r1's hold.
         let (status, body) = s.post("/v1/release", &request("acme", "r1")).await;
         assert_eq!(status, 200, "{backing:?}: {body}");
-        assert_eq!(body["descriptors"][0]["remaining"], 0, "{backing:?}: {body}");
+        assert_eq!(
+            body["descriptors"][0]["remaining"], 0,
+            "{backing:?}: {body}"
+        );
         let (status, body) = s.post("/v1/renew", &request("acme", "r9")).await;
-        assert_eq!(status, 429, "{backing:?}: r9 is not held and does not fit: {body}");
+        assert_eq!(
+            status, 429,
+            "{backing:?}: r9 is not held and does not fit: {body}"
+        );
 
         // Given back over HTTP, its slot is free at once.
         let (status, body) = s.post("/v1/release", &request("acme", "r1")).await;
