@@ -115,6 +115,13 @@ pub fn released(domain: &Arc<str>, rule: &Rule) {
         .increment(1);
 }
 
+/// A check that may have taken holds gave them back: `cancelled` (its call was
+/// dropped during the store call: the caller went away or its deadline passed) or
+/// `store_failed` (a timed-out take may have committed).
+pub fn takes_given_back(reason: &'static str) {
+    counter!("spillway_takes_given_back_total", "reason" => reason).increment(1);
+}
+
 /// `holds` of a `concurrency` rule were found lapsed: their holders never gave them
 /// back.
 pub fn lapsed(domain: &Arc<str>, rule: &Rule, holds: u64) {

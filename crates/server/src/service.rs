@@ -30,6 +30,7 @@ use crate::top::{RuleTop, TopKeys};
 pub use explain::{
     DeniedBy, DescriptorExplanation, Explanation, LimitExplanation, LimitState, PathStep,
 };
+pub(crate) use matched::RELEASE_ENTRY;
 pub use request::CheckError;
 use request::{CheckResponse, Code, Status, Valid};
 
@@ -351,6 +352,20 @@ impl Service {
         };
         let answer = self.answer(req, domain.shared_name(), &check, &decided);
         Ok((answer, checked))
+    }
+
+    /// Whether a descriptor of `req` reaches a `concurrency` rule: whether deciding it
+    /// may take holds.
+    pub(crate) fn takes_holds(&self, req: &Valid) -> bool {
+        let policies = self.policies.load();
+        let Some(domain) = policies.domain(&req.domain) else {
+            return false;
+        };
+        req.descriptors.iter().any(|d| {
+            domain
+                .resolve(&d.entries)
+                .is_some_and(|m| m.rules.iter().any(Rule::holds))
+        })
     }
 
     fn is_quota(&self, rule: &Rule) -> bool {

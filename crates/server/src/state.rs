@@ -6,8 +6,91 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::config::{Callers, Headers};
-use crate::service::request::{CheckRequest, CheckResponse, Code};
+use crate::service::request::{CheckRequest, CheckResponse, Code, Valid};
 use crate::service::{CheckError, Service};
+
+/// The holds a check may have taken, given back when it is dropped armed: the same
+/// request as a release (`/v1/release`: each descriptor gives back the hold it names,
+/// nothing else is counted), sent on a task of its own. A release of a hold the call
+/// never took finds nothing to give back (or the mark its denial left).
+struct GiveBack<'a> {
+    armed: Option<(&'a Arc<Service>, &'a Valid)>,
+    /// Why, for `spillway_takes_given_back_total`: `cancelled` unless the store failed.
+    reason: &'static str,
+}
+
+impl<'a> GiveBack<'a> {
+    /// Armed for a request that may take holds: not for one that gives them back or
+    /// renews them, or charges usage.
+    fn arm(service: &'a Arc<Service>, req: &'a Valid) -> GiveBack<'a> {
+        let takes = !(req.release || req.renew || req.usage);
+        GiveBack {
+            armed: takes.then_some((service, req)),
+            reason: "cancelled",
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        let Some((service, req)) = self.armed.take() else {
+            return;
+        };
+        // Not a descriptor that is itself a release (Envoy's stream-done one).
+        let descriptors: Vec<_> = req
+            .descriptors
+            .iter()
+            .filter(|d| {
+                d.entries
+                    .first()
+                    .is_none_or(|(k, _)| k != crate::service::RELEASE_ENTRY)
+            })
+            .cloned()
+            .collect();
+        if descriptors.is_empty() || !service.takes_holds(req) {
+            return;
+        }
+        let release = CheckRequest {
+            release: true,
+            descriptors,
+            ..CheckRequest::clone(req)
+        }
+        .validate();
+        let (Ok(release), Ok(runtime)) = (release, tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        crate::metrics::takes_given_back(self.reason);
+        let service = Arc::clone(service);
+        runtime.spawn(give_back(service, release));
+    }
+}
+
+/// The most give-backs trying at once: past it, a take's hold lapses with its lease
+/// (a store down for long makes many, and each tries for a minute).
+const MAX_GIVING_BACK: usize = 4096;
+
+/// Sends `release`; one the store did not answer (it failed, or its breaker was
+/// open) is tried again a second later, for up to a minute (the default lease: a hold
+/// lapses by then anyway).
+async fn give_back(service: Arc<Service>, release: Valid) {
+    static GIVING_BACK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    if GIVING_BACK.fetch_add(1, Ordering::Relaxed) >= MAX_GIVING_BACK {
+        GIVING_BACK.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    for _ in 0..60 {
+        match service.checked(&release, None).await {
+            Ok((_, checked)) if !checked.degraded => break,
+            Err(CheckError::Invalid(_)) => break,
+            _ => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+    GIVING_BACK.fetch_sub(1, Ordering::Relaxed);
+}
 
 /// What every endpoint shares.
 #[derive(Debug)]
@@ -65,7 +148,20 @@ impl AppState {
     ) -> Result<CheckResponse, CheckError> {
         let req = req.admit(callers)?;
         crate::otel::domain(&tracing::Span::current(), &req.domain);
-        let answer = self.service.check(&req).await?;
+        // Armed before the store call: a call cancelled during it (Envoy resets the
+        // stream when its client goes away, or its timeout passes) gives back what it
+        // may have taken, as does one the store failed (a timed-out take may have
+        // committed). Disarmed once the store has answered.
+        let mut taking = GiveBack::arm(&self.service, &req);
+        let answer = self.service.checked(&req, None).await;
+        match &answer {
+            Ok((_, checked)) if !checked.degraded => taking.disarm(),
+            Err(CheckError::Invalid(_)) => taking.disarm(),
+            // The store failed (the rules' failure policy answered): given back now.
+            _ => taking.reason = "store_failed",
+        }
+        drop(taking);
+        let (answer, _) = answer?;
         self.service.shadow(req, answer.overall == Code::Ok);
         Ok(answer)
     }

@@ -276,9 +276,12 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The model: per id, its live holds (slots, lapse µs) and its marks (lapse µs).
+/// One id's live holds (slots, lapse µs) and marks (lapse µs).
+type OfId = (Vec<(u64, u64)>, Vec<u64>);
+
+/// The model: per id, its holds and marks.
 #[derive(Default)]
-struct Model(HashMap<u8, (Vec<(u64, u64)>, Vec<u64>)>);
+struct Model(HashMap<u8, OfId>);
 
 impl Model {
     fn live(&self) -> u64 {

@@ -14,6 +14,8 @@ use super::{Api, Case};
 /// [`Policy::yaml`](crate::Policy::yaml)).
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
+    // Requests that must be decided however odd, added after the refused ones.
+    let mut decided_too = Vec::new();
     let mut check = |class: &str, body: serde_json::Value| {
         cases.push(refused(class, Api::Check, body.to_string().as_bytes()))
     };
@@ -54,7 +56,7 @@ pub fn cases() -> Vec<Case> {
         json!({ "domain": domain, "descriptors": [{ "entries": [{ "key": "" }] }] }),
     );
     // Decided, not refused: Envoy under `failure_mode_deny: false` admits a refused call.
-    cases.push(decided(
+    decided_too.push(decided(
         "value of 2,000 bytes (decided: a digest in its key)",
         Api::Check,
         json!({ "domain": domain, "descriptors": one(&"v".repeat(2000)) })
@@ -198,12 +200,12 @@ pub fn cases() -> Vec<Case> {
             ..Default::default()
         }]),
     );
-    cases.push(decided(
+    decided_too.push(decided(
         "value of 2,000 bytes (decided: a digest in its key)",
         Api::Grpc,
         &request(vec![descriptor(&"v".repeat(2000))]).encode_to_vec(),
     ));
-    cases.push(decided(
+    decided_too.push(decided(
         "value of 60 KiB, Envoy's header bound (decided)",
         Api::Grpc,
         &request(vec![descriptor(&"v".repeat(60 << 10))]).encode_to_vec(),
@@ -236,6 +238,7 @@ pub fn cases() -> Vec<Case> {
         &[0x0a, 0x7f, b'a'],
     ));
     cases.push(control(Api::Grpc, grpc_request("control")));
+    cases.extend(decided_too);
     cases
 }
 

@@ -80,6 +80,13 @@ pub static METRICS: &[Metric] = &[
         "—",
     ),
     metric(
+        "spillway_takes_given_back_total",
+        "counter",
+        "`reason`: `cancelled`, `store_failed`",
+        "checks taking holds of a `concurrency` rule that the service gave back on its own: `cancelled`, the call was dropped before the store answered (Envoy reset the stream when its client went away, or a deadline passed); `store_failed`, the store did not answer (a timed-out take may have committed). Given back as `/v1/release` would",
+        "—",
+    ),
+    metric(
         "spillway_holds_lapsed_total",
         "counter",
         "as `rule` below",

@@ -1,5 +1,6 @@
 mod admin;
 mod callers;
+mod cancel;
 mod candidate;
 mod distinct;
 mod explain;
