@@ -18,6 +18,11 @@ impl Holding {
     pub(crate) fn new(release: impl FnOnce() + Send + Sync + 'static) -> Holding {
         Holding(Some(Box::new(release)))
     }
+
+    /// Drops it without giving anything back: nothing was taken.
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
 }
 
 /// Gives `holding` back once `frame` says its body is over: its last frame was read

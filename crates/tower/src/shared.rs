@@ -79,44 +79,58 @@ pub(crate) struct Reserved {
     at: Option<Timestamp>,
 }
 
+/// Whether the store charged a request's limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Charge {
+    /// Admitted and answered by the store: every limit charged.
+    Charged,
+    /// Not charged: denied, refused, or decided without a store call.
+    No,
+    /// The store was called and did not answer (a timeout, an error): it may have
+    /// charged.
+    Unknown,
+}
+
 impl<St: Store + 'static, C: Clock + 'static> Shared<St, C> {
-    /// The verdict, and the holds an admitted request took.
+    /// The verdict, and the holds an admitted request took. The holds are armed
+    /// before the store call: a request dropped during it (its client gone) or one
+    /// the store did not answer (a timed-out take may have committed) gives back what
+    /// it may have taken.
     pub async fn decide(self: &Arc<Self>, parts: &Parts) -> (Verdict, Option<Holding>) {
         let id = self.holds.then(spillway_core::new_hold_id);
-        let (verdict, charged, keys) = self.decide_charged(parts, id.as_deref()).await;
-        (verdict, self.holding(keys, id, charged))
+        let armed = self.arm(parts, id.as_deref());
+        let (verdict, charge, _) = self.decide_charged(parts, id.as_deref()).await;
+        (verdict, kept(armed, charge))
     }
 
     /// A metered request's verdict, what it reserved for [`settle`](Self::settle), and
-    /// the holds it took.
+    /// the holds it took (armed before the store call, as [`decide`](Self::decide)'s).
     pub async fn reserve(self: &Arc<Self>, parts: &Parts) -> (Verdict, Reserved, Option<Holding>) {
         let at = self.clock.now();
         let id = self.holds.then(spillway_core::new_hold_id);
-        let (verdict, charged, keys) = self.decide_charged(parts, id.as_deref()).await;
+        let armed = self.arm(parts, id.as_deref());
+        let (verdict, charge, keys) = self.decide_charged(parts, id.as_deref()).await;
         // The keys the decision was made on; a lone rule's was not kept.
         let key = |i: usize| keys.get(i).cloned().or_else(|| self.key(i, parts).ok());
         let metered = (self.rules.iter().enumerate())
             .filter(|(_, rule)| rule.actual.is_some())
             .filter_map(|(i, rule)| Some((i, key(i)?, self.cost_of(rule, parts))))
             .collect();
-        let holding = self.holding(keys, id, charged);
-        let at = charged.then_some(at);
-        (verdict, Reserved { metered, at }, holding)
+        let at = (charge == Charge::Charged).then_some(at);
+        (verdict, Reserved { metered, at }, kept(armed, charge))
     }
 
-    /// The holds named `id` that a request charged (admitted, answered by the store)
-    /// took on `keys` (every rule's, in order): given back when the [`Holding`] is
-    /// dropped.
-    fn holding(
-        self: &Arc<Self>,
-        keys: Vec<Key>,
-        id: Option<Box<[u8]>>,
-        charged: bool,
-    ) -> Option<Holding> {
-        let id = id.filter(|_| charged)?;
-        let held: Vec<(usize, Key)> = (keys.into_iter().enumerate())
-            .filter(|(i, _)| self.rules[*i].limit.algorithm().holds())
-            .collect();
+    /// The holds named `id` a request is about to take, given back when the
+    /// [`Holding`] is dropped: `None` without an id, or when a rule's key is missing
+    /// (the request is refused before any store call).
+    fn arm(self: &Arc<Self>, parts: &Parts, id: Option<&[u8]>) -> Option<Holding> {
+        let id: Box<[u8]> = id?.into();
+        let mut held: Vec<(usize, Key)> = Vec::new();
+        for (i, rule) in self.rules.iter().enumerate() {
+            if rule.limit.algorithm().holds() {
+                held.push((i, self.key(i, parts).ok()?));
+            }
+        }
         let shared = Arc::clone(self);
         Some(Holding::new(move || {
             let local = shared.store.store().is_local();
@@ -124,10 +138,29 @@ impl<St: Store + 'static, C: Clock + 'static> Shared<St, C> {
                 let releases: Vec<Request<'_>> = (held.iter())
                     .map(|(i, key)| Request::release(key, &shared.rules[*i].limit, &id))
                     .collect();
-                // A release that fails leaves the holds to their lease.
-                let _ = Store::check(&shared.store, &releases, shared.clock.now()).await;
+                // Past the breaker: a take the store may have charged is given back
+                // even while the breaker is open (takes are not sent then, so none
+                // come here). A release that fails leaves the holds to their lease.
+                let _ = Store::check(shared.store.store(), &releases, shared.clock.now()).await;
             });
         }))
+    }
+}
+
+/// What becomes of the holds `armed` before a store call that `charge`d: kept by an
+/// admitted request (for its response to give back), given back now when the store
+/// may have charged them without saying so, and forgotten when nothing was taken.
+fn kept(armed: Option<Holding>, charge: Charge) -> Option<Holding> {
+    match charge {
+        Charge::Charged => armed,
+        Charge::Unknown => {
+            drop(armed);
+            None
+        }
+        Charge::No => {
+            armed.map(Holding::disarm);
+            None
+        }
     }
 }
 
@@ -164,7 +197,11 @@ impl<St: Store, C: Clock> Shared<St, C> {
     /// every rule's key, in order (none when a lone rule was decided without a vector,
     /// or the request was refused first). `id` names the holds the request takes of
     /// `concurrency` limits.
-    async fn decide_charged(&self, parts: &Parts, id: Option<&[u8]>) -> (Verdict, bool, Vec<Key>) {
+    async fn decide_charged(
+        &self,
+        parts: &Parts,
+        id: Option<&[u8]>,
+    ) -> (Verdict, Charge, Vec<Key>) {
         // One rule without a member (most layers): no vector at all, one allocation
         // (the key).
         if let [rule] = &self.rules[..]
@@ -173,7 +210,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
         {
             let key = match self.key(0, parts) {
                 Ok(key) => key,
-                Err(missing) => return (missing, false, Vec::new()),
+                Err(missing) => return (missing, Charge::No, Vec::new()),
             };
             let request = Request::new(&key, &rule.limit, self.cost_of(rule, parts));
             let (verdict, charged) = self.decide_requests(std::slice::from_ref(&request)).await;
@@ -183,7 +220,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
         for i in 0..self.rules.len() {
             match self.key(i, parts) {
                 Ok(key) => keys.push(key),
-                Err(missing) => return (missing, false, Vec::new()),
+                Err(missing) => return (missing, Charge::No, Vec::new()),
             }
         }
         let mut members = Vec::with_capacity(self.rules.len());
@@ -197,7 +234,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 continue;
             };
             let Some(mut member) = source.extract(parts) else {
-                return (missing(rule, source), false, Vec::new());
+                return (missing(rule, source), Charge::No, Vec::new());
             };
             let mut end = member.len().min(MAX_MEMBER);
             while !member.is_char_boundary(end) {
@@ -295,25 +332,38 @@ impl<St: Store, C: Clock> Shared<St, C> {
         }
     }
 
-    async fn decide_requests(&self, requests: &[Request<'_>]) -> (Verdict, bool) {
+    async fn decide_requests(&self, requests: &[Request<'_>]) -> (Verdict, Charge) {
         let now = self.clock.now();
         let result = self.store.decide(requests, &self.guards, now).await;
         spillway_core::report(result.as_ref(), self);
         let answer = match result {
             Ok(answer) => answer,
-            Err(Unanswered::Unavailable(_)) => {
+            Err(Unanswered::Unavailable(failure)) => {
                 let refusal = Refusal::Reject(Rejection::Unavailable, Headers::default());
-                return (Verdict::Refuse(refusal), false);
+                return (Verdict::Refuse(refusal), unknown_if_called(&failure));
             }
-            Err(Unanswered::Invalid(e)) => return (invalid(&e), false),
+            Err(Unanswered::Invalid(e)) => return (invalid(&e), Charge::No),
         };
-        let charged = answer.failure.is_none() && answer.batch.denied_by.is_none();
+        let charged = match &answer.failure {
+            Some(failure) => unknown_if_called(failure),
+            None if answer.batch.denied_by.is_none() => Charge::Charged,
+            None => Charge::No,
+        };
         // Admitted without a store: no limit was counted, so no headers.
         if answer.failure.is_some() && answer.sources.iter().all(|s| *s == Source::Open) {
-            return (Verdict::Allow(Headers::default()), false);
+            return (Verdict::Allow(Headers::default()), charged);
         }
         let verdict = self.verdict(&answer.batch.decisions, answer.batch.denied_by);
         (verdict, charged)
+    }
+}
+
+/// A store call that failed may have charged (a timeout after the script ran); one
+/// the breaker kept from the store did not.
+fn unknown_if_called(failure: &StoreFailure) -> Charge {
+    match failure {
+        StoreFailure::BreakerOpen => Charge::No,
+        _ => Charge::Unknown,
     }
 }
 

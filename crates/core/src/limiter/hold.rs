@@ -55,25 +55,33 @@ impl<S: Store, C: Clock> Limiter<S, C> {
 impl<S: Store + Clone + 'static, C: Clock + Clone + 'static> Limiter<S, C> {
     /// Takes `holds` slots of `key`'s `concurrency` limit under a new id, and returns
     /// the decision and, when admitted, the [`Hold`] that gives them back when it is
-    /// dropped (or by [`Hold::release`], awaited).
+    /// dropped (or by [`Hold::release`], awaited). The hold is armed before the store
+    /// call: a future dropped during it, or a call the store did not answer (a
+    /// timed-out take may have committed), gives back what it may have taken.
     pub async fn hold(
         &self,
         key: &Key,
         limit: &Limit,
         holds: u64,
     ) -> Result<(Decision, Option<Hold<S, C>>), Error> {
-        let id = new_id();
-        let decision = self.acquire(key, limit, &id, holds).await?;
-        let hold = decision.allowed().then(|| Hold {
+        let mut hold = Hold {
             held: Some(Held {
                 limiter: self.clone(),
                 key: key.clone(),
                 limit: limit.clone(),
-                id,
+                id: new_id(),
                 holds,
             }),
-        });
-        Ok((decision, hold))
+        };
+        let h = hold.held();
+        // An error drops `hold`: given back, in case the store took it.
+        let decision = self.acquire(key, limit, &h.id, holds).await?;
+        if !decision.allowed() {
+            // Denied: nothing taken (a new id leaves no mark).
+            hold.held = None;
+            return Ok((decision, None));
+        }
+        Ok((decision, Some(hold)))
     }
 }
 

@@ -108,7 +108,10 @@ async fn a_take_cancelled_during_the_store_call_gives_its_hold_back() {
     for n in 0..20 {
         let call = grpc.should_rate_limit(take(&format!("reset-{n}")));
         let gave_up = tokio::time::timeout(Duration::from_millis(100), call).await;
-        assert!(gave_up.is_err(), "call {n} answered within 100 ms");
+        assert!(
+            gave_up.is_err(),
+            "call {n} answered within 100 ms: {gave_up:?}"
+        );
     }
     proxy.set(ProxyMode::Pass);
     // Every take reached Redis (and was charged, up to the limit); every one was

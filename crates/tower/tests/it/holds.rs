@@ -168,6 +168,113 @@ async fn a_slot_is_held_while_the_body_streams_on_redis() {
     held_while_the_body_streams(store, false).await;
 }
 
+/// An app whose layer holds one of `acme`'s 3 slots per request, on Redis reached at
+/// `redis` (a connection of its own) under `prefix`, its store calls timing out at
+/// 300 ms, on a manual clock that stands still (a free slot was given back, not
+/// lapsed).
+async fn on_redis_at(redis: std::net::SocketAddr, prefix: &str) -> Router {
+    let store = RedisStore::builder(format!("redis://{redis}"))
+        .prefix(prefix)
+        .time_source(TimeSource::Caller)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    let holds = Limit::new(Algorithm::Concurrency, 3, Duration::from_secs(30)).unwrap();
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/never", get(std::future::pending::<&'static str>))
+        .layer(
+            RateLimitLayer::builder(store)
+                .clock(support::clock())
+                .timeout(Duration::from_millis(300))
+                .limit(Rule::new(
+                    "in-flight",
+                    holds,
+                    KeyExtractor::header("x-tenant"),
+                ))
+                .build()
+                .unwrap(),
+        )
+}
+
+/// Waits (at most 20 s) until three requests of `acme` hold a slot at once on `app`
+/// (each waits in a service that never answers, and is dropped after 500 ms).
+async fn until_three_fit(app: &Router) {
+    let start = std::time::Instant::now();
+    loop {
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let r = tokio::time::timeout(Duration::from_millis(500), call(app, "/never")).await;
+            held.push(r.is_err());
+        }
+        if held == [true, true, true] {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "slots still held: {held:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// #60: the guard that gives a hold back was made only after the store call returned:
+/// a request dropped during it (its client gone) left its hold to the lease. Redis
+/// behind a proxy that delays it a second, so the take is on its way when the request
+/// is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_dropped_during_the_store_call_gives_its_slot_back() {
+    use spillway_testkit::proxy::{Proxy, ProxyMode};
+    let redis = standalone_url()
+        .trim_start_matches("redis://")
+        .parse()
+        .unwrap();
+    let proxy = Proxy::start(redis).await;
+    let app = on_redis_at(proxy.addr(), &unique_prefix("tower-dropped")).await;
+    proxy.set(ProxyMode::Delay(Duration::from_secs(1)));
+    for _ in 0..3 {
+        let dropped = tokio::time::timeout(Duration::from_millis(100), call(&app, "/")).await;
+        assert!(dropped.is_err(), "answered within 100 ms");
+    }
+    proxy.set(ProxyMode::Pass);
+    until_three_fit(&app).await;
+}
+
+/// #60, as above for a store call the layer timed out (300 ms) after its take was
+/// sent: the take commits a second later, and the layer (its failure policy `open`
+/// let the request through) gives it back. Three app instances, each a connection
+/// of its own, so each take is sent at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_the_store_timed_out_on_gives_its_slot_back() {
+    use spillway_testkit::proxy::{Proxy, ProxyMode};
+    let redis = standalone_url()
+        .trim_start_matches("redis://")
+        .parse()
+        .unwrap();
+    let proxy = Proxy::start(redis).await;
+    let prefix = unique_prefix("tower-timed-out");
+    let mut apps = Vec::new();
+    for _ in 0..3 {
+        let app = on_redis_at(proxy.addr(), &prefix).await;
+        // Connected, its script loaded: the take below is the only command sent.
+        assert_eq!(call(&app, "/").await.status(), 200);
+        apps.push(app);
+    }
+    until_three_fit(&apps[0]).await;
+    proxy.set(ProxyMode::Delay(Duration::from_secs(1)));
+    let (a, b, c) = tokio::join!(
+        call(&apps[0], "/"),
+        call(&apps[1], "/"),
+        call(&apps[2], "/")
+    );
+    for answer in [a, b, c] {
+        assert_eq!(answer.status(), 200, "the failure policy is open");
+    }
+    proxy.set(ProxyMode::Pass);
+    until_three_fit(&apps[0]).await;
+}
+
 #[test]
 fn a_concurrency_rule_takes_no_member_and_cannot_be_metered() {
     let holds = Limit::new(Algorithm::Concurrency, 3, Duration::from_secs(30)).unwrap();
