@@ -158,7 +158,9 @@ fn kept(armed: Option<Holding>, charge: Charge) -> Option<Holding> {
             None
         }
         Charge::No => {
-            armed.map(Holding::disarm);
+            if let Some(armed) = armed {
+                armed.disarm();
+            }
             None
         }
     }
