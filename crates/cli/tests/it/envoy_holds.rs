@@ -4,6 +4,11 @@
 //! with `apply_on_stream_done` and a `release` entry first gives it back when the
 //! stream ends, also when the client goes away mid-response. The upstream answers
 //! slowly and records how many requests of each tenant it serves at once.
+//!
+//! And what a client can try (#60): one `x-request-id` sent by every client, with
+//! Envoy's default connection manager (the client's id reaches Spillway) and with the
+//! recipe's (`use_remote_address`: Envoy makes every id); a short request naming a
+//! long one's id; requests reset while their take is on its way to the store.
 
 use crate::support;
 
@@ -29,7 +34,8 @@ descriptors:
 
 /// The example's Envoy with the two descriptors of docs/envoy.md's recipe, a timeout
 /// that a loaded test machine does not reach, and `failure_mode_deny` (a take whose
-/// answer Envoy never saw must not let the request through unheld).
+/// answer Envoy never saw must not let the request through unheld). Its connection
+/// manager keeps a client's `x-request-id` (Envoy's default).
 fn config() -> String {
     let rate_limits = "                      rate_limits:
                         - actions:
@@ -52,6 +58,17 @@ fn config() -> String {
         .replace("timeout: 0.02s", "timeout: 2s")
         .replace("failure_mode_deny: false", "failure_mode_deny: true");
     assert!(config.contains("apply_on_stream_done") && config.contains("timeout: 2s"));
+    config
+}
+
+/// [`config`] with the recipe's connection manager: every request an edge request,
+/// its `x-request-id` Envoy's own (a client's is replaced).
+fn recipe() -> String {
+    let config = config().replace(
+        "                stat_prefix: ingress\n",
+        "                stat_prefix: ingress\n                use_remote_address: true\n                preserve_external_request_id: false\n",
+    );
+    assert!(config.contains("use_remote_address: true"));
     config
 }
 
@@ -121,9 +138,14 @@ fn slow_upstream() -> (u16, Arc<Serving>) {
 /// Spillway on the policy behind Envoy, in front of the slow upstream: Spillway's
 /// HTTP port, Envoy's, and what the upstream counts.
 fn behind_envoy(procs: &mut Procs) -> (u16, u16, Arc<Serving>) {
+    behind(procs, &config())
+}
+
+/// [`behind_envoy`] with Envoy on `config`.
+fn behind(procs: &mut Procs, config: &str) -> (u16, u16, Arc<Serving>) {
     let (grpc, http) = spillway(procs, POLICY);
     let (app, serving) = slow_upstream();
-    (http, envoy(procs, &config(), grpc, app), serving)
+    (http, envoy(procs, config, grpc, app), serving)
 }
 
 /// The holds of `tenant` in use, as Spillway reports a look (cost 0).
@@ -226,4 +248,141 @@ fn a_client_that_disconnects_mid_response_frees_its_slot_at_stream_done() {
     let freed_in = until_in_use(http, "slow", 2);
     assert!(freed_in < Duration::from_secs(10), "freed in {freed_in:?}");
     assert_eq!(get(port, "/", &[("x-tenant", "slow")]).0, 200);
+}
+
+/// #60: every client sent one fixed `x-request-id`, and a take of a held id was
+/// admitted as a renewal: 8 clients at once were all served against a limit of 3.
+/// Now, with Envoy's default connection manager (the client's id reaches Spillway) and
+/// with the recipe's (Envoy's own ids), 10 clients at once sending one id never have
+/// more than 3 served at once, and every hold is back at the end.
+#[test]
+fn ten_clients_sending_one_request_id_are_served_three_at_a_time() {
+    for (what, config) in [("default", config()), ("recipe", recipe())] {
+        let mut procs = Procs(Vec::new());
+        let (http, port, serving) = behind(&mut procs, &config);
+        let clients: Vec<_> = (0..10)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    (0..4)
+                        .map(|_| {
+                            let headers = [("x-tenant", "fixed"), ("x-request-id", "same-id")];
+                            get(port, "/", &headers).0
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let statuses: Vec<u16> = clients
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect();
+        let ok = statuses.iter().filter(|&&s| s == 200).count();
+        assert!(
+            statuses.iter().all(|&s| s == 200 || s == 429),
+            "{what}: {statuses:?}"
+        );
+        assert!(
+            serving.most("fixed") <= 3,
+            "{what}: the upstream served {} at once",
+            serving.most("fixed")
+        );
+        assert!(ok >= 3, "{what}: {ok} served");
+        until_in_use(http, "fixed", 0);
+    }
+}
+
+/// A short request naming a long request's id does not free the long one's slot:
+/// admitted, it holds a slot of its own and gives back one; denied (full), its
+/// stream-done call gives back the mark its denial left, not the long one's hold.
+/// Envoy's default connection manager: the client's ids reach Spillway.
+#[test]
+fn a_short_request_with_a_long_ones_id_does_not_free_its_slot() {
+    let mut procs = Procs(Vec::new());
+    let (http, port, serving) = behind_envoy(&mut procs);
+    let long = |id: &str| {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let request = format!(
+            "GET / HTTP/1.1\r\nhost: app\r\nx-tenant: t\r\nx-request-id: {id}\r\n\
+             x-delay-ms: 30000\r\n\r\n"
+        );
+        s.write_all(request.as_bytes()).unwrap();
+        s
+    };
+    let short = |id: &str| get(port, "/", &[("x-tenant", "t"), ("x-request-id", id)]).0;
+    let _l = long("L");
+    until_in_use(http, "t", 1);
+    assert_eq!(short("L"), 200, "room: admitted, a slot of its own");
+    until_in_use(http, "t", 1);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(in_use(http, "t"), 1, "the long one still holds its slot");
+    let _more = [long("M"), long("N")];
+    until_in_use(http, "t", 3);
+    assert_eq!(short("L"), 429, "full");
+    // Its stream-done call came and went: the three long ones still hold.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(in_use(http, "t"), 3);
+    assert_eq!(short("other"), 429, "still full");
+    assert!(serving.most("t") <= 3);
+}
+
+/// #60: Envoy cancels a request-path call still in flight when its client goes away,
+/// and sends no stream-done call; the store had charged by then, so three such resets
+/// a minute kept a tenant locked out. Spillway on Redis behind a proxy that delays it
+/// a second (the take is on its way when the client leaves): 20 clients reset their
+/// request; afterwards the tenant's 3 slots are all free at once, not after the
+/// lease.
+#[test]
+fn requests_reset_while_their_take_is_in_flight_leave_no_hold() {
+    use spillway_testkit::proxy::{Proxy, ProxyMode};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let redis = spillway_testkit::redis::standalone_url();
+    let proxy = rt.block_on(Proxy::start(
+        redis.trim_start_matches("redis://").parse().unwrap(),
+    ));
+    let mut procs = Procs(Vec::new());
+    let prefix = spillway_testkit::redis::unique_prefix("envoy-reset");
+    let store = format!("redis://{}", proxy.addr());
+    let env = [
+        ("SPILLWAY_STORE", store.as_str()),
+        ("SPILLWAY_STORE_TIMEOUT", "10s"),
+        ("SPILLWAY_KEY_PREFIX", prefix.as_str()),
+    ];
+    let (grpc, http) = support::envoy::spillway_with(&mut procs, POLICY, &env);
+    let (app, serving) = slow_upstream();
+    let port = envoy(&mut procs, &config(), grpc, app);
+    assert_eq!(
+        get(port, "/", &[("x-tenant", "r"), ("x-delay-ms", "1")]).0,
+        200
+    );
+    until_in_use(http, "r", 0);
+
+    proxy.set(ProxyMode::Delay(Duration::from_secs(1)));
+    for _ in 0..20 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nhost: app\r\nx-tenant: r\r\n\r\n")
+            .unwrap();
+        // The take is on its way to Redis; the client goes away.
+        std::thread::sleep(Duration::from_millis(100));
+        drop(s);
+    }
+    proxy.set(ProxyMode::Pass);
+    let freed = until_in_use(http, "r", 0);
+    assert!(freed < Duration::from_secs(20), "freed in {freed:?}");
+    // Three at once, all admitted.
+    let held: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nhost: app\r\nx-tenant: r\r\nx-delay-ms: 5000\r\n\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    until_in_use(http, "r", 3);
+    let start = SystemClock.now();
+    while serving.most("r") < 3 {
+        assert!(SystemClock.now().duration_since(start) < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(held);
+    drop(rt);
 }
