@@ -213,3 +213,40 @@ fn hits_addend_from_a_request_header_is_the_cost() {
     assert_eq!(header(&headers, "x-ratelimit-remaining"), Some("0"));
     assert_eq!(get(port, "/", &cost("1")).0, 429, "11 > 10");
 }
+
+/// #60: a descriptor value past 1,024 bytes refused the whole call (`INVALID_ARGUMENT`),
+/// which Envoy under `failure_mode_deny: false` turns into "admit": with a 2,000-byte
+/// `x-api-key`, 10 of 10 passed a rule of 1 a minute. Now a value of any length is
+/// decided (kept in the key as a prefix and its SHA-256): at most 1 of 10 passes, and
+/// two long keys that differ only in their last byte are counted apart.
+#[test]
+fn a_long_header_value_is_decided_not_let_through() {
+    let mut procs = Procs(Vec::new());
+    let grpc = spillway(
+        &mut procs,
+        "domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+    );
+    // The example (failure_mode_deny: false) keyed by x-api-key, with a timeout a
+    // loaded machine meets (a timed-out call is let through too, whatever its size).
+    let config = example()
+        .replace(
+            "- remote_address: {}      # descriptor: remote_address=<client ip>",
+            "- request_headers: { header_name: x-api-key, descriptor_key: api_key }",
+        )
+        .replace("timeout: 0.02s", "timeout: 2s");
+    assert!(config.contains("x-api-key") && config.contains("failure_mode_deny: false"));
+    let port = envoy(&mut procs, &config, grpc, upstream());
+    let key = "k".repeat(1_999);
+    let admitted = |key: &str| {
+        (0..10)
+            .filter(|_| get(port, "/", &[("x-api-key", key)]).0 == 200)
+            .count()
+    };
+    assert_eq!(admitted(&format!("{key}a")), 1, "a 2,000-byte key: 1 a minute");
+    assert_eq!(
+        admitted(&format!("{key}b")),
+        1,
+        "the last byte makes another key"
+    );
+    assert_eq!(admitted("short"), 1);
+}
