@@ -9,4 +9,5 @@
 pub mod quotas;
 pub mod shares;
 
+pub(crate) use quotas::bucket_pairs;
 pub use quotas::{Explanation, Quotas, Settings};

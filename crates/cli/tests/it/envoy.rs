@@ -242,7 +242,11 @@ fn a_long_header_value_is_decided_not_let_through() {
             .filter(|_| get(port, "/", &[("x-api-key", key)]).0 == 200)
             .count()
     };
-    assert_eq!(admitted(&format!("{key}a")), 1, "a 2,000-byte key: 1 a minute");
+    assert_eq!(
+        admitted(&format!("{key}a")),
+        1,
+        "a 2,000-byte key: 1 a minute"
+    );
     assert_eq!(
         admitted(&format!("{key}b")),
         1,

@@ -8,6 +8,7 @@ mod boundary;
 mod cases;
 mod config;
 mod h2;
+mod holds;
 mod lies;
 mod reserve;
 mod slow;
@@ -29,6 +30,7 @@ pub use boundary::boundary_cases;
 pub use cases::cases;
 pub use config::{CONFIG_HEADER, ConfigOutcome, config_cases, run_config};
 pub use h2::{H2_HEADER, H2Case, H2Report, MAX_CONNECTIONS, h2_clients};
+pub use holds::holds_cases;
 pub use lies::{LIES_HEADER, LieOutcome, lies};
 pub use reserve::reserve_cases;
 pub use slow::{SLOW_HEADER, Slow, SlowReport, slow_clients};
@@ -49,6 +51,12 @@ pub enum Api {
     Reserve,
     /// `POST /v1/commit`.
     Commit,
+    /// `POST /v1/acquire`.
+    Acquire,
+    /// `POST /v1/release`.
+    Release,
+    /// `POST /v1/renew`.
+    Renew,
     /// gRPC `ShouldRateLimit`, the bytes framed as they are (so they need not decode).
     Grpc,
     /// The admin listener: this method on this path (a body is sent when there is one).
@@ -127,6 +135,7 @@ pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
         settings.rules.path.join("metered.yaml"),
         reserve::METERED_POLICY,
     )?;
+    std::fs::write(settings.rules.path.join("holds.yaml"), holds::HOLDS_POLICY)?;
     let running = crate::trial::start(settings.clone()).await?;
     let sender = Sender::new(&running)?;
     let mut outcomes = Vec::new();
@@ -134,6 +143,7 @@ pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
         .into_iter()
         .chain(boundary_cases())
         .chain(reserve_cases())
+        .chain(holds_cases())
     {
         let before = script_calls(&redis.url()).await?;
         let (status, message, server_fault) = sender.send(&case).await;
@@ -215,6 +225,9 @@ impl Sender {
             Api::Json => "/json",
             Api::Reserve => "/v1/reserve",
             Api::Commit => "/v1/commit",
+            Api::Acquire => "/v1/acquire",
+            Api::Release => "/v1/release",
+            Api::Renew => "/v1/renew",
             Api::Grpc => return self.grpc(&case.body).await,
             Api::Admin(method, path) => {
                 let Some(admin) = self.admin_addr else {
@@ -290,6 +303,9 @@ impl fmt::Display for Outcome {
             Api::Json => "`/json`",
             Api::Reserve => "`/v1/reserve`",
             Api::Commit => "`/v1/commit`",
+            Api::Acquire => "`/v1/acquire`",
+            Api::Release => "`/v1/release`",
+            Api::Renew => "`/v1/renew`",
             Api::Grpc => "gRPC",
             Api::Admin(method, path) => {
                 admin = format!("admin `{method} {path}`");

@@ -109,10 +109,26 @@ pub(super) async fn explain(State(state): State<Arc<AppState>>, body: Bytes) -> 
             )));
         }
     };
+    let pairs =
+        crate::rlqs::bucket_pairs(asked.bucket.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let bad = match &pairs {
+        _ if asked.domain.is_empty() => Some("the domain is empty".to_string()),
+        _ if asked.domain.len() > crate::service::request::MAX_DOMAIN_LEN => Some(format!(
+            "the domain is {} bytes, the most is {}",
+            asked.domain.len(),
+            crate::service::request::MAX_DOMAIN_LEN
+        )),
+        None => Some("the bucket has more than 16 pairs, or a key over 256 bytes".to_string()),
+        Some(_) => None,
+    };
+    if let Some(bad) = bad {
+        metrics::invalid_request("explain");
+        return respond::v1_error(&CheckError::Invalid(bad));
+    }
     let policies = arc_swap::Guard::into_inner(state.service.policies());
     let explained = state.quotas.explain(
         &asked.domain,
-        asked.bucket.into_iter().collect(),
+        pairs.expect("checked above"),
         &policies,
         state.service.now().as_micros(),
     );

@@ -589,20 +589,34 @@ fn share_out(
 
 /// A bucket id's pairs, sorted; `None` when it is too large.
 fn pairs(id: &BucketId) -> Option<Box<[(String, String)]>> {
-    if id.bucket.len() > MAX_PAIRS
-        || id
-            .bucket
-            .iter()
-            .any(|(k, v)| k.len() > MAX_PAIR_BYTES || v.len() > MAX_PAIR_BYTES)
-    {
+    bucket_pairs(id.bucket.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+}
+
+/// Pairs as a bucket keeps them, sorted: a value over [`MAX_PAIR_BYTES`] (a client's
+/// header, say) kept as its digest, as descriptor values are
+/// ([`spillway_policy::digested`]: refusing it would leave Envoy to its
+/// `no_assignment_behavior`); `None` past [`MAX_PAIRS`] pairs or a key over
+/// [`MAX_PAIR_BYTES`] (keys come from Envoy's configuration, not from clients).
+pub(crate) fn bucket_pairs<'a>(
+    pairs: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+) -> Option<Box<[(String, String)]>> {
+    if pairs.len() > MAX_PAIRS {
         return None;
     }
-    Some(sorted(
-        id.bucket
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-    ))
+    let mut kept = Vec::with_capacity(pairs.len());
+    for (k, v) in pairs {
+        if k.len() > MAX_PAIR_BYTES {
+            return None;
+        }
+        // A value that reads as a digest is digested too: no two values share one.
+        let v = if v.len() > MAX_PAIR_BYTES || v.contains("%~") {
+            spillway_policy::digested(v)
+        } else {
+            v.to_owned()
+        };
+        kept.push((k.to_owned(), v));
+    }
+    Some(sorted(kept))
 }
 
 fn sorted(mut pairs: Vec<(String, String)>) -> Box<[(String, String)]> {

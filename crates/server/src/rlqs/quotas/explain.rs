@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use spillway_policy::PolicySet;
 
-use super::{BucketKey, Quotas, Verdict, sorted, verdict};
+use super::{BucketKey, Quotas, Verdict, verdict};
 
 impl Quotas {
     /// What `/v1/rlqs/explain` shows of the bucket `pairs` of `domain` at `now` (µs):
@@ -14,11 +14,10 @@ impl Quotas {
     pub async fn explain(
         &self,
         domain: &str,
-        pairs: Vec<(String, String)>,
+        pairs: Box<[(String, String)]>,
         policies: &PolicySet,
         now: u64,
     ) -> Result<Explanation, spillway_core::Error> {
-        let pairs = sorted(pairs);
         let rule = match verdict(policies, domain, &pairs) {
             Verdict::AllowAll => ExplainedRule::AllowAll,
             Verdict::DenyAll => ExplainedRule::DenyAll,
@@ -30,9 +29,9 @@ impl Quotas {
             domain: Arc::from(domain),
             pairs,
         };
+        // Only a rated bucket's shares live in Redis.
         let mut holders = match &self.shared {
-            None => self.holders_here(&key, now),
-            Some(redis) => {
+            Some(redis) if matches!(rule, ExplainedRule::TokenBucket { .. }) => {
                 let held = redis
                     .shares_held(&redis.quota_key(domain, &key.pairs), now)
                     .await?;
@@ -56,6 +55,7 @@ impl Quotas {
                     })
                     .collect()
             }
+            _ => self.holders_here(&key, now),
         };
         holders.sort_by(|a, b| (&a.replica, a.stream).cmp(&(&b.replica, b.stream)));
         Ok(Explanation {
