@@ -91,7 +91,7 @@ pub struct CheckArgs {
     pub precision: Option<u32>,
 
     /// With --algorithm distinct: the member this request brings (an IP, an account);
-    /// with --algorithm concurrency: the id of the hold it takes (taking it again renews it).
+    /// with --algorithm concurrency: the id of the hold it takes (taking it again takes one more).
     #[arg(long, conflicts_with = "server")]
     pub member: Option<String>,
 

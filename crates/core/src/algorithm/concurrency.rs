@@ -11,7 +11,7 @@
 //!
 //! - A take whose id is already held is one more hold, checked against the limit like
 //!   any other: naming a held id admits nothing on its own. Renewing a hold is its own
-//!   call ([`renew`](Params::renew)), never a take.
+//!   call ([`Request::renew`](crate::Request::renew)), never a take.
 //! - A release gives back what one take of that id left, and no more: one hold, or the
 //!   *mark* a denied take of that id left. A denied take (by this limit or another of
 //!   its batch) of an id that is held leaves a mark of cost 0 that takes no slot and

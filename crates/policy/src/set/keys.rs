@@ -79,7 +79,7 @@ pub fn member_of(v: &str) -> Cow<'_, str> {
     Cow::Owned(digested(v))
 }
 
-/// A long value as it is kept: its first [`DIGEST_PREFIX`] bytes (to a character's
+/// A long value as it is kept: its first 16 bytes (to a character's
 /// end), `%~`, then the first 128 bits of its SHA-256 in hex: 2^64 work to find two
 /// values that share one, never by accident.
 pub fn digested(v: &str) -> String {
