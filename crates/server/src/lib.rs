@@ -60,7 +60,7 @@ pub use app::{App, AppBuilder, Listeners, Running, StartError};
 pub use config::{Config, ConfigError};
 pub use service::request::{
     CheckRequest, CheckResponse, Code, Descriptor, MAX_DESCRIPTORS, MAX_DOMAIN_LEN, MAX_ENTRIES,
-    Override, ReportedRule, Status, Valid,
+    MAX_ENTRY_KEY_LEN, Override, ReportedRule, Status, Valid,
 };
 pub use service::{
     CheckError, DeniedBy, DescriptorExplanation, Explanation, LimitExplanation, LimitState,
