@@ -74,19 +74,9 @@ impl Inner {
     ) -> Result<Value, CoreError> {
         let (answer, reply) = oneshot::channel();
         if let Some(batches) = B::lanes(self).submit(lane, Waiting { batch, answer }) {
-            if batches.len() == 1 {
-                // A free lane: this decision goes out at once, alone, from this task.
-                // Boxed: the call's future is large, and most decisions never start
-                // one.
-                Box::pin(self.send(lane, batches)).await;
-            } else {
-                // A second call, carrying the batches that waited: on a task of its
-                // own, so that this caller going away (its call cancelled, a client
-                // gone) fails none of theirs (#60: 20 cancelled takes opened the
-                // breaker with "the call carrying this decision was dropped").
-                let inner = Arc::clone(self);
-                tokio::spawn(async move { inner.send(lane, batches).await });
-            }
+            // A free lane: this decision goes out at once, from this task. Boxed: the
+            // call's future is large, and most decisions never start one.
+            Box::pin(self.send(lane, batches)).await;
         }
         match tokio::time::timeout_at(deadline, reply).await {
             Ok(Ok(part)) => part.map_err(Failure::error),
