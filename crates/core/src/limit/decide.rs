@@ -178,8 +178,10 @@ impl Limit {
     /// Renews at `now` the `concurrency` hold named `id`, of `holds` slots: its lease
     /// starts again; one that has lapsed is taken again if it fits. Returns the
     /// decision (denied only when it had lapsed and does not fit) and when the state
-    /// becomes the same as no state. The caller has checked the limit holds.
-    pub fn renew(
+    /// becomes the same as no state. Only for a `concurrency` limit (its caller,
+    /// [`decide_usage_of`](Limit::decide_usage_of), checks): crate-private, so no caller
+    /// outside can reach the panic another algorithm would meet.
+    pub(crate) fn renew(
         &self,
         state: &mut State,
         now: Timestamp,
