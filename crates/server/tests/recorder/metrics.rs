@@ -166,8 +166,9 @@ descriptors:
         assert_eq!(s.post("/v1/acquire", &body("t", "b")).await.0, 200);
         assert_eq!(s.post("/v1/acquire", &body("u", "c")).await.0, 200);
         assert_eq!(read("spillway_holds_in_use").await, 3, "{domain}");
-        // Renewing a held id takes no slot more.
-        assert_eq!(s.post("/v1/acquire", &body("t", "b")).await.0, 200);
+        // Renewing a held id takes no slot more; a second take of it would (t is full).
+        assert_eq!(s.post("/v1/renew", &body("t", "b")).await.0, 200);
+        assert_eq!(s.post("/v1/acquire", &body("t", "b")).await.0, 429);
         assert_eq!(s.post("/v1/release", &body("t", "a")).await.0, 200);
         assert_eq!(read("spillway_holds_in_use").await, 2, "{domain}");
         assert_eq!(read("spillway_holds_lapsed_total").await, 0, "{domain}");
