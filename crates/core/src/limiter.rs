@@ -3,7 +3,7 @@
 
 mod hold;
 
-pub use hold::{Hold, new_id as new_hold_id, release_detached};
+pub use hold::{Hold, Renewing, keep_renewed, new_id as new_hold_id, release_detached};
 
 use crate::store::{Request, Store};
 use crate::{BatchDecision, Clock, CoarseClock, Decision, Error, Key, Limit, Timestamp};

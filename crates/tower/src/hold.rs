@@ -1,17 +1,23 @@
 //! A response's holds of `concurrency` limits: taken with the request's other limits,
-//! given back when the response body ends or is dropped ([`Holding`], carried by the
-//! body: [`LayerBody::holding`](crate::LayerBody::holding)).
+//! renewed every half lease while held, given back when the response body ends or is
+//! dropped ([`Holding`], carried by the body:
+//! [`LayerBody::holding`](crate::LayerBody::holding)), or kept by the service for an
+//! upgraded connection ([`HoldSlot`]).
 
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-/// The holds one admitted request took, given back when this is dropped: at once on a
-/// store in this process, by a task on the runtime on Redis (or, with neither, at the
-/// end of the holds' lease). Carried by the response body for as long as it streams.
+/// The holds one admitted request took, renewed every half lease while this lives (by
+/// a task on the runtime) and given back when it is dropped: at once on a store in this
+/// process, by a task on the runtime on Redis (or, with neither, at the end of the
+/// holds' lease). Carried by the response body for as long as it streams, or by what
+/// took it from the request's [`HoldSlot`].
 pub struct Holding(Option<Box<dyn FnOnce() + Send + Sync>>);
 
 impl Holding {
@@ -22,6 +28,43 @@ impl Holding {
     /// Drops it without giving anything back: nothing was taken.
     pub(crate) fn disarm(mut self) {
         self.0 = None;
+    }
+
+    /// The same holds, renewed by `renew` every `period` until this is dropped, then
+    /// given back (after any renewal on its way: a renewal never follows the release).
+    /// Without a runtime, not renewed.
+    pub(crate) fn renewing<R, F>(mut self, period: Duration, renew: R) -> Holding
+    where
+        R: FnMut() -> F + Send + 'static,
+        F: Future<Output = ()> + Send,
+    {
+        let Some(release) = self.0.take() else {
+            return self;
+        };
+        match spillway_core::keep_renewed(period, renew) {
+            Some(renewing) => Holding::new(move || renewing.stop_then(release)),
+            None => Holding(Some(release)),
+        }
+    }
+}
+
+/// Where an admitted request's [`Holding`] waits, in the request's extensions, while the
+/// service answers: a service that upgrades the connection (a WebSocket, a 101) takes it
+/// and keeps it for as long as the upgraded connection lives (renewed meanwhile).
+/// Left here, the holding goes with the response's body, and a 101's empty body gives
+/// it back at once.
+#[derive(Clone, Debug, Default)]
+pub struct HoldSlot(Arc<Mutex<Option<Holding>>>);
+
+impl HoldSlot {
+    pub(crate) fn new(holding: Holding) -> HoldSlot {
+        HoldSlot(Arc::new(Mutex::new(Some(holding))))
+    }
+
+    /// The request's holds, for the caller to keep (given back when dropped); `None`
+    /// once taken.
+    pub fn take(&self) -> Option<Holding> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 

@@ -81,7 +81,7 @@ pub use body::{LayerBody, ResponseBody};
 pub use client_ip::{ClientIp, Forwarding};
 pub use error::{Error, Rejection};
 pub use future::ResponseFuture;
-pub use hold::Holding;
+pub use hold::{HoldSlot, Holding};
 pub use key::KeyExtractor;
 pub use layer::{DEFAULT_TIMEOUT, MissingKey, RateLimitLayer, RateLimitLayerBuilder, Rule};
 pub use service::RateLimit;

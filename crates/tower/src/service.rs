@@ -9,6 +9,7 @@ use http::{Request, Response};
 use spillway_core::{Clock, CoarseClock, Store};
 use tower::Service;
 
+use crate::hold::HoldSlot;
 use crate::respond::add_headers;
 use crate::shared::{Shared, Verdict};
 use crate::{LayerBody, ResponseFuture};
@@ -82,14 +83,20 @@ where
             };
             match verdict {
                 Verdict::Allow(headers) => {
-                    // An error, or this future dropped (the client gone), drops the
-                    // holding too: the holds are given back.
-                    let mut response = inner.call(Request::from_parts(parts, body)).await?;
+                    // The holding waits in the request for a service that upgrades
+                    // the connection to take. An error, or this future dropped (the
+                    // client gone), drops it too: the holds are given back.
+                    let mut request = Request::from_parts(parts, body);
+                    let slot = holding.map(HoldSlot::new);
+                    if let Some(slot) = &slot {
+                        request.extensions_mut().insert(slot.clone());
+                    }
+                    let mut response = inner.call(request).await?;
                     if let Some(reserved) = reserved {
                         shared.settle(reserved, response.headers()).await;
                     }
                     add_headers(response.headers_mut(), headers);
-                    Ok(match holding {
+                    Ok(match slot.as_ref().and_then(HoldSlot::take) {
                         Some(holding) => response.map(|body| body.holding(holding)),
                         None => response,
                     })

@@ -123,44 +123,102 @@ impl<St: Store + 'static, C: Clock + 'static> Shared<St, C> {
     /// The holds named `id` a request is about to take, given back when the
     /// [`Holding`] is dropped: `None` without an id, or when a rule's key is missing
     /// (the request is refused before any store call).
-    fn arm(self: &Arc<Self>, parts: &Parts, id: Option<&[u8]>) -> Option<Holding> {
+    fn arm(self: &Arc<Self>, parts: &Parts, id: Option<&[u8]>) -> Option<Armed<St, C>> {
         let id: Box<[u8]> = id?.into();
-        let mut held: Vec<(usize, Key)> = Vec::new();
+        let mut held = Vec::new();
         for (i, rule) in self.rules.iter().enumerate() {
             if rule.limit.algorithm().holds() {
-                held.push((i, self.key(i, parts).ok()?));
+                held.push((i, self.key(i, parts).ok()?, self.cost_of(rule, parts)));
             }
         }
-        let shared = Arc::clone(self);
-        Some(Holding::new(move || {
-            let local = shared.store.store().is_local();
+        let taken = Arc::new(Taken {
+            shared: Arc::clone(self),
+            held,
+            id,
+        });
+        let released = Arc::clone(&taken);
+        let holding = Holding::new(move || {
+            let local = released.shared.store.store().is_local();
             spillway_core::release_detached(local, async move {
-                let releases: Vec<Request<'_>> = (held.iter())
-                    .map(|(i, key)| Request::release(key, &shared.rules[*i].limit, &id))
-                    .collect();
                 // Past the breaker: a take the store may have charged is given back
                 // even while the breaker is open (takes are not sent then, so none
                 // come here). A release that fails leaves the holds to their lease.
+                let shared = &released.shared;
+                let releases: Vec<Request<'_>> = (released.held.iter())
+                    .map(|(i, key, _)| Request::release(key, &shared.rules[*i].limit, &released.id))
+                    .collect();
                 let _ = Store::check(shared.store.store(), &releases, shared.clock.now()).await;
             });
-        }))
+        });
+        Some(Armed { holding, taken })
+    }
+}
+
+/// The holds a request is about to take ([`Shared::arm`]): the holding that gives them
+/// back, and what renews them.
+struct Armed<St, C> {
+    holding: Holding,
+    taken: Arc<Taken<St, C>>,
+}
+
+/// A request's holds: per `concurrency` rule, its index, key and slots; and their id.
+struct Taken<St, C> {
+    shared: Arc<Shared<St, C>>,
+    held: Vec<(usize, Key, u64)>,
+    id: Box<[u8]>,
+}
+
+impl<St: Store + 'static, C: Clock + 'static> Taken<St, C> {
+    /// Half the shortest lease: how often the holds are renewed while held.
+    fn period(&self) -> std::time::Duration {
+        let leases = self
+            .held
+            .iter()
+            .map(|(i, ..)| self.shared.rules[*i].limit.window());
+        let shortest = leases.min().unwrap_or_default();
+        (shortest / 2).max(std::time::Duration::from_millis(1))
+    }
+
+    /// Renews every hold, each on its own (one that lapsed and whose slots were taken
+    /// does not keep the others from renewing): its lease starts again. Through the
+    /// breaker and timeout; a renewal denied or unanswered is counted and tried again
+    /// at the next period.
+    async fn renew(&self) {
+        let shared = &self.shared;
+        for (i, key, holds) in &self.held {
+            let renewal = Request::renew(key, &shared.rules[*i].limit, &self.id, *holds);
+            let now = shared.clock.now();
+            let renewed = Store::check(&shared.store, &[renewal], now).await;
+            if !renewed.is_ok_and(|b| b.denied_by.is_none()) {
+                metrics::counter!("spillway_tower_renewals_failed_total").increment(1);
+            }
+        }
     }
 }
 
 /// What becomes of the holds `armed` before a store call that `charge`d: kept by an
-/// admitted request (for its response to give back), given back now when the store
-/// may have charged them without saying so, and forgotten when nothing was taken.
-fn kept(armed: Option<Holding>, charge: Charge) -> Option<Holding> {
+/// admitted request (renewed every half lease, for its response to give back), given
+/// back now when the store may have charged them without saying so, and forgotten when
+/// nothing was taken.
+fn kept<St: Store + 'static, C: Clock + 'static>(
+    armed: Option<Armed<St, C>>,
+    charge: Charge,
+) -> Option<Holding> {
+    let Armed { holding, taken } = armed?;
     match charge {
-        Charge::Charged => armed,
+        Charge::Charged => {
+            let period = taken.period();
+            Some(holding.renewing(period, move || {
+                let taken = Arc::clone(&taken);
+                async move { taken.renew().await }
+            }))
+        }
         Charge::Unknown => {
-            drop(armed);
+            drop(holding);
             None
         }
         Charge::No => {
-            if let Some(armed) = armed {
-                armed.disarm();
-            }
+            holding.disarm();
             None
         }
     }

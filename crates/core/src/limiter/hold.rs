@@ -3,7 +3,9 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::store::{Request, Store};
 use crate::{Clock, Decision, Error, Key, Limit};
@@ -65,15 +67,16 @@ impl<S: Store + Clone + 'static, C: Clock + Clone + 'static> Limiter<S, C> {
         holds: u64,
     ) -> Result<(Decision, Option<Hold<S, C>>), Error> {
         let mut hold = Hold {
-            held: Some(Held {
+            held: Some(Arc::new(Held {
                 limiter: self.clone(),
                 key: key.clone(),
                 limit: limit.clone(),
                 id: new_id(),
                 holds,
-            }),
+            })),
+            renewing: None,
         };
-        let h = hold.held();
+        let h = Arc::clone(hold.held());
         // An error drops `hold`: given back, in case the store took it.
         let decision = self.acquire(key, limit, &h.id, holds).await?;
         if !decision.allowed() {
@@ -88,11 +91,15 @@ impl<S: Store + Clone + 'static, C: Clock + Clone + 'static> Limiter<S, C> {
 /// A hold of a `concurrency` limit, given back when dropped: in the drop on the memory
 /// store; on a store that must wait (Redis), by a task on the runtime the drop happens
 /// on (with none, the hold lapses at the end of its lease). [`release`](Hold::release)
-/// gives it back and waits for the store.
+/// gives it back and waits for the store. A hold lapses a lease after it was taken
+/// unless renewed: by [`renew`](Hold::renew), or every half lease by a task once
+/// [`keep_renewed`](Hold::keep_renewed) (a job longer than the lease keeps its slot).
 #[must_use = "a hold is given back when dropped: bind it for as long as the work runs"]
 #[derive(Debug)]
 pub struct Hold<S: Store + Clone + 'static, C: Clock + Clone + 'static> {
-    held: Option<Held<S, C>>,
+    held: Option<Arc<Held<S, C>>>,
+    /// The task that renews the hold ([`keep_renewed`](Hold::keep_renewed)).
+    renewing: Option<Renewing>,
 }
 
 #[derive(Debug)]
@@ -105,7 +112,7 @@ struct Held<S, C> {
 }
 
 impl<S: Store + Clone + 'static, C: Clock + Clone + 'static> Hold<S, C> {
-    fn held(&self) -> &Held<S, C> {
+    fn held(&self) -> &Arc<Held<S, C>> {
         self.held.as_ref().expect("held until released or dropped")
     }
 
@@ -122,9 +129,39 @@ impl<S: Store + Clone + 'static, C: Clock + Clone + 'static> Hold<S, C> {
         h.limiter.renew(&h.key, &h.limit, &h.id, h.holds).await
     }
 
+    /// Renews the hold every half lease for as long as it is held, by a task on the
+    /// Tokio runtime this is called on (with none, it does nothing: the hold lapses a
+    /// lease after its last renewal). For work that may outlast the lease: a long job,
+    /// a stream. A renewal the store did not answer is tried again half a lease later.
+    /// Once the hold is released or dropped, no renewal follows its release (one on
+    /// its way is answered first): a renewal never takes back a slot given back.
+    pub fn keep_renewed(mut self) -> Self {
+        if self.renewing.is_some() {
+            return self;
+        }
+        let h = Arc::clone(self.held());
+        let period = (h.limit.window() / 2).max(Duration::from_millis(1));
+        self.renewing = keep_renewed(period, move || {
+            let h = Arc::clone(&h);
+            async move {
+                // Denied or failed, it is tried again at the next tick.
+                let _ = h.limiter.renew(&h.key, &h.limit, &h.id, h.holds).await;
+            }
+        });
+        self
+    }
+
     /// Gives the hold back and waits for the store: the decision is a look after it.
     pub async fn release(mut self) -> Result<Decision, Error> {
         let h = self.held.take().expect("held until released or dropped");
+        if let Some(renewing) = self.renewing.take() {
+            // Released once no renewal is on its way.
+            let (ready, stopped) = tokio::sync::oneshot::channel();
+            renewing.stop_then(move || {
+                let _ = ready.send(());
+            });
+            let _ = stopped.await;
+        }
         h.limiter.release(&h.key, &h.limit, &h.id).await
     }
 }
@@ -135,11 +172,120 @@ impl<S: Store + Clone + 'static, C: Clock + Clone + 'static> Drop for Hold<S, C>
             return;
         };
         let local = h.limiter.store().is_local();
-        release_detached(local, async move {
-            // A release that fails has nobody left to tell: the lease frees the slots.
-            let _ = h.limiter.release(&h.key, &h.limit, &h.id).await;
-        });
+        let release = move || {
+            release_detached(local, async move {
+                // A release that fails has nobody left to tell: the lease frees the
+                // slots.
+                let _ = h.limiter.release(&h.key, &h.limit, &h.id).await;
+            });
+        };
+        match self.renewing.take() {
+            Some(renewing) => renewing.stop_then(release),
+            None => release(),
+        }
     }
+}
+
+/// A task that renews a hold every period ([`keep_renewed`]) until
+/// [`stop_then`](Renewing::stop_then) (or a drop, which gives nothing back) stops it.
+#[derive(Debug)]
+pub struct Renewing {
+    state: Arc<std::sync::Mutex<RenewalState>>,
+    task: tokio::task::AbortHandle,
+}
+
+#[derive(Default)]
+struct RenewalState {
+    /// A renewal is on its way to the store.
+    renewing: bool,
+    stopped: bool,
+    /// What runs once the renewal on its way is answered: the release.
+    then: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl std::fmt::Debug for RenewalState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RenewalState")
+            .field("renewing", &self.renewing)
+            .field("stopped", &self.stopped)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock(state: &std::sync::Mutex<RenewalState>) -> std::sync::MutexGuard<'_, RenewalState> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Renewing {
+    /// Stops renewing, then runs `release`: now when no renewal is on its way (a store
+    /// in this process gives the hold back in the caller's drop, as without renewal),
+    /// otherwise once it is answered — a renewal never follows the release and takes
+    /// the hold again.
+    pub fn stop_then(self, release: impl FnOnce() + Send + 'static) {
+        let mut state = lock(&self.state);
+        state.stopped = true;
+        if state.renewing {
+            state.then = Some(Box::new(release));
+            return;
+        }
+        drop(state);
+        self.task.abort();
+        release();
+    }
+}
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        let mut state = lock(&self.state);
+        if !state.stopped {
+            state.stopped = true;
+            if !state.renewing {
+                self.task.abort();
+            }
+        }
+    }
+}
+
+/// Runs `renew` every `period` (the first a period from now, each next one a period
+/// after the last was answered) by a task on the caller's Tokio runtime, until the
+/// [`Renewing`] returned is stopped or dropped; `None` without a runtime (nothing
+/// runs). For holds that must outlive their lease: [`Hold::keep_renewed`], and the
+/// tower layer's hold of a response that streams.
+pub fn keep_renewed<R, F>(period: Duration, mut renew: R) -> Option<Renewing>
+where
+    R: FnMut() -> F + Send + 'static,
+    F: Future<Output = ()> + Send,
+{
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let state = Arc::new(std::sync::Mutex::new(RenewalState::default()));
+    let shared = Arc::clone(&state);
+    let task = runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            {
+                let mut state = lock(&shared);
+                if state.stopped {
+                    return;
+                }
+                state.renewing = true;
+            }
+            renew().await;
+            let mut state = lock(&shared);
+            state.renewing = false;
+            if state.stopped {
+                let then = state.then.take();
+                drop(state);
+                if let Some(release) = then {
+                    release();
+                }
+                return;
+            }
+        }
+    });
+    Some(Renewing {
+        state,
+        task: task.abort_handle(),
+    })
 }
 
 /// Runs `release` (a hold given back) without waiting for it: here, at once, when the

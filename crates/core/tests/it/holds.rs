@@ -207,6 +207,44 @@ async fn the_guard_gives_its_hold_back_when_dropped_or_released() {
     assert_eq!(limiter.peek_holds(&k, &l).await, 0);
 }
 
+/// `Hold::keep_renewed`: a hold renewed every half lease by a task outlives three
+/// leases (tokio's paused time and the manual clock advanced together) until released
+/// or dropped; without the renewal it lapses at 30 s and the second take is admitted.
+#[tokio::test(start_paused = true)]
+async fn a_hold_kept_renewed_outlives_its_lease_until_released_or_dropped() {
+    let (limiter, clock) = limiter();
+    let (k, l) = (Key::new("tenant:a").unwrap(), holds(1));
+    let pass = async |seconds: u64| {
+        for _ in 0..seconds {
+            clock.advance(Duration::from_secs(1));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    };
+    let (_, hold) = limiter.hold(&k, &l, 1).await.unwrap();
+    let hold = hold.expect("admitted").keep_renewed();
+    pass(95).await;
+    let (d, none) = limiter.hold(&k, &l, 1).await.unwrap();
+    assert!(!d.allowed() && none.is_none(), "renewed past three leases");
+    assert_eq!(hold.release().await.unwrap().remaining, 1);
+
+    let (_, hold) = limiter.hold(&k, &l, 1).await.unwrap();
+    let hold = hold.expect("given back by the release").keep_renewed();
+    pass(45).await;
+    assert_eq!(
+        limiter.peek_holds(&k, &l).await,
+        1,
+        "renewed past its lease"
+    );
+    drop(hold);
+    assert_eq!(
+        limiter.peek_holds(&k, &l).await,
+        0,
+        "given back in the drop"
+    );
+    pass(45).await;
+    assert_eq!(limiter.peek_holds(&k, &l).await, 0, "never renewed after");
+}
+
 #[tokio::test]
 async fn bad_holds_are_refused_before_the_store() {
     let (limiter, _) = limiter();

@@ -11,6 +11,7 @@ mod h2;
 mod holds;
 mod lies;
 mod reserve;
+mod rlqs;
 mod slow;
 mod tls;
 mod xds;
@@ -33,6 +34,7 @@ pub use h2::{H2_HEADER, H2Case, H2Report, MAX_CONNECTIONS, h2_clients};
 pub use holds::holds_cases;
 pub use lies::{LIES_HEADER, LieOutcome, lies};
 pub use reserve::reserve_cases;
+pub use rlqs::rlqs_cases;
 pub use slow::{SLOW_HEADER, Slow, SlowReport, slow_clients};
 pub use tls::{TLS_HEADER, TlsCase, TlsReport, tls_clients};
 pub use xds::{XDS_HEADER, XdsOutcome, xds_pushes};
@@ -61,6 +63,9 @@ pub enum Api {
     Grpc,
     /// The admin listener: this method on this path (a body is sent when there is one).
     Admin(&'static str, &'static str),
+    /// A Rate Limit Quota Service stream: the body sent as one message, then
+    /// half-closed.
+    Rlqs,
 }
 
 /// One request: what it is, where it goes, its body, its headers beside the usual
@@ -98,7 +103,11 @@ impl Outcome {
     }
 
     fn refused(&self) -> bool {
-        self.status.starts_with('4') || self.status == "3 INVALID_ARGUMENT"
+        self.status.starts_with('4')
+            || self.status == "3 INVALID_ARGUMENT"
+            || self.status == "8 RESOURCE_EXHAUSTED"
+            // An RLQS bucket that got no assignment.
+            || self.status == "0 OK, 0 answered"
     }
 }
 
@@ -136,6 +145,7 @@ pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
         reserve::METERED_POLICY,
     )?;
     std::fs::write(settings.rules.path.join("holds.yaml"), holds::HOLDS_POLICY)?;
+    std::fs::write(settings.rules.path.join("quota.yaml"), rlqs::RLQS_POLICY)?;
     let running = crate::trial::start(settings.clone()).await?;
     let sender = Sender::new(&running)?;
     let mut outcomes = Vec::new();
@@ -144,6 +154,7 @@ pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
         .chain(boundary_cases())
         .chain(reserve_cases())
         .chain(holds_cases())
+        .chain(rlqs_cases())
     {
         let before = script_calls(&redis.url()).await?;
         let (status, message, server_fault) = sender.send(&case).await;
@@ -157,6 +168,8 @@ pub async fn run() -> anyhow::Result<(Vec<Outcome>, usize)> {
             valid: case.valid,
         });
     }
+    let url = redis.url();
+    outcomes.push(rlqs::never_reads(&sender, async || script_calls(&url).await.unwrap_or(0)).await);
     running.stop().await;
     let _ = std::fs::remove_dir_all(&settings.rules.path);
     Ok((outcomes, PANICS.load(Ordering::SeqCst) - panics_before))
@@ -229,6 +242,7 @@ impl Sender {
             Api::Release => "/v1/release",
             Api::Renew => "/v1/renew",
             Api::Grpc => return self.grpc(&case.body).await,
+            Api::Rlqs => return self.rlqs(&case.body).await,
             Api::Admin(method, path) => {
                 let Some(admin) = self.admin_addr else {
                     return ("no admin listener".into(), String::new(), true);
@@ -307,6 +321,7 @@ impl fmt::Display for Outcome {
             Api::Release => "`/v1/release`",
             Api::Renew => "`/v1/renew`",
             Api::Grpc => "gRPC",
+            Api::Rlqs => "RLQS stream",
             Api::Admin(method, path) => {
                 admin = format!("admin `{method} {path}`");
                 &admin

@@ -31,10 +31,17 @@ async fn every_malformed_request_is_refused_without_a_panic_a_5xx_or_a_store_cal
     );
     assert_eq!(
         outcomes.iter().filter(|o| o.valid).count(),
-        11,
-        "a control per API (check, json, gRPC), a valid reservation, and the long \
+        15,
+        "a control per API (check, json, gRPC, RLQS), a valid reservation, and the long \
          values that are decided, not refused: on /v1/check, /json, gRPC (2,000 bytes, \
-         60 KiB), /v1/acquire, /v1/release, /v1/renew"
+         60 KiB), /v1/acquire, /v1/release, /v1/renew, an RLQS bucket; a flood of RLQS \
+         buckets; a stream that never reads"
+    );
+    let flood = outcomes.iter().find(|o| o.class.contains("10,000 buckets"));
+    assert_eq!(
+        flood.map(|o| o.status.as_str()),
+        Some("0 OK, 1000 answered"),
+        "a flood of buckets is answered up to rlqs_max_buckets, each one:\n{table}"
     );
     println!("{table}");
 }

@@ -65,7 +65,21 @@ impl RateLimitQuotaService for Rlqs {
                     r = reports.message() => r,
                     () = shutdown.cancelled() => break,
                 };
-                let Ok(Some(report)) = report else { break };
+                let report = match report {
+                    Ok(Some(report)) => report,
+                    Ok(None) => break,
+                    // A report that does not decode, or is over the bound: the stream
+                    // ends saying so (a client that went away reads nothing).
+                    Err(status) => {
+                        metrics::invalid_request("rlqs");
+                        let said = tonic::Status::invalid_argument(format!(
+                            "a usage report could not be read: {}",
+                            status.message()
+                        ));
+                        let _ = outbox.send(Err(said)).await;
+                        break;
+                    }
+                };
                 let now = state.service.now().as_micros();
                 // An Arc, not a guard: the report may wait on Redis.
                 let policies = arc_swap::Guard::into_inner(state.service.policies());

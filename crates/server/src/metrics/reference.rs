@@ -325,6 +325,13 @@ pub static METRICS: &[Metric] = &[
         "—",
     ),
     metric(
+        "spillway_tower_renewals_failed_total",
+        "counter",
+        "—",
+        "the tower layer: renewals of a held response's `concurrency` holds (every half lease) that the store denied (the hold had lapsed and its slots were taken) or did not answer; tried again half a lease later",
+        "—",
+    ),
+    metric(
         "spillway_tower_deny_cache_hits_total",
         "counter",
         "—",

@@ -32,6 +32,7 @@ use envoy_types::pb::envoy::r#type::v3::{
     rate_limit_strategy::{BlanketRule, Strategy},
 };
 use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
+use futures_util::StreamExt;
 use parking_lot::Mutex;
 use spillway_core::Mode;
 use spillway_policy::{PolicySet, RuleLimit};
@@ -113,6 +114,9 @@ fn note_share(histogram: Option<&::metrics::Histogram>, share: f64, rate: f64) {
         h.record(share / rate);
     }
 }
+
+/// The shares of one report granted through Redis at once.
+const GRANTS_AT_ONCE: usize = 32;
 
 /// Envoys of no demand counted in every share worked out through Redis: the room kept
 /// for one that comes to another replica, whose first report then gets a share at once
@@ -334,7 +338,10 @@ impl Quotas {
             (answer, rated, share_ratio, redis)
         };
         let holder = format!("{}:{stream}", self.replica);
-        let grants = futures_util::future::join_all(rated.iter().map(|r| {
+        // At most GRANTS_AT_ONCE on their way at once: a report of a thousand buckets
+        // would otherwise queue a thousand calls, the last ones past the store's
+        // timeout before they are sent (measured: 317 to 984 of 1,000 answered).
+        let calls: Vec<_> = (rated.iter().map(|r| {
             let key = redis.quota_key(&r.key.domain, &r.key.pairs);
             let ask = Ask {
                 holder: &holder,
@@ -347,7 +354,11 @@ impl Quotas {
             };
             async move { redis.grant_share(&key, ask).await }
         }))
-        .await;
+        .collect();
+        let grants: Vec<_> = futures_util::stream::iter(calls)
+            .buffered(GRANTS_AT_ONCE)
+            .collect()
+            .await;
         let mut inner = self.inner.lock();
         for (rated, grant) in rated.into_iter().zip(grants) {
             let share = match grant {
@@ -393,6 +404,13 @@ impl Quotas {
                 "a usage report needs a domain",
             ));
         }
+        let max = crate::service::request::MAX_DOMAIN_LEN;
+        if report.domain.len() > max {
+            return Err(tonic::Status::invalid_argument(format!(
+                "the domain is {} bytes, the most is {max}",
+                report.domain.len()
+            )));
+        }
         let (mut answer, mut rated) = (Vec::new(), Vec::new());
         let Some(subscriber) = inner.streams.get_mut(&stream) else {
             return Ok((answer, rated));
@@ -408,7 +426,10 @@ impl Quotas {
             None => {
                 let d: Arc<str> = Arc::from(report.domain.as_str());
                 subscriber.domain = Some(Arc::clone(&d));
-                subscriber.share_ratio = Some(metrics::rlqs_share_ratio(&d));
+                // A series per configured domain, never one a stream names: a client
+                // opening streams with made-up domains grows no exposition.
+                subscriber.share_ratio =
+                    (policies.domain(&d).is_some()).then(|| metrics::rlqs_share_ratio(&d));
                 d
             }
         };
@@ -438,7 +459,7 @@ impl Quotas {
                 }
                 subscriber.held += 1;
             }
-            let requests = usage.num_requests_allowed + usage.num_requests_denied;
+            let requests = (usage.num_requests_allowed).saturating_add(usage.num_requests_denied);
             let elapsed = usage.time_elapsed.map_or(0.0, |d| {
                 d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
             });

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
+use axum::{Extension, Router};
 use bytes::Bytes;
 use http::Request;
 use http_body::Frame;
@@ -20,7 +20,7 @@ use http_body_util::BodyExt;
 use spillway_core::{Algorithm, Limit, MemoryStore, Store};
 use spillway_redis::{RedisStore, TimeSource};
 use spillway_testkit::redis::{standalone_url, unique_prefix};
-use spillway_tower::{KeyExtractor, RateLimitLayer, Rule};
+use spillway_tower::{HoldSlot, Holding, KeyExtractor, RateLimitLayer, Rule};
 use tokio::sync::mpsc;
 use tower::ServiceExt;
 
@@ -42,7 +42,19 @@ impl http_body::Body for Open {
 /// The senders of the bodies the app has answered with, in order.
 type Senders = Arc<Mutex<Vec<mpsc::UnboundedSender<Bytes>>>>;
 
+/// The holds `/ws` took from its requests, as a service keeps them for an upgraded
+/// connection: dropped, the connection is over.
+type Kept = Arc<Mutex<Vec<Holding>>>;
+
 fn app<St: Store + 'static>(store: St, clock: spillway_core::ManualClock) -> (Router, Senders) {
+    let (router, senders, _) = app_kept(store, clock);
+    (router, senders)
+}
+
+fn app_kept<St: Store + 'static>(
+    store: St,
+    clock: spillway_core::ManualClock,
+) -> (Router, Senders, Kept) {
     let holds = Limit::new(Algorithm::Concurrency, 1, Duration::from_secs(30)).unwrap();
     let layer = RateLimitLayer::builder(store)
         .clock(clock)
@@ -56,6 +68,8 @@ fn app<St: Store + 'static>(store: St, clock: spillway_core::ManualClock) -> (Ro
         .unwrap();
     let senders = Senders::default();
     let answered = Arc::clone(&senders);
+    let kept = Kept::default();
+    let kept_by_ws = Arc::clone(&kept);
     let router = Router::new()
         .route(
             "/stream",
@@ -69,8 +83,21 @@ fn app<St: Store + 'static>(store: St, clock: spillway_core::ManualClock) -> (Ro
             }),
         )
         .route("/never", get(std::future::pending::<&'static str>))
+        // An upgrade that keeps nothing: its 101's empty body gives the hold back.
+        .route(
+            "/upgrade",
+            get(|| async { http::StatusCode::SWITCHING_PROTOCOLS }),
+        )
+        // An upgrade whose connection keeps the request's hold.
+        .route(
+            "/ws",
+            get(move |Extension(slot): Extension<HoldSlot>| async move {
+                kept_by_ws.lock().unwrap().extend(slot.take());
+                http::StatusCode::SWITCHING_PROTOCOLS
+            }),
+        )
         .layer(layer);
-    (router, senders)
+    (router, senders, kept)
 }
 
 async fn call(app: &Router, path: &str) -> http::Response<Body> {
@@ -166,6 +193,73 @@ async fn a_slot_is_held_while_the_body_streams_on_redis() {
         .await
         .unwrap();
     held_while_the_body_streams(store, false).await;
+}
+
+/// A response body that lives past three leases keeps its slot: the layer renews its
+/// hold every half lease (tokio's paused time and the layer's manual clock advanced
+/// together, a second at a time); once the body ends the slot is free. Without the
+/// renewal the hold would lapse at 30 s and the second request be admitted.
+#[tokio::test(start_paused = true)]
+async fn a_body_held_open_past_three_leases_keeps_its_slot() {
+    let clock = support::clock();
+    let (app, senders) = app(MemoryStore::new(), clock.clone());
+    let first = call(&app, "/stream").await;
+    assert_eq!(first.status(), 200);
+    let second_at = |seconds: u64| format!("a second request at {seconds} s");
+    for second in 1..=95 {
+        clock.advance(Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if second % 10 == 0 {
+            let refused = call(&app, "/stream").await.status();
+            assert_eq!(refused, 429, "{}", second_at(second));
+        }
+    }
+    // The body ends: its slot is free.
+    let mut body = first.into_body();
+    drop(senders.lock().unwrap().pop());
+    assert!(body.frame().await.is_none());
+    assert_eq!(
+        call(&app, "/stream").await.status(),
+        200,
+        "after the body ended"
+    );
+}
+
+/// An upgrade (101): a service that keeps nothing gives the hold back with the 101's
+/// empty body; one that takes the request's [`HoldSlot`] keeps the slot, renewed past
+/// three leases, until it drops what it took (its connection closed).
+#[tokio::test(start_paused = true)]
+async fn an_upgraded_connection_keeps_its_slot_only_when_it_takes_it() {
+    let clock = support::clock();
+    let (app, _senders, kept) = app_kept(MemoryStore::new(), clock.clone());
+    let upgraded = call(&app, "/upgrade").await;
+    assert_eq!(upgraded.status(), 101);
+    drop(upgraded);
+    assert_eq!(
+        call(&app, "/upgrade").await.status(),
+        101,
+        "given back with the 101"
+    );
+
+    let ws = call(&app, "/ws").await;
+    assert_eq!(ws.status(), 101);
+    drop(ws);
+    assert_eq!(kept.lock().unwrap().len(), 1);
+    for _ in 0..95 {
+        clock.advance(Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        call(&app, "/ws").await.status(),
+        429,
+        "the connection lives"
+    );
+    kept.lock().unwrap().clear();
+    assert_eq!(
+        call(&app, "/ws").await.status(),
+        101,
+        "the connection closed"
+    );
 }
 
 /// An app whose layer holds one of `acme`'s 3 slots per request, on Redis reached at
