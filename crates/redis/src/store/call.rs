@@ -74,9 +74,12 @@ impl Inner {
     ) -> Result<Value, CoreError> {
         let (answer, reply) = oneshot::channel();
         if let Some(batches) = B::lanes(self).submit(lane, Waiting { batch, answer }) {
-            // A free lane: this decision goes out at once, from this task. Boxed: the
-            // call's future is large, and most decisions never start one.
-            Box::pin(self.send(lane, batches)).await;
+            // A free lane (or a second call for many waiting): these decisions go out
+            // at once, from this task. Finished on a task of its own if this one stops
+            // waiting (a client gone): the call may carry other callers' batches, and
+            // once sent its reply is theirs.
+            let inner = Arc::clone(self);
+            FinishedIfDropped(Some(Box::pin(async move { inner.send(lane, batches).await }))).await;
         }
         match tokio::time::timeout_at(deadline, reply).await {
             Ok(Ok(part)) => part.map_err(Failure::error),
@@ -221,6 +224,39 @@ impl Inner {
                     .await
             }
             other => other,
+        }
+    }
+}
+
+/// A call sent from its caller's task, boxed (the call's future is large, and most
+/// decisions never start one); dropped before it ended, it is finished on a task of
+/// its own (with no runtime left, dropped: its callers see their call dropped).
+struct FinishedIfDropped(Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl Future for FinishedIfDropped {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let Some(call) = self.0.as_mut() else {
+            return std::task::Poll::Ready(());
+        };
+        let done = call.as_mut().poll(cx);
+        if done.is_ready() {
+            self.0 = None;
+        }
+        done
+    }
+}
+
+impl Drop for FinishedIfDropped {
+    fn drop(&mut self) {
+        if let Some(call) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(call);
         }
     }
 }

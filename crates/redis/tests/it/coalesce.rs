@@ -49,6 +49,15 @@ impl<'a, T> InOrder<'a, T> {
         .await
     }
 
+    /// Drops future `i` (its caller gone), `instead` its output.
+    fn cancel(&mut self, i: usize, instead: T)
+    where
+        T: 'a,
+    {
+        self.futures[i] = Box::pin(std::future::pending());
+        self.outputs[i] = Some(instead);
+    }
+
     async fn finish(mut self) -> Vec<T> {
         poll_fn(|cx| {
             if self.poll_all(cx) {
@@ -137,4 +146,45 @@ async fn share_the_next_call_and_fail_alone(server: RedisServer) {
         .unwrap()
         .remaining;
     assert_eq!(remaining, 0, "the ten admitted are charged");
+}
+
+/// A caller whose decision filled a second call (`SECOND_CALL_AT`) sends it from its
+/// own task, carrying 15 other callers' batches; it goes away while the call is on the
+/// wire (the server stopped). The call is finished on a task of its own: the 15 get
+/// their decisions. (It used to be dropped with its caller: each of the 15 failed with
+/// "the call carrying this decision was dropped", though Redis ran their charges.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_goes_away_mid_call_does_not_fail_the_batches_it_carries() {
+    let server = RedisServer::start();
+    let store = support::caller_clock_store(&server.url(), "carrier").await;
+    let now = Timestamp::from_secs(1_800_000_000);
+    let limit = Limit::new(Algorithm::FixedWindow, 10, Duration::from_secs(60)).unwrap();
+    let keys: Vec<Key> = (0..17).map(|i| Key::new(format!("k{i}")).unwrap()).collect();
+    store
+        .check_one(Request::new(&keys[0], &limit, 0), now)
+        .await
+        .unwrap();
+    let futures = keys
+        .iter()
+        .map(|k| {
+            Box::pin(store.check_one(Request::new(k, &limit, 1), now))
+                as Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + '_>>
+        })
+        .collect();
+    let mut decisions = InOrder::new(futures);
+    server.signal("STOP");
+    // The first goes at once; the next 15 wait; the 17th fills a second call and
+    // sends it, then its caller goes away.
+    decisions.start().await;
+    decisions.cancel(16, Err(Error::Timeout(Duration::ZERO)));
+    server.signal("CONT");
+    let decisions = decisions.finish().await;
+    for (i, d) in decisions[..16].iter().enumerate() {
+        assert!(d.as_ref().is_ok_and(Decision::allowed), "decision {i}: {d:?}");
+    }
+    let charged = store
+        .check_one(Request::new(&keys[16], &limit, 0), now)
+        .await
+        .unwrap();
+    assert_eq!(charged.remaining, 9, "the carrier's own take went out too");
 }
