@@ -1,6 +1,7 @@
 //! The Rate Limit Quota Service's handling of a usage report decoded from arbitrary
-//! bytes, as its stream decodes them (`prost`): two streams report it, the first twice,
-//! a second apart, then the buckets expire. Never a panic; every answer names a bucket
+//! bytes, as its stream decodes them (`prost`): two streams report it a second apart,
+//! the first breaks and its Envoy comes back on a third (taking over its shares), which
+//! reports twice; then the buckets expire. Never a panic; every answer names a bucket
 //! the report named (its pairs, or their digests); a report that is refused says why.
 
 #![no_main]
@@ -53,15 +54,30 @@ fuzz_target!(|data: &[u8]| {
             expire_on_shutdown: false,
         });
         let (outbox, mut answers) = tokio::sync::mpsc::channel(64);
-        let a = quotas.open(outbox.clone());
-        let b = quotas.open(outbox);
-        for (stream, now) in [(a, T0), (b, T0 + 1_000_000), (a, T0 + 2_000_000)] {
+        let peer = Some(std::net::IpAddr::from([127, 0, 0, 1]));
+        let a = quotas.open(outbox.clone(), peer);
+        let b = quotas.open(outbox.clone(), None);
+        // `a` breaks and its Envoy comes back as `c`, taking over its shares.
+        let c = || quotas.open(outbox.clone(), peer);
+        let mut c_stream = None;
+        for (step, now) in [T0, T0 + 1_000_000, T0 + 2_000_000, T0 + 3_000_000]
+            .into_iter()
+            .enumerate()
+        {
+            let stream = match step {
+                0 => a,
+                1 => b,
+                _ => *c_stream.get_or_insert_with(|| {
+                    quotas.close(a);
+                    c()
+                }),
+            };
             if let Err(status) = quotas.report(stream, report.clone(), &POLICIES, now).await {
                 assert!(!status.message().is_empty(), "a refusal that says nothing");
             }
         }
-        quotas.close(a);
         quotas.close(b);
+        quotas.close(c_stream.expect("opened"));
         quotas.expire(T0 + 3_600_000_000);
         let named: Vec<_> = (report.bucket_quota_usages.iter())
             .filter_map(|u| u.bucket_id.as_ref())

@@ -8,15 +8,24 @@
 -- share lapses (µs), packed as three doubles. The key lives as long as its last share.
 --
 -- ARGV[1] is the operation:
---   grant holder demand rate now ttl floor headroom
+--   grant holder demand rate now ttl floor headroom replaces
 --     Records the holder's demand and grants it, until now + ttl, the least of its
 --     fair share (`fair` over the live holders' demands, and `headroom` more holders
 --     of no demand: room kept for an Envoy that comes to another replica) and what the
 --     other holders' live shares leave of `rate`: the live shares never add up to more
 --     than `rate`, whatever the replicas do at once. Forgets the holders lapsed by
---     `now`. Replies { share, assigned (every live share, added up), holders }.
+--     `now`. `replaces` (or '') names a holder whose Envoy this one is (its stream
+--     broke and it came back): its live share becomes this holder's. A holder with no
+--     live share to which the others' live shares leave nothing of a fair share is
+--     *withheld*: booked with no share (its demand counted, so the others make room
+--     at their next grants) and answered nothing, so its Envoy keeps what it runs
+--     rather than a denial. Replies { share, assigned (every live share, added up), holders,
+--     withheld (1 or 0) }.
 --   view now
 --     Replies holder, demand, share, until for each holder live at `now`.
+--
+-- `now` is µs, or `server`: Redis's own clock (`TIME`), so that replicas whose clocks
+-- differ agree on which shares live.
 --   fair rate floor demand...
 --     Replies `fair`'s shares (no key is read: the twins' test).
 -- Numbers go back as text: Redis would cut a Lua number to an integer.
@@ -34,6 +43,15 @@ local function num(v, what)
     fail(what .. ' must be a finite number of at least 0')
   end
   return n
+end
+
+-- The time `v` says, µs: Redis's own when it is `server`.
+local function clock(v)
+  if v == 'server' then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return num(v, 'now')
 end
 
 local function text(x)
@@ -98,7 +116,7 @@ if op == 'fair' then
 end
 
 if op == 'view' then
-  local now = num(ARGV[2], 'now')
+  local now = clock(ARGV[2])
   local out = {}
   for _, h in ipairs(holders(KEYS[1], now, false)) do
     out[#out + 1] = h[1]
@@ -111,18 +129,24 @@ end
 
 if op ~= 'grant' then fail('unknown operation') end
 
-local holder = ARGV[2]
+local holder, replaces = ARGV[2], ARGV[9] or ''
 local args = {}
 for i, what in ipairs({ 'demand', 'rate', 'now', 'ttl', 'floor', 'headroom' }) do
-  args[what] = num(ARGV[i + 2], what)
+  if what ~= 'now' then args[what] = num(ARGV[i + 2], what) end
 end
-local now, rate = args.now, args.rate
+local now, rate = clock(ARGV[5]), args.rate
 if holder == '' or args.ttl < 1 then fail('a grant needs a holder and a TTL') end
 
 local live = holders(KEYS[1], now, true)
-local demands, others, last = {}, 0, now + args.ttl
+local demands, others, last, had = {}, 0, now + args.ttl, 0
 for _, h in ipairs(live) do
-  if h[1] ~= holder then
+  if h[1] == holder then
+    had = h[3]
+  elseif h[1] == replaces then
+    -- Its Envoy is this holder's: what it runs is this holder's share.
+    had = math.max(had, h[3])
+    redis.call('HDEL', KEYS[1], replaces)
+  else
     demands[#demands + 1] = h[2]
     others = others + h[3]
     last = math.max(last, h[4])
@@ -131,13 +155,17 @@ end
 demands[#demands + 1] = args.demand
 local mine = #demands
 for _ = 1, args.headroom do demands[#demands + 1] = 0 end
-local share = fair(rate, args.floor, demands)[mine]
+local fairly = fair(rate, args.floor, demands)[mine]
 -- Never past what the others hold (they shrink at their own reports).
-share = math.max(0, math.min(share, rate - others))
+local share = math.max(0, math.min(fairly, rate - others))
 if share < TINY then share = 0 end
+local withheld = 0
+if share == 0 and fairly >= TINY and had < TINY then
+  withheld, share = 1, 0
+end
 
 redis.call('HSET', KEYS[1], holder, struct.pack('<ddd', args.demand, share, now + args.ttl))
 -- Until the last share lapses, and a second for clocks that differ a little.
 local ms = math.ceil((last - now) / 1000) + 1000
 redis.call('PEXPIRE', KEYS[1], string.format('%d', ms))
-return { text(share), text(others + share), mine }
+return { text(share), text(others + share), mine, withheld }

@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tonic::transport::server::TcpConnectInfo;
 use tower::ServiceExt;
 
 mod activity;
@@ -213,8 +214,9 @@ pub async fn serve<L, A, B>(
         connections.spawn(async move {
             let _permit = permit;
             metrics::connection_opened(name);
+            let peer = L::peer(&stream);
             if let Some((io, presented)) = L::open(stream, tls, limits).await {
-                connection(io, presented, builder, app, limits, shutdown).await;
+                connection(io, presented, peer, builder, app, limits, shutdown).await;
             }
             metrics::connection_closed(name);
         });
@@ -233,6 +235,7 @@ pub async fn serve<L, A, B>(
 async fn connection<I, A, B>(
     io: I,
     presented: Option<ClientCert>,
+    peer: Option<std::net::SocketAddr>,
     builder: Builder<TokioExecutor>,
     app: A,
     limits: Limits,
@@ -253,6 +256,20 @@ async fn connection<I, A, B>(
         move |mut request: Request<Incoming>| {
             if let Some(presented) = presented {
                 request.extensions_mut().insert(presented);
+            }
+            // The peer, where a service reads it (tonic's `remote_addr`): an RLQS
+            // stream's Envoy, which takes over its own shares when it comes back. Not
+            // on every call: an extension is an allocation.
+            if peer.is_some()
+                && request
+                    .uri()
+                    .path()
+                    .starts_with(crate::api::rlqs::PATH_PREFIX)
+            {
+                request.extensions_mut().insert(TcpConnectInfo {
+                    local_addr: None,
+                    remote_addr: peer,
+                });
             }
             let busy = Busy::start(Arc::clone(&activity));
             let answer = app.clone().oneshot(request);

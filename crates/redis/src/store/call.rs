@@ -79,7 +79,10 @@ impl Inner {
             // waiting (a client gone): the call may carry other callers' batches, and
             // once sent its reply is theirs.
             let inner = Arc::clone(self);
-            FinishedIfDropped(Some(Box::pin(async move { inner.send(lane, batches).await }))).await;
+            FinishedIfDropped(Some(Box::pin(
+                async move { inner.send(lane, batches).await },
+            )))
+            .await;
         }
         match tokio::time::timeout_at(deadline, reply).await {
             Ok(Ok(part)) => part.map_err(Failure::error),

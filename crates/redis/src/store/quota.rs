@@ -29,7 +29,9 @@ pub struct Ask<'a> {
     pub demand: f64,
     /// The bucket's limit, requests a second.
     pub rate: f64,
-    /// The caller's time, µs.
+    /// The caller's time, µs: used on a store whose time source is the caller's
+    /// ([`TimeSource::Caller`](crate::TimeSource::Caller)); otherwise Redis's `TIME`
+    /// decides which shares live, so replicas whose clocks differ agree.
     pub now: u64,
     /// How long the share lives unless granted again, µs.
     pub ttl: u64,
@@ -39,6 +41,9 @@ pub struct Ask<'a> {
     /// kept for an Envoy that comes to another replica (its share is granted at once,
     /// not when the others next report).
     pub headroom: u32,
+    /// The holder whose Envoy this holder's is (its stream broke, and the Envoy came
+    /// back on this one): its live share becomes this holder's.
+    pub replaces: Option<&'a str>,
 }
 
 /// A grant.
@@ -50,6 +55,12 @@ pub struct Granted {
     pub assigned: f64,
     /// How many hold the bucket, the holder with them.
     pub holders: u64,
+    /// The holder had no live share and the others' live shares leave nothing of its
+    /// fair one: it is booked with none (`share` 0) and must be sent nothing, so that its Envoy
+    /// keeps what it runs (the assignment of a stream that broke, or its own
+    /// `no_assignment_behavior`) rather than a denial. The others make room at their
+    /// next grants.
+    pub withheld: bool,
 }
 
 /// One live holder of a bucket, as Redis keeps it.
@@ -81,31 +92,32 @@ impl RedisStore {
         }
         let reply = self
             .quota(key, |c| {
-                c.arg("grant")
-                    .arg(ask.holder)
-                    .arg(ask.demand)
-                    .arg(ask.rate)
-                    .arg(ask.now)
-                    .arg(ask.ttl)
+                c.arg("grant").arg(ask.holder).arg(ask.demand).arg(ask.rate);
+                self.now_arg(c, ask.now);
+                c.arg(ask.ttl)
                     .arg(ask.floor)
-                    .arg(ask.headroom);
+                    .arg(ask.headroom)
+                    .arg(ask.replaces.unwrap_or(""));
             })
             .await?;
         match texts(&reply).as_deref() {
-            Some([share, assigned, holders]) => Ok(Granted {
+            Some([share, assigned, holders, withheld]) => Ok(Granted {
                 share: number(share)?,
                 assigned: number(assigned)?,
                 holders: number(holders)? as u64,
+                withheld: withheld == "1",
             }),
             _ => Err(unexpected(&reply)),
         }
     }
 
-    /// The live holders of the bucket at `key` at `now` (µs), in no order.
+    /// The live holders of the bucket at `key` at `now` (µs; Redis's `TIME` unless the
+    /// store's time source is the caller's), in no order.
     pub async fn shares_held(&self, key: &str, now: u64) -> Result<Vec<Holding>, CoreError> {
         let reply = self
             .quota(key, |c| {
-                c.arg("view").arg(now);
+                c.arg("view");
+                self.now_arg(c, now);
             })
             .await?;
         let texts = texts(&reply).ok_or_else(|| unexpected(&reply))?;
@@ -137,6 +149,15 @@ impl RedisStore {
             .await?;
         let texts = texts(&reply).ok_or_else(|| unexpected(&reply))?;
         texts.iter().map(|t| number(t)).collect()
+    }
+
+    /// `now` as the script reads it: `server` (Redis's `TIME`) unless the store's time
+    /// source is the caller's.
+    fn now_arg(&self, c: &mut Cmd, now: u64) {
+        match self.inner.time {
+            crate::TimeSource::Server => c.arg("server"),
+            crate::TimeSource::Caller => c.arg(now),
+        };
     }
 
     /// One call of the quota script on `key` with the arguments `args` adds: EVALSHA,

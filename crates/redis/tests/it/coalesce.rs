@@ -159,7 +159,9 @@ async fn a_caller_that_goes_away_mid_call_does_not_fail_the_batches_it_carries()
     let store = support::caller_clock_store(&server.url(), "carrier").await;
     let now = Timestamp::from_secs(1_800_000_000);
     let limit = Limit::new(Algorithm::FixedWindow, 10, Duration::from_secs(60)).unwrap();
-    let keys: Vec<Key> = (0..17).map(|i| Key::new(format!("k{i}")).unwrap()).collect();
+    let keys: Vec<Key> = (0..17)
+        .map(|i| Key::new(format!("k{i}")).unwrap())
+        .collect();
     store
         .check_one(Request::new(&keys[0], &limit, 0), now)
         .await
@@ -180,7 +182,10 @@ async fn a_caller_that_goes_away_mid_call_does_not_fail_the_batches_it_carries()
     server.signal("CONT");
     let decisions = decisions.finish().await;
     for (i, d) in decisions[..16].iter().enumerate() {
-        assert!(d.as_ref().is_ok_and(Decision::allowed), "decision {i}: {d:?}");
+        assert!(
+            d.as_ref().is_ok_and(Decision::allowed),
+            "decision {i}: {d:?}"
+        );
     }
     let charged = store
         .check_one(Request::new(&keys[16], &limit, 0), now)

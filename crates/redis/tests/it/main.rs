@@ -7,6 +7,7 @@ mod distinct;
 mod hll;
 mod holds;
 mod limits;
+mod quota;
 mod reconnect;
 mod reservations;
 mod script_input;

@@ -28,6 +28,9 @@ use crate::state::AppState;
 /// pairs each fit.
 pub const MAX_REPORT_BYTES: usize = 1024 * 1024;
 
+/// The gRPC path every RLQS method is under.
+pub(crate) const PATH_PREFIX: &str = "/envoy.service.rate_limit_quota.v3.";
+
 /// The header of a stream's answers that says its id (as `/v1/rlqs/explain` shows it).
 pub const STREAM_HEADER: &str = "x-spillway-rlqs-stream";
 
@@ -54,10 +57,11 @@ impl RateLimitQuotaService for Rlqs {
         &self,
         request: tonic::Request<tonic::Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<tonic::Response<Answers>, tonic::Status> {
+        let peer = request.remote_addr().map(|a| a.ip());
         let mut reports = request.into_inner();
         let (outbox, answers) = tokio::sync::mpsc::channel(OUTBOX);
         let state = Arc::clone(&self.state);
-        let stream = state.quotas.open(outbox.clone());
+        let stream = state.quotas.open(outbox.clone(), peer);
         let shutdown = state.quotas.stopping();
         tokio::spawn(async move {
             loop {

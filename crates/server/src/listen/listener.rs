@@ -20,6 +20,11 @@ pub trait Listener: Send + 'static {
     /// The next connection.
     fn accept(&self) -> impl Future<Output = std::io::Result<Self::Stream>> + Send;
 
+    /// The connection's peer, where it has an address.
+    fn peer(_stream: &Self::Stream) -> Option<std::net::SocketAddr> {
+        None
+    }
+
     /// Readies an accepted connection: its first byte waited for (within the header
     /// timeout), then the TLS handshake; with whether its client presented a
     /// certificate, over mutual TLS. `None`: it was closed instead.
@@ -50,6 +55,10 @@ impl Listener for TcpListener {
         let _ = stream.set_nodelay(true);
         let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&KEEPALIVE);
         Ok(stream)
+    }
+
+    fn peer(stream: &Self::Stream) -> Option<std::net::SocketAddr> {
+        stream.peer_addr().ok()
     }
 
     async fn open(

@@ -145,7 +145,7 @@ pub static METRICS: &[Metric] = &[
     metric(
         "spillway_rlqs_refused_buckets_total",
         "counter",
-        "`reason`: `no_bucket_id`, `bucket_id_too_large` (over 16 pairs or 256 bytes a key or value), `too_many_buckets` (past `rlqs_max_buckets` on its stream), `store_failed` (on Redis, the grant failed: Envoy runs its last assignment to its TTL)",
+        "`reason`: `no_bucket_id`, `bucket_id_too_large` (over 16 pairs or 256 bytes a key), `too_many_buckets` (past `rlqs_max_buckets` on its stream), `store_failed` (on Redis, the grant failed: Envoy runs its last assignment to its TTL), `withheld` (the others' live shares, a closed stream's say, left the reporter nothing: it is sent nothing rather than a denial)",
         "reported RLQS buckets given no assignment (Envoy's `no_assignment_behavior` applies to them)",
         "—",
     ),

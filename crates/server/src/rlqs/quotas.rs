@@ -17,6 +17,7 @@
 //!   the shares Envoys run never add up to more than the limit.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,6 +107,8 @@ struct Rated {
     rate: f64,
     /// The reporter's demand, requests a second.
     demand: f64,
+    /// The closed stream of the same Envoy whose share the reporter took over.
+    replaces: Option<u64>,
 }
 
 /// Records a share of `rate` in the stream's `spillway_rlqs_share_ratio`.
@@ -134,6 +137,9 @@ struct Inner {
 /// many buckets it holds.
 struct Subscriber {
     outbox: Option<Outbox>,
+    /// The Envoy's address: a stream it opens after this one broke takes over this
+    /// one's shares ([`take_over`]).
+    peer: Option<IpAddr>,
     domain: Option<Arc<str>>,
     /// `spillway_rlqs_share_ratio` of its domain (set with it).
     share_ratio: Option<::metrics::Histogram>,
@@ -276,8 +282,8 @@ impl Quotas {
         self.stop.clone()
     }
 
-    /// A stream opened: its id.
-    pub fn open(&self, outbox: Outbox) -> u64 {
+    /// A stream opened from `peer` (the Envoy's address, when known): its id.
+    pub fn open(&self, outbox: Outbox, peer: Option<IpAddr>) -> u64 {
         let mut inner = self.inner.lock();
         inner.next += 1;
         let id = inner.next;
@@ -285,6 +291,7 @@ impl Quotas {
             id,
             Subscriber {
                 outbox: Some(outbox),
+                peer,
                 domain: None,
                 share_ratio: None,
                 held: 0,
@@ -328,7 +335,12 @@ impl Quotas {
             let Some(redis) = &self.shared else {
                 for rated in rated {
                     let bucket = inner.buckets.get_mut(&rated.key).expect("taken above");
-                    let mine = share_out(bucket, stream, rated.rate, now, ttl, &mut inner.streams);
+                    let Some(mine) =
+                        share_out(bucket, stream, rated.rate, now, ttl, &mut inner.streams)
+                    else {
+                        metrics::rlqs_refused("withheld");
+                        continue;
+                    };
                     note_share(share_ratio.as_ref(), mine, rated.rate);
                     answer.push(assignment(rated.id, token_bucket(mine), ttl));
                 }
@@ -341,7 +353,10 @@ impl Quotas {
         // At most GRANTS_AT_ONCE on their way at once: a report of a thousand buckets
         // would otherwise queue a thousand calls, the last ones past the store's
         // timeout before they are sent (measured: 317 to 984 of 1,000 answered).
-        let calls: Vec<_> = (rated.iter().map(|r| {
+        let replaced: Vec<Option<String>> = (rated.iter())
+            .map(|r| r.replaces.map(|old| format!("{}:{old}", self.replica)))
+            .collect();
+        let calls: Vec<_> = (rated.iter().zip(&replaced).map(|(r, replaces)| {
             let key = redis.quota_key(&r.key.domain, &r.key.pairs);
             let ask = Ask {
                 holder: &holder,
@@ -351,6 +366,7 @@ impl Quotas {
                 ttl: ttl * 1_000_000,
                 floor: shares::FLOOR,
                 headroom: HEADROOM,
+                replaces: replaces.as_deref(),
             };
             async move { redis.grant_share(&key, ask).await }
         }))
@@ -361,8 +377,8 @@ impl Quotas {
             .await;
         let mut inner = self.inner.lock();
         for (rated, grant) in rated.into_iter().zip(grants) {
-            let share = match grant {
-                Ok(granted) => granted.share,
+            let (share, withheld) = match grant {
+                Ok(granted) => (granted.share, granted.withheld),
                 Err(e) => {
                     // Nothing sent: Envoy runs its assignment to its TTL, then its
                     // `expired_assignment_behavior`.
@@ -376,10 +392,14 @@ impl Quotas {
                 .get_mut(&rated.key)
                 .and_then(|b| b.holders.get_mut(&stream));
             if let Some(h) = holder {
-                h.assigned = Some(Assigned {
+                h.assigned = (!withheld).then_some(Assigned {
                     share,
                     until: now + ttl * 1_000_000,
                 });
+            }
+            if withheld {
+                metrics::rlqs_refused("withheld");
+                continue;
             }
             note_share(share_ratio.as_ref(), share, rated.rate);
             answer.push(assignment(rated.id, token_bucket(share), ttl));
@@ -452,12 +472,14 @@ impl Quotas {
                 .get(&key)
                 .is_some_and(|b| b.holders.contains_key(&stream));
             let subscriber = inner.streams.get_mut(&stream).expect("found above");
+            let mut replaces = None;
             if !held {
                 if subscriber.held >= self.settings.max_buckets {
                     metrics::rlqs_refused("too_many_buckets");
                     continue;
                 }
                 subscriber.held += 1;
+                replaces = take_over(inner, &key, stream, now);
             }
             let requests = (usage.num_requests_allowed).saturating_add(usage.num_requests_denied);
             let elapsed = usage.time_elapsed.map_or(0.0, |d| {
@@ -502,6 +524,7 @@ impl Quotas {
                     id,
                     rate,
                     demand: holder.demand,
+                    replaces,
                 }),
             }
         }
@@ -548,7 +571,10 @@ impl Quotas {
 /// decreases of the others are sent (an increase waits for their own reports). Holders
 /// that cannot be told (their stream ended) keep what they were sent until it lapses; a
 /// decrease that cannot be delivered (a stream that reads too slowly) comes off the
-/// reporter's share instead.
+/// reporter's share instead. `None`: *withheld* — the reporter had no live share and
+/// what the others keep leaves nothing of its fair one (a closed stream's lingering
+/// share, say): it is sent nothing, so its Envoy keeps what it runs rather than a
+/// denial, and asks again at its next report (`quota.lua`'s twin rule).
 fn share_out(
     bucket: &mut Bucket,
     stream: u64,
@@ -556,7 +582,7 @@ fn share_out(
     now: u64,
     ttl: u64,
     streams: &mut HashMap<u64, Subscriber>,
-) -> f64 {
+) -> Option<f64> {
     let reachable = |streams: &HashMap<u64, Subscriber>, s: &u64| {
         streams.get(s).is_some_and(|s| s.outbox.is_some())
     };
@@ -576,6 +602,11 @@ fn share_out(
             fixed += live(h);
         }
     }
+    let fairly = ids
+        .iter()
+        .position(|s| *s == stream)
+        .map_or(0.0, |i| shares::shares(rate, &demands)[i]);
+    let had = bucket.holders.get(&stream).map_or(0.0, live);
     let shares = shares::shares((rate - fixed).max(0.0), &demands);
     let until = now + ttl * 1_000_000;
     let mut mine = 0.0;
@@ -604,8 +635,46 @@ fn share_out(
         .holders
         .get_mut(&stream)
         .expect("the reporter holds it");
+    if mine < shares::TINY && fairly >= shares::TINY && had < shares::TINY {
+        h.assigned = None;
+        return None;
+    }
     h.assigned = Some(Assigned { share: mine, until });
-    mine
+    Some(mine)
+}
+
+/// Makes `stream`, about to hold `key`'s bucket, the holder of the share a closed
+/// stream from the same Envoy (its address) still holds there: the Envoy's stream
+/// broke (a network blip, a balancer's reset, a listener update) and it came back, still
+/// running the assignment it was sent. The closed stream's holding goes (the latest,
+/// if several); its id. An Envoy behind an address others share (a balancer that is
+/// not transparent) may take over another's share: at worst its share twice, until
+/// the assignment's TTL.
+fn take_over(inner: &mut Inner, key: &BucketKey, stream: u64, now: u64) -> Option<u64> {
+    let peer = inner.streams.get(&stream)?.peer?;
+    let bucket = inner.buckets.get_mut(key)?;
+    let old = (bucket.holders.iter())
+        .filter(|(s, h)| {
+            let closed_from_peer = inner
+                .streams
+                .get(s)
+                .is_some_and(|o| o.outbox.is_none() && o.peer == Some(peer));
+            closed_from_peer && h.assigned.is_some_and(|a| a.until > now)
+        })
+        .map(|(s, _)| *s)
+        .max()?;
+    let holder = bucket.holders.remove(&old)?;
+    bucket.holders.insert(
+        stream,
+        Holder {
+            active: now,
+            ..holder
+        },
+    );
+    if let Some(o) = inner.streams.get_mut(&old) {
+        o.held = o.held.saturating_sub(1);
+    }
+    Some(old)
 }
 
 /// A bucket id's pairs, sorted; `None` when it is too large.

@@ -10,6 +10,10 @@
 /// moves the shares.
 pub const FLOOR: f64 = 0.1;
 
+/// A share below this (requests a second) is none: a rounding's worth (`quota.lua`'s
+/// `TINY`).
+pub const TINY: f64 = 1e-9;
+
 /// The longest `fill_interval` a share is written with: a share below one request in
 /// this long is written as one request in this long at most (never more than the share).
 pub const MAX_FILL_SECS: u64 = 3600;

@@ -45,10 +45,19 @@ struct Envoy {
 
 impl Envoy {
     async fn subscribe(s: &Server) -> Envoy {
-        let mut client =
-            RateLimitQuotaServiceClient::connect(format!("http://{}", s.running.grpc_addr))
+        Envoy::subscribe_from(s, [127, 0, 0, 1]).await
+    }
+
+    /// A stream from the loopback address `from` (another Envoy: another address).
+    async fn subscribe_from(s: &Server, from: [u8; 4]) -> Envoy {
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", s.running.grpc_addr))
+                .unwrap()
+                .local_address(Some(std::net::IpAddr::from(from)))
+                .connect()
                 .await
                 .unwrap();
+        let mut client = RateLimitQuotaServiceClient::new(channel);
         let (reports, rx) = mpsc::channel(16);
         let stream =
             futures_util::stream::unfold(
@@ -318,18 +327,7 @@ async fn shares_follow_demand_and_never_add_up_to_more_than_the_limit() {
     drop(far);
     // Until the server has seen the stream end it may still send it decreases (which
     // its Envoy, were it alive, would run): wait for that, then report.
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while explain(&s, &id)
-            .await
-            .holders
-            .iter()
-            .any(|h| h.stream == far_stream && h.open == Some(true))
-        {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("the server sees the stream end");
+    until_closed(&s, &id, far_stream).await;
     let mut envoys = [busy, idle];
     s.clock.advance(Duration::from_secs(1));
     for (e, d) in envoys.iter_mut().zip(demand) {
@@ -357,6 +355,97 @@ async fn shares_follow_demand_and_never_add_up_to_more_than_the_limit() {
             .count(),
         2
     );
+}
+
+/// Waits (10 s at most) until the server has seen `stream` end.
+async fn until_closed(s: &Server, id: &BucketId, stream: u64) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while explain(s, id)
+            .await
+            .holders
+            .iter()
+            .any(|h| h.stream == stream && h.open == Some(true))
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the server sees the stream end");
+}
+
+/// An Envoy whose stream breaks and comes back (a network blip, a balancer's reset)
+/// keeps its share: its new stream, from the same address, takes over the closed one's
+/// (it was answered `DENY_ALL`: the closed stream's share, live until its TTL, left it
+/// nothing). Another Envoy (another address) that finds the room held by a closed
+/// stream is answered nothing (its Envoy keeps its own `no_assignment_behavior`), never
+/// a denial, and gets its share once the closed one's lapses. On the memory store and
+/// through Redis.
+#[tokio::test]
+async fn a_stream_that_breaks_and_comes_back_keeps_its_share() {
+    for backing in [
+        Backing::Memory,
+        Backing::Redis(spillway_testkit::redis::standalone_url()),
+    ] {
+        let s = Server::start("rlqs-reconnect", &[("q.yaml", POLICY)], backing.clone()).await;
+        let a = [("tenant", "reconnects")];
+        let id = bucket(&a);
+        let mut first = Envoy::subscribe(&s).await;
+        let alone = rate(&only(&first.report(&s, vec![usage(&a, 300, 5)]).await));
+        // (On Redis, less the room kept for a newcomer on another replica.)
+        assert!(
+            (45.0..=60.0).contains(&alone),
+            "{backing:?}: alone: {alone}"
+        );
+        let stream = first.stream;
+        drop(first);
+        until_closed(&s, &id, stream).await;
+
+        s.clock.advance(Duration::from_secs(1));
+        let mut again = Envoy::subscribe(&s).await;
+        let kept = only(&again.report(&s, vec![usage(&a, 300, 5)]).await);
+        assert_eq!(
+            rate(&kept),
+            alone,
+            "{backing:?}: the same Envoy back: {kept:?}"
+        );
+        assert!(explain(&s, &id).await.assigned_per_second <= 60.0 + 1e-9);
+        let stream = again.stream;
+        drop(again);
+        until_closed(&s, &id, stream).await;
+
+        // Another Envoy, while the closed stream's share lives: no answer.
+        s.clock.advance(Duration::from_secs(1));
+        let mut other = Envoy::subscribe_from(&s, [127, 0, 0, 2]).await;
+        other.send("q", vec![usage(&a, 300, 5)]).await;
+        let seen = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let explained = explain(&s, &id).await;
+                if let Some(h) = explained.holders.iter().find(|h| h.stream == other.stream) {
+                    return (h.sent, h.share_per_second, explained.assigned_per_second);
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the report is seen");
+        // Withheld (nothing sent), or, on Redis, the room kept for a newcomer: never a
+        // share of 0 (a DENY_ALL).
+        let withheld = seen.0 == Some(0) && seen.1.is_none_or(|share| share == 0.0);
+        let roomed = seen.0 == Some(1) && seen.1.is_some_and(|share| share > 0.0);
+        assert!(withheld || roomed, "{backing:?}: {seen:?}");
+        if matches!(backing, Backing::Memory) {
+            assert!(withheld, "no room kept in one process: {seen:?}");
+        }
+        if roomed {
+            other.next().await;
+        }
+        assert!(seen.2 <= 60.0 + 1e-9, "{backing:?}: {seen:?}");
+        // Past the closed stream's TTL (15 s), the whole of it.
+        s.clock.advance(Duration::from_secs(16));
+        let after = only(&other.report(&s, vec![usage(&a, 300, 5)]).await);
+        assert_eq!(rate(&after), alone, "{backing:?}: {after:?}");
+        s.running.stop().await;
+    }
 }
 
 /// A bucket reported with no request for `abandon_after` (5 minutes) is abandoned.
