@@ -132,7 +132,13 @@ pub async fn run(fault: Fault, transport: Transport) -> anyhow::Result<RlqsRepor
     let start = Instant::now();
     let reads = Arc::new(Mutex::new(Vec::<Read>::new()));
     let reports = Arc::new(AtomicUsize::new(0));
-    let open = |n: usize| Stream::open(url.clone(), n, start, Arc::clone(&reads));
+    // Each stream an Envoy of its own address: the one opened in place of a dropped one
+    // is another Envoy (the same Envoy back, from its own address, takes over its
+    // closed stream's share: `server/tests/it/rlqs.rs`).
+    let open = |n: usize| {
+        let from = std::net::IpAddr::from([127, 0, 0, 1 + n as u8]);
+        Stream::open(url.clone(), n, from, start, Arc::clone(&reads))
+    };
     let mut streams = vec![open(0).await?, open(1).await?];
     // Each stream reports every `EVERY` until told to stop.
     let report_until = |streams: &[Stream], stop: CancellationToken| {
@@ -307,7 +313,8 @@ fn report() -> RateLimitQuotaUsageReports {
     }
 }
 
-/// An Envoy-like stream: reports go in; a task reads every answer into `reads`.
+/// An Envoy-like stream from the address `from`: reports go in; a task reads every
+/// answer into `reads`.
 struct Stream {
     reports: mpsc::Sender<RateLimitQuotaUsageReports>,
     stop: CancellationToken,
@@ -317,10 +324,15 @@ impl Stream {
     async fn open(
         url: String,
         n: usize,
+        from: std::net::IpAddr,
         start: Instant,
         reads: Arc<Mutex<Vec<Read>>>,
     ) -> anyhow::Result<Stream> {
-        let mut client = RateLimitQuotaServiceClient::connect(url).await?;
+        let channel = tonic::transport::Endpoint::from_shared(url)?
+            .local_address(Some(from))
+            .connect()
+            .await?;
+        let mut client = RateLimitQuotaServiceClient::new(channel);
         let (reports, rx) = mpsc::channel(64);
         let outgoing =
             futures_util::stream::unfold(
