@@ -140,21 +140,41 @@ pub async fn run(fault: Fault, transport: Transport) -> anyhow::Result<RlqsRepor
         Stream::open(url.clone(), n, from, start, Arc::clone(&reads))
     };
     let mut streams = vec![open(0).await?, open(1).await?];
-    // Each stream reports every `EVERY` until told to stop.
+    // Each stream reports every `EVERY` until told to stop, in turn: the next once the
+    // last one's answer is read (500 ms at most), as Envoys, which report at moments of
+    // their own, read theirs. (Sent together, the readers' tasks could record a
+    // decrease after the other stream's increase it made room for, and the judge count
+    // both: #61's "booked is what Envoy runs" is the fix for real lags.)
     let report_until = |streams: &[Stream], stop: CancellationToken| {
-        let senders: Vec<_> = streams.iter().map(|s| s.reports.clone()).collect();
+        let senders: Vec<_> = streams.iter().map(|s| (s.n, s.reports.clone())).collect();
         let reports = Arc::clone(&reports);
+        let reads = Arc::clone(&reads);
         tokio::spawn(async move {
+            let read_by = |n: usize| {
+                reads
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|r| r.stream == n)
+                    .count()
+            };
             let mut tick = tokio::time::interval(EVERY);
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
                     () = stop.cancelled() => return,
                 }
-                for s in &senders {
+                for (n, s) in &senders {
+                    let before = read_by(*n);
                     if s.send(report()).await.is_ok() {
                         reports.fetch_add(1, Ordering::Relaxed);
                     }
+                    let read = async {
+                        while read_by(*n) == before {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    };
+                    let _ = tokio::time::timeout(Duration::from_millis(500), read).await;
                 }
             }
         })
@@ -316,6 +336,7 @@ fn report() -> RateLimitQuotaUsageReports {
 /// An Envoy-like stream from the address `from`: reports go in; a task reads every
 /// answer into `reads`.
 struct Stream {
+    n: usize,
     reports: mpsc::Sender<RateLimitQuotaUsageReports>,
     stop: CancellationToken,
 }
@@ -390,7 +411,7 @@ impl Stream {
                 });
             }
         });
-        Ok(Stream { reports, stop })
+        Ok(Stream { n, reports, stop })
     }
 
     fn close(self) {
