@@ -21,6 +21,27 @@ struct InOrder<'a, T> {
     outputs: Vec<Option<T>>,
 }
 
+/// What a decision's future gives.
+type Decided = Result<Decision, Error>;
+
+impl<'a> InOrder<'a, Decided> {
+    /// A take of 1 on `limit` at `now` for each of `keys`, in order, on `store`.
+    fn takes(
+        store: &'a spillway_redis::RedisStore,
+        keys: impl IntoIterator<Item = &'a Key>,
+        limit: &'a Limit,
+        now: Timestamp,
+    ) -> Self {
+        let futures = (keys.into_iter())
+            .map(|k| {
+                Box::pin(store.check_one(Request::new(k, limit, 1), now))
+                    as Pin<Box<dyn Future<Output = Decided> + Send + 'a>>
+            })
+            .collect();
+        InOrder::new(futures)
+    }
+}
+
 impl<'a, T> InOrder<'a, T> {
     fn new(futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Self {
         let outputs = futures.iter().map(|_| None).collect();
@@ -109,14 +130,7 @@ async fn share_the_next_call_and_fail_alone(server: RedisServer) {
     let (a, b, hot) = (key("a"), key("b"), key("hot"));
     let mut keys = vec![&a, &b, &bad];
     keys.extend(std::iter::repeat_n(&hot, 61));
-    let futures = keys
-        .iter()
-        .map(|k| {
-            Box::pin(store.check_one(Request::new(k, &limit, 1), now))
-                as Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + '_>>
-        })
-        .collect();
-    let mut decisions = InOrder::new(futures);
+    let mut decisions = InOrder::takes(&store, keys.iter().copied(), &limit, now);
     server.signal("STOP");
     decisions.start().await;
     server.signal("CONT");
@@ -166,14 +180,7 @@ async fn a_caller_that_goes_away_mid_call_does_not_fail_the_batches_it_carries()
         .check_one(Request::new(&keys[0], &limit, 0), now)
         .await
         .unwrap();
-    let futures = keys
-        .iter()
-        .map(|k| {
-            Box::pin(store.check_one(Request::new(k, &limit, 1), now))
-                as Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + '_>>
-        })
-        .collect();
-    let mut decisions = InOrder::new(futures);
+    let mut decisions = InOrder::takes(&store, &keys, &limit, now);
     server.signal("STOP");
     // The first goes at once; the next 15 wait; the 17th fills a second call and
     // sends it, then its caller goes away.

@@ -281,18 +281,23 @@ impl Sender {
         {
             headers.extend(trailers.clone());
         }
-        let code: i32 = headers
-            .get("grpc-status")
-            .and_then(|s| s.to_str().ok()?.parse().ok())
-            .unwrap_or(-1);
-        let message = headers
-            .get("grpc-message")
-            .and_then(|m| m.to_str().ok())
-            .map(|m| m.replace("%20", " "))
-            .unwrap_or_default();
+        let (code, message) = grpc_status(&headers);
         let fault = !matches!(code, 0 | 3 | 8);
         (format!("{code} {}", grpc_name(code)), message, fault)
     }
+}
+
+/// A gRPC answer's status code (-1 when none) and message, from its headers and
+/// trailers together.
+fn grpc_status(headers: &http::HeaderMap) -> (i32, String) {
+    let code = (headers.get("grpc-status"))
+        .and_then(|s| s.to_str().ok()?.parse().ok())
+        .unwrap_or(-1);
+    let message = (headers.get("grpc-message"))
+        .and_then(|m| m.to_str().ok())
+        .map(|m| m.replace("%20", " "))
+        .unwrap_or_default();
+    (code, message)
 }
 
 fn grpc_name(code: i32) -> &'static str {

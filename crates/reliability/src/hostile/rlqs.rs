@@ -181,13 +181,7 @@ impl Sender {
             .filter_map(|m| RateLimitQuotaResponse::decode(m).ok())
             .map(|r| r.bucket_action.len())
             .sum();
-        let code = (headers.get("grpc-status"))
-            .and_then(|s| s.to_str().ok()?.parse().ok())
-            .unwrap_or(-1);
-        let message = (headers.get("grpc-message"))
-            .and_then(|m| m.to_str().ok())
-            .map(|m| m.replace("%20", " "))
-            .unwrap_or_default();
+        let (code, message) = super::grpc_status(&headers);
         Some((code, message, answers))
     }
 }
