@@ -48,6 +48,7 @@ mod calendar;
 mod clock;
 mod decision;
 mod error;
+pub mod fair_share;
 pub mod headers;
 mod key;
 mod limit;

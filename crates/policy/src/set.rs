@@ -209,21 +209,36 @@ impl Domain {
     /// resolved as a descriptor of them. `None` when a pair is left that no level asks
     /// for, or the path matches no rules.
     pub fn resolve_bucket(&self, pairs: &[(String, String)]) -> Option<Match<'_>> {
+        self.match_bucket(pairs).ok()
+    }
+
+    /// [`resolve_bucket`](Domain::resolve_bucket), saying what did not match: the
+    /// pairs no level asked for (none when every pair was taken and the path it made
+    /// has no rules).
+    pub fn match_bucket<'p>(
+        &self,
+        pairs: &'p [(String, String)],
+    ) -> Result<Match<'_>, Vec<&'p (String, String)>> {
         let mut left: Vec<&(String, String)> = pairs.iter().collect();
         let mut ordered: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());
         let mut level = Some(&self.root);
         let mut composite = String::with_capacity(64);
         while !left.is_empty() {
-            let here = level?;
-            let (i, node) = left.iter().enumerate().find_map(|(i, (k, v))| {
+            let Some(here) = level else {
+                return Err(left);
+            };
+            let found = left.iter().enumerate().find_map(|(i, (k, v))| {
                 composite_of(&mut composite, k, v);
                 here.find(k, &composite).map(|(_, node, _)| (i, node))
-            })?;
+            });
+            let Some((i, node)) = found else {
+                return Err(left);
+            };
             let (k, v) = left.remove(i);
             ordered.push((k, v));
             level = node.children.as_ref();
         }
-        self.resolve(&ordered)
+        self.resolve(&ordered).ok_or(left)
     }
 
     /// The rules for a descriptor's `(key, value)` entries, as the reference finds them:

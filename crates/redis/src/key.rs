@@ -88,7 +88,7 @@ impl Shards {
 
 /// The Cluster slot of a hash tag's text: CRC16 (XMODEM) modulo 16,384, as Redis
 /// computes it (redis-rs's `Slot` keeps its number to itself).
-fn slot_of(tag: &str) -> u32 {
+pub(crate) fn slot_of(tag: &str) -> u32 {
     u32::from(crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes())) % 16_384
 }
 

@@ -90,6 +90,8 @@ struct Inner {
     layout: Layout,
     time: TimeSource,
     timeout: Duration,
+    /// How it was built: [`RedisStore::another`] builds again from it.
+    again: RedisStoreBuilder,
     calls: Calls,
     /// Set when a server that had functions stops knowing `FCALL` (a failover to an
     /// older server): calls go as scripts from then on.
@@ -133,6 +135,16 @@ impl RedisStore {
     /// key per window: the one holding `now`).
     pub fn key_for(&self, key: &Key, limit: &Limit, now: Timestamp) -> String {
         self.inner.layout.key(key, limit, now)
+    }
+
+    /// A store of the same server, prefix and settings on a connection of its own,
+    /// whose calls may take `timeout`: for work whose calls must not wait behind the
+    /// decisions', nor count against their connection (RLQS's shares). It runs scripts
+    /// (no function library is loaded) and makes no decision round at its start.
+    pub async fn another(&self, timeout: Duration) -> Result<RedisStore, Error> {
+        let mut again = self.inner.again.clone().timeout(timeout).functions(false);
+        again.probe = false;
+        again.build().await
     }
 
     /// Whether this store talks to a Redis Cluster.

@@ -144,7 +144,27 @@ impl AppBuilder {
             (None, None) => None,
         };
         let stats = stats(&config.stats).map_err(StartError::Stats)?;
-        let state = state(&config, policies, (store, per_second), self.clock, stats);
+        // On Redis, RLQS shares live there (Envoys on every replica share each
+        // bucket), booked on a connection of their own.
+        let ledger: Box<dyn crate::rlqs::Ledger> = match &store {
+            AnyStore::Redis(redis) => {
+                let own = redis.another(config.rlqs.store_timeout).await?;
+                Box::new(crate::rlqs::RedisLedger::new(
+                    own,
+                    config.rlqs.store_timeout,
+                ))
+            }
+            AnyStore::Memory(_) => Box::new(crate::rlqs::MemoryLedger::default()),
+        };
+        let quotas = crate::rlqs::Quotas::new(config.rlqs.clone(), ledger);
+        let state = state(
+            &config,
+            policies,
+            (store, per_second),
+            quotas,
+            self.clock,
+            stats,
+        );
         Ok(App {
             config,
             state,
@@ -181,6 +201,7 @@ fn state(
     config: &Config,
     policies: PolicySet,
     (store, per_second): (AnyStore, Option<AnyStore>),
+    quotas: crate::rlqs::Quotas,
     clock: Arc<dyn Clock>,
     stats: Arc<Stats>,
 ) -> Arc<AppState> {
@@ -197,12 +218,6 @@ fn state(
         "starting"
     );
     let options = Options::of(config);
-    // On Redis, RLQS shares live there: Envoys on every replica share each bucket.
-    let quotas = crate::rlqs::Quotas::new(config.rlqs.clone());
-    let quotas = match &store {
-        AnyStore::Redis(redis) => quotas.shared_through(redis.clone()),
-        AnyStore::Memory(_) => quotas,
-    };
     if let Some(second) = &per_second {
         tracing::info!(
             target: "spillway_server",

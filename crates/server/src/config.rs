@@ -236,6 +236,30 @@ pub struct Rlqs {
     /// Envoy then runs its `expired_assignment_behavior` at once, rather than the
     /// assignments until their TTL.
     pub expire_on_shutdown: bool,
+    /// The most RLQS streams open at once (every connection's); one past them is
+    /// refused `RESOURCE_EXHAUSTED`. A connection carries at most
+    /// `listen::MAX_CONCURRENT_STREAMS` of them.
+    pub max_streams: usize,
+    /// What a bucket no rule matches is sent.
+    pub unmatched: Unmatched,
+    /// How long one call booking shares in Redis may take (RLQS's own connection,
+    /// timeout and breaker: never the decisions').
+    pub store_timeout: Duration,
+}
+
+/// What an RLQS bucket no rule matches (an unknown domain, a pair the policy does
+/// not know) is sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unmatched {
+    /// No answer: Envoy's own `no_assignment_behavior` decides (it cannot override an
+    /// Envoy configured to deny).
+    #[default]
+    NoAnswer,
+    /// `ALLOW_ALL`, for the assignment's TTL.
+    Allow,
+    /// `DENY_ALL`, for the assignment's TTL.
+    Deny,
 }
 
 /// and the rest, counted in hits as the reference counts them): as Prometheus series

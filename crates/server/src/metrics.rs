@@ -177,6 +177,11 @@ pub fn rlqs_refused(reason: &'static str) {
     counter!("spillway_rlqs_refused_buckets_total", "reason" => reason).increment(1);
 }
 
+/// An RLQS stream was refused: `rlqs_max_streams` were open.
+pub fn rlqs_refused_stream() {
+    counter!("spillway_rlqs_refused_streams_total").increment(1);
+}
+
 /// A rule admitted a request and is past its near-limit ratio.
 pub fn near_limit(domain: &Arc<str>, rule: &Rule) {
     rule.counters

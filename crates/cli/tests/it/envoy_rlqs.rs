@@ -63,7 +63,7 @@ fn until_assigned(admin: u16, tenant: &str) -> f64 {
     let start = SystemClock.now();
     loop {
         let explained = explain(admin, tenant);
-        if let Some(share) = explained["holders"][0]["share_per_second"].as_f64() {
+        if let Some(share) = explained["holders"][0]["booked_per_second"].as_f64() {
             return share;
         }
         assert!(
@@ -104,10 +104,11 @@ fn envoy_runs_the_token_bucket_spillway_assigns() {
     // The first request makes the bucket (no assignment yet: allowed, as the config's
     // no_assignment_behavior says) and its report.
     assert_eq!(status(port, "acme"), 200);
+    // (All of it but the floor kept for a newcomer: 19 every 2 s.)
     assert_eq!(
         until_assigned(admin, "acme"),
-        10.0,
-        "alone, the whole limit"
+        9.5,
+        "alone, the whole limit but a newcomer's floor"
     );
 
     // Eight clients, as fast as Envoy answers, for 3 s: each answer's status and when it
@@ -218,7 +219,7 @@ fn shares(admin: u16, tenant: &str) -> (Vec<(String, f64, f64)>, f64) {
         .unwrap()
         .iter()
         .filter_map(|h| {
-            let share = h["share_per_second"].as_f64()?;
+            let share = h["booked_per_second"].as_f64()?;
             Some((
                 format!("{}:{}", h["replica"].as_str()?, h["stream"].as_u64()?),
                 share,
@@ -226,7 +227,7 @@ fn shares(admin: u16, tenant: &str) -> (Vec<(String, f64, f64)>, f64) {
             ))
         })
         .collect();
-    (holders, explained["assigned_per_second"].as_f64().unwrap())
+    (holders, explained["booked_per_second"].as_f64().unwrap())
 }
 
 /// Three Envoys sharing one bucket of 30 a second: one idle, one at about 2× an even
@@ -414,7 +415,7 @@ fn envoy_keeps_its_assignment_while_spillway_restarts_and_subscribes_again() {
     procs.0.push(serve());
     let port = envoy(&mut procs, &example("envoy.yaml"), grpc, upstream());
     status(port, "acme");
-    assert_eq!(until_assigned(admin, "acme"), 10.0);
+    assert_eq!(until_assigned(admin, "acme"), 9.5);
     until_enforced(port, "acme");
 
     // Spillway gone (SIGKILL): Envoy still limits to its assignment.
@@ -435,7 +436,7 @@ fn envoy_keeps_its_assignment_while_spillway_restarts_and_subscribes_again() {
     // Started again: Envoy subscribes at its next report (every 5 s).
     procs.0[0] = serve();
     let again = SystemClock.now();
-    assert_eq!(until_assigned(admin, "acme"), 10.0);
+    assert_eq!(until_assigned(admin, "acme"), 9.5);
     let took = SystemClock.now().duration_since(again);
     eprintln!("subscribed again after {took:?}");
     assert!(took < Duration::from_secs(11), "{took:?}");
@@ -452,7 +453,7 @@ fn on_shutdown_envoy_can_be_told_to_run_its_fallback_at_once() {
         spillway_on_example(&mut procs, &[("SPILLWAY_RLQS_EXPIRE_ON_SHUTDOWN", "true")]);
     let port = envoy(&mut procs, &example("envoy.yaml"), grpc, upstream());
     status(port, "acme");
-    assert_eq!(until_assigned(admin, "acme"), 10.0);
+    assert_eq!(until_assigned(admin, "acme"), 9.5);
     until_enforced(port, "acme");
 
     let pid = procs.0[0].id().to_string();

@@ -30,6 +30,9 @@ pub struct RedisStoreBuilder {
     access: Access,
     functions: bool,
     cluster_shards: u16,
+    /// Whether `build` makes a decision round to check the code runs (not for a store
+    /// that only books RLQS shares: [`RedisStore::another`]).
+    pub(super) probe: bool,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -58,6 +61,7 @@ impl RedisStoreBuilder {
             access: Access::default(),
             functions: true,
             cluster_shards: DEFAULT_CLUSTER_SHARDS,
+            probe: true,
         }
     }
 
@@ -125,6 +129,7 @@ impl RedisStoreBuilder {
     /// `EVALSHA` and `EVAL`, or, on Redis `TIME`, `TIME` — is an error now rather than
     /// on every decision.
     pub async fn build(self) -> Result<RedisStore, Error> {
+        let again = self.clone();
         check_prefix(&self.prefix).map_err(Error::InvalidSetting)?;
         if self.cluster_shards > MAX_CLUSTER_SHARDS {
             return Err(Error::InvalidSetting(format!(
@@ -159,16 +164,19 @@ impl RedisStoreBuilder {
             },
             time: self.time,
             timeout: self.timeout,
+            again,
             calls,
             functions_lost: AtomicBool::new(false),
             scripts: Lanes::default(),
             counted: Lanes::default(),
             expiring: Default::default(),
         };
-        inner
-            .probe(self.connect_timeout)
-            .await
-            .map_err(|e| e.at(url))?;
+        if self.probe {
+            inner
+                .probe(self.connect_timeout)
+                .await
+                .map_err(|e| e.at(url))?;
+        }
         Ok(RedisStore {
             inner: Arc::new(inner),
         })

@@ -1,80 +1,37 @@
 //! Shares of an Envoy Rate Limit Quota Service bucket kept in Redis, so that Envoys
-//! streaming to different Spillway replicas share one limit (`scripts/quota.lua` is the
-//! code, the server's `rlqs` module the caller).
+//! streaming to different Spillway replicas share one rate (`scripts/fair_share.lua` is
+//! the code, core's `fair_share` its readable spec and in-process twin, the server's
+//! `rlqs` module the caller).
 //!
 //! A bucket is one hash; each *holder* (a replica's stream) is a field with its demand,
-//! its share and when the share lapses. A [grant](RedisStore::grant_share) records the
+//! its share and when the share lapses. A [grant](RedisStore::grant_shares) records the
 //! holder's demand and gives it the least of its fair share and what the other live
 //! shares leave of the limit, in one script call: the live shares never add up to more
 //! than the limit, however many replicas grant at once. A holder's share lapses at its
 //! TTL unless granted again, and the key when its last share does.
 
+use std::collections::BTreeMap;
+
+use futures_util::StreamExt;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use spillway_core::Error as CoreError;
+use spillway_core::Timestamp;
+use spillway_core::fair_share::{Ask, Granted, Holding};
 
 use super::RedisStore;
 use crate::coalesce::Failure;
 
-const SOURCE: &str = include_str!("../../scripts/quota.lua");
+const SOURCE: &str = include_str!("../../scripts/fair_share.lua");
 
 static SHA: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| redis::Script::new(SOURCE).get_hash().to_owned());
 
-/// What a holder asks of a bucket at a report.
-#[derive(Clone, Copy, Debug)]
-pub struct Ask<'a> {
-    /// The holder's name: unique among every replica's streams.
-    pub holder: &'a str,
-    /// Requests a second it reported, allowed and denied.
-    pub demand: f64,
-    /// The bucket's limit, requests a second.
-    pub rate: f64,
-    /// The caller's time, µs: used on a store whose time source is the caller's
-    /// ([`TimeSource::Caller`](crate::TimeSource::Caller)); otherwise Redis's `TIME`
-    /// decides which shares live, so replicas whose clocks differ agree.
-    pub now: u64,
-    /// How long the share lives unless granted again, µs.
-    pub ttl: u64,
-    /// The part of the limit split evenly among the holders.
-    pub floor: f64,
-    /// Holders of no demand counted in the fair shares as if they were there: room
-    /// kept for an Envoy that comes to another replica (its share is granted at once,
-    /// not when the others next report).
-    pub headroom: u32,
-    /// The holder whose Envoy this holder's is (its stream broke, and the Envoy came
-    /// back on this one): its live share becomes this holder's.
-    pub replaces: Option<&'a str>,
-}
+/// The most buckets granted in one script call: a report of a thousand buckets is
+/// several short calls, not one that holds Redis for milliseconds while decisions wait.
+pub const BUCKETS_A_CALL: usize = 64;
 
-/// A grant.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Granted {
-    /// The holder's share, requests a second.
-    pub share: f64,
-    /// The bucket's live shares added up, the holder's with them.
-    pub assigned: f64,
-    /// How many hold the bucket, the holder with them.
-    pub holders: u64,
-    /// The holder had no live share and the others' live shares leave nothing of its
-    /// fair one: it is booked with none (`share` 0) and must be sent nothing, so that its Envoy
-    /// keeps what it runs (the assignment of a stream that broke, or its own
-    /// `no_assignment_behavior`) rather than a denial. The others make room at their
-    /// next grants.
-    pub withheld: bool,
-}
-
-/// One live holder of a bucket, as Redis keeps it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Holding {
-    /// Its name, as its grants gave it.
-    pub holder: String,
-    /// Requests a second it last reported.
-    pub demand: f64,
-    /// Its share, requests a second.
-    pub share: f64,
-    /// When its share lapses, µs.
-    pub until: u64,
-}
+/// The most grant calls of one report on their way at once.
+pub const CALLS_AT_ONCE: usize = 2;
 
 impl RedisStore {
     /// The Redis key of the RLQS bucket of `domain` and `pairs` (sorted).
@@ -82,40 +39,132 @@ impl RedisStore {
         crate::key::quota_key(&self.inner.layout.prefix, domain, pairs)
     }
 
-    /// Grants `ask.holder` its share of the bucket at `key` (see the module's text).
-    pub async fn grant_share(&self, key: &str, ask: Ask<'_>) -> Result<Granted, CoreError> {
-        let numbers = [ask.demand, ask.rate, ask.floor];
-        if numbers.iter().any(|n| !n.is_finite() || *n < 0.0) {
-            return Err(CoreError::InvalidRequest(format!(
-                "a quota grant's demand, rate and floor must be finite and at least 0: {numbers:?}"
-            )));
+    /// Grants each `(key, ask)` of one report at `now` (the caller's time, used on a
+    /// store whose time source is the caller's; otherwise Redis's `TIME` decides which
+    /// shares live, so replicas whose clocks differ agree): the buckets of a Cluster
+    /// slot together, [`BUCKETS_A_CALL`] a script call, [`CALLS_AT_ONCE`] calls at once.
+    /// Every ask has the first one's holder, TTL, floor and headroom (one report's).
+    /// The grant of each, in order (`None`: not granted), and the first error met.
+    pub async fn grant_shares(
+        &self,
+        now: Timestamp,
+        asks: &[(String, Ask<'_>)],
+    ) -> (Vec<Option<Granted>>, Option<CoreError>) {
+        let mut out: Vec<Option<Granted>> = vec![None; asks.len()];
+        let mut error = None;
+        let Some((_, first)) = asks.first() else {
+            return (out, error);
+        };
+        // The asks that can go, by slot (one slot off Cluster).
+        let mut slots: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, (key, ask)) in asks.iter().enumerate() {
+            let same = ask.holder == first.holder
+                && ask.ttl == first.ttl
+                && ask.floor == first.floor
+                && ask.headroom == first.headroom;
+            let checked = ask.check().and_then(|()| {
+                (same.then_some(()))
+                    .ok_or_else(|| "one call's grants are of one holder and TTL".to_string())
+            });
+            match checked {
+                Ok(()) => {
+                    let slot = if self.is_cluster() {
+                        crate::key::slot_of(hash_tag(key))
+                    } else {
+                        0
+                    };
+                    slots.entry(slot).or_default().push(i);
+                }
+                Err(e) => {
+                    error.get_or_insert(CoreError::InvalidRequest(e));
+                }
+            }
         }
-        let reply = self
-            .quota(key, |c| {
-                c.arg("grant").arg(ask.holder).arg(ask.demand).arg(ask.rate);
-                self.now_arg(c, ask.now);
-                c.arg(ask.ttl)
-                    .arg(ask.floor)
-                    .arg(ask.headroom)
-                    .arg(ask.replaces.unwrap_or(""));
+        let chunks: Vec<Vec<usize>> = (slots.into_values())
+            .flat_map(|slot| {
+                slot.chunks(BUCKETS_A_CALL)
+                    .map(<[usize]>::to_vec)
+                    .collect::<Vec<_>>()
             })
-            .await?;
-        match texts(&reply).as_deref() {
-            Some([share, assigned, holders, withheld]) => Ok(Granted {
-                share: number(share)?,
-                assigned: number(assigned)?,
-                holders: number(holders)? as u64,
-                withheld: withheld == "1",
-            }),
-            _ => Err(unexpected(&reply)),
+            .collect();
+        let calls = chunks
+            .into_iter()
+            .map(|chunk| self.grant_chunk(now, asks, chunk));
+        let mut replies = futures_util::stream::iter(calls).buffer_unordered(CALLS_AT_ONCE);
+        while let Some((chunk, reply)) = replies.next().await {
+            match reply {
+                Ok(granted) => {
+                    for (i, g) in chunk.into_iter().zip(granted) {
+                        out[i] = Some(g);
+                    }
+                }
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
+            }
         }
+        (out, error)
     }
 
-    /// The live holders of the bucket at `key` at `now` (µs; Redis's `TIME` unless the
-    /// store's time source is the caller's), in no order.
-    pub async fn shares_held(&self, key: &str, now: u64) -> Result<Vec<Holding>, CoreError> {
+    /// One script call granting `asks[i]` for each `i` of `chunk` (keys of one slot);
+    /// the chunk back, with the grants.
+    async fn grant_chunk(
+        &self,
+        now: Timestamp,
+        asks: &[(String, Ask<'_>)],
+        chunk: Vec<usize>,
+    ) -> (Vec<usize>, Result<Vec<Granted>, CoreError>) {
+        let granted = self.grant_call(now, asks, &chunk).await;
+        (chunk, granted)
+    }
+
+    async fn grant_call(
+        &self,
+        now: Timestamp,
+        asks: &[(String, Ask<'_>)],
+        chunk: &[usize],
+    ) -> Result<Vec<Granted>, CoreError> {
+        let first = &asks[chunk[0]].1;
+        let keys: Vec<&str> = chunk.iter().map(|&i| asks[i].0.as_str()).collect();
         let reply = self
-            .quota(key, |c| {
+            .quota(&keys, |c| {
+                c.arg("grant");
+                self.now_arg(c, now);
+                c.arg(u64::try_from(first.ttl.as_micros()).unwrap_or(u64::MAX))
+                    .arg(first.floor)
+                    .arg(first.headroom)
+                    .arg(first.holder);
+                for &i in chunk {
+                    let ask = &asks[i].1;
+                    c.arg(ask.demand)
+                        .arg(ask.rate)
+                        .arg(ask.replaces.unwrap_or(""))
+                        .arg(ask.running);
+                }
+            })
+            .await?;
+        let texts = texts(&reply).ok_or_else(|| unexpected(&reply))?;
+        if texts.len() != 4 * chunk.len() {
+            return Err(unexpected(&reply));
+        }
+        texts
+            .chunks_exact(4)
+            .map(|g| {
+                Ok(Granted {
+                    share: number(&g[0])?,
+                    assigned: number(&g[1])?,
+                    holders: number(&g[2])? as u64,
+                    withheld: g[3] == "1",
+                })
+            })
+            .collect()
+    }
+
+    /// The live holders of the bucket at `key` at `now` (Redis's `TIME` unless the
+    /// store's time source is the caller's), in name order.
+    pub async fn shares_held(&self, key: &str, now: Timestamp) -> Result<Vec<Holding>, CoreError> {
+        let reply = self
+            .quota(&[key], |c| {
                 c.arg("view");
                 self.now_arg(c, now);
             })
@@ -128,14 +177,14 @@ impl RedisStore {
                     holder: h[0].clone(),
                     demand: number(&h[1])?,
                     share: number(&h[2])?,
-                    until: number(&h[3])? as u64,
+                    until: Timestamp::from_micros(number(&h[3])? as u64),
                 })
             })
             .collect()
     }
 
-    /// The script's fair shares of `rate` among `demands` (no key read): what the
-    /// server's Rust `shares` is tested against.
+    /// The script's fair shares of `rate` among `demands` (no key read): what core's
+    /// `fair_share::fair` is tested against.
     pub async fn fair_shares(
         &self,
         rate: f64,
@@ -143,7 +192,7 @@ impl RedisStore {
         demands: &[f64],
     ) -> Result<Vec<f64>, CoreError> {
         let reply = self
-            .quota("spillway-fair-shares", |c| {
+            .quota(&["spillway-fair-shares"], |c| {
                 c.arg("fair").arg(rate).arg(floor).arg(demands);
             })
             .await?;
@@ -153,19 +202,19 @@ impl RedisStore {
 
     /// `now` as the script reads it: `server` (Redis's `TIME`) unless the store's time
     /// source is the caller's.
-    fn now_arg(&self, c: &mut Cmd, now: u64) {
+    fn now_arg(&self, c: &mut Cmd, now: Timestamp) {
         match self.inner.time {
             crate::TimeSource::Server => c.arg("server"),
-            crate::TimeSource::Caller => c.arg(now),
+            crate::TimeSource::Caller => c.arg(now.as_micros()),
         };
     }
 
-    /// One call of the quota script on `key` with the arguments `args` adds: EVALSHA,
-    /// and on NOSCRIPT one EVAL of the source (which caches it again).
-    async fn quota(&self, key: &str, args: impl Fn(&mut Cmd)) -> Result<Value, CoreError> {
+    /// One call of the script on `keys` (of one slot) with the arguments `args` adds:
+    /// EVALSHA, and on NOSCRIPT one EVAL of the source (which caches it again).
+    async fn quota(&self, keys: &[&str], args: impl Fn(&mut Cmd)) -> Result<Value, CoreError> {
         let call = |verb: &str, script: &str| {
             let mut c = redis::cmd(verb);
-            c.arg(script).arg(1).arg(key);
+            c.arg(script).arg(keys.len()).arg(keys);
             args(&mut c);
             c
         };
@@ -183,6 +232,13 @@ impl RedisStore {
         }
         .map_err(Failure::error)
     }
+}
+
+/// A bucket key's hash tag (between its first `{` and the next `}`).
+fn hash_tag(key: &str) -> &str {
+    key.split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map_or(key, |(tag, _)| tag)
 }
 
 /// A reply of bulk strings (and integers), as text.

@@ -26,8 +26,9 @@ async fn rlqs_streams_keep_their_promises_under_faults() {
         if report.violations > 0 {
             failures.push(format!("{report}: {:?}", report.examples));
         }
-        // Reports come every 100 ms and the breaker is not in the way (a grant is its
-        // own call): the next report after the fault heals brings the share back.
+        // Reports come every 100 ms, a grant's timeout (and RLQS's own breaker's cool
+        // down) is 200 ms, the connection is rebuilt when the breaker opens: a report
+        // soon after the fault heals brings the share back.
         match report.recovery {
             Some(r) if r < Duration::from_secs(2) => {}
             other => failures.push(format!("{report}: recovery {other:?}")),

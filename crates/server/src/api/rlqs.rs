@@ -5,13 +5,23 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::{
+    BucketAction,
+    bucket_action::{AbandonAction, BucketAction as PbAction, QuotaAssignmentAction},
+};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
     RateLimitQuotaService, RateLimitQuotaServiceServer,
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
+use envoy_types::pb::envoy::r#type::v3::{
+    RateLimitStrategy, TokenBucket,
+    rate_limit_strategy::{BlanketRule, Strategy as PbStrategy},
+};
+use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use futures_util::Stream;
 
 use axum::Json;
@@ -21,6 +31,7 @@ use bytes::Bytes;
 
 use super::respond;
 use crate::metrics;
+use crate::rlqs::{Action, Answer, Refusal, Report, Strategy, Usage};
 use crate::service::CheckError;
 use crate::state::AppState;
 
@@ -33,10 +44,6 @@ pub(crate) const PATH_PREFIX: &str = "/envoy.service.rate_limit_quota.v3.";
 
 /// The header of a stream's answers that says its id (as `/v1/rlqs/explain` shows it).
 pub const STREAM_HEADER: &str = "x-spillway-rlqs-stream";
-
-/// How many answers may wait for a stream that reads slowly; past them, an answer to
-/// it is dropped (its next report brings another).
-const OUTBOX: usize = 16;
 
 /// The RLQS gRPC service over `state`.
 pub fn server(state: Arc<AppState>) -> RateLimitQuotaServiceServer<Rlqs> {
@@ -59,11 +66,14 @@ impl RateLimitQuotaService for Rlqs {
     ) -> Result<tonic::Response<Answers>, tonic::Status> {
         let peer = request.remote_addr().map(|a| a.ip());
         let mut reports = request.into_inner();
-        let (outbox, answers) = tokio::sync::mpsc::channel(OUTBOX);
         let state = Arc::clone(&self.state);
-        let stream = state.quotas.open(outbox.clone(), peer);
+        let (stream, wake) = state.quotas.open(peer).map_err(status)?;
+        // The status that ends the stream, if one does; dropped when reports end.
+        let (end, ended) = tokio::sync::mpsc::channel::<tonic::Status>(1);
         let shutdown = state.quotas.stopping();
+        let reporting = Arc::clone(&state);
         tokio::spawn(async move {
+            let state = reporting;
             loop {
                 let report = tokio::select! {
                     r = reports.message() => r,
@@ -74,29 +84,55 @@ impl RateLimitQuotaService for Rlqs {
                     Ok(None) => break,
                     // A report that does not decode, or is over the bound: the stream
                     // ends saying so (a client that went away reads nothing).
-                    Err(status) => {
+                    Err(e) => {
                         metrics::invalid_request("rlqs");
                         let said = tonic::Status::invalid_argument(format!(
                             "a usage report could not be read: {}",
-                            status.message()
+                            e.message()
                         ));
-                        let _ = outbox.send(Err(said)).await;
+                        let _ = end.send(said).await;
                         break;
                     }
                 };
-                let now = state.service.now().as_micros();
+                let now = state.service.now();
                 // An Arc, not a guard: the report may wait on Redis.
                 let policies = arc_swap::Guard::into_inner(state.service.policies());
-                if let Err(status) = state.quotas.report(stream, report, &policies, now).await {
+                let report = state.quotas.report(stream, read(report), &policies, now);
+                if let Err(refusal) = report.await {
                     metrics::invalid_request("rlqs");
-                    let _ = outbox.send(Err(status)).await;
+                    let _ = end.send(status(refusal)).await;
                     break;
                 }
             }
             state.quotas.close(stream);
         });
-        let answers = futures_util::stream::unfold(answers, |mut answers| async move {
-            answers.recv().await.map(|a| (a, answers))
+        // Answers as the connection takes them: what waits for the stream when it can
+        // be written (one per bucket, the newest), then the ending status, if any.
+        let answers = futures_util::stream::unfold(Ending::Open(ended), move |ending| {
+            let (state, wake) = (Arc::clone(&state), Arc::clone(&wake));
+            async move {
+                let mut ended = match ending {
+                    Ending::Open(ended) => ended,
+                    Ending::Then(status) => return status.map(|s| (Err(s), Ending::Then(None))),
+                };
+                loop {
+                    let answers = state.quotas.deliver(stream, state.service.now());
+                    if !answers.is_empty() {
+                        return Some((Ok(response(answers)), Ending::Open(ended)));
+                    }
+                    tokio::select! {
+                        biased;
+                        () = wake.notified() => {}
+                        end = ended.recv() => {
+                            let answers = state.quotas.deliver(stream, state.service.now());
+                            if answers.is_empty() {
+                                return end.map(|s| (Err(s), Ending::Then(None)));
+                            }
+                            return Some((Ok(response(answers)), Ending::Then(end)));
+                        }
+                    }
+                }
+            }
         });
         let mut response = tonic::Response::new(Box::pin(answers) as Answers);
         let id = stream
@@ -105,6 +141,93 @@ impl RateLimitQuotaService for Rlqs {
             .expect("digits are a header value");
         response.metadata_mut().insert(STREAM_HEADER, id);
         Ok(response)
+    }
+}
+
+/// Where a stream's answers are: reports still come (the status that ends it, if one
+/// does, comes here), or they ended and this status is the last thing sent.
+enum Ending {
+    Open(tokio::sync::mpsc::Receiver<tonic::Status>),
+    Then(Option<tonic::Status>),
+}
+
+/// A refusal as the stream's status.
+fn status(refusal: Refusal) -> tonic::Status {
+    match refusal {
+        Refusal::Invalid(why) => tonic::Status::invalid_argument(why),
+        Refusal::TooManyStreams(max) => tonic::Status::resource_exhausted(format!(
+            "{max} RLQS streams are open, the most this server takes (rlqs_max_streams)"
+        )),
+    }
+}
+
+/// A usage report in the state's terms.
+fn read(report: RateLimitQuotaUsageReports) -> Report {
+    Report {
+        domain: report.domain,
+        usages: (report.bucket_quota_usages.into_iter())
+            .map(|u| Usage {
+                bucket: u.bucket_id.map(|id| id.bucket.into_iter().collect()),
+                allowed: u.num_requests_allowed,
+                denied: u.num_requests_denied,
+                elapsed: u.time_elapsed.map_or(Duration::ZERO, |d| {
+                    Duration::new(
+                        d.seconds.max(0) as u64,
+                        d.nanos.clamp(0, 999_999_999) as u32,
+                    )
+                }),
+            })
+            .collect(),
+    }
+}
+
+/// Answers as one response.
+fn response(answers: Vec<Answer>) -> RateLimitQuotaResponse {
+    RateLimitQuotaResponse {
+        bucket_action: answers.into_iter().map(action).collect(),
+    }
+}
+
+fn action(answer: Answer) -> BucketAction {
+    let bucket_action = match answer.action {
+        Action::Abandon => PbAction::AbandonAction(AbandonAction {}),
+        Action::Assign { strategy, ttl } => {
+            PbAction::QuotaAssignmentAction(QuotaAssignmentAction {
+                assignment_time_to_live: Some(PbDuration {
+                    seconds: ttl.as_secs() as i64,
+                    nanos: 0,
+                }),
+                rate_limit_strategy: Some(RateLimitStrategy {
+                    strategy: Some(wire_strategy(strategy)),
+                }),
+            })
+        }
+    };
+    BucketAction {
+        bucket_id: Some(BucketId {
+            bucket: answer.bucket.iter().cloned().collect(),
+        }),
+        bucket_action: Some(bucket_action),
+    }
+}
+
+/// A strategy as Envoy 1.40 takes it. Envoy keeps its running token bucket when a new
+/// one has the same `max_tokens`, `tokens_per_fill` and `fill_interval` *nanoseconds*
+/// (it runs whole seconds, and compares no seconds), so the interval's nanoseconds
+/// repeat its seconds: two intervals that differ look different (a few microseconds,
+/// slower).
+fn wire_strategy(strategy: Strategy) -> PbStrategy {
+    match strategy {
+        Strategy::AllowAll => PbStrategy::BlanketRule(BlanketRule::AllowAll as i32),
+        Strategy::DenyAll => PbStrategy::BlanketRule(BlanketRule::DenyAll as i32),
+        Strategy::TokenBucket { tokens, secs } => PbStrategy::TokenBucket(TokenBucket {
+            max_tokens: tokens,
+            tokens_per_fill: Some(UInt32Value { value: tokens }),
+            fill_interval: Some(PbDuration {
+                seconds: secs as i64,
+                nanos: secs as i32,
+            }),
+        }),
     }
 }
 
@@ -148,7 +271,7 @@ pub(super) async fn explain(State(state): State<Arc<AppState>>, body: Bytes) -> 
         &asked.domain,
         pairs.expect("checked above"),
         &policies,
-        state.service.now().as_micros(),
+        state.service.now(),
     );
     match explained.await {
         Ok(explained) => Json(explained).into_response(),

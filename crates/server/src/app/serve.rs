@@ -354,7 +354,7 @@ async fn upkeep(
                 api::grpc::set_health(&reporter, was_healthy).await;
                 metrics::handle().run_upkeep();
                 state.service.count_holds();
-                state.quotas.expire(state.service.now().as_micros());
+                state.quotas.expire(state.service.now());
                 state.history.sample(|| metrics::handle().render(), state.service.now());
                 for (name, stores) in state.service.every_store() {
                     metrics::breaker(name, stores.breaker().state());
@@ -364,7 +364,7 @@ async fn upkeep(
                 state.shutting_down.store(true, Ordering::Relaxed);
                 // RLQS streams end now (their Envoys keep running their assignments
                 // and subscribe again), not at the drain's end.
-                state.quotas.stop();
+                state.quotas.stop(state.service.now());
                 api::grpc::set_health(&reporter, false).await;
                 return;
             }

@@ -465,6 +465,37 @@ pub static SETTINGS: &[Setting] = &[
     row("rlqs_expire_on_shutdown", "rlqs", "false", BOOL,
         "on shutdown, send every RLQS assignment again with a TTL of 0 before the streams end: Envoy runs its expired_assignment_behavior at once instead of the assignments until their TTL",
         Bool, |c, v| { c.rlqs.expire_on_shutdown = boolean(v)?; Ok(()) }),
+    row("rlqs_max_streams", "rlqs", "10000", "N",
+        "the most RLQS streams open at once (every connection's, 100 at most a connection); one past them is refused RESOURCE_EXHAUSTED",
+        Text, |c, v| {
+            let n: usize = number(v)?;
+            if n == 0 {
+                return Err("at least 1".into());
+            }
+            c.rlqs.max_streams = n;
+            Ok(())
+        }),
+    row("rlqs_unmatched", "rlqs", "no_answer", "no_answer|allow|deny",
+        "what an RLQS bucket no rule matches (an unknown domain, a pair the policy does not know) is sent: no_answer leaves it to Envoy's no_assignment_behavior, allow and deny send ALLOW_ALL or DENY_ALL for the assignment's TTL",
+        Text, |c, v| {
+            c.rlqs.unmatched = match v {
+                "no_answer" => crate::config::Unmatched::NoAnswer,
+                "allow" => crate::config::Unmatched::Allow,
+                "deny" => crate::config::Unmatched::Deny,
+                _ => return Err(format!("`{v}` is not one of no_answer, allow, deny")),
+            };
+            Ok(())
+        }),
+    row("rlqs_store_timeout", "rlqs", "1s", DURATION,
+        "on Redis, how long one call booking RLQS shares may take (RLQS's own connection, timeout and breaker: a report of many buckets never holds up the decisions)",
+        Text, |c, v| {
+            let d = duration(v)?;
+            if d.is_zero() {
+                return Err("the timeout must be above 0".into());
+            }
+            c.rlqs.store_timeout = d;
+            Ok(())
+        }),
     // === stats ===
     row("reference_metrics", "stats", "false", BOOL,
         "/metrics also serves the reference's series (ratelimit_service_rate_limit_total_hits{domain,key1,key2} and the rest), counted in hits as the reference counts them, named by prometheus_mapper",

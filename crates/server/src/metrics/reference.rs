@@ -125,13 +125,13 @@ pub static METRICS: &[Metric] = &[
         "spillway_rlqs_assignments_total",
         "counter",
         "—",
-        "RLQS bucket assignments sent (renewals with each report, decreases pushed when another Envoy's demand moves, blanket rules, abandons)",
+        "RLQS bucket answers taken by their Envoys (assignments with each report, blanket rules, abandons; an answer replaced by a newer one before its Envoy took it is not counted)",
         "—",
     ),
     metric(
         "spillway_rlqs_share_ratio",
         "histogram",
-        "`domain`",
+        "`domain` (a configured domain, or `unknown`)",
         "each Envoy's share of an RLQS bucket's rate, at each of its reports (its Envoys' shares and demands one by one: `/v1/rlqs/explain`)",
         "—",
     ),
@@ -145,8 +145,15 @@ pub static METRICS: &[Metric] = &[
     metric(
         "spillway_rlqs_refused_buckets_total",
         "counter",
-        "`reason`: `no_bucket_id`, `bucket_id_too_large` (over 16 pairs or 256 bytes a key), `too_many_buckets` (past `rlqs_max_buckets` on its stream), `store_failed` (on Redis, the grant failed: Envoy runs its last assignment to its TTL), `withheld` (the others' live shares, a closed stream's say, left the reporter nothing: it is sent nothing rather than a denial)",
+        "`reason`: `no_bucket_id`, `bucket_id_too_large` (over 16 pairs or 256 bytes a key), `too_many_buckets` (past `rlqs_max_buckets` on its stream), `store_failed` (on Redis, the grant failed: Envoy runs its last assignment to its TTL), `breaker_open` (on Redis, RLQS's breaker is open after failures: likewise), `withheld` (the others' live shares, a closed stream's say, left the reporter nothing: it is sent nothing rather than a denial), `unmatched` (no rule matches and `rlqs_unmatched` is `no_answer`), `undelivered` (an answer its Envoy did not take within 2 s: a later report brings a fresh one)",
         "reported RLQS buckets given no assignment (Envoy's `no_assignment_behavior` applies to them)",
+        "—",
+    ),
+    metric(
+        "spillway_rlqs_refused_streams_total",
+        "counter",
+        "—",
+        "RLQS streams refused `RESOURCE_EXHAUSTED`: `rlqs_max_streams` were open",
         "—",
     ),
     metric(

@@ -457,10 +457,12 @@ function fillRlqsNote(metrics) {
 function renderRlqs(x) {
   const rule =
     x.rule.strategy === "token_bucket"
-      ? `${x.rule.requests_per_second} requests/s shared as token buckets; ${x.assigned_per_second.toFixed(2)}/s assigned now`
+      ? `${x.rule.requests_per_second} requests/s shared as token buckets; ${x.booked_per_second.toFixed(2)}/s booked now`
       : x.rule.strategy === "deny_all"
         ? "DENY_ALL: the rule blocks every request"
-        : "ALLOW_ALL: no rule limits this bucket";
+        : x.rule.strategy === "unmatched"
+          ? `No rule matches (rlqs_unmatched: ${x.rule.answer})`
+          : "ALLOW_ALL: no rule limits this bucket";
   const parts = [el("p", { class: "verdict" }, rule)];
   if (x.holders.length === 0) {
     parts.push(el("p", { class: "note" }, "No Envoy reports this bucket."));
@@ -479,12 +481,12 @@ function renderRlqs(x) {
         x.holders.map((h) =>
           el(
             "tr",
-            { "data-stream": `${h.replica}:${h.stream}`, "data-share": h.share_per_second ?? "" },
+            { "data-stream": `${h.replica}:${h.stream}`, "data-share": h.booked_per_second ?? "" },
             el("td", { class: "key" }, h.replica),
             el("td", {}, String(h.stream)),
             el("td", {}, h.open === null ? "another replica's" : h.open ? "open" : "ended"),
             el("td", { class: "num" }, num(h.demand_per_second, 1)),
-            el("td", { class: "num" }, num(h.share_per_second, 2)),
+            el("td", { class: "num" }, num(h.booked_per_second, 2)),
             el("td", { class: "num" }, duration(h.lapses_in_ms)),
           ),
         ),
