@@ -4,8 +4,8 @@
 //! hand them out at once.
 //!
 //! This file is the readable spec of `crates/redis/scripts/fair_share.lua`, function
-//! for function: [`fair`] is its `fair`, [`Shares::grant`] its `grant`, [`Shares::live`]
-//! its `holders`. The twins are tested against each other (`redis/tests/it/quota.rs`).
+//! for function: [`fair`] is its `fair`, [`Shares::grant`] its `grant`,
+//! [`Shares::settle`] its `settle`, [`Shares::live`] its `holders`. The twins are tested against each other (`redis/tests/it/quota.rs`).
 //!
 //! - [`fair`]: a part of the rate ([`FLOOR`]) is split evenly, the rest max-min fair on
 //!   demand (an Envoy asking for less than an even split of what is left gets what it
@@ -104,12 +104,15 @@ pub fn token_bucket(share: f64) -> Option<(u32, u64)> {
     })
 }
 
-/// One holder's booking: its demand, its share, when the share lapses.
+/// One holder's booking: its demand, the share booked for it, when that lapses, and
+/// the share it was last granted (what the booking comes down to once its Envoy has
+/// it: [`Shares::settle`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Booking {
     demand: f64,
     share: f64,
     until: Timestamp,
+    granted: f64,
 }
 
 /// The holders of one bucket, by name (see [`Shares`]).

@@ -2,12 +2,12 @@
 -- share one bucket's rate (crates/redis/src/store/quota.rs says how it is called, the
 -- server's `rlqs` module what the shares are for). The Lua twin of
 -- crates/core/src/fair_share.rs, function for function: `fair` is its `fair`, `grant`
--- its `Shares::grant` (the Rust is the readable spec; the twins are tested against each
+-- its `Shares::grant`, `settle` its `Shares::settle` (the Rust is the readable spec; the twins are tested against each
 -- other in crates/redis/tests/it/quota.rs).
 --
 -- Each KEYS[i]: a bucket's hash, one field per holder (a replica's stream), its value
--- the holder's demand (requests a second), booked share (requests a second) and the
--- time the booking lapses (µs), packed as three doubles. A key lives as long as its
+-- the holder's demand (requests a second), booked share (requests a second), the time
+-- the booking lapses (µs) and the share last granted, packed as four doubles. A key lives as long as its
 -- last booking.
 --
 -- ARGV[1] is the operation:
@@ -23,6 +23,9 @@
 --     fair share is *withheld*: booked with none and answered nothing. `running` is
 --     the share the holder's Envoy runs now: booked no lower. Replies, for each key,
 --     { share, assigned (every live booking, added up), holders, withheld (1 or 0) }.
+--   settle now holder, then for each key: runs
+--     The holder's Envoy took an answer and runs `runs`: each live booking comes down to
+--     the larger of that and the share last granted (never up). Replies the key count.
 --   view now
 --     Replies holder, demand, share, until for each holder of KEYS[1] live at `now`.
 --   fair rate floor demand...
@@ -96,7 +99,7 @@ local function holders(key, now, forget)
   local flat = redis.call('HGETALL', key)
   local live, gone = {}, {}
   for i = 1, #flat, 2 do
-    local demand, share, untl = struct.unpack('<ddd', flat[i + 1])
+    local demand, share, untl = struct.unpack('<dddd', flat[i + 1])
     if untl > now then
       live[#live + 1] = { flat[i], demand, share, untl }
     else
@@ -129,6 +132,25 @@ if op == 'view' then
     out[#out + 1] = text(h[4])
   end
   return out
+end
+
+if op == 'settle' then
+  -- `Shares::settle`: the holder's Envoy took an answer and runs `runs`; its live
+  -- booking comes down to the larger of that and what it was last granted.
+  local now, holder = clock(ARGV[2]), ARGV[3]
+  if #ARGV ~= 3 + #KEYS then fail('a settle takes one argument a key') end
+  for i, key in ipairs(KEYS) do
+    local runs = num(ARGV[3 + i], 'runs')
+    local packed = redis.call('HGET', key, holder)
+    if packed then
+      local demand, share, untl, granted = struct.unpack('<dddd', packed)
+      if untl > now then
+        local settled = math.min(share, math.max(granted, runs))
+        redis.call('HSET', key, holder, struct.pack('<dddd', demand, settled, untl, granted))
+      end
+    end
+  end
+  return #KEYS
 end
 
 if op ~= 'grant' then fail('unknown operation') end
@@ -164,7 +186,7 @@ local function grant(key, holder, now, ttl, floor, headroom, demand, rate, repla
   local withheld = 0
   if share == 0 and fairly >= TINY and had < TINY then withheld = 1 end
   local keep = math.max(share, running)
-  redis.call('HSET', key, holder, struct.pack('<ddd', demand, keep, now + ttl))
+  redis.call('HSET', key, holder, struct.pack('<dddd', demand, keep, now + ttl, share))
   -- Until the last booking lapses, and a second for clocks that differ a little.
   redis.call('PEXPIRE', key, string.format('%d', math.ceil((last - now) / 1000) + 1000))
   return { text(share), text(booked + keep), mine, withheld }

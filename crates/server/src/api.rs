@@ -28,12 +28,14 @@ mod v1;
 mod wire;
 
 /// Each API's request bytes to a [`CheckRequest`](crate::CheckRequest), as its endpoint
-/// decodes them before deciding (public for the fuzz targets in `fuzz/`). A decoded
+/// decodes them before deciding, and an RLQS usage report to the state's terms
+/// (public for the fuzz targets in `fuzz/`). A decoded
 /// request is not yet checked against the service's bounds;
 /// [`CheckRequest::validate`](crate::CheckRequest::validate) does that, as
 /// `Service::check` does first.
 pub mod decode {
     pub use crate::api::grpc::decode as grpc;
     pub use crate::api::reference::decode_request as reference_json;
+    pub use crate::api::rlqs::read as rlqs_report;
     pub use crate::api::v1::decode as v1_check;
 }

@@ -7,7 +7,8 @@
 //! "Rate Limit Quota Service"; the bound the shares keep: docs/algorithms.md).
 //!
 //! - `buckets.rs`: reports and answers in the state's terms, and a bucket's rule;
-//! - `quotas.rs`: the streams' reports, their holders, what each Envoy runs;
+//! - `quotas.rs`: the streams and the buckets they hold, what each Envoy runs;
+//! - `report.rs`: one report, matched and booked;
 //! - `streams.rs`: each stream's answers, one waiting per bucket;
 //! - `ledger.rs`: where shares are booked (this process, or Redis), by the rules of
 //!   `spillway_core::fair_share`;
@@ -17,10 +18,11 @@ pub mod buckets;
 mod explain;
 pub mod ledger;
 mod quotas;
+mod report;
 mod streams;
 
 pub use buckets::{Action, Answer, Pairs, Report, Strategy, Usage, bucket_pairs};
 pub use explain::{ExplainedHolder, ExplainedRule, Explanation, WhyUnmatched};
 pub use ledger::{Ledger, MemoryLedger, RedisLedger};
-pub use quotas::{Quotas, Refusal, Settings};
+pub use quotas::{Quotas, Refusal, Settings, Settling};
 pub use streams::DELIVERY_GRACE;

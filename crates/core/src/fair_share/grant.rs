@@ -62,10 +62,9 @@ pub struct Granted {
     /// How many hold the bucket, the holder with them.
     pub holders: u64,
     /// The holder had no live share and the others' live shares leave nothing of its
-    /// fair one: it is booked with none and must be sent nothing, so that its Envoy
-    /// keeps what it runs (the assignment of a stream that broke, or its own
-    /// `no_assignment_behavior`) rather than a denial. The others make room at their
-    /// next grants.
+    /// fair one: it is booked with none. Its caller sends it nothing when the room may
+    /// be held by a stream that broke (its Envoy keeps what it runs, maybe that very
+    /// assignment), and otherwise its share of 0 until the others shrink.
     pub withheld: bool,
 }
 
@@ -134,6 +133,7 @@ impl Shares {
             demand: ask.demand,
             share: share.max(ask.running),
             until: now.saturating_add(ask.ttl),
+            granted: share,
         };
         self.holders.insert(ask.holder.to_owned(), booking);
         Granted {
@@ -141,6 +141,16 @@ impl Shares {
             assigned: booked_by_others + booking.share,
             holders: mine as u64,
             withheld,
+        }
+    }
+
+    /// `holder`'s Envoy has taken an answer and runs `runs` from now on: its live
+    /// booking comes down to the larger of that and what it was last granted (a grant
+    /// made since the answer was sent may be larger). A decrease frees its room as soon
+    /// as its Envoy has it, not at the holder's next grant. Never raises a booking.
+    pub fn settle(&mut self, holder: &str, runs: f64, now: Timestamp) {
+        if let Some(b) = self.holders.get_mut(holder).filter(|b| b.until > now) {
+            b.share = b.share.min(b.granted.max(runs));
         }
     }
 

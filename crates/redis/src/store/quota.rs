@@ -55,8 +55,8 @@ impl RedisStore {
         let Some((_, first)) = asks.first() else {
             return (out, error);
         };
-        // The asks that can go, by slot (one slot off Cluster).
-        let mut slots: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        // The asks that can go.
+        let mut going = Vec::with_capacity(asks.len());
         for (i, (key, ask)) in asks.iter().enumerate() {
             let same = ask.holder == first.holder
                 && ask.ttl == first.ttl
@@ -67,26 +67,13 @@ impl RedisStore {
                     .ok_or_else(|| "one call's grants are of one holder and TTL".to_string())
             });
             match checked {
-                Ok(()) => {
-                    let slot = if self.is_cluster() {
-                        crate::key::slot_of(hash_tag(key))
-                    } else {
-                        0
-                    };
-                    slots.entry(slot).or_default().push(i);
-                }
+                Ok(()) => going.push((i, key.as_str())),
                 Err(e) => {
                     error.get_or_insert(CoreError::InvalidRequest(e));
                 }
             }
         }
-        let chunks: Vec<Vec<usize>> = (slots.into_values())
-            .flat_map(|slot| {
-                slot.chunks(BUCKETS_A_CALL)
-                    .map(<[usize]>::to_vec)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let chunks = self.calls_of(going);
         let calls = chunks
             .into_iter()
             .map(|chunk| self.grant_chunk(now, asks, chunk));
@@ -104,6 +91,63 @@ impl RedisStore {
             }
         }
         (out, error)
+    }
+
+    /// `holder`'s Envoy took answers at `now`: for each `(key, runs)`, it runs `runs`
+    /// from now on, and its booking there comes down to the larger of that and what it
+    /// was last granted (core's `Shares::settle`). The calls as [`grant_shares`]'s, one
+    /// at a time.
+    ///
+    /// [`grant_shares`]: RedisStore::grant_shares
+    pub async fn settle_shares(
+        &self,
+        now: Timestamp,
+        holder: &str,
+        settles: &[(String, f64)],
+    ) -> Result<(), CoreError> {
+        if let Some((_, runs)) = settles.iter().find(|(_, r)| !r.is_finite() || *r < 0.0) {
+            return Err(CoreError::InvalidRequest(format!(
+                "a settled share must be finite and at least 0: {runs}"
+            )));
+        }
+        let keys = settles
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (i, k.as_str()));
+        for chunk in self.calls_of(keys.collect()) {
+            let keys: Vec<&str> = chunk.iter().map(|&i| settles[i].0.as_str()).collect();
+            self.quota(&keys, |c| {
+                c.arg("settle");
+                self.now_arg(c, now);
+                c.arg(holder);
+                for &i in &chunk {
+                    c.arg(settles[i].1);
+                }
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The calls that `keys` (each with its index) go in: those of a Cluster slot
+    /// together (one slot off Cluster), [`BUCKETS_A_CALL`] a call; the indices of each.
+    fn calls_of(&self, keys: Vec<(usize, &str)>) -> Vec<Vec<usize>> {
+        let mut slots: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, key) in keys {
+            let slot = if self.is_cluster() {
+                crate::key::slot_of(hash_tag(key))
+            } else {
+                0
+            };
+            slots.entry(slot).or_default().push(i);
+        }
+        (slots.into_values())
+            .flat_map(|slot| {
+                slot.chunks(BUCKETS_A_CALL)
+                    .map(<[usize]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// One script call granting `asks[i]` for each `i` of `chunk` (keys of one slot);

@@ -116,21 +116,22 @@ async fn lua_fair_shares_are_the_rust_ones() {
     }
 }
 
-/// The same grants — holders coming and going, demands, lapses, replacements, what
-/// each Envoy runs, a rate lowered — on core's `Shares` and on the script: the same
-/// answers, grant by grant, and the same holders live after each.
+/// The same grants and settles — holders coming and going, demands, lapses,
+/// replacements, what each Envoy runs, a rate lowered — on core's `Shares` and on the
+/// script: the same answers, grant by grant, and the same live bookings after each step.
 #[tokio::test]
 async fn lua_grants_are_the_rust_ones() {
     let step = (
         0usize..4,
         0.0..40.0f64,
         0u64..12,
-        0u8..6,
+        0u8..7,
         prop_oneof![Just(10.0), Just(4.0)],
     );
     let steps = prop::collection::vec(step, 1..40);
     let mut runner = TestRunner::new(Config::default());
     let names = ["r:1", "r:2", "r:3", "r:4"];
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(1.0);
     for case in 0..40 {
         let s = store(&unique_prefix("quota-twins"), TimeSource::Caller).await;
         let key = s.quota_key("q", &[("case".into(), case.to_string())]);
@@ -138,30 +139,37 @@ async fn lua_grants_are_the_rust_ones() {
         let mut now = SystemClock.now();
         for (who, demand, wait, how, rate) in steps.new_tree(&mut runner).unwrap().current() {
             now = now.saturating_add(Duration::from_secs(wait * 2));
-            let a = Ask {
-                demand,
-                rate,
-                headroom: u32::from(how == 1),
-                replaces: (how == 2).then(|| names[(who + 1) % 4]),
-                running: if how == 3 { demand / 4.0 } else { 0.0 },
-                ..ask(names[who], None)
-            };
-            let want = rust.grant(&a, now);
-            let got = grant_one(&s, &key, a, now).await;
-            let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(1.0);
-            assert!(
-                close(got.share, want.share)
-                    && close(got.assigned, want.assigned)
-                    && got.holders == want.holders
-                    && got.withheld == want.withheld,
-                "case {case}: {a:?} at {now}: Lua {got:?}, Rust {want:?}"
-            );
-            let lua_live: Vec<String> = (s.shares_held(&key, now).await.unwrap())
-                .into_iter()
-                .map(|h| h.holder)
-                .collect();
-            let rust_live: Vec<String> = rust.live(now).into_iter().map(|h| h.holder).collect();
-            assert_eq!(lua_live, rust_live, "case {case}");
+            if how >= 5 {
+                // Its Envoy took an answer and runs a share.
+                let runs = demand / 4.0;
+                rust.settle(names[who], runs, now);
+                let settles = [(key.clone(), runs)];
+                s.settle_shares(now, names[who], &settles).await.unwrap();
+            } else {
+                let a = Ask {
+                    demand,
+                    rate,
+                    headroom: u32::from(how == 1),
+                    replaces: (how == 2).then(|| names[(who + 1) % 4]),
+                    running: if how == 3 { demand / 4.0 } else { 0.0 },
+                    ..ask(names[who], None)
+                };
+                let want = rust.grant(&a, now);
+                let got = grant_one(&s, &key, a, now).await;
+                assert!(
+                    close(got.share, want.share)
+                        && close(got.assigned, want.assigned)
+                        && got.holders == want.holders
+                        && got.withheld == want.withheld,
+                    "case {case}: {a:?} at {now}: Lua {got:?}, Rust {want:?}"
+                );
+            }
+            let lua = s.shares_held(&key, now).await.unwrap();
+            let want = rust.live(now);
+            let same = lua.len() == want.len()
+                && (lua.iter().zip(&want))
+                    .all(|(l, r)| l.holder == r.holder && close(l.share, r.share));
+            assert!(same, "case {case} at {now}: Lua {lua:?}, Rust {want:?}");
         }
     }
 }

@@ -116,7 +116,7 @@ impl RateLimitQuotaService for Rlqs {
                     Ending::Then(status) => return status.map(|s| (Err(s), Ending::Then(None))),
                 };
                 loop {
-                    let answers = state.quotas.deliver(stream, state.service.now());
+                    let answers = deliver(&state, stream);
                     if !answers.is_empty() {
                         return Some((Ok(response(answers)), Ending::Open(ended)));
                     }
@@ -124,7 +124,7 @@ impl RateLimitQuotaService for Rlqs {
                         biased;
                         () = wake.notified() => {}
                         end = ended.recv() => {
-                            let answers = state.quotas.deliver(stream, state.service.now());
+                            let answers = deliver(&state, stream);
                             if answers.is_empty() {
                                 return end.map(|s| (Err(s), Ending::Then(None)));
                             }
@@ -142,6 +142,19 @@ impl RateLimitQuotaService for Rlqs {
         response.metadata_mut().insert(STREAM_HEADER, id);
         Ok(response)
     }
+}
+
+/// The answers waiting for `stream`, as its connection takes them; the decreases among
+/// them settled in the ledger on a task of their own (the stream does not wait on
+/// Redis).
+fn deliver(state: &Arc<AppState>, stream: u64) -> Vec<Answer> {
+    let now = state.service.now();
+    let (answers, settling) = state.quotas.deliver(stream, now);
+    if !settling.is_empty() {
+        let state = Arc::clone(state);
+        tokio::spawn(async move { state.quotas.settle(settling, now).await });
+    }
+    answers
 }
 
 /// Where a stream's answers are: reports still come (the status that ends it, if one
@@ -162,7 +175,7 @@ fn status(refusal: Refusal) -> tonic::Status {
 }
 
 /// A usage report in the state's terms.
-fn read(report: RateLimitQuotaUsageReports) -> Report {
+pub fn read(report: RateLimitQuotaUsageReports) -> Report {
     Report {
         domain: report.domain,
         usages: (report.bucket_quota_usages.into_iter())

@@ -145,7 +145,7 @@ pub static METRICS: &[Metric] = &[
     metric(
         "spillway_rlqs_refused_buckets_total",
         "counter",
-        "`reason`: `no_bucket_id`, `bucket_id_too_large` (over 16 pairs or 256 bytes a key), `too_many_buckets` (past `rlqs_max_buckets` on its stream), `store_failed` (on Redis, the grant failed: Envoy runs its last assignment to its TTL), `breaker_open` (on Redis, RLQS's breaker is open after failures: likewise), `withheld` (the others' live shares, a closed stream's say, left the reporter nothing: it is sent nothing rather than a denial), `unmatched` (no rule matches and `rlqs_unmatched` is `no_answer`), `undelivered` (an answer its Envoy did not take within 2 s: a later report brings a fresh one)",
+        "`reason`: `no_bucket_id`, `bucket_id_too_large` (over 16 pairs or 256 bytes a key), `too_many_buckets` (past `rlqs_max_buckets` on its stream), `store_failed` (on Redis, the grant failed: Envoy runs its last assignment to its TTL), `breaker_open` (on Redis, RLQS's breaker is open after failures: likewise), `withheld` (the others' live shares left the reporter nothing while a closed stream's share lingers: it is sent nothing, so an Envoy that came back keeps what it runs; left nothing by open streams, it is sent DENY_ALL until its next report), `unmatched` (no rule matches and `rlqs_unmatched` is `no_answer`), `undelivered` (an answer its Envoy did not take within 2 s: a later report brings a fresh one)",
         "reported RLQS buckets given no assignment (Envoy's `no_assignment_behavior` applies to them)",
         "—",
     ),

@@ -30,6 +30,17 @@ pub trait Ledger: Send + Sync {
         asks: &'a [(BucketKey, Ask<'a>)],
     ) -> BoxFuture<'a, Vec<Option<Granted>>>;
 
+    /// `holder`'s Envoy took answers at `now` and runs, for each `(bucket, runs)`,
+    /// `runs` from now on: the bookings come down to it (never below what was last
+    /// granted), so that a decrease frees its room as soon as its Envoy has it. A
+    /// failure leaves the larger booking, which the holder's next grant settles.
+    fn settle<'a>(
+        &'a self,
+        now: Timestamp,
+        holder: &'a str,
+        settles: &'a [(BucketKey, f64)],
+    ) -> BoxFuture<'a, ()>;
+
     /// The live holders of `bucket` at `now`, in name order.
     fn held<'a>(
         &'a self,
@@ -62,6 +73,21 @@ impl Ledger for MemoryLedger {
             })
             .collect();
         Box::pin(std::future::ready(granted))
+    }
+
+    fn settle<'a>(
+        &'a self,
+        now: Timestamp,
+        holder: &'a str,
+        settles: &'a [(BucketKey, f64)],
+    ) -> BoxFuture<'a, ()> {
+        let mut buckets = self.buckets.lock();
+        for (key, runs) in settles {
+            if let Some(shares) = buckets.get_mut(key) {
+                shares.settle(holder, *runs, now);
+            }
+        }
+        Box::pin(std::future::ready(()))
     }
 
     fn held<'a>(
@@ -166,6 +192,32 @@ impl Ledger for RedisLedger {
                 None => self.breaker.success(),
             }
             granted
+        })
+    }
+
+    fn settle<'a>(
+        &'a self,
+        now: Timestamp,
+        holder: &'a str,
+        settles: &'a [(BucketKey, f64)],
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if settles.is_empty() || !self.breaker.admit(now) {
+                return;
+            }
+            let redis = self.redis.load_full();
+            let keyed: Vec<(String, f64)> = (settles.iter())
+                .map(|(b, runs)| (redis.quota_key(&b.domain, &b.pairs), *runs))
+                .collect();
+            match redis.settle_shares(now, holder, &keyed).await {
+                Ok(()) => self.breaker.success(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "RLQS shares taken by their Envoys could not be settled in Redis");
+                    if !e.is_invalid_input() {
+                        self.failed(now);
+                    }
+                }
+            }
         })
     }
 
