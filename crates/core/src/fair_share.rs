@@ -18,7 +18,7 @@
 //!   next grant). Others shrink at their own grants, never at another's.
 //! - [`token_bucket`]: a share as a token bucket Envoy 1.40 runs.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use crate::Timestamp;
 
@@ -115,8 +115,9 @@ struct Booking {
     granted: f64,
 }
 
-/// The holders of one bucket, by name (see [`Shares`]).
-type Holders = HashMap<String, Booking>;
+/// The holders of one bucket, in name order (see [`Shares`]): the order the Lua twin
+/// sorts them in.
+type Holders = BTreeMap<String, Booking>;
 
 #[cfg(test)]
 mod tests;

@@ -109,15 +109,14 @@ impl Shares {
         {
             had = had.max(b.share);
         }
-        // The others in name order: the Lua twin's `HGETALL` order is its own, and a
-        // tie in demand goes to the earlier one in `fair`, so the order is part of
-        // neither's answer (the asking holder is last in both).
-        let mut others: Vec<(&String, &Booking)> = (self.holders.iter())
+        // The others in name order (the Lua twin sorts `HGETALL`'s): a tie in demand
+        // goes to the earlier one in `fair`, and sums add in one order in both.
+        let others: Vec<&Booking> = (self.holders.iter())
             .filter(|(h, _)| *h != ask.holder)
+            .map(|(_, b)| b)
             .collect();
-        others.sort_by_key(|(h, _)| *h);
-        let booked_by_others: f64 = others.iter().map(|(_, b)| b.share).sum();
-        let mut demands: Vec<f64> = others.iter().map(|(_, b)| b.demand).collect();
+        let booked_by_others: f64 = others.iter().map(|b| b.share).sum();
+        let mut demands: Vec<f64> = others.iter().map(|b| b.demand).collect();
         demands.push(ask.demand);
         let mine = demands.len();
         let fairly = fair(ask.rate, ask.floor, &demands, ask.headroom as usize)[mine - 1];
@@ -135,7 +134,12 @@ impl Shares {
             until: now.saturating_add(ask.ttl),
             granted: share,
         };
-        self.holders.insert(ask.holder.to_owned(), booking);
+        match self.holders.get_mut(ask.holder) {
+            Some(b) => *b = booking,
+            None => {
+                self.holders.insert(ask.holder.to_owned(), booking);
+            }
+        }
         Granted {
             share,
             assigned: booked_by_others + booking.share,
@@ -156,7 +160,7 @@ impl Shares {
 
     /// The holders whose booking lives at `now`, by name.
     pub fn live(&self, now: Timestamp) -> Vec<Holding> {
-        let mut live: Vec<Holding> = (self.holders.iter())
+        (self.holders.iter())
             .filter(|(_, b)| b.until > now)
             .map(|(h, b)| Holding {
                 holder: h.clone(),
@@ -164,9 +168,7 @@ impl Shares {
                 share: b.share,
                 until: b.until,
             })
-            .collect();
-        live.sort_by(|a, b| a.holder.cmp(&b.holder));
-        live
+            .collect()
     }
 
     /// Forgets the holders lapsed by `now`; whether none is left.

@@ -27,7 +27,7 @@ pub trait Ledger: Send + Sync {
     fn grant<'a>(
         &'a self,
         now: Timestamp,
-        asks: &'a [(BucketKey, Ask<'a>)],
+        asks: &'a [(&'a BucketKey, Ask<'a>)],
     ) -> BoxFuture<'a, Vec<Option<Granted>>>;
 
     /// `holder`'s Envoy took answers at `now` and runs, for each `(bucket, runs)`,
@@ -62,14 +62,22 @@ impl Ledger for MemoryLedger {
     fn grant<'a>(
         &'a self,
         now: Timestamp,
-        asks: &'a [(BucketKey, Ask<'a>)],
+        asks: &'a [(&'a BucketKey, Ask<'a>)],
     ) -> BoxFuture<'a, Vec<Option<Granted>>> {
         let mut buckets = self.buckets.lock();
         let granted = (asks.iter())
             .map(|(key, ask)| {
                 ask.check().ok()?;
-                let shares = buckets.entry(key.clone()).or_default();
-                Some(shares.grant(ask, now))
+                let grant = match buckets.get_mut(*key) {
+                    Some(shares) => shares.grant(ask, now),
+                    None => {
+                        let mut shares = Shares::default();
+                        let grant = shares.grant(ask, now);
+                        buckets.insert(BucketKey::clone(key), shares);
+                        grant
+                    }
+                };
+                Some(grant)
             })
             .collect();
         Box::pin(std::future::ready(granted))
@@ -159,7 +167,7 @@ impl Ledger for RedisLedger {
     fn grant<'a>(
         &'a self,
         now: Timestamp,
-        asks: &'a [(BucketKey, Ask<'a>)],
+        asks: &'a [(&'a BucketKey, Ask<'a>)],
     ) -> BoxFuture<'a, Vec<Option<Granted>>> {
         Box::pin(async move {
             if asks.is_empty() {

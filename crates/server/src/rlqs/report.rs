@@ -46,7 +46,7 @@ impl Quotas {
             return Ok(());
         }
         let holder = self.holder(stream);
-        let asks: Vec<(BucketKey, Ask<'_>)> = (rated.iter())
+        let asks: Vec<(&BucketKey, Ask<'_>)> = (rated.iter())
             .map(|r| {
                 let ask = Ask {
                     holder: &holder,
@@ -58,7 +58,7 @@ impl Quotas {
                     replaces: r.replaces.as_deref(),
                     running: r.running,
                 };
-                (r.key.clone(), ask)
+                (&r.key, ask)
             })
             .collect();
         let granted = self.ledger.grant(now, &asks).await;
@@ -173,10 +173,15 @@ impl Quotas {
                 replaces = self.take_over(&mut inner, &key, stream, now);
             }
             let requests = usage.allowed.saturating_add(usage.denied);
-            let bucket = inner.buckets.entry(key.clone()).or_insert_with(|| Bucket {
-                id: Arc::new(raw),
-                holders: HashMap::new(),
-            });
+            // (Looked up twice rather than the key cloned for every report of it.)
+            if !inner.buckets.contains_key(&key) {
+                let bucket = Bucket {
+                    id: Arc::new(raw),
+                    holders: HashMap::new(),
+                };
+                inner.buckets.insert(key.clone(), bucket);
+            }
+            let bucket = inner.buckets.get_mut(&key).expect("inserted above");
             let id = Arc::clone(&bucket.id);
             let holder = bucket.holders.entry(stream).or_insert(Holder {
                 demand: 0.0,
@@ -216,14 +221,14 @@ impl Quotas {
                     Verdict::DenyAll => Some(assign(&id, Strategy::DenyAll, ttl)),
                     Verdict::Rate(rate) => {
                         rated.push(Rated {
-                            key: key.clone(),
+                            key,
                             id,
                             rate,
                             demand: holder.demand,
                             running,
                             replaces,
                         });
-                        None
+                        continue;
                     }
                 }
             };
