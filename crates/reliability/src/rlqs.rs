@@ -96,10 +96,15 @@ impl fmt::Display for RlqsReport {
 }
 
 /// Whether Redis answers nothing during `fault` (the others slow it or make each call
-/// take a second try, and shares are still granted).
+/// take a second try, and shares are still granted: the proxy's 50 ms delay is within
+/// the grants' own timeout, [`GRANT_TIMEOUT`], where it is past the decisions').
 fn redis_away(fault: Fault) -> bool {
-    !matches!(fault, Fault::ScriptFlush)
+    !matches!(fault, Fault::ScriptFlush | Fault::ProxyDelay)
 }
+
+/// How long a grant may take here (`rlqs_store_timeout`): under the 100 ms between
+/// reports of a trial (the default, a second, is for a report every 5 s).
+const GRANT_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// One answer a stream read: when (since the run began), its stream, and the rated
 /// bucket's share in it (`None`: not in the answer; `Some(None)`: an assignment that is
@@ -126,9 +131,7 @@ pub async fn run(fault: Fault, transport: Transport) -> anyhow::Result<RlqsRepor
     config.store.redis = rig.access();
     config.rules.watch = false;
     config.rlqs.ttl = TTL;
-    // A grant's own timeout, under the 100 ms between reports of a local trial (the
-    // default, a second, is for a report every 5 s).
-    config.rlqs.store_timeout = Duration::from_millis(200);
+    config.rlqs.store_timeout = GRANT_TIMEOUT;
     let running = crate::trial::start(config).await?;
     let url = format!("http://{}", running.grpc_addr);
 
