@@ -7,6 +7,7 @@
 use crate::support;
 
 mod bounds;
+mod delivery;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -52,10 +53,18 @@ impl Envoy {
 
     /// A stream from the loopback address `from` (another Envoy: another address).
     async fn subscribe_from(s: &Server, from: [u8; 4]) -> Envoy {
+        Envoy::subscribe_with(s, from, None).await
+    }
+
+    /// A stream from `from` whose connection takes at most `window` bytes of answers
+    /// it has not read (HTTP/2 flow control; `None`: the client's default, 2 MiB).
+    async fn subscribe_with(s: &Server, from: [u8; 4], window: Option<u32>) -> Envoy {
         let channel =
             tonic::transport::Endpoint::from_shared(format!("http://{}", s.running.grpc_addr))
                 .unwrap()
                 .local_address(Some(std::net::IpAddr::from(from)))
+                .initial_stream_window_size(window)
+                .initial_connection_window_size(window)
                 .connect()
                 .await
                 .unwrap();
