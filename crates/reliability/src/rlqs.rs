@@ -1,7 +1,8 @@
 //! The Rate Limit Quota Service's streams under a fault: a service on a real Redis (the
 //! shares live there), two Envoy-like streams reporting one rated bucket and one
 //! unlimited bucket every 100 ms, one fault in the middle, then one stream dropped and
-//! another opened in its place. What Envoy must be able to count on:
+//! another Envoy's opened in its place, and the other's broken and its Envoy back on a
+//! new one. What Envoy must be able to count on:
 //!
 //! - the shares it was sent, each live until its TTL, never add up to more than the
 //!   limit, at any moment of the run (the dropped stream's share counted to its TTL);
@@ -9,26 +10,23 @@
 //!   to its TTL, then its own fallback), never a share granted without Redis nor a
 //!   DENY_ALL; the unlimited bucket is answered all along; no stream ends;
 //! - Redis back, each stream's next report is answered with its share again (recovery);
-//! - a stream opened in place of a dropped one gets a share at its first report.
+//! - a stream opened in place of a dropped one gets a share at its first report;
+//! - an Envoy whose stream breaks and comes back at once (from its own address) is
+//!   answered its share again at its first report, never `DENY_ALL` nor nothing.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::fault::{Fault, Rig, Transport};
+
+mod stream;
+
+use stream::{Stream, report, until_closed};
 
 /// The rated bucket's limit, requests a second.
 pub const RATE: f64 = 100.0;
@@ -63,13 +61,16 @@ pub struct RlqsReport {
     pub recovery: Option<Duration>,
     /// From the new stream's opening to its first share.
     pub reopened: Option<Duration>,
+    /// The same Envoy back on a new stream: from its opening to its first share, and
+    /// that share over the last one its broken stream had.
+    pub came_back: Option<(Duration, f64)>,
     /// Promises broken, and a few of them described.
     pub violations: usize,
     pub examples: Vec<String>,
 }
 
 /// The table's header, for its rows' [`Display`](fmt::Display).
-pub const RLQS_HEADER: &str = "| fault | reports | answers | shares granted without Redis | most assigned (of 100/s) | recovery (ms) | new stream's first share (ms) | violations |\n|---|---|---|---|---|---|---|---|";
+pub const RLQS_HEADER: &str = "| fault | reports | answers | shares granted without Redis | most assigned (of 100/s) | recovery (ms) | new stream's first share (ms) | same Envoy back: first share (ms, of its last) | violations |\n|---|---|---|---|---|---|---|---|---|";
 
 impl fmt::Display for RlqsReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -78,7 +79,7 @@ impl fmt::Display for RlqsReport {
         };
         write!(
             f,
-            "| {}{} | {} | {} | {} | {:.2} | {} | {} | {} |",
+            "| {}{} | {} | {} | {} | {:.2} | {} | {} | {} | {} |",
             self.fault,
             match self.transport {
                 Transport::Plain => "",
@@ -90,6 +91,11 @@ impl fmt::Display for RlqsReport {
             self.most_assigned,
             ms(self.recovery),
             ms(self.reopened),
+            self.came_back.map_or("never".into(), |(d, kept)| format!(
+                "{} ({:.0}%)",
+                ms(Some(d)),
+                kept * 100.0
+            )),
             self.violations,
         )
     }
@@ -138,14 +144,14 @@ pub async fn run(fault: Fault, transport: Transport) -> anyhow::Result<RlqsRepor
     let start = Instant::now();
     let reads = Arc::new(Mutex::new(Vec::<Read>::new()));
     let reports = Arc::new(AtomicUsize::new(0));
-    // Each stream an Envoy of its own address: the one opened in place of a dropped one
-    // is another Envoy (the same Envoy back, from its own address, takes over its
-    // closed stream's share: `server/tests/it/rlqs.rs`).
-    let open = |n: usize| {
-        let from = std::net::IpAddr::from([127, 0, 0, 1 + n as u8]);
+    // Stream `n` of Envoy `envoy`, from an address of that Envoy's own: the one opened
+    // in place of a dropped one is another Envoy; the same Envoy back, from its own
+    // address, takes over its closed stream's share.
+    let open = |n: usize, envoy: u8| {
+        let from = std::net::IpAddr::from([127, 0, 0, 1 + envoy]);
         Stream::open(url.clone(), n, from, start, Arc::clone(&reads))
     };
-    let mut streams = vec![open(0).await?, open(1).await?];
+    let mut streams = vec![open(0, 0).await?, open(1, 1).await?];
     // Each stream reports every `EVERY` until told to stop, in turn: the next once the
     // last one's answer is read (500 ms at most), as Envoys, which report at moments of
     // their own, read theirs. (Sent together, the readers' tasks could record a
@@ -196,11 +202,20 @@ pub async fn run(fault: Fault, transport: Transport) -> anyhow::Result<RlqsRepor
     stop.cancel();
     load.await?;
 
-    // Stream 0 dropped (its Envoy gone), stream 2 opened in its place.
+    // Stream 0 dropped (its Envoy gone), stream 2 opened in its place (another Envoy).
+    // Stream 1 broken (a balancer's reset) and its Envoy back at once: stream 3, from
+    // stream 1's address, once the service has seen the two end (as a reset is seen).
     let dropped_at = start.elapsed();
     streams.remove(0).close();
-    streams.push(open(2).await?);
+    streams.push(open(2, 2).await?);
     let opened = start.elapsed();
+    streams.remove(0).close();
+    let admin = running
+        .admin_addr
+        .expect("the trial's service has an admin listener");
+    until_closed(admin, 2).await?;
+    streams.push(open(3, 1).await?);
+    let reconnected = start.elapsed();
     let stop = CancellationToken::new();
     let load = report_until(&streams, stop.clone());
     tokio::time::sleep(TTL + Duration::from_secs(1)).await;
@@ -217,7 +232,7 @@ pub async fn run(fault: Fault, transport: Transport) -> anyhow::Result<RlqsRepor
         fault,
         transport,
         &reads,
-        (fault_start, healed, dropped_at, opened),
+        (fault_start, healed, dropped_at, opened, reconnected),
         reports.load(Ordering::Relaxed),
     ))
 }
@@ -227,7 +242,13 @@ fn judge(
     fault: Fault,
     transport: Transport,
     reads: &[Read],
-    (fault_start, healed, dropped_at, opened): (Duration, Duration, Duration, Duration),
+    (fault_start, healed, dropped_at, opened, reconnected): (
+        Duration,
+        Duration,
+        Duration,
+        Duration,
+        Duration,
+    ),
     reports: usize,
 ) -> RlqsReport {
     let mut examples = Vec::new();
@@ -239,11 +260,12 @@ fn judge(
         }
     };
     // Each stream's latest share and when it lapses.
-    let mut live: Vec<Option<(f64, Duration)>> = vec![None; 3];
+    let mut live: Vec<Option<(f64, Duration)>> = vec![None; 4];
     let mut most = 0.0f64;
     let mut granted_in_fault = 0;
     let mut back: Vec<Option<Duration>> = vec![None; 2];
     let mut reopened = None;
+    let mut came_back = None;
     // A report sent just before the fault may be granted as it starts; and Redis serves
     // again (a paused client's calls first) before the healing command's answer reaches
     // the trial, which then notes the time.
@@ -252,6 +274,14 @@ fn judge(
         if let Some(rated) = r.rated {
             match rated {
                 Some(share) => {
+                    if r.stream == 3 {
+                        // The same Envoy: its new assignment replaces the one it ran.
+                        if came_back.is_none() {
+                            let last = live[1].map_or(0.0, |(s, _)| s);
+                            came_back = Some((r.at - reconnected, share / last.max(1e-9)));
+                        }
+                        live[1] = None;
+                    }
                     live[r.stream] = Some((share, r.at + TTL));
                     if redis_away(fault) && fault_window.contains(&r.at) {
                         granted_in_fault += 1;
@@ -286,6 +316,12 @@ fn judge(
         if assigned > RATE + 1e-9 && !forgiven {
             broken(format!("{assigned} assigned at {:?}", r.at));
         }
+        if r.stream == 3 && came_back.is_none() {
+            broken(format!(
+                "the same Envoy back was answered no share of the bucket at {:?}",
+                r.at
+            ));
+        }
         if !r.free && r.rated.is_none() {
             broken(format!(
                 "stream {} answered nothing it asked for at {:?}",
@@ -301,6 +337,11 @@ fn judge(
     if recovery.is_none() {
         broken("a stream's share never came back after the fault".into());
     }
+    if came_back.is_none() {
+        broken(format!(
+            "the Envoy back on a new stream at {reconnected:?} got no share"
+        ));
+    }
     if reopened.is_none() {
         broken(format!(
             "the stream opened at {opened:?} (one dropped at {dropped_at:?}) got no share"
@@ -315,112 +356,8 @@ fn judge(
         most_assigned: most,
         recovery,
         reopened,
+        came_back,
         violations,
         examples,
-    }
-}
-
-/// One report: the rated bucket flooded (1,000 requests a second), the unlimited one.
-fn report() -> RateLimitQuotaUsageReports {
-    let usage = |key: &str, value: &str| BucketQuotaUsage {
-        bucket_id: Some(BucketId {
-            bucket: [(key.to_string(), value.to_string())].into(),
-        }),
-        time_elapsed: Some(PbDuration {
-            seconds: 0,
-            nanos: EVERY.as_nanos() as i32,
-        }),
-        num_requests_allowed: 10,
-        num_requests_denied: 90,
-    };
-    RateLimitQuotaUsageReports {
-        domain: "reliability".into(),
-        bucket_quota_usages: vec![usage("tenant", "shared"), usage("free", "x")],
-    }
-}
-
-/// An Envoy-like stream from the address `from`: reports go in; a task reads every
-/// answer into `reads`.
-struct Stream {
-    n: usize,
-    reports: mpsc::Sender<RateLimitQuotaUsageReports>,
-    stop: CancellationToken,
-}
-
-impl Stream {
-    async fn open(
-        url: String,
-        n: usize,
-        from: std::net::IpAddr,
-        start: Instant,
-        reads: Arc<Mutex<Vec<Read>>>,
-    ) -> anyhow::Result<Stream> {
-        let channel = tonic::transport::Endpoint::from_shared(url)?
-            .local_address(Some(from))
-            .connect()
-            .await?;
-        let mut client = RateLimitQuotaServiceClient::new(channel);
-        let (reports, rx) = mpsc::channel(64);
-        let outgoing =
-            futures_util::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
-            );
-        let mut answers = client
-            .stream_rate_limit_quotas(outgoing)
-            .await?
-            .into_inner();
-        let stop = CancellationToken::new();
-        let stopped = stop.clone();
-        tokio::spawn(async move {
-            loop {
-                let answer = tokio::select! {
-                    a = answers.message() => a,
-                    () = stopped.cancelled() => break,
-                };
-                let answer: RateLimitQuotaResponse = match answer {
-                    Ok(Some(a)) => a,
-                    // An ended stream shows as answers that stop: judged as no recovery.
-                    _ => break,
-                };
-                let at = start.elapsed();
-                let (mut rated, mut free) = (None, false);
-                for a in &answer.bucket_action {
-                    let tenant = a
-                        .bucket_id
-                        .as_ref()
-                        .is_some_and(|id| id.bucket.contains_key("tenant"));
-                    let strategy = match &a.bucket_action {
-                        Some(Action::QuotaAssignmentAction(q)) => {
-                            q.rate_limit_strategy.as_ref().and_then(|s| s.strategy)
-                        }
-                        _ => None,
-                    };
-                    if tenant {
-                        rated = Some(match strategy {
-                            Some(Strategy::TokenBucket(b)) => {
-                                let secs = b.fill_interval.map_or(1, |f| f.seconds.max(1));
-                                let tokens = b.tokens_per_fill.map_or(0, |t| t.value);
-                                Some(f64::from(tokens) / secs as f64)
-                            }
-                            _ => None,
-                        });
-                    } else {
-                        free = true;
-                    }
-                }
-                reads.lock().unwrap().push(Read {
-                    at,
-                    stream: n,
-                    rated,
-                    free,
-                });
-            }
-        });
-        Ok(Stream { n, reports, stop })
-    }
-
-    fn close(self) {
-        self.stop.cancel();
     }
 }

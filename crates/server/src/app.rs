@@ -152,6 +152,7 @@ impl AppBuilder {
                 Box::new(crate::rlqs::RedisLedger::new(
                     own,
                     config.rlqs.store_timeout,
+                    &config.store.key_prefix,
                 ))
             }
             AnyStore::Memory(_) => Box::new(crate::rlqs::MemoryLedger::default()),

@@ -139,6 +139,7 @@ fn distinct_members_per_key() {
         let store = tokio::runtime::Runtime::new().unwrap().block_on(async {
             let store = spillway_redis::RedisStore::builder(&url)
                 .prefix(&prefix)
+                .timeout(std::time::Duration::from_secs(5))
                 .build()
                 .await
                 .unwrap();

@@ -16,6 +16,7 @@ mod links;
 mod prose;
 mod redis_tls;
 mod reliability_summary;
+mod rlqs_skew;
 mod serve;
 mod serve_tls;
 mod simulate;

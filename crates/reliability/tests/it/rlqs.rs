@@ -1,7 +1,8 @@
 //! The RLQS stream in the fault matrix (`spillway_reliability::rlqs`): under each fault
 //! that keeps Redis's data, no share is granted without Redis, the shares Envoy holds
 //! never add up to more than the limit, each stream's share comes back after the fault,
-//! and a stream opened in place of a dropped one gets a share at once. (The whole set,
+//! a stream opened in place of a dropped one gets a share at once, and an Envoy whose
+//! stream broke is answered its share on its new one at once. (The whole set,
 //! with the published table: `cargo run --release -p spillway-reliability -- rlqs`.)
 
 use std::time::Duration;
@@ -35,6 +36,7 @@ async fn rlqs_streams_keep_their_promises_under_faults() {
         }
         // Shares were granted before and after: the trial saw them.
         assert!(report.most_assigned > 0.0, "{report}");
+        assert!(report.came_back.is_some(), "{report}");
     }
     let table = table.join("\n");
     assert!(failures.is_empty(), "{failures:#?}\n{table}");

@@ -206,7 +206,7 @@ pub static SETTINGS: &[Setting] = &[
         "the deny cache also answers reference rules until their window ends, as the reference's local cache",
         Bool, |c, v| { c.store.reference_local_cache = boolean(v)?; Ok(()) }),
     row("key_prefix", "store", "", "TEXT",
-        "written before every counter key: services with different prefixes count apart in one store",
+        "written before every counter key and RLQS bucket: services with different prefixes count and share apart in one store",
         Text, |c, v| { c.store.key_prefix = v.to_owned(); Ok(()) }),
     row("redis_cluster_shards", "store", "3", "N",
         "on Redis Cluster, the virtual shards keys are spread over, so that one call decides many key groups (0: a slot per group; at most 1024); every process on one Cluster must agree, and counts start afresh when it changes",

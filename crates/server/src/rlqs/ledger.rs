@@ -120,6 +120,9 @@ pub struct RedisLedger {
     breaker: Breaker,
     timeout: Duration,
     rebuilding: Arc<AtomicBool>,
+    /// The service's `key_prefix`, before each bucket's domain: services with
+    /// different prefixes share no bucket in one Redis, as they share no counter.
+    key_prefix: String,
 }
 
 impl RedisLedger {
@@ -128,14 +131,25 @@ impl RedisLedger {
     /// `timeout`: a dead Redis costs the reports at most one timed-out call at a time.
     /// Each time it opens, the connection is built anew (a connection that lost bytes
     /// answers each call with another's reply, and a probe at a time would not find
-    /// out for long: the reliability suite's `proxy-drop`).
-    pub fn new(redis: RedisStore, timeout: Duration) -> RedisLedger {
+    /// out for long: the reliability suite's `proxy-drop`). Bucket keys start with
+    /// `key_prefix` (the service's).
+    pub fn new(redis: RedisStore, timeout: Duration, key_prefix: &str) -> RedisLedger {
         RedisLedger {
             redis: Arc::new(ArcSwap::from_pointee(redis)),
             breaker: Breaker::new(DEFAULT_FAILURES_TO_OPEN, timeout),
             timeout,
             rebuilding: Arc::default(),
+            key_prefix: key_prefix.to_owned(),
         }
+    }
+
+    /// The Redis key of `bucket`'s shares.
+    fn key(&self, redis: &RedisStore, bucket: &BucketKey) -> String {
+        if self.key_prefix.is_empty() {
+            return redis.quota_key(&bucket.domain, &bucket.pairs);
+        }
+        let scoped = format!("{}{}", self.key_prefix, bucket.domain);
+        redis.quota_key(&scoped, &bucket.pairs)
     }
 
     /// A failure at `now`: counted, and the connection rebuilt if the breaker opens.
@@ -181,7 +195,7 @@ impl Ledger for RedisLedger {
             }
             let redis = self.redis.load_full();
             let keyed: Vec<(String, Ask<'_>)> = (asks.iter())
-                .map(|(b, ask)| (redis.quota_key(&b.domain, &b.pairs), *ask))
+                .map(|(b, ask)| (self.key(&redis, b), *ask))
                 .collect();
             let (granted, error) = redis.grant_shares(now, &keyed).await;
             match error {
@@ -215,7 +229,7 @@ impl Ledger for RedisLedger {
             }
             let redis = self.redis.load_full();
             let keyed: Vec<(String, f64)> = (settles.iter())
-                .map(|(b, runs)| (redis.quota_key(&b.domain, &b.pairs), *runs))
+                .map(|(b, runs)| (self.key(&redis, b), *runs))
                 .collect();
             match redis.settle_shares(now, holder, &keyed).await {
                 Ok(()) => self.breaker.success(),
@@ -236,7 +250,7 @@ impl Ledger for RedisLedger {
     ) -> BoxFuture<'a, Result<Vec<Holding>, Error>> {
         Box::pin(async move {
             let redis = self.redis.load_full();
-            let key = redis.quota_key(&bucket.domain, &bucket.pairs);
+            let key = self.key(&redis, bucket);
             redis.shares_held(&key, now).await
         })
     }

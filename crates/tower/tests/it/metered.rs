@@ -119,6 +119,7 @@ async fn a_metered_rule_settles_on_redis() {
         let store = spillway_redis::RedisStore::builder(url)
             .prefix(spillway_testkit::redis::unique_prefix("tower-metered"))
             .time_source(spillway_redis::TimeSource::Caller)
+            .timeout(Duration::from_secs(5))
             .build()
             .await
             .unwrap();

@@ -27,6 +27,15 @@ pub fn spawn_serve_with<S: AsRef<std::ffi::OsStr>>(
     args: impl IntoIterator<Item = S>,
     env: &[(&str, &str)],
 ) -> std::process::Child {
+    spawn_serve_seen(args, env).0
+}
+
+/// [`spawn_serve_with`], and the log lines it wrote up to the one that says it is
+/// listening (that one last).
+pub fn spawn_serve_seen<S: AsRef<std::ffi::OsStr>>(
+    args: impl IntoIterator<Item = S>,
+    env: &[(&str, &str)],
+) -> (std::process::Child, Vec<String>) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
         .arg("serve")
         .args(args)
@@ -41,7 +50,7 @@ pub fn spawn_serve_with<S: AsRef<std::ffi::OsStr>>(
         seen.last().is_some_and(|l| l.contains("listening")),
         "a listening line: {seen:#?}"
     );
-    child
+    (child, seen)
 }
 
 /// The log lines of a `serve` started with a piped stderr, up to and including the one
