@@ -130,8 +130,9 @@ macro_rules! dispatch {
 impl Params {
     /// `algorithm`'s parameters for `limit` per `window` µs with `burst`; `rate` and
     /// `unit` are the limit's rate reduced by gcd(limit, window) (see `Limit`); a fixed
-    /// window's `calendar`, if it counts per calendar period. The caller has validated
-    /// them.
+    /// window's `calendar`, if it counts per calendar period; the longest `wait` (µs) a
+    /// request of a `token_bucket` or `gcra` may be admitted after. The caller has
+    /// validated them.
     pub(crate) fn new(
         algorithm: Algorithm,
         limit: u64,
@@ -139,6 +140,7 @@ impl Params {
         burst: u64,
         (rate, unit): (u64, u64),
         calendar: Option<std::sync::Arc<crate::Calendar>>,
+        wait: u64,
     ) -> Params {
         match algorithm {
             Algorithm::FixedWindow => {
@@ -149,9 +151,9 @@ impl Params {
                 Params::SlidingWindow(sliding_window::Params::new(limit, window, precision, edge))
             }
             Algorithm::TokenBucket => {
-                Params::TokenBucket(token_bucket::Params::new(rate, unit, burst))
+                Params::TokenBucket(token_bucket::Params::new(rate, unit, burst, wait))
             }
-            Algorithm::Gcra => Params::Gcra(gcra::Params::new(rate, unit, burst)),
+            Algorithm::Gcra => Params::Gcra(gcra::Params::new(rate, unit, burst, wait)),
             Algorithm::Distinct { precision } => {
                 Params::Distinct(distinct::Params::new(limit, window, precision))
             }

@@ -33,6 +33,11 @@ pub struct Decision {
     /// Time until the limit's state resets: the end of the window for `fixed_window`,
     /// otherwise the time until everything charged so far has been restored.
     pub reset_after: Duration,
+    /// Admitted *after a wait*: how long the request must wait before it goes ahead.
+    /// Its slot is reserved at that time ([`LimitBuilder::max_wait`](crate::LimitBuilder::max_wait),
+    /// `gcra` and `token_bucket`), so whoever waits it out stays within the limit.
+    /// Zero for every other decision.
+    pub wait: Duration,
 }
 
 impl Decision {
@@ -42,6 +47,7 @@ impl Decision {
         limit: 0,
         remaining: 0,
         reset_after: Duration::ZERO,
+        wait: Duration::ZERO,
     };
 
     /// Whether the request fits this limit.

@@ -67,7 +67,9 @@ pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use decision::{BatchDecision, Decision, Outcome, longest_retry};
 pub use error::Error;
 pub use key::{Key, MAX_KEY_LEN};
-pub use limit::{Limit, LimitBuilder, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Rejected, Shape};
+pub use limit::{
+    Limit, LimitBuilder, MAX_EXACT, MAX_PRECISION, MAX_WAIT, MAX_WINDOW, Rejected, Shape,
+};
 pub use limiter::{
     Hold, Limiter, Renewing, Reservation, Settlement, keep_renewed, new_hold_id, release_detached,
 };

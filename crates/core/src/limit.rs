@@ -29,6 +29,9 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// The most sub-buckets a `sliding_window` limit may have. A check is O(precision).
 pub const MAX_PRECISION: u32 = 10_000;
 
+/// The longest a request may be admitted after ([`LimitBuilder::max_wait`]): an hour.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
 /// Which requests of a denied batch a limit is charged for (a batch is all or nothing:
 /// see [`Store`](crate::Store)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -69,6 +72,8 @@ pub struct Limit {
     window: u64,
     burst: u64,
     rejected: Rejected,
+    /// The longest wait a request may be admitted after, µs (0: none).
+    wait: u64,
     /// `limit / gcd(limit, window)`: refill per µs in scaled units (token bucket, GCRA).
     rate_per_micro: u64,
     /// `window / gcd(limit, window)`: scaled units per token (token bucket, GCRA).
@@ -123,6 +128,13 @@ impl Limit {
     /// The most admitted at once: `burst` for `token_bucket` and `gcra`, else `limit`.
     pub fn burst(&self) -> u64 {
         self.burst
+    }
+
+    /// The longest a request may wait for its turn rather than be denied
+    /// ([`LimitBuilder::max_wait`]; zero: none).
+    #[inline]
+    pub fn max_wait(&self) -> Duration {
+        Duration::from_micros(self.wait)
     }
 
     /// The most units this limit can ever admit at once, which is what
@@ -214,7 +226,9 @@ impl Limit {
         match &self.params {
             Params::Gcra(p) => p.times(),
             // Not read for other algorithms; the same numbers, for a uniform answer.
-            _ => gcra::Params::new(self.rate_per_micro, self.units_per_token, self.burst).times(),
+            _ => {
+                gcra::Params::new(self.rate_per_micro, self.units_per_token, self.burst, 0).times()
+            }
         }
     }
 
@@ -252,6 +266,9 @@ impl fmt::Display for Limit {
         )?;
         if self.algorithm.has_burst() && self.burst != self.limit {
             write!(f, " burst {}", self.burst)?;
+        }
+        if self.wait > 0 {
+            write!(f, " waiting up to {:?}", self.max_wait())?;
         }
         Ok(())
     }

@@ -130,6 +130,23 @@ impl<S: Store, C: Clock> Limiter<S, C> {
         self.store.check_one(request, self.clock.now())
     }
 
+    /// One request (cost `cost`) that waits for its turn: [`check_n`](Limiter::check_n),
+    /// and when the limit admits it after a wait ([`LimitBuilder::max_wait`](crate::LimitBuilder::max_wait)),
+    /// that wait slept through (tokio's timer) before the decision is returned: once it
+    /// returns an admission, go ahead. A denial returns at once, as `check_n`'s.
+    pub async fn check_waiting(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        let decision = self.check_request(Request::new(key, limit, cost)).await?;
+        if decision.allowed() && !decision.wait.is_zero() {
+            tokio::time::sleep(decision.wait).await;
+        }
+        Ok(decision)
+    }
+
     /// Several (key, limit, cost) requests, all or nothing.
     pub fn check_all<'a>(
         &'a self,

@@ -98,6 +98,9 @@ pub(crate) struct NativeLimit {
     /// The IANA time zone of `period` (default UTC).
     pub time_zone: Option<String>,
     pub burst: Option<u64>,
+    /// How long a request over a `gcra` or `token_bucket` limit may wait for its turn
+    /// instead of being denied, a duration.
+    pub max_wait: Option<String>,
     pub precision: Option<u32>,
     pub edge: Option<String>,
     #[serde(default)]

@@ -286,6 +286,9 @@ impl Rule {
             limit: limited.map(Limit::limit),
             window_ms: limited.map(|l| l.window().as_millis() as u64),
             burst: limited.map(Limit::burst),
+            max_wait_ms: limited
+                .map(|l| l.max_wait().as_millis() as u64)
+                .filter(|&ms| ms > 0),
             mode: self.mode.name(),
             quota_mode: self.quota_mode,
             reference: self.reference,
@@ -312,6 +315,8 @@ pub struct RuleSummary<'a> {
     pub limit: Option<u64>,
     pub window_ms: Option<u64>,
     pub burst: Option<u64>,
+    /// How long a request may wait for its turn (`max_wait`), when it may.
+    pub max_wait_ms: Option<u64>,
     /// `enforce` or `shadow`.
     pub mode: &'static str,
     pub quota_mode: bool,

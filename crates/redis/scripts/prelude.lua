@@ -72,6 +72,9 @@
 --                             (rate, unit); gcra (rate, unit, e(1), tau), where rate
 --                             and unit are Limit::scaled_rate and e(1), tau
 --                             Limit::gcra_times, computed once in Rust.
+--                     wait    (a ninth, optional) token_bucket and gcra: the
+--                             longest wait in µs a request may be admitted
+--                             after (Limit::max_wait); 0 when absent
 --            cost   units to charge (0 = peek)
 --            member what a distinct limit counts, the id of a concurrency hold;
 --                   for a sketched distinct limit, after its 7
@@ -81,7 +84,8 @@
 --
 -- Returns one flat array (no table per batch), per batch in order: either denied_by
 -- (0 = admitted, else the 1-based request), then per request outcome (0 allowed,
--- 1 denied, 2 cost exceeds capacity), remaining, reset_after µs, retry_after µs; or,
+-- 1 denied, 2 cost exceeds capacity), remaining, reset_after µs, retry_after µs (for an
+-- admission, its wait: 0 unless admitted after one); or,
 -- for a batch that failed, one string saying why (a string, not an error reply:
 -- clients turn an error nested in an array into an error for the whole call). A
 -- malformed ARGV header is an error reply for the whole call.
@@ -162,6 +166,10 @@ local function sub0(a, b) if a > b then return a - b end return 0 end -- saturat
 -- the capacity), reset_after, retry_after.
 local function allow(r, remaining, reset)
   return 0, min(remaining, r.cap), reset, 0
+end
+-- Admitted after `wait` µs, its slot reserved then: nothing remains now.
+local function waited(wait, reset)
+  return 0, 0, reset, wait
 end
 local function deny(r, cost, retry, remaining, reset)
   if cost > r.cap then

@@ -40,6 +40,7 @@ end
 local LIMITS_KEPT = 4096
 local limits, limits_kept = {}, 0
 local LIMIT = '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$'
+local LIMIT_WAITING = '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$'
 
 -- The limit ARGV[i] names: the parameters every algorithm function takes as `r`.
 local function limit(i)
@@ -47,13 +48,16 @@ local function limit(i)
   local r = limits[text]
   if r then return r end
   local f = { string.match(text, LIMIT) }
-  if #f ~= 8 then fail('ARGV[' .. i .. '] is not a limit (eight integers): ' .. text) end
-  for k = 1, 8 do f[k] = digits(f[k], i) end
+  if #f ~= 8 then f = { string.match(text, LIMIT_WAITING) } end
+  if #f ~= 8 and #f ~= 9 then
+    fail('ARGV[' .. i .. '] is not a limit (eight or nine integers): ' .. text)
+  end
+  for k = 1, #f do f[k] = digits(f[k], i) end
   local alg, cap, window, p1, p2, p3, p4 = f[1], f[3], f[4], f[5], f[6], f[7], f[8]
   -- Every field at once: one table of its final size.
   r = { alg = alg, algorithm = algorithm(alg), rejected = f[2], cap = cap,
         window = window, precision = 0, edge = 0, width = 0, ring = 0,
-        rate = 0, unit = 0, e1 = 0, tau = 0, full = 0 }
+        rate = 0, unit = 0, e1 = 0, tau = 0, full = 0, wait = f[9] or 0 }
   if not r.algorithm then fail('unknown algorithm ' .. alg) end
   if cap < 1 or window < 1 then fail('limit and window must be positive') end
   if r.rejected > 2 then fail('rejected must be 0, 1 or 2') end
@@ -74,6 +78,8 @@ local function limit(i)
       fail('bad rate parameters')
     end
     r.full = cap * p2
+  elseif r.wait > 0 then
+    fail('a wait applies to token_bucket and gcra only')
   end
   if limits_kept == LIMITS_KEPT then limits, limits_kept = {}, 0 end
   limits[text], limits_kept = r, limits_kept + 1
@@ -300,7 +306,7 @@ local function round(out, k0, at, n, k)
       a.commit(r, stored[key], now, cost, false, member)
       if decisions[i][1] == 0 then
         local d = { a.check(r, stored[key], now, 0, member) }
-        d[1] = 0
+        d[1], d[4] = 0, 0 -- admitted: the fourth number is a wait, none here
         decisions[i] = d
       end
       dirty[key] = r
@@ -309,7 +315,7 @@ local function round(out, k0, at, n, k)
       if decisions[i][1] == 0 then
         a.commit(r, s, now, cost, true, member)
         local d = { a.check(r, s, now, 0, member) }
-        d[1] = 0
+        d[1], d[4] = 0, 0 -- admitted: the fourth number is a wait, none here
         decisions[i] = d
       else
         -- As `single`: after the charge, with what remained when the request came.
@@ -323,7 +329,7 @@ local function round(out, k0, at, n, k)
     elseif decisions[i][1] == 0 then
       -- Had room but was not charged: report the state as it is.
       local d = { a.check(r, stored[key], now, 0, member) }
-      d[1] = 0
+      d[1], d[4] = 0, 0
       decisions[i] = d
     end
   end

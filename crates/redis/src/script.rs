@@ -262,7 +262,8 @@ pub(crate) fn call<'a>(
     cmd
 }
 
-/// A limit as the script reads it: `alg rejected cap window p1 p2 p3 p4`.
+/// A limit as the script reads it: `alg rejected cap window p1 p2 p3 p4`, and ` wait`
+/// (µs) for a limit with a `max_wait`.
 pub(crate) fn limit_text(limit: &Limit) -> String {
     let (code, params) = match limit.algorithm() {
         Algorithm::FixedWindow => (1, [0; 4]),
@@ -291,7 +292,7 @@ pub(crate) fn limit_text(limit: &Limit) -> String {
         Algorithm::Concurrency => (9, [0; 4]),
     };
     let [p1, p2, p3, p4] = params;
-    format!(
+    let mut text = format!(
         "{code} {} {} {} {p1} {p2} {p3} {p4}",
         match limit.rejected() {
             Rejected::NotCharged => 0,
@@ -300,5 +301,10 @@ pub(crate) fn limit_text(limit: &Limit) -> String {
         },
         limit.capacity(),
         limit.window_micros()
-    )
+    );
+    let wait = limit.max_wait().as_micros();
+    if wait > 0 {
+        text.push_str(&format!(" {wait}"));
+    }
+    text
 }

@@ -31,6 +31,11 @@ pub fn handle() -> &'static PrometheusHandle {
             )
             .expect("the bucket list is not empty")
             .set_buckets_for_metric(
+                Matcher::Full("spillway_wait_seconds".into()),
+                &STORE_BUCKETS,
+            )
+            .expect("the bucket list is not empty")
+            .set_buckets_for_metric(
                 Matcher::Full("spillway_rlqs_share_ratio".into()),
                 &SHARE_BUCKETS,
             )
@@ -197,6 +202,12 @@ fn rule_labels(domain: &Arc<str>, rule: &Rule) -> Vec<Label> {
         Label::new("rule", Arc::clone(&rule.metric)),
         Label::new("limit", Arc::clone(&rule.slot)),
     ]
+}
+
+/// A request admitted after a wait of `d` (a rule's `max_wait`), answered on `api`
+/// (`grpc`: held for the wait; `http`: waited by the server, or by the caller).
+pub fn waited(api: &'static str, d: Duration) {
+    histogram!("spillway_wait_seconds", "api" => api).record(d.as_secs_f64());
 }
 
 /// How long one store call took.

@@ -340,6 +340,7 @@ impl Service {
                 overall: Code::Ok,
                 statuses: vec![Status::no_rule(); req.descriptors.len()],
                 metadata: None,
+                wait: std::time::Duration::ZERO,
             };
             return Ok((answer, Checked::default()));
         };

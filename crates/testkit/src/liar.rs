@@ -33,7 +33,7 @@ pub enum Lie {
     Nil,
     /// Outcome 9 (0 to 2 exist).
     UnknownOutcome,
-    /// Allowed, with a reset and a retry of 2^63 - 1 µs (292,000 years).
+    /// Allowed, with a reset of 2^63 - 1 µs (292,000 years).
     EndlessReset,
     /// Denied, retry after 2^63 - 1 µs.
     EndlessRetry,
@@ -117,7 +117,7 @@ impl Lie {
             Lie::NotAnArray => b":42\r\n".to_vec(),
             Lie::Nil => b"*-1\r\n".to_vec(),
             Lie::UnknownOutcome => ints(&[0, 9, 0, 1_000, 0]),
-            Lie::EndlessReset => ints(&[0, 0, 0, ENDLESS, ENDLESS]),
+            Lie::EndlessReset => ints(&[0, 0, 0, ENDLESS, 0]),
             Lie::EndlessRetry => ints(&[1, 1, 0, ENDLESS, ENDLESS]),
             Lie::ErrorNamingAKey => {
                 b"-WRONGTYPE spillway:{d}:user_victim@example.com holds the wrong kind of value\r\n"

@@ -62,6 +62,7 @@ fn ok(limit: u64, remaining: u64, reset: Duration) -> Decision {
         limit,
         remaining,
         reset_after: reset,
+        wait: std::time::Duration::ZERO,
     }
 }
 fn denied(limit: u64, retry_after: Duration, remaining: u64, reset: Duration) -> Decision {
@@ -70,6 +71,7 @@ fn denied(limit: u64, retry_after: Duration, remaining: u64, reset: Duration) ->
         limit,
         remaining,
         reset_after: reset,
+        wait: std::time::Duration::ZERO,
     }
 }
 fn never(limit: u64, remaining: u64, reset: Duration) -> Decision {
@@ -78,6 +80,7 @@ fn never(limit: u64, remaining: u64, reset: Duration) -> Decision {
         limit,
         remaining,
         reset_after: reset,
+        wait: std::time::Duration::ZERO,
     }
 }
 /// One request for key "k" bringing `member`.

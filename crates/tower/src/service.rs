@@ -56,16 +56,31 @@ where
         // called now, and nothing is boxed. A metered request is settled after the
         // inner service answered, a held one gives its holds back when its response
         // ends: always the path below.
-        if !metered && let Some(verdict) = self.shared.decide_now(&parts) {
-            return match verdict {
-                Verdict::Allow(headers) => {
-                    let future = self.inner.call(Request::from_parts(parts, body));
-                    ResponseFuture::inner(future, headers)
-                }
-                Verdict::Refuse(refusal) => {
-                    ResponseFuture::ready(self.shared.answer(refusal, &parts))
-                }
-            };
+        let now = if metered {
+            None
+        } else {
+            self.shared.decide_now(&parts)
+        };
+        match now {
+            Some(Verdict::Allow(headers, wait)) if wait.is_zero() => {
+                let future = self.inner.call(Request::from_parts(parts, body));
+                return ResponseFuture::inner(future, headers);
+            }
+            Some(Verdict::Refuse(refusal)) => {
+                return ResponseFuture::ready(self.shared.answer(refusal, &parts));
+            }
+            // Admitted after a wait: the call waits below.
+            Some(Verdict::Allow(headers, wait)) => {
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                return ResponseFuture::waiting(async move {
+                    tokio::time::sleep(wait).await;
+                    let mut response = inner.call(Request::from_parts(parts, body)).await?;
+                    add_headers(response.headers_mut(), headers);
+                    Ok(response)
+                });
+            }
+            None => {}
         }
         // The service that was polled ready goes into the future; this one keeps a
         // fresh clone for the next call (tower's guidance for services that must be
@@ -82,7 +97,12 @@ where
                 (verdict, None, holding)
             };
             match verdict {
-                Verdict::Allow(headers) => {
+                Verdict::Allow(headers, wait) => {
+                    // Admitted after a wait (a rule's `max_wait`): its slot is at the
+                    // wait's end.
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
                     // The holding waits in the request for a service that upgrades
                     // the connection to take. An error, or this future dropped (the
                     // client gone), drops it too: the holds are given back.

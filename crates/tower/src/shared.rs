@@ -411,7 +411,10 @@ impl<St: Store, C: Clock> Shared<St, C> {
         };
         // Admitted without a store: no limit was counted, so no headers.
         if answer.failure.is_some() && answer.sources.iter().all(|s| *s == Source::Open) {
-            return (Verdict::Allow(Headers::default()), charged);
+            return (
+                Verdict::Allow(Headers::default(), std::time::Duration::ZERO),
+                charged,
+            );
         }
         let verdict = self.verdict(&answer.batch.decisions, answer.batch.denied_by);
         (verdict, charged)

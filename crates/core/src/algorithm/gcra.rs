@@ -15,9 +15,14 @@
 //! `e(1)` and `τ` are computed once, when the `Limit` is built: a unit-cost check is
 //! one comparison and one division (for `remaining`).
 //!
+//! Waiting (a limit's `max_wait`): a request whose TAT would be up to `max_wait` past
+//! `now + τ` is admitted *after* that wait, its TAT moved now. It conforms when the
+//! wait ends, so whoever waits admits no more than the burst and the rate; later
+//! requests queue behind it, in order.
+//!
 //! State: the TAT — 8 bytes.
 
-use super::meter::{Meter, allow, deny};
+use super::meter::{Meter, allow, deny, waited};
 use crate::decision::Decision;
 
 /// The theoretical arrival time, µs since the epoch.
@@ -36,16 +41,19 @@ pub struct Params {
     per_unit: u64,
     /// `τ = e(burst)`, µs.
     tolerance: u64,
+    /// The longest wait a request may be admitted after, µs (0: none).
+    wait: u64,
 }
 
 impl Params {
-    pub(crate) fn new(rate: u64, unit: u64, burst: u64) -> Params {
+    pub(crate) fn new(rate: u64, unit: u64, burst: u64, wait: u64) -> Params {
         Params {
             rate,
             unit,
             burst,
             per_unit: emission_time(1, rate, unit),
             tolerance: emission_time(burst, rate, unit),
+            wait,
         }
     }
 
@@ -84,13 +92,13 @@ impl Meter for Params {
             if tat - now <= tolerance {
                 return allow(self.burst, slack(tat), tat - now);
             }
-            return deny(
-                self.burst,
-                cost,
-                tat - now - tolerance,
-                slack(base),
-                base - now,
-            );
+            let late = tat - now - tolerance;
+            if cost > 0 && late <= self.wait {
+                return waited(self.burst, late, tat - now);
+            }
+            // Until it is admitted, after its longest wait if it may wait.
+            let retry = if cost > 0 { late - self.wait } else { late };
+            return deny(self.burst, cost, retry, slack(base), base - now);
         }
         deny(self.burst, cost, 0, slack(base), base - now)
     }

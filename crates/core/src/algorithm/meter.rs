@@ -50,6 +50,19 @@ pub(super) fn allow(capacity: u64, remaining: u64, reset_after: u64) -> Decision
         limit: capacity,
         remaining: remaining.min(capacity),
         reset_after: micros(reset_after),
+        wait: Duration::ZERO,
+    }
+}
+
+/// A decision admitted after `wait` µs (its slot reserved then): nothing remains now.
+#[inline]
+pub(super) fn waited(capacity: u64, wait: u64, reset_after: u64) -> Decision {
+    Decision {
+        outcome: Outcome::Allowed,
+        limit: capacity,
+        remaining: 0,
+        reset_after: micros(reset_after),
+        wait: micros(wait),
     }
 }
 
@@ -74,5 +87,6 @@ pub(super) fn deny(
         limit: capacity,
         remaining: remaining.min(capacity),
         reset_after: micros(reset_after),
+        wait: Duration::ZERO,
     }
 }

@@ -18,8 +18,13 @@
 //! below zero: the debt, shrinking at the rate. A clock behind `last` for any other
 //! reason sees the bucket as it was then: emptier, never fuller (so a clock that steps
 //! back never gains tokens).
+//!
+//! Waiting (a limit's `max_wait`): a request that the bucket will hold within
+//! `max_wait` is admitted *after* that wait, its tokens taken now, into the same debt:
+//! the bucket is at zero when the wait ends, so whoever waits admits no more than the
+//! burst and the rate, and later requests queue behind it.
 
-use super::meter::{Meter, allow, deny};
+use super::meter::{Meter, allow, deny, waited};
 use crate::decision::Decision;
 
 /// Scaled tokens in the bucket at time `last`.
@@ -39,15 +44,18 @@ pub struct Params {
     /// Units in a full bucket (≤ 2^53).
     full: u64,
     burst: u64,
+    /// The longest wait a request may be admitted after, µs (0: none).
+    wait: u64,
 }
 
 impl Params {
-    pub(crate) fn new(rate: u64, unit: u64, burst: u64) -> Params {
+    pub(crate) fn new(rate: u64, unit: u64, burst: u64, wait: u64) -> Params {
         Params {
             rate,
             unit,
             full: burst * unit,
             burst,
+            wait,
         }
     }
 }
@@ -105,10 +113,16 @@ impl Meter for Params {
                 let left = level - need;
                 return allow(self.burst, tokens(left, self.unit), until_full(left));
             }
+            let retry = ((need - level) as u128).div_ceil(u128::from(self.rate)) as u64;
+            if cost > 0 && retry <= self.wait {
+                return waited(self.burst, retry, until_full(level - need));
+            }
+            // Until it is admitted, after its longest wait if it may wait.
+            let retry = if cost > 0 { retry - self.wait } else { retry };
             return deny(
                 self.burst,
                 cost,
-                ((need - level) as u128).div_ceil(u128::from(self.rate)) as u64,
+                retry,
                 tokens(level, self.unit),
                 until_full(level),
             );

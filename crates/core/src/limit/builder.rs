@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WINDOW, Rejected, Shape};
+use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WAIT, MAX_WINDOW, Rejected, Shape};
 use crate::algorithm::{Algorithm, Params, concurrency, distinct};
 use crate::time::micros;
 use crate::{Calendar, Error};
@@ -17,6 +17,7 @@ pub struct LimitBuilder {
     burst: Option<u64>,
     rejected: Rejected,
     calendar: Option<Calendar>,
+    max_wait: Duration,
 }
 
 impl LimitBuilder {
@@ -28,7 +29,20 @@ impl LimitBuilder {
             burst: None,
             rejected: Rejected::NotCharged,
             calendar: None,
+            max_wait: Duration::ZERO,
         }
+    }
+
+    /// Admit a request that would be denied now but conforms within `wait` *after that
+    /// wait* ([`Decision::wait`](crate::Decision::wait)) instead of denying it: its slot
+    /// is reserved at once, so a queue of waiters never admits more than the limit
+    /// promises, and a request whose wait would be longer is denied as before. Only
+    /// `token_bucket` and `gcra` wait (they know when a request conforms, and a
+    /// reservation there is the bucket moved on); at most [`MAX_WAIT`], whole µs.
+    #[inline]
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait;
+        self
     }
 
     /// Count per period of `calendar` (a month from the 1st in Europe/Berlin, say)
@@ -80,6 +94,7 @@ impl LimitBuilder {
             burst,
             rejected,
             calendar,
+            max_wait,
         } = self;
         if calendar.is_some() {
             if algorithm != Algorithm::FixedWindow {
@@ -196,6 +211,27 @@ impl LimitBuilder {
             ));
         }
 
+        if !max_wait.is_zero() {
+            if !algorithm.has_burst() {
+                return invalid(format!(
+                    "max_wait applies to token_bucket and gcra, not {}: they know when a \
+                     request would fit",
+                    algorithm.name()
+                ));
+            }
+            if max_wait > MAX_WAIT || max_wait.subsec_nanos() % 1_000 != 0 {
+                return invalid(format!(
+                    "max_wait {max_wait:?} is not a whole number of µs up to an hour"
+                ));
+            }
+            if u128::from(micros(max_wait)) * u128::from(rate_per_micro) > u128::from(MAX_EXACT) {
+                return invalid(format!(
+                    "max_wait {max_wait:?} at {limit} per {window_us}µs is more than 2^53 \
+                     units of waiting; pick a shorter wait"
+                ));
+            }
+        }
+
         // Both fit in u64: burst × units_per_token ≤ 2^53 was checked above (and is
         // irrelevant for the algorithms without a burst, which never read these).
         let params = Params::new(
@@ -205,6 +241,7 @@ impl LimitBuilder {
             burst,
             (rate_per_micro, units_per_token),
             calendar.map(std::sync::Arc::new),
+            micros(max_wait),
         );
         let shape = Shape::of(algorithm, limit, window_us, burst, &params);
         Ok(Limit {
@@ -213,6 +250,7 @@ impl LimitBuilder {
             window: window_us,
             burst,
             rejected,
+            wait: micros(max_wait),
             rate_per_micro,
             units_per_token,
             params,

@@ -10,3 +10,4 @@ mod memory_bounds;
 mod proptests;
 mod sharing;
 mod usage;
+mod waits;

@@ -27,24 +27,30 @@ fn arb_limit(count_rejected: bool) -> impl Strategy<Value = Limit> {
         1u64..=30,
         0usize..8,
         any::<prop::sample::Index>(),
+        prop_oneof![2 => Just(0u64), 1 => 1u64..=4],
     )
-        .prop_map(move |((window, precisions), limit, burst, which, pick)| {
-            let precision = precisions[pick.index(precisions.len())];
-            let edge = [Edge::Strict, Edge::Lenient, Edge::Interpolate][which % 3];
-            let algorithm = match which {
-                0 => Algorithm::FixedWindow,
-                1 => Algorithm::SlidingLog,
-                2..=4 => Algorithm::SlidingWindow { precision, edge },
-                5 => Algorithm::TokenBucket,
-                _ => Algorithm::Gcra,
-            };
-            let mut b = Limit::builder(algorithm, limit, Duration::from_micros(window))
-                .count_rejected(count_rejected);
-            if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
-                b = b.burst(burst);
-            }
-            b.build().expect("generated limits are valid")
-        })
+        .prop_map(
+            move |((window, precisions), limit, burst, which, pick, waits)| {
+                let precision = precisions[pick.index(precisions.len())];
+                let edge = [Edge::Strict, Edge::Lenient, Edge::Interpolate][which % 3];
+                let algorithm = match which {
+                    0 => Algorithm::FixedWindow,
+                    1 => Algorithm::SlidingLog,
+                    2..=4 => Algorithm::SlidingWindow { precision, edge },
+                    5 => Algorithm::TokenBucket,
+                    _ => Algorithm::Gcra,
+                };
+                let mut b = Limit::builder(algorithm, limit, Duration::from_micros(window))
+                    .count_rejected(count_rejected);
+                if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
+                    // A third wait, up to four windows (`max_wait`).
+                    b = b
+                        .burst(burst)
+                        .max_wait(Duration::from_micros(waits * window / 2));
+                }
+                b.build().expect("generated limits are valid")
+            },
+        )
 }
 
 /// (µs to advance, cost) steps: mostly small gaps, some same-µs, some long idles.
@@ -66,7 +72,8 @@ fn arb_case(count_rejected: bool) -> impl Strategy<Value = (Limit, Vec<(u64, u64
 }
 
 /// Replays `steps`; returns the admitted (time, cost) and checks the store against
-/// the pure algorithm and the per-decision properties on the way.
+/// the pure algorithm and the per-decision properties on the way. A request admitted
+/// after a wait goes ahead at its wait's end: that is its time here.
 fn replay(limit: &Limit, steps: &[(u64, u64)]) -> Result<Vec<(u64, u64)>, TestCaseError> {
     let store = MemoryStore::new();
     let key = Key::new("k").unwrap();
@@ -96,17 +103,26 @@ fn replay(limit: &Limit, steps: &[(u64, u64)]) -> Result<Vec<(u64, u64)>, TestCa
         match got.outcome {
             Outcome::Allowed => {
                 prop_assert!(got.retry_after().is_none());
+                prop_assert!(got.wait <= limit.max_wait(), "waits {:?}", got.wait);
+                prop_assert!(got.wait.is_zero() || got.remaining == 0);
                 if cost > 0 {
-                    admitted.push((now, cost));
+                    admitted.push((now + got.wait.as_micros() as u64, cost));
                 }
                 remaining_is_truthful(limit, &state, t, got.remaining)?;
             }
             Outcome::Denied { retry_after } => {
+                prop_assert!(got.wait.is_zero());
                 retry_is_truthful(limit, &state, t, cost, retry_after)?
             }
             Outcome::CostExceedsCapacity => prop_assert!(cost > limit.capacity()),
         }
     }
+    // Whoever waited goes ahead in the order they came (first come, first served).
+    prop_assert!(
+        admitted.windows(2).all(|w| w[0].0 <= w[1].0),
+        "a later request went ahead first: {:?}",
+        admitted
+    );
     Ok(admitted)
 }
 
@@ -154,9 +170,10 @@ fn remaining_is_truthful(
     }
     let mut s = state.clone();
     for n in 0..remaining {
+        let d = limit.check(&s, now, 1);
         prop_assert!(
-            limit.check(&s, now, 1).allowed(),
-            "remaining {} but unit {} denied",
+            d.allowed() && d.wait.is_zero(),
+            "remaining {} but unit {} denied or made to wait",
             remaining,
             n + 1
         );
@@ -208,11 +225,17 @@ fn check_bound(limit: &Limit, admitted: &[(u64, u64)]) -> Result<(), TestCaseErr
             // Over [t_i, t_j]: sum × W ≤ burst × W + Δ × L (token bucket), and for GCRA
             // sum × W ≤ (Δ + τ) × L with τ = ceil(burst × W / L).
             let tau = (u128::from(limit.burst()) * u128::from(w)).div_ceil(u128::from(l));
+            // A token bucket's wait is rounded up to a whole µs: the first request of an
+            // interval may go ahead up to 1 µs after the refill paid for it (GCRA's TAT
+            // is whole µs already).
+            let rounding = u128::from(
+                limit.algorithm() == Algorithm::TokenBucket && !limit.max_wait().is_zero(),
+            );
             for i in 0..admitted.len() {
                 let mut sum = 0u128;
                 for &(t, c) in &admitted[i..] {
                     sum += u128::from(c);
-                    let delta = u128::from(t - admitted[i].0);
+                    let delta = u128::from(t - admitted[i].0) + rounding;
                     let bound = match limit.algorithm() {
                         Algorithm::TokenBucket => {
                             u128::from(limit.burst()) * u128::from(w) + delta * u128::from(l)

@@ -71,7 +71,17 @@ pub(super) fn native_limit(
     if let Some(burst) = l.burst {
         b = b.burst(burst);
     }
-    let limit = b.build().map_err(|e| ("", message(e)))?;
+    if let Some(wait) = &l.max_wait {
+        b = b.max_wait(crate::duration::parse(wait).map_err(|e| ("max_wait", e))?);
+    }
+    let limit = b.build().map_err(|e| {
+        let field = if l.max_wait.is_some() && e.to_string().contains("max_wait") {
+            "max_wait"
+        } else {
+            ""
+        };
+        (field, message(e))
+    })?;
     let (sharing, field) = match (l.lease, &l.sync) {
         (Some(_), Some(_)) => return Err(("lease", "set lease or sync, not both".into())),
         (Some(units), None) => (Sharing::Lease { units }, "lease"),
@@ -84,6 +94,12 @@ pub(super) fn native_limit(
         (None, None) => (Sharing::Exact, ""),
     };
     sharing.check(&limit).map_err(|e| (field, e))?;
+    if sharing.is_shared() && !limit.max_wait().is_zero() {
+        return Err((
+            "max_wait",
+            "a wait is reserved in the store: no lease or sync".into(),
+        ));
+    }
     if has_calendar && sharing.is_shared() {
         return Err((
             field,
@@ -100,7 +116,9 @@ pub(super) fn native_limit(
 /// members, not units, a `concurrency` one holds; `count_rejected` charges denials, which a metered limit never has
 /// (its hits above 0 always land); a lease or sync counts ahead of the store.
 fn metered(limit: &Limit, sharing: Sharing) -> Result<(), (&'static str, String)> {
-    let why = if limit.algorithm().counts_members() {
+    let why = if !limit.max_wait().is_zero() {
+        "a metered limit charges usage after the fact, which never waits: no max_wait"
+    } else if limit.algorithm().counts_members() {
         "a distinct limit counts members, not units: it cannot be metered"
     } else if limit.algorithm().holds() {
         "a concurrency limit counts holds, taken and given back, not units: it cannot be metered"

@@ -44,7 +44,13 @@ local function define_gcra()
         if left > r.cap then left = r.cap end
         return 0, left, late, 0
       end
-      return deny(r, cost, tat - now - r.tau, slack(r, now, base), base - now)
+      local over = late - r.tau
+      if cost > 0 then
+        if over <= r.wait then return waited(over, late) end
+        -- Until it is admitted, after its longest wait.
+        over = over - r.wait
+      end
+      return deny(r, cost, over, slack(r, now, base), base - now)
     end
     return deny(r, cost, 0, slack(r, now, base), base - now)
   end

@@ -49,7 +49,13 @@ local function define_token_bucket()
         local left = level - need
         return allow(r, tokens(r, left), until_full(r, left))
       end
-      return deny(r, cost, cdiv(need - level, r.rate), tokens(r, level), until_full(r, level))
+      local retry = cdiv(need - level, r.rate)
+      if cost > 0 then
+        if retry <= r.wait then return waited(retry, until_full(r, level - need)) end
+        -- Until it is admitted, after its longest wait.
+        retry = retry - r.wait
+      end
+      return deny(r, cost, retry, tokens(r, level), until_full(r, level))
     end
     return deny(r, cost, 0, tokens(r, level), until_full(r, level))
   end

@@ -9,8 +9,8 @@ use spillway_core::{BatchDecision, Decision, Error as CoreError, Outcome, Reques
 use crate::error::unexpected;
 
 /// The integers of a batch's reply: `denied_by`, four per request (outcome,
-/// remaining, reset_after, retry_after), then one per `concurrency` request (the
-/// lapsed holds it cleared).
+/// remaining, reset_after, retry_after or, admitted, the wait), then one per
+/// `concurrency` request (the lapsed holds it cleared).
 pub(crate) fn reply_len(requests: usize, holds: usize) -> usize {
     1 + 4 * requests + holds
 }
@@ -105,11 +105,23 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
             if d[1] > limit {
                 return Err(format!("remaining {} is above the limit, {limit}", d[1]));
             }
+            // An admission's fourth number is its wait, never past the limit's own.
+            let wait = match outcome {
+                Outcome::Allowed => Duration::from_micros(d[3]),
+                _ => Duration::ZERO,
+            };
+            if wait > r.limit.max_wait() {
+                return Err(format!(
+                    "a wait of {wait:?} is past the limit's max_wait, {:?}",
+                    r.limit.max_wait()
+                ));
+            }
             Ok(Decision {
                 outcome,
                 limit,
                 remaining: d[1],
                 reset_after: Duration::from_micros(d[2]),
+                wait,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -129,4 +141,35 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
 /// Whether `r`'s reply ends with the lapsed holds it cleared.
 pub(crate) fn holds(r: &Request<'_>) -> bool {
     r.limit.algorithm().holds()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redis::Value;
+    use spillway_core::{Algorithm, Key, Limit, Request};
+
+    use super::parse_reply;
+
+    /// An admission's fourth number is its wait: read as one, and refused past the
+    /// limit's `max_wait` (no true script sends it).
+    #[test]
+    fn an_admissions_wait_is_read_and_bounded_by_max_wait() {
+        let key = Key::new("k").unwrap();
+        let limit = Limit::builder(Algorithm::Gcra, 10, Duration::from_secs(1))
+            .max_wait(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let reply =
+            |wait: i64| Value::Array([0, 0, 0, 1_000, wait].into_iter().map(Value::Int).collect());
+        let requests = [Request::new(&key, &limit, 1)];
+        let batch = parse_reply(reply(300_000), &requests).unwrap();
+        assert_eq!(batch.decisions[0].wait, Duration::from_millis(300));
+        let past = parse_reply(reply(300_001), &requests).unwrap_err();
+        assert!(
+            past.to_string().contains("past the limit's max_wait"),
+            "{past}"
+        );
+    }
 }

@@ -31,12 +31,15 @@ fn limit() -> impl Strategy<Value = Limit> {
     // Windows of at least a second: keys written in caller-clock mode expire on
     // Redis's clock, and a test step takes far less than that.
     let window = prop::sample::select(vec![1_000_000u64, 1_500_000, 7_000_000, 60_000_000]);
-    (algorithm(), 1u64..12, window, 1u64..15, any::<bool>()).prop_map(
-        |(algorithm, n, window, burst, count_rejected)| {
+    // A wait (`max_wait`) on a third of the rate limits: admissions after a wait, and
+    // the queue behind them, decided alike.
+    let wait = prop_oneof![2 => Just(0u64), 1 => 1u64..3_000_000];
+    (algorithm(), 1u64..12, window, 1u64..15, any::<bool>(), wait).prop_map(
+        |(algorithm, n, window, burst, count_rejected, wait)| {
             let mut b = Limit::builder(algorithm, n, Duration::from_micros(window))
                 .count_rejected(count_rejected && !algorithm.takes_member());
             if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
-                b = b.burst(burst);
+                b = b.burst(burst).max_wait(Duration::from_micros(wait));
             }
             b.build().expect("valid limit")
         },

@@ -63,6 +63,12 @@ impl RateLimitService for Grpc {
         let answer = match checked.instrument(span.clone()).await {
             Ok((r, request_metadata)) => {
                 otel::outcome(&span, Ok(r.overall == Code::Ok));
+                // Admitted after a wait: the OK is held for it (the slot is reserved
+                // at its end; Envoy's filter `timeout` must be longer than `max_wait`).
+                if !r.wait.is_zero() {
+                    metrics::waited("grpc", r.wait);
+                    tokio::time::sleep(r.wait).await;
+                }
                 Ok(tonic::Response::new(wire::response(
                     &r,
                     &self.state.headers,

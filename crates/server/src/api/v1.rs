@@ -25,18 +25,30 @@ use tracing::Instrument;
 
 /// A `POST /v1/check` body, decoded (not yet checked against the service's bounds).
 pub fn decode(body: &[u8]) -> Result<CheckRequest, CheckError> {
+    decode_check(body).map(|(req, _)| req)
+}
+
+/// A `POST /v1/check` body, and whether the server is to wait out a wait the request
+/// is admitted after (`"wait": true`) rather than say it.
+fn decode_check(body: &[u8]) -> Result<(CheckRequest, bool), CheckError> {
     let v1: V1Request = parse(body)?;
     if v1.ttl_ms.is_some() {
         return Err(CheckError::Invalid(
             "ttl_ms is a reservation's (POST /v1/reserve)".into(),
         ));
     }
-    CheckRequest::try_from(v1)
+    let wait = v1.wait;
+    Ok((CheckRequest::try_from(v1)?, wait))
 }
 
 /// A `POST /v1/reserve` body: `/v1/check`'s, with the reservation's `ttl_ms`.
 fn decode_reserve(body: &[u8]) -> Result<(CheckRequest, Duration), CheckError> {
     let v1: V1Request = parse(body)?;
+    if v1.wait {
+        return Err(CheckError::Invalid(
+            "wait is /v1/check's: a reservation says its wait (wait_ms)".into(),
+        ));
+    }
     let ttl = v1
         .ttl_ms
         .map_or(reserve::DEFAULT_TTL, Duration::from_millis);
@@ -63,6 +75,11 @@ struct V1Request {
     /// `null` is refused, as the schema says).
     #[serde(default, deserialize_with = "some_number")]
     ttl_ms: Option<u64>,
+    /// `/v1/check` only: admitted after a wait (a rule's `max_wait`), the server waits
+    /// it out before answering; otherwise the answer says it (`wait_ms`) and the caller
+    /// waits.
+    #[serde(default)]
+    wait: bool,
 }
 
 /// A `POST /v1/commit` body.
@@ -115,6 +132,11 @@ struct V1Response<'a> {
     /// The first descriptor an enforcing rule denied, and that rule's name.
     denied_by: Option<DeniedBy<'a>>,
     descriptors: Vec<V1Status<'a>>,
+    /// Admitted after a wait: how long to wait before going ahead (ms, rounded up; 0:
+    /// none). The slot is reserved at its end.
+    wait_ms: u64,
+    /// The server waited it out before answering (`"wait": true`).
+    waited: bool,
     /// `/v1/reserve`, when admitted: the reservation to commit.
     #[serde(skip_serializing_if = "Option::is_none")]
     reservation: Option<V1Reservation>,
@@ -150,6 +172,7 @@ struct V1Status<'a> {
     retry_after_ms: Option<u64>,
     shadow_denied: bool,
     degraded: bool,
+    wait_ms: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -212,13 +235,19 @@ pub(super) async fn check(
     metrics::request("http");
     let span = otel::decision_span("/v1/check", || parent.headers());
     let answer = async {
-        let req = decode(&body)?;
-        state.check(req, state.http_callers).await
+        let (req, wait) = decode_check(&body)?;
+        Ok::<_, CheckError>((state.check(req, state.http_callers).await?, wait))
     };
     match answer.instrument(span.clone()).await {
-        Ok(r) => {
+        Ok((r, wait)) => {
             otel::outcome(&span, Ok(r.overall == Code::Ok));
-            v1_response(&state, &r)
+            if !r.wait.is_zero() {
+                metrics::waited("http", r.wait);
+                if wait {
+                    tokio::time::sleep(r.wait).await;
+                }
+            }
+            respond_v1(&state, &r, None, None, wait)
         }
         Err(e) => {
             otel::outcome(&span, Err(e.kind()));
@@ -267,7 +296,7 @@ async fn on_holds(
         state.check(req, state.http_callers).await
     };
     match answer.await {
-        Ok(r) => v1_response(&state, &r),
+        Ok(r) => respond_v1(&state, &r, None, None, false),
         Err(e) => invalid(e, what),
     }
 }
@@ -287,7 +316,7 @@ pub(super) async fn reserve(State(state): State<Arc<AppState>>, body: Bytes) -> 
                 id: r.id,
                 ttl_ms: r.ttl.as_millis() as u64,
             });
-            respond_v1(&state, &r, reservation, None)
+            respond_v1(&state, &r, reservation, None, false)
         }
         Err(e) => invalid(e, "reserve"),
     }
@@ -308,7 +337,7 @@ pub(super) async fn commit(State(state): State<Arc<AppState>>, body: Bytes) -> R
                 estimate: c.estimate,
                 used: c.used,
             };
-            respond_v1(&state, &c.answer, None, Some(settled))
+            respond_v1(&state, &c.answer, None, Some(settled), false)
         }
         Err(CommitError::Check(e)) => invalid(e, "commit"),
         Err(e @ CommitError::Unknown(_)) => respond::no_reservation(&e.to_string()),
@@ -341,17 +370,15 @@ pub(super) async fn explain(State(state): State<Arc<AppState>>, body: Bytes) -> 
     }
 }
 
-fn v1_response(state: &AppState, r: &CheckResponse) -> Response {
-    respond_v1(state, r, None, None)
-}
-
 /// A check's answer as `/v1/check` gives it (200 or 429, headers); a commit's is 200
-/// whatever the limits say: the commit landed.
+/// whatever the limits say: the commit landed. `waited`: the server waited out the
+/// request's wait before answering.
 fn respond_v1(
     state: &AppState,
     r: &CheckResponse,
     reservation: Option<V1Reservation>,
     settled: Option<V1Settled>,
+    waited: bool,
 ) -> Response {
     let allowed = r.overall == Code::Ok;
     let denied_by = r
@@ -370,6 +397,8 @@ fn respond_v1(
         overall_code: code_name(r.overall),
         denied_by,
         descriptors: r.statuses.iter().map(v1_status).collect(),
+        wait_ms: ceil_ms(r.wait),
+        waited: waited && !r.wait.is_zero(),
         reservation,
         settled: None,
     };
@@ -401,6 +430,7 @@ fn v1_status(s: &Status) -> V1Status<'_> {
         retry_after_ms: s.retry_after.map(ceil_ms),
         shadow_denied: s.shadow_denied,
         degraded: s.degraded,
+        wait_ms: ceil_ms(s.wait),
     }
 }
 

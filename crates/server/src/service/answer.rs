@@ -26,6 +26,7 @@ impl Service {
         let (hits, now) = (&check.hits, check.now);
         let mut statuses = vec![Status::no_rule(); req.descriptors.len()];
         let mut ranks = vec![Rank::Nothing; req.descriptors.len()];
+        let mut waits = vec![std::time::Duration::ZERO; req.descriptors.len()];
         let mut verdict = Verdict::default();
         let mut next = decided.iter().peekable();
 
@@ -49,12 +50,16 @@ impl Service {
 
             let rank = Rank::of(&status);
             let slot = hit.descriptor;
+            waits[slot] = waits[slot].max(status.wait);
             if (rank, status.remaining) < (ranks[slot], statuses[slot].remaining) {
                 ranks[slot] = rank;
                 statuses[slot] = status;
             }
         }
 
+        for (status, wait) in statuses.iter_mut().zip(waits) {
+            status.wait = wait;
+        }
         let overall = if verdict.over() && !self.options.global_shadow {
             Code::OverLimit
         } else {
@@ -67,10 +72,18 @@ impl Service {
             .options
             .dynamic_metadata
             .then(|| passing_metadata(hits, &statuses));
+        // Over the limit, or in global shadow mode (nothing enforced): no wait.
+        let wait = match overall {
+            Code::Ok if !self.options.global_shadow => {
+                statuses.iter().map(|s| s.wait).max().unwrap_or_default()
+            }
+            _ => std::time::Duration::ZERO,
+        };
         CheckResponse {
             overall,
             statuses,
             metadata,
+            wait,
         }
     }
 

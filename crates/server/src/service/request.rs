@@ -106,6 +106,10 @@ pub struct CheckResponse {
     /// With `RESPONSE_DYNAMIC_METADATA`: the `metadata` of the rules of the descriptors
     /// not over their limit, merged (the wire edge adds the request's own part).
     pub metadata: Option<spillway_policy::Metadata>,
+    /// Admitted after a wait (a rule's `max_wait`): how long the request must wait
+    /// before it goes ahead, the longest of its rules'. Zero when it need not wait, or
+    /// when it is over the limit.
+    pub wait: Duration,
 }
 
 /// One descriptor's answer.
@@ -127,6 +131,9 @@ pub struct Status {
     pub shadow_denied: bool,
     /// The store failed and the rule's failure policy decided (`open` or `local`).
     pub degraded: bool,
+    /// Admitted after a wait: the longest of the descriptor's enforcing rules' waits
+    /// (their `max_wait`); zero otherwise.
+    pub wait: Duration,
 }
 
 /// The parts of a rule a response reports.
@@ -162,6 +169,7 @@ impl Status {
             retry_after: None,
             shadow_denied: false,
             degraded: false,
+            wait: Duration::ZERO,
         }
     }
 

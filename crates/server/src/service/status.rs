@@ -97,6 +97,12 @@ pub(crate) fn rule_status(
         retry_after: if allowed { None } else { retry_after },
         shadow_denied: shadow && !allowed,
         degraded,
+        // A shadow rule's wait is only noted (its slot was reserved, as its charge is
+        // made): the request does not wait for it.
+        wait: match decision {
+            Some((d, _)) if allowed && !shadow => d.wait,
+            _ => Duration::ZERO,
+        },
     }
 }
 

@@ -25,4 +25,5 @@ mod tls;
 mod tls_reload;
 mod top;
 mod ui;
+mod waits;
 mod xds;

@@ -15,8 +15,9 @@ use crate::respond::Headers;
 
 /// What to do with a request.
 pub(crate) enum Verdict {
-    /// Call the inner service; add these headers to its response.
-    Allow(Headers),
+    /// Call the inner service, after the wait (a rule's `max_wait`; zero: at once);
+    /// add these headers to its response.
+    Allow(Headers, std::time::Duration),
     /// Answer it here; the inner service is not called.
     Refuse(Refusal),
 }
@@ -46,20 +47,26 @@ impl<St: Store, C: Clock> Shared<St, C> {
     }
 
     pub(super) fn verdict(&self, decisions: &[Decision], denied_by: Option<usize>) -> Verdict {
-        let pass = || {
-            Verdict::Allow(if self.headers_on_allowed {
+        let headers = || {
+            if self.headers_on_allowed {
                 self.rate_limit_headers(decisions)
             } else {
                 Headers::default()
-            })
+            }
         };
+        // A shadow layer passes at once: it only notes what it would do.
+        let pass = || Verdict::Allow(headers(), std::time::Duration::ZERO);
         let Some(denied) = denied_by else {
             self.allowed
                 .get_or_init(
                     || metrics::counter!("spillway_tower_requests_total", "outcome" => "allowed"),
                 )
                 .increment(1);
-            return pass();
+            let wait = match self.mode {
+                Mode::Enforce => decisions.iter().map(|d| d.wait).max().unwrap_or_default(),
+                Mode::Shadow => std::time::Duration::ZERO,
+            };
+            return Verdict::Allow(headers(), wait);
         };
         let rule = &self.rules[denied];
         let (outcome, verdict) = match (self.mode, &self.shadow_ban) {

@@ -5,3 +5,4 @@ mod keys;
 mod metered;
 mod redis;
 mod support;
+mod waits;

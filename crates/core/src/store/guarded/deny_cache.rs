@@ -159,7 +159,9 @@ impl DenyCache {
     fn cacheable(&self, limit: &Limit, cost: u64) -> bool {
         let counted = limit.count_rejected()
             && !(self.counted_denials && limit.algorithm() == Algorithm::FixedWindow);
-        cost == 1 && !counted && !limit.algorithm().takes_member()
+        // A limit that lets requests wait admits some before their `retry_after`: the
+        // store answers it.
+        cost == 1 && !counted && !limit.algorithm().takes_member() && limit.max_wait().is_zero()
     }
 
     fn shard(&self, key: &Key) -> &Mutex<Shard> {
@@ -188,6 +190,7 @@ impl DenyCache {
             limit: entry.capacity,
             remaining: 0,
             reset_after: Duration::from_micros(entry.reset_at.saturating_sub(now)),
+            wait: std::time::Duration::ZERO,
         })
     }
 

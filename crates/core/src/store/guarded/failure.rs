@@ -109,5 +109,6 @@ fn admit(r: &Request<'_>) -> Decision {
         limit: capacity,
         remaining: capacity,
         reset_after: Duration::ZERO,
+        wait: std::time::Duration::ZERO,
     }
 }

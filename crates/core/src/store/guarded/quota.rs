@@ -235,6 +235,7 @@ impl Quotas {
                         limit: capacity,
                         remaining: capacity.saturating_sub(used),
                         reset_after,
+                        wait: Duration::ZERO,
                     })
                 } else {
                     Some(Decision {
@@ -244,6 +245,7 @@ impl Quotas {
                         limit: capacity,
                         remaining: capacity.saturating_sub(used),
                         reset_after,
+                        wait: Duration::ZERO,
                     })
                 }
             }
@@ -309,5 +311,6 @@ fn allowed(capacity: u64, remaining: u64, reset_after: u64) -> Decision {
         limit: capacity,
         remaining: remaining.min(capacity),
         reset_after: Duration::from_micros(reset_after),
+        wait: std::time::Duration::ZERO,
     }
 }
