@@ -44,6 +44,26 @@ fn limits() -> Vec<(String, Limit)> {
     .into_iter()
     .map(|a| (a.name().to_string(), Limit::new(a, big, second).unwrap()))
     .collect();
+    // Wait-capable (`max_wait`), never waiting at this rate: what the wait costs a
+    // decision admitted at once.
+    for a in [Algorithm::TokenBucket, Algorithm::Gcra] {
+        let limit = Limit::builder(a, big, second)
+            .max_wait(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        out.push((format!("{}_wait_capable", a.name()), limit));
+    }
+    // Waiting: half a check per µs of simulated time, one check per µs, so every
+    // decision past the first queues behind the ones before (an hour of queue is more
+    // than any run reaches).
+    for a in [Algorithm::TokenBucket, Algorithm::Gcra] {
+        let limit = Limit::builder(a, 500_000, second)
+            .burst(1)
+            .max_wait(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        out.push((format!("{}_waiting", a.name()), limit));
+    }
     // The log keeps one entry per admitted µs: 1M entries in a 1 s window.
     out.push((
         "sliding_log".into(),
