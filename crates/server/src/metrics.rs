@@ -205,7 +205,7 @@ fn rule_labels(domain: &Arc<str>, rule: &Rule) -> Vec<Label> {
 }
 
 /// A request admitted after a wait of `d` (a rule's `max_wait`), answered on `api`
-/// (`grpc`: held for the wait; `http`: waited by the server, or by the caller).
+/// (`grpc`, `json`: held for the wait; `http`: waited by the server, or by the caller).
 pub fn waited(api: &'static str, d: Duration) {
     histogram!("spillway_wait_seconds", "api" => api).record(d.as_secs_f64());
 }

@@ -63,12 +63,9 @@ impl RateLimitService for Grpc {
         let answer = match checked.instrument(span.clone()).await {
             Ok((r, request_metadata)) => {
                 otel::outcome(&span, Ok(r.overall == Code::Ok));
-                // Admitted after a wait: the OK is held for it (the slot is reserved
-                // at its end; Envoy's filter `timeout` must be longer than `max_wait`).
-                if !r.wait.is_zero() {
-                    metrics::waited("grpc", r.wait);
-                    tokio::time::sleep(r.wait).await;
-                }
+                // Admitted after a wait: the OK is held for it (Envoy's filter
+                // `timeout` must be longer than `max_wait`).
+                super::respond::wait_out("grpc", r.wait).await;
                 Ok(tonic::Response::new(wire::response(
                     &r,
                     &self.state.headers,

@@ -42,6 +42,16 @@ pub enum Refused {
 }
 
 /// A check's answer on `/v1/check` and `/json`: 200, or 429 over the limit.
+/// Waits out a request's wait (a rule's `max_wait`) before its answer goes, on `api`
+/// (`grpc`, `json`, `http`): the answer is the go-ahead, and its slot is at the wait's
+/// end. Counted in `spillway_wait_seconds`.
+pub async fn wait_out(api: &'static str, wait: Duration) {
+    if !wait.is_zero() {
+        crate::metrics::waited(api, wait);
+        tokio::time::sleep(wait).await;
+    }
+}
+
 pub fn answer_status(overall: Code) -> StatusCode {
     match overall {
         Code::Ok => StatusCode::OK,

@@ -241,11 +241,10 @@ pub(super) async fn check(
     match answer.instrument(span.clone()).await {
         Ok((r, wait)) => {
             otel::outcome(&span, Ok(r.overall == Code::Ok));
-            if !r.wait.is_zero() {
+            if wait {
+                respond::wait_out("http", r.wait).await;
+            } else if !r.wait.is_zero() {
                 metrics::waited("http", r.wait);
-                if wait {
-                    tokio::time::sleep(r.wait).await;
-                }
             }
             respond_v1(&state, &r, None, None, wait)
         }

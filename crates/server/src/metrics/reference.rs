@@ -159,7 +159,7 @@ pub static METRICS: &[Metric] = &[
     metric(
         "spillway_wait_seconds",
         "histogram",
-        "`api`: `grpc` (the answer held for the wait), `http` (`/v1/check`: waited by the server or told to the caller)",
+        "`api`: `grpc` and `json` (the answer held for the wait), `http` (`/v1/check`: waited by the server or told to the caller)",
         "how long requests admitted after a wait (a rule's `max_wait`) were to wait (buckets 50 µs to 5 s)",
         "—",
     ),

@@ -53,8 +53,8 @@ async fn check_says_each_requests_wait_and_refuses_past_max_wait() {
 }
 
 /// Asked to, the server waits before answering (at least the wait it states, whatever
-/// the machine's load adds); `ShouldRateLimit` holds its OK for the wait. Real time:
-/// only lower bounds are checked.
+/// the machine's load adds); `ShouldRateLimit` and `/json` hold their OK for the wait.
+/// Real time: only lower bounds are checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_waits_when_asked_and_holds_a_grpc_ok_for_the_wait() {
     for backing in support::backings() {
@@ -79,8 +79,17 @@ async fn the_server_waits_when_asked_and_holds_a_grpc_ok_for_the_wait() {
             took >= Duration::from_millis(200),
             "{backing:?}: held {took:?}"
         );
+        // The reference's `/json` has no field for a wait either: its OK is held too.
+        let started = SystemClock.now();
+        let json = json!({ "domain": "w", "descriptors": [{ "entries": [{ "key": "user", "value": "b" }] }] });
+        let (status, answer) = s.post("/json", &json).await;
+        let took = SystemClock.now().duration_since(started);
+        assert_eq!(status, 200, "{answer}");
+        assert!(
+            took >= Duration::from_millis(300),
+            "{backing:?}: /json held {took:?}"
+        );
         // The queue is full to `max_wait`: over the limit, at once.
-        s.should("w", &[("user", "b")]).await;
         let refused = s.should("w", &[("user", "b")]).await;
         assert_eq!(refused.overall_code, Code::OverLimit as i32, "{backing:?}");
     }
