@@ -470,7 +470,11 @@ async fn a_stream_that_breaks_and_comes_back_keeps_its_share() {
         let seen = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 let explained = explain(&s, &id).await;
-                if let Some(h) = explained.holders.iter().find(|h| h.stream == other.stream) {
+                // (Booked, its answer not sent yet: the report is still on its way.)
+                if let Some(h) = (explained.holders.iter())
+                    .find(|h| h.stream == other.stream)
+                    .filter(|h| !(h.sent == Some(0) && h.booked_per_second > 0.0))
+                {
                     return (
                         h.sent,
                         Some(h.booked_per_second),
