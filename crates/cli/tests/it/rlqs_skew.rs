@@ -18,7 +18,8 @@ use spillway_core::{Clock, SystemClock};
 use tokio::sync::mpsc;
 use tonic::Streaming;
 
-use crate::support::{Procs, curl, free_port, plain, spawn_serve_seen, tempdir};
+use crate::support::envoy::spillway_seen;
+use crate::support::{Procs, curl, free_port, plain};
 
 const RATE: f64 = 10.0;
 const POLICY: &str = "domain: api
@@ -156,11 +157,9 @@ fn replicas_whose_clocks_are_30_s_apart_share_out_no_more_than_the_rate() {
     );
     let url = spillway_testkit::redis::standalone_url();
     let prefix = spillway_testkit::redis::unique_prefix("rlqs-skew");
-    let dir = tempdir("rlqs-skew");
-    std::fs::write(dir.join("policy.yaml"), POLICY).unwrap();
     let mut procs = Procs(Vec::new());
     let mut replica = |skewed: &[(&str, &str)]| {
-        let (http, grpc, admin) = (free_port(), free_port(), free_port());
+        let admin = free_port();
         let admin_addr = format!("127.0.0.1:{admin}");
         let env = [
             &[
@@ -173,18 +172,7 @@ fn replicas_whose_clocks_are_30_s_apart_share_out_no_more_than_the_rate() {
             skewed,
         ]
         .concat();
-        let (child, seen) = spawn_serve_seen(
-            [
-                "--config".as_ref(),
-                dir.as_os_str(),
-                "--http-addr".as_ref(),
-                format!("127.0.0.1:{http}").as_ref(),
-                "--grpc-addr".as_ref(),
-                format!("127.0.0.1:{grpc}").as_ref(),
-            ],
-            &env,
-        );
-        procs.0.push(child);
+        let (grpc, _, seen) = spillway_seen(&mut procs, POLICY, &env);
         (grpc, admin, time_of_day(seen.last().unwrap()))
     };
     let (grpc, admin, _) = replica(&[]);

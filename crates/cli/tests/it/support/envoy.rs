@@ -19,10 +19,21 @@ pub fn spillway(procs: &mut Procs, policy: &str) -> (u16, u16) {
 
 /// [`spillway`] with `env` set too.
 pub fn spillway_with(procs: &mut Procs, policy: &str, env: &[(&str, &str)]) -> (u16, u16) {
+    let (grpc, http, _) = spillway_seen(procs, policy, env);
+    (grpc, http)
+}
+
+/// [`spillway_with`], and the log lines it wrote up to the one that says it is
+/// listening (that one last).
+pub fn spillway_seen(
+    procs: &mut Procs,
+    policy: &str,
+    env: &[(&str, &str)],
+) -> (u16, u16, Vec<String>) {
     let dir = tempdir(&format!("envoy-policy-{}", free_port()));
     std::fs::write(dir.join("policy.yaml"), policy).unwrap();
     let (http, grpc) = (free_port(), free_port());
-    let child = super::spawn_serve_with(
+    let (child, seen) = super::spawn_serve_seen(
         [
             "--config".as_ref(),
             dir.as_os_str(),
@@ -34,7 +45,7 @@ pub fn spillway_with(procs: &mut Procs, policy: &str, env: &[(&str, &str)]) -> (
         env,
     );
     procs.0.push(child);
-    (grpc, http)
+    (grpc, http, seen)
 }
 
 /// The Envoy binary scripts/test installed.
