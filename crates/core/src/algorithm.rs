@@ -37,6 +37,7 @@ pub mod distinct;
 pub mod fixed_window;
 pub mod gcra;
 pub mod hll;
+pub mod shares;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
@@ -63,6 +64,7 @@ enum Inner {
     Gcra(gcra::Tat),
     Distinct(distinct::Members),
     Concurrency(concurrency::Holds),
+    Shares(shares::Tree),
 }
 
 impl State {
@@ -85,6 +87,14 @@ impl State {
         }))
     }
 
+    /// A `shares` tree's state, if this is one.
+    pub(crate) fn tree(&self) -> Option<&shares::Tree> {
+        match &self.0 {
+            Inner::Shares(tree) => Some(tree),
+            _ => None,
+        }
+    }
+
     /// Bytes this state occupies: its inline size plus what it holds on the heap.
     pub fn bytes(&self) -> usize {
         std::mem::size_of::<State>()
@@ -93,6 +103,7 @@ impl State {
                 Inner::SlidingWindow(buckets) => buckets.heap_bytes(),
                 Inner::Distinct(members) => members.heap_bytes(),
                 Inner::Concurrency(holds) => holds.heap_bytes(),
+                Inner::Shares(tree) => tree.heap_bytes(),
                 _ => 0,
             }
     }
@@ -109,6 +120,7 @@ pub(crate) enum Params {
     Gcra(gcra::Params),
     Distinct(distinct::Params),
     Concurrency(concurrency::Params),
+    Shares(shares::Params),
 }
 
 /// The one dispatch from a limit to its algorithm: `$body` with `$p` bound to the
@@ -123,6 +135,7 @@ macro_rules! dispatch {
             Params::Gcra($p) => $body,
             Params::Distinct($p) => $body,
             Params::Concurrency($p) => $body,
+            Params::Shares($p) => $body,
         }
     };
 }
@@ -131,8 +144,10 @@ impl Params {
     /// `algorithm`'s parameters for `limit` per `window` µs with `burst`; `rate` and
     /// `unit` are the limit's rate reduced by gcd(limit, window) (see `Limit`); a fixed
     /// window's `calendar`, if it counts per calendar period; the longest `wait` (µs) a
-    /// request of a `token_bucket` or `gcra` may be admitted after. The caller has
-    /// validated them.
+    /// request of a `token_bucket`, `gcra` or `shares` limit may be admitted after; a
+    /// `shares` limit's children and priorities. The caller has validated all but the
+    /// tree, which fails here, saying why.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         algorithm: Algorithm,
         limit: u64,
@@ -141,8 +156,9 @@ impl Params {
         (rate, unit): (u64, u64),
         calendar: Option<std::sync::Arc<crate::Calendar>>,
         wait: u64,
-    ) -> Params {
-        match algorithm {
+        tree: &shares::Shares,
+    ) -> Result<Params, String> {
+        Ok(match algorithm {
             Algorithm::FixedWindow => {
                 Params::FixedWindow(fixed_window::Params::new(limit, window, calendar))
             }
@@ -158,6 +174,17 @@ impl Params {
                 Params::Distinct(distinct::Params::new(limit, window, precision))
             }
             Algorithm::Concurrency => Params::Concurrency(concurrency::Params::new(limit, window)),
+            Algorithm::Shares => {
+                Params::Shares(shares::validate(tree, limit, window, burst, wait)?)
+            }
+        })
+    }
+
+    /// A `shares` limit's parameters.
+    pub(crate) fn shares(&self) -> Option<&shares::Params> {
+        match self {
+            Params::Shares(p) => Some(p),
+            _ => None,
         }
     }
 
@@ -282,7 +309,9 @@ where
     let d = read(state, |s| p.check(s, now, cost, member));
     let admitted = d.allowed();
     if (admitted && cost == 0)
-        || (!admitted && !charge_denied && !read(state, |s| p.marks_denied(s, now, member)))
+        || !(admitted
+            || charge_denied
+            || (cost > 0 && read(state, |s| p.marks_denied(s, now, member))))
     {
         return (d, None);
     }
@@ -351,4 +380,5 @@ slot! {
     Gcra => gcra::Tat,
     Distinct => distinct::Members,
     Concurrency => concurrency::Holds,
+    Shares => shares::Tree,
 }

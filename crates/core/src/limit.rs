@@ -16,6 +16,7 @@ mod decide;
 mod shape;
 
 pub use builder::LimitBuilder;
+pub(crate) use builder::gcd;
 pub use shape::Shape;
 pub(crate) use shape::{Kind, MAX_ID as MAX_SHAPE_ID, Shapes};
 
@@ -149,6 +150,45 @@ impl Limit {
         }
     }
 
+    /// A `shares` limit's terms for the request `member` names (its child, at its
+    /// priority: see [`shares::member`](crate::algorithm::shares::member)): the child's
+    /// name as the tree keeps it (`*` for an unlisted one) and what a decision needs.
+    /// `None` for other algorithms or an empty member.
+    pub fn share_terms(&self, member: &[u8]) -> Option<(&[u8], &crate::algorithm::shares::Terms)> {
+        self.params.shares()?.terms(member)
+    }
+
+    /// What [`Decision::limit`](crate::Decision::limit) reports for a request bringing
+    /// `member`: a `shares` child's burst, else [`capacity`](Limit::capacity).
+    #[inline]
+    pub fn capacity_for(&self, member: &[u8]) -> u64 {
+        match self.share_terms(member) {
+            Some((_, terms)) => terms.burst,
+            None => self.capacity(),
+        }
+    }
+
+    /// A `shares` limit's parent pace and longest wait (µs).
+    pub fn share_parent(&self) -> Option<(crate::algorithm::shares::Pace, u64)> {
+        Some(self.params.shares()?.parent())
+    }
+
+    /// How a `shares` limit would admit `member`'s request of `cost` at `now` on
+    /// `state`: within its guarantee, borrowed (fair or past its share, after a wait),
+    /// or denied. `None` for other algorithms.
+    pub fn share_path(
+        &self,
+        state: &crate::State,
+        now: crate::Timestamp,
+        cost: u64,
+        member: &[u8],
+    ) -> Option<crate::algorithm::shares::Path> {
+        let tree = state.tree().cloned().unwrap_or_default();
+        self.params
+            .shares()?
+            .path(&tree, now.as_micros(), cost, member)
+    }
+
     /// What the algorithm promises: the most units it admits in any window of length
     /// `window` (fixed windows: `limit` per aligned window, so twice that across an
     /// edge; token bucket and GCRA: a full burst plus a window's refill). `None` for
@@ -162,7 +202,8 @@ impl Limit {
                 edge: crate::Edge::Strict,
                 ..
             } => Some(l),
-            Algorithm::TokenBucket | Algorithm::Gcra => Some(self.burst + l),
+            // The parent's: whoever borrows or is guaranteed.
+            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::Shares => Some(self.burst + l),
             // Counts members or holds, not requests.
             Algorithm::SlidingWindow { .. }
             | Algorithm::Distinct { .. }

@@ -118,6 +118,18 @@ impl<S: Store, C: Clock> Limiter<S, C> {
         self.check_request(Request::new(key, limit, 1).with_member(member))
     }
 
+    /// A request of `cost` units to a `shares` limit, from the child and at the
+    /// priority `member` names ([`shares::member`](crate::algorithm::shares::member)).
+    pub fn check_share<'a>(
+        &'a self,
+        key: &'a Key,
+        limit: &'a Limit,
+        member: &'a [u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send + 'a {
+        self.check_request(Request::new(key, limit, cost).with_member(member))
+    }
+
     /// The store's own future, with the clock read when the check is made (the same
     /// as when it is first polled, for a check awaited at once). No `async fn` layers
     /// of its own: each would copy the decision on its way out, which on the memory

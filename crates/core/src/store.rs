@@ -49,6 +49,7 @@ pub fn work(requests: &[Request<'_>]) -> u64 {
             }
             Algorithm::Distinct { precision } => 4 * u64::from(precision),
             Algorithm::Concurrency => 1 + r.limit.limit() / 16,
+            Algorithm::Shares => 2,
             _ => 1,
         })
         .sum()
@@ -283,10 +284,22 @@ pub(crate) fn validate_one(r: &Request<'_>) -> Result<(), Error> {
             "a concurrency limit ({}) needs the id of the hold to take or give back",
             r.limit
         ))),
+        None if algorithm.shares() => Err(Error::InvalidRequest(format!(
+            "a shares limit ({}) needs a member: the request's priority and child \
+             (spillway_core::algorithm::shares::member)",
+            r.limit
+        ))),
         None => Err(Error::InvalidRequest(format!(
             "a distinct limit ({}) needs a member: what to count distinct values of",
             r.limit
         ))),
+        Some(m) if algorithm.shares() && (m.len() < 2 || !m[0].is_ascii_digit()) => {
+            Err(Error::InvalidRequest(format!(
+                "the member of a shares request is its priority (one digit) and its child's \
+                 name, not {:?}",
+                String::from_utf8_lossy(m)
+            )))
+        }
         Some(m) if m.is_empty() && algorithm.holds() => Err(Error::InvalidRequest(
             "the id of a concurrency hold is empty".into(),
         )),
@@ -294,7 +307,7 @@ pub(crate) fn validate_one(r: &Request<'_>) -> Result<(), Error> {
             "member of {} bytes is longer than {max}",
             m.len()
         ))),
-        Some(_) if r.cost > 1 && !algorithm.holds() => Err(Error::InvalidRequest(format!(
+        Some(_) if r.cost > 1 && algorithm.counts_members() => Err(Error::InvalidRequest(format!(
             "cost {} on a distinct limit: a request counts its member once (1) or only \
              asks (0)",
             r.cost
@@ -304,7 +317,8 @@ pub(crate) fn validate_one(r: &Request<'_>) -> Result<(), Error> {
 }
 
 /// Refuses usage a limit cannot take: any on a `distinct` limit (it counts members,
-/// not units) or a `concurrency` one (holds, taken and given back), and more than
+/// not units), a `concurrency` one (holds, taken and given back) or a `shares` one
+/// (guaranteed or borrowed is decided before a request goes), and more than
 /// [`Limit::max_usage`] in one charge.
 pub(crate) fn validate_usage(limit: &Limit, cost: u64) -> Result<(), Error> {
     if limit.algorithm().counts_members() {
@@ -316,6 +330,12 @@ pub(crate) fn validate_usage(limit: &Limit, cost: u64) -> Result<(), Error> {
         return Err(Error::InvalidRequest(format!(
             "usage charged to a concurrency limit ({limit}): it counts holds, taken and \
              given back"
+        )));
+    }
+    if limit.algorithm().shares() {
+        return Err(Error::InvalidRequest(format!(
+            "usage charged to a shares limit ({limit}): its children borrow before they \
+             go, so a charge after the fact has no path to take"
         )));
     }
     let most = limit.max_usage();

@@ -59,7 +59,10 @@
 --                             7 distinct (sketched), 8 a record kept when
 --                             the batch is charged (record.lua: its window is
 --                             the record's TTL, its member the record),
---                             9 concurrency (its window is the lease)
+--                             9 concurrency (its window is the lease),
+--                             10 shares (the parent's numbers as gcra's;
+--                             its member carries the child's terms:
+--                             algorithm/shares.lua)
 --                     rejected  1 = count_rejected (charge denied requests too),
 --                               2 = charge the requests it denied itself, not those
 --                               another limit of the batch denied
@@ -72,11 +75,12 @@
 --                             (rate, unit); gcra (rate, unit, e(1), tau), where rate
 --                             and unit are Limit::scaled_rate and e(1), tau
 --                             Limit::gcra_times, computed once in Rust.
---                     wait    (a ninth, optional) token_bucket and gcra: the
+--                     wait    (a ninth, optional) token_bucket, gcra, shares: the
 --                             longest wait in µs a request may be admitted
 --                             after (Limit::max_wait); 0 when absent
 --            cost   units to charge (0 = peek)
---            member what a distinct limit counts, the id of a concurrency hold;
+--            member what a distinct limit counts, the id of a concurrency hold,
+--                   a shares request's terms and child (shares.lua);
 --                   for a sketched distinct limit, after its 7
 --                   filter bit positions (u32 LE each); for a fixed window, the
 --                   caller's now in µs (digits), whose window its key names; empty

@@ -5,11 +5,11 @@
 
 local DEFINE = { define_fixed_window, define_sliding_log, define_sliding_window,
                  define_token_bucket, define_gcra, define_distinct, define_distinct_sketch,
-                 define_record, define_concurrency }
+                 define_record, define_concurrency, define_shares }
 local defined = {}
 
 -- Algorithm `code` (1 fixed_window … 7 distinct_sketch, 8 a record: record.lua,
--- 9 concurrency), or nil.
+-- 9 concurrency, 10 shares), or nil.
 local function algorithm(code)
   local a = defined[code]
   if a == nil and DEFINE[code] then
@@ -72,14 +72,14 @@ local function limit(i)
     if p1 < 1 or p1 > 60 or imod(window, p1) ~= 0 then fail('bad distinct precision') end
     r.width = window / p1
     if alg == 7 then r.ring = 2 * p1 end
-  elseif alg == 4 or alg == 5 then
+  elseif alg == 4 or alg == 5 or alg == 10 then
     r.rate, r.unit, r.e1, r.tau = p1, p2, p3, p4
-    if p1 < 1 or p2 < 1 or (alg == 5 and p3 < 1) then
+    if p1 < 1 or p2 < 1 or (alg ~= 4 and p3 < 1) then
       fail('bad rate parameters')
     end
     r.full = cap * p2
   elseif r.wait > 0 then
-    fail('a wait applies to token_bucket and gcra only')
+    fail('a wait applies to token_bucket, gcra and shares only')
   end
   if limits_kept == LIMITS_KEPT then limits, limits_kept = {}, 0 end
   limits[text], limits_kept = r, limits_kept + 1

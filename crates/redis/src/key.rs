@@ -116,6 +116,8 @@ fn name(prefix: &str, shard: Option<&str>, key: &Key, limit: &Limit, now: Timest
         // A token bucket's level is in units of its rate: see `Limit::shape`.
         Algorithm::TokenBucket => write!(out, ":tb{}.{}", limit.limit(), limit.burst()),
         Algorithm::Gcra => write!(out, ":gcra"),
+        // A tree: the parent's TAT and its children's, by name.
+        Algorithm::Shares => write!(out, ":sh"),
         // Exact members and HyperLogLogs are different states: see `Limit::shape`.
         // A sketch's filters are sized by its limit: see `Limit::shape`.
         Algorithm::Distinct { precision } if distinct::is_exact(limit.limit()) => {

@@ -18,6 +18,7 @@
 use std::sync::LazyLock;
 
 use redis::{Cmd, Value};
+use spillway_core::algorithm::shares::{Pace, Terms};
 use spillway_core::algorithm::{bloom, distinct};
 use spillway_core::{Algorithm, Edge, Limit, Rejected, Request, Timestamp};
 
@@ -41,6 +42,7 @@ macro_rules! decide_lua {
             include_str!("../scripts/algorithm/distinct.lua"),
             include_str!("../scripts/algorithm/distinct_sketch.lua"),
             include_str!("../scripts/algorithm/concurrency.lua"),
+            include_str!("../scripts/algorithm/shares.lua"),
             include_str!("../scripts/record.lua"),
             include_str!("../scripts/round.lua"),
         )
@@ -206,6 +208,9 @@ pub(crate) fn member_arg(r: &Request<'_>, now: Timestamp) -> Vec<u8> {
         return now.to_string().into_bytes();
     }
     let member = r.member_bytes();
+    if let Some((name, t)) = r.limit.share_terms(member) {
+        return share_member(name, t);
+    }
     if !r.limit.algorithm().counts_members() || distinct::is_exact(r.limit.limit()) {
         return member.to_vec();
     }
@@ -215,6 +220,40 @@ pub(crate) fn member_arg(r: &Request<'_>, now: Timestamp) -> Vec<u8> {
         .iter()
         .for_each(|p| arg.extend_from_slice(&p.to_le_bytes()));
     arg.extend_from_slice(member);
+    arg
+}
+
+/// A `shares` request's member as the script reads it (shares.lua): the child's terms
+/// at the request's priority, then its name.
+fn share_member(name: &[u8], t: &Terms) -> Vec<u8> {
+    let none = Pace {
+        rate: 0,
+        unit: 0,
+        tolerance: 0,
+    };
+    let (g, c, p) = (
+        t.guarantee.unwrap_or(none),
+        t.ceiling,
+        t.pool.unwrap_or(none),
+    );
+    let mut arg = format!(
+        "{} {} {} {} {} {} {} {} {} {} {} {} {} ",
+        t.bands[0],
+        t.bands[1],
+        g.rate,
+        g.unit,
+        g.tolerance,
+        c.rate,
+        c.unit,
+        c.tolerance,
+        t.weight,
+        t.burst,
+        p.rate,
+        p.unit,
+        p.tolerance
+    )
+    .into_bytes();
+    arg.extend_from_slice(name);
     arg
 }
 
@@ -284,6 +323,12 @@ pub(crate) fn limit_text(limit: &Limit) -> String {
             let (rate, unit) = limit.scaled_rate();
             let (e1, tau) = limit.gcra_times();
             (5, [rate, unit, e1, tau])
+        }
+        // The parent is a GCRA of the limit's rate and burst.
+        Algorithm::Shares => {
+            let (rate, unit) = limit.scaled_rate();
+            let (e1, tau) = limit.gcra_times();
+            (10, [rate, unit, e1, tau])
         }
         Algorithm::Distinct { precision } if distinct::is_exact(limit.limit()) => {
             (6, [u64::from(precision), 0, 0, 0])

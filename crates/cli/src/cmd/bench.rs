@@ -303,8 +303,8 @@ fn allowed_in(limit: &Limit, elapsed: Duration) -> u64 {
         Algorithm::FixedWindow => limit.limit() * (windows + 1),
         // Any W-long span holds at most `limit`; the run is covered by ceil(T/W) of them.
         Algorithm::SlidingLog | Algorithm::SlidingWindow { .. } => limit.limit() * windows,
-        // A full bucket, then the refill over T.
-        Algorithm::TokenBucket | Algorithm::Gcra => {
+        // A full bucket, then the refill over T (a shares tree: its parent's).
+        Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::Shares => {
             limit.burst()
                 + (u128::from(limit.limit()) * u128::from(t)).div_ceil(u128::from(w)) as u64
         }

@@ -39,6 +39,11 @@ pub enum Algorithm {
     /// by its id or lapsing `window` (its lease) after it was taken. See
     /// [`concurrency`](crate::algorithm::concurrency).
     Concurrency,
+    /// A parent rate shared by children: each has a guaranteed rate and a ceiling it
+    /// reaches by borrowing what the others leave, by weight, and priorities shed the
+    /// least important borrowers first. The member names the child and the priority.
+    /// See [`shares`](crate::algorithm::shares).
+    Shares,
 }
 
 /// How `sliding_window` counts the oldest sub-bucket, the one only partly inside the window.
@@ -83,6 +88,7 @@ impl Algorithm {
             Algorithm::Gcra => "gcra",
             Algorithm::Distinct { .. } => "distinct",
             Algorithm::Concurrency => "concurrency",
+            Algorithm::Shares => "shares",
         }
     }
 
@@ -105,10 +111,15 @@ impl Algorithm {
         matches!(self, Algorithm::Concurrency)
     }
 
+    /// Whether it shares a parent rate among children (`shares`).
+    pub fn shares(&self) -> bool {
+        matches!(self, Algorithm::Shares)
+    }
+
     /// Whether requests must bring a member: what `distinct` counts, the id of a
-    /// `concurrency` hold.
+    /// `concurrency` hold, the child and priority of a `shares` request.
     pub fn takes_member(&self) -> bool {
-        self.counts_members() || self.holds()
+        self.counts_members() || self.holds() || self.shares()
     }
 
     /// Whether units charged can be given back ([`Request::refund`](crate::Request::refund),
@@ -124,7 +135,10 @@ impl Algorithm {
     }
 
     pub(crate) fn has_burst(&self) -> bool {
-        matches!(self, Algorithm::TokenBucket | Algorithm::Gcra)
+        matches!(
+            self,
+            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::Shares
+        )
     }
 }
 
@@ -150,12 +164,16 @@ impl FromStr for Algorithm {
     fn from_str(s: &str) -> Result<Self, Error> {
         Algorithm::ALL
             .into_iter()
-            .chain([Algorithm::DISTINCT, Algorithm::Concurrency])
+            .chain([
+                Algorithm::DISTINCT,
+                Algorithm::Concurrency,
+                Algorithm::Shares,
+            ])
             .find(|a| a.name() == s)
             .ok_or_else(|| {
                 Error::InvalidLimit(format!(
                     "unknown algorithm `{s}` (expected one of fixed_window, sliding_log, \
-                     sliding_window, token_bucket, gcra, distinct, concurrency)"
+                     sliding_window, token_bucket, gcra, distinct, concurrency, shares)"
                 ))
             })
     }
@@ -198,10 +216,11 @@ mod tests {
 
     #[test]
     fn algorithm_names_round_trip() {
-        for a in Algorithm::ALL
-            .into_iter()
-            .chain([Algorithm::DISTINCT, Algorithm::Concurrency])
-        {
+        for a in Algorithm::ALL.into_iter().chain([
+            Algorithm::DISTINCT,
+            Algorithm::Concurrency,
+            Algorithm::Shares,
+        ]) {
             assert_eq!(a.name().parse::<Algorithm>().unwrap(), a);
         }
         assert!(

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WAIT, MAX_WINDOW, Rejected, Shape};
-use crate::algorithm::{Algorithm, Params, concurrency, distinct};
+use crate::algorithm::{Algorithm, Params, concurrency, distinct, shares::Shares};
 use crate::time::micros;
 use crate::{Calendar, Error};
 
@@ -18,6 +18,7 @@ pub struct LimitBuilder {
     rejected: Rejected,
     calendar: Option<Calendar>,
     max_wait: Duration,
+    shares: Shares,
 }
 
 impl LimitBuilder {
@@ -30,7 +31,19 @@ impl LimitBuilder {
             rejected: Rejected::NotCharged,
             calendar: None,
             max_wait: Duration::ZERO,
+            shares: Shares::new(),
         }
+    }
+
+    /// A `shares` limit's children and priorities (`limit` per `window` is the
+    /// parent's rate, `burst` its burst). Checked by [`build`](Self::build): the
+    /// children's rates add up to at most the parent's, each ceiling is between its
+    /// rate and the parent's, and the parent's burst leaves the lowest priority room
+    /// to borrow after every guaranteed burst and the longest wait.
+    #[inline]
+    pub fn shares(mut self, shares: Shares) -> Self {
+        self.shares = shares;
+        self
     }
 
     /// Admit a request that would be denied now but conforms within `wait` *after that
@@ -38,7 +51,8 @@ impl LimitBuilder {
     /// is reserved at once, so a queue of waiters never admits more than the limit
     /// promises, and a request whose wait would be longer is denied as before. Only
     /// `token_bucket` and `gcra` wait (they know when a request conforms, and a
-    /// reservation there is the bucket moved on); at most [`MAX_WAIT`], whole µs.
+    /// reservation there is the bucket moved on), and `shares`, whose borrowers wait
+    /// for the parent; at most [`MAX_WAIT`], whole µs.
     #[inline]
     pub fn max_wait(mut self, wait: Duration) -> Self {
         self.max_wait = wait;
@@ -95,6 +109,7 @@ impl LimitBuilder {
             rejected,
             calendar,
             max_wait,
+            shares,
         } = self;
         if calendar.is_some() {
             if algorithm != Algorithm::FixedWindow {
@@ -133,7 +148,7 @@ impl LimitBuilder {
         let burst = match burst {
             Some(_) if !algorithm.has_burst() => {
                 return invalid(format!(
-                    "burst applies to token_bucket and gcra, not {}",
+                    "burst applies to token_bucket, gcra and shares, not {}",
                     algorithm.name()
                 ));
             }
@@ -214,8 +229,8 @@ impl LimitBuilder {
         if !max_wait.is_zero() {
             if !algorithm.has_burst() {
                 return invalid(format!(
-                    "max_wait applies to token_bucket and gcra, not {}: they know when a \
-                     request would fit",
+                    "max_wait applies to token_bucket, gcra and shares, not {}: they know \
+                     when a request would fit",
                     algorithm.name()
                 ));
             }
@@ -234,6 +249,12 @@ impl LimitBuilder {
 
         // Both fit in u64: burst × units_per_token ≤ 2^53 was checked above (and is
         // irrelevant for the algorithms without a burst, which never read these).
+        if shares != Shares::new() && algorithm != Algorithm::Shares {
+            return invalid(format!(
+                "children and priorities apply to shares, not {}",
+                algorithm.name()
+            ));
+        }
         let params = Params::new(
             algorithm,
             limit,
@@ -242,7 +263,9 @@ impl LimitBuilder {
             (rate_per_micro, units_per_token),
             calendar.map(std::sync::Arc::new),
             micros(max_wait),
-        );
+            &shares,
+        )
+        .map_err(Error::InvalidLimit)?;
         let shape = Shape::of(algorithm, limit, window_us, burst, &params);
         Ok(Limit {
             algorithm,
@@ -259,7 +282,7 @@ impl LimitBuilder {
     }
 }
 
-fn gcd(mut a: u64, mut b: u64) -> u64 {
+pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
     }

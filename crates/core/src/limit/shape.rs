@@ -70,6 +70,8 @@ impl Shape {
             }
             // Holds lapse at times of their own: a changed limit or lease keeps them.
             Algorithm::Concurrency => (6, 0, [0, 0]),
+            // A tree keeps its children by name: a changed tree keeps what it holds.
+            Algorithm::Shares => (7, 0, [0, 0]),
         };
         let shape = Shape {
             id: 0,

@@ -143,10 +143,11 @@ pub(crate) fn decide(
                 }
                 Some(_) => {}
             },
-            // A denied take of a held id leaves a mark for its release (concurrency).
+            // A denied take of a held id leaves a mark for its release (concurrency); a
+            // denied borrower marks its child active (shares).
             Some(_)
-                if r.limit.algorithm().holds()
-                    && slots.get(i).is_some()
+                if (r.limit.algorithm().shares()
+                    || (r.limit.algorithm().holds() && slots.get(i).is_some()))
                     && r.limit
                         .mark_denied(slots.get_mut(i), now, r.cost, r.member_bytes()) =>
             {

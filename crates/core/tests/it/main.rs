@@ -8,6 +8,8 @@ mod holds;
 mod limiter;
 mod memory_bounds;
 mod proptests;
+mod shares;
+mod shares_promises;
 mod sharing;
 mod usage;
 mod waits;

@@ -221,7 +221,8 @@ fn check_bound(limit: &Limit, admitted: &[(u64, u64)]) -> Result<(), TestCaseErr
                 l
             );
         }
-        Algorithm::TokenBucket | Algorithm::Gcra => {
+        // A shares tree's parent keeps GCRA's promise, whoever borrows.
+        Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::Shares => {
             // Over [t_i, t_j]: sum × W ≤ burst × W + Δ × L (token bucket), and for GCRA
             // sum × W ≤ (Δ + τ) × L with τ = ceil(burst × W / L).
             let tau = (u128::from(limit.burst()) * u128::from(w)).div_ceil(u128::from(l));

@@ -104,7 +104,7 @@ fn spillway_format_errors_name_the_field() {
         ),
         (
             "{limit: 10, window: 1s, burst: 5}",
-            "burst applies to token_bucket and gcra, not fixed_window",
+            "burst applies to token_bucket, gcra and shares, not fixed_window",
         ),
         (
             "{limit: 10, window: 1s, precision: 4}",

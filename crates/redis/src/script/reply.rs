@@ -101,7 +101,7 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
                 2 => Outcome::CostExceedsCapacity,
                 other => return Err(format!("unknown outcome {other}")),
             };
-            let limit = r.limit.capacity();
+            let limit = r.limit.capacity_for(r.member_bytes());
             if d[1] > limit {
                 return Err(format!("remaining {} is above the limit, {limit}", d[1]));
             }

@@ -3,6 +3,8 @@
 //! renewals, releases and lapses) give identical decisions from the memory store (the
 //! Rust algorithms, the specification) and from the Lua script on a real Redis.
 
+mod shares;
+
 use crate::support;
 
 use std::time::Duration;
@@ -112,10 +114,11 @@ fn check_equal(
     check_equal_with(rt, store, case, limits, steps, &MEMBERS)
 }
 
-/// What a sequence compared beyond admissions: denials, and holds found lapsed.
+/// What a sequence compared beyond admissions: denials, waits, and holds found lapsed.
 #[derive(Default)]
 struct Compared {
     denied: u64,
+    waited: u64,
     lapsed: u64,
 }
 
@@ -174,6 +177,7 @@ fn check_equal_with(
         let got = rt.block_on(store.check(&requests, now)).unwrap();
         prop_assert_eq!(&got, &want, "step {}: {:?}", n, step);
         compared.denied += u64::from(!want.allowed());
+        compared.waited += want.decisions.iter().filter(|d| !d.wait.is_zero()).count() as u64;
         compared.lapsed += want.lapsed.iter().map(|l| l.1).sum::<u64>();
     }
     Ok(compared)
