@@ -168,6 +168,28 @@ impl Limit {
         }
     }
 
+    /// The member of a request to this `shares` limit from `child` at priority `level`
+    /// (0 the highest; past the lowest is the lowest): a child the tree does not list
+    /// is [`shares::OTHERS`](crate::algorithm::shares::OTHERS), so a value of any
+    /// length names a child of at most 256 bytes.
+    pub fn share_member(&self, child: &str, level: u8) -> Vec<u8> {
+        let listed = self
+            .params
+            .shares()
+            .is_some_and(|p| p.lists(child.as_bytes()));
+        let child = if listed {
+            child
+        } else {
+            crate::algorithm::shares::OTHERS
+        };
+        crate::algorithm::shares::member(child, level)
+    }
+
+    /// A `shares` limit's tree as given (`*` included).
+    pub fn shares(&self) -> Option<&crate::algorithm::shares::Shares> {
+        Some(self.params.shares()?.spec())
+    }
+
     /// A `shares` limit's parent pace and longest wait (µs).
     pub fn share_parent(&self) -> Option<(crate::algorithm::shares::Pace, u64)> {
         Some(self.params.shares()?.parent())
@@ -307,6 +329,9 @@ impl fmt::Display for Limit {
         )?;
         if self.algorithm.has_burst() && self.burst != self.limit {
             write!(f, " burst {}", self.burst)?;
+        }
+        if let Some(tree) = self.params.shares() {
+            write!(f, " over {}", tree.spec())?;
         }
         if self.wait > 0 {
             write!(f, " waiting up to {:?}", self.max_wait())?;

@@ -47,7 +47,7 @@ mod validate;
 
 pub use error::{Error, Errors};
 pub use load::{LoadOptions, assemble, assemble_with, is_policy_file, load, load_with, parse};
-pub use rule::{Counters, Handle, InUse, Metadata, Rule, RuleLimit};
+pub use rule::{Counters, Handle, InUse, Metadata, Priorities, Rule, RuleLimit};
 pub use set::{
     Domain, How, MAX_VALUE_KEPT, Match, PolicySet, Step, Trace, Unmatched, digested, escape_into,
     member_of, override_key, value_into, wildcard_match,

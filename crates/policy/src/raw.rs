@@ -115,4 +115,23 @@ pub(crate) struct NativeLimit {
     pub sync: Option<String>,
     #[serde(default)]
     pub replaces: Vec<Replaces>,
+    /// A `shares` limit's children by name (`*`: every unlisted value).
+    pub children: Option<std::collections::BTreeMap<String, RawShare>>,
+    /// A `shares` limit's priority: the descriptor entry that names it...
+    pub priority: Option<String>,
+    /// ...and the names it may take, highest first.
+    pub priorities: Option<Vec<String>>,
+    /// The part of the borrowable burst each priority keeps from the next lower one.
+    pub reserve: Option<f64>,
+}
+
+/// One child of a `shares` limit.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawShare {
+    #[serde(default)]
+    pub rate: u64,
+    pub ceil: Option<u64>,
+    pub weight: Option<u64>,
+    pub burst: Option<u64>,
 }

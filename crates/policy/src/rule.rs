@@ -61,6 +61,54 @@ pub struct Rule {
     /// The service's counters of the rule's decisions, kept with the rule while it is
     /// loaded.
     pub counters: Counters,
+    /// A `shares` rule's priorities, when its requests name one.
+    pub priorities: Option<Arc<Priorities>>,
+}
+
+/// Where a `shares` rule's requests name their priority, and the names, highest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Priorities {
+    /// The descriptor entry that carries it, after the child's.
+    pub key: String,
+    /// Level 0 (the highest) first.
+    pub names: Vec<String>,
+}
+
+impl Priorities {
+    /// `names`, highest first: 1 to 9 of them, distinct and non-empty.
+    pub fn new(key: &str, names: &[String]) -> Result<Priorities, String> {
+        let most = usize::from(spillway_core::algorithm::shares::MAX_LEVELS);
+        if names.is_empty() || names.len() > most {
+            return Err(format!("{} priorities (expected 1 to {most})", names.len()));
+        }
+        if key.is_empty() || names.iter().any(String::is_empty) {
+            return Err("a priority and its names must not be empty".into());
+        }
+        if let Some(twice) = names
+            .iter()
+            .enumerate()
+            .find(|(i, n)| names[..*i].contains(n))
+        {
+            return Err(format!("priority `{}` is listed twice", twice.1));
+        }
+        Ok(Priorities {
+            key: key.to_owned(),
+            names: names.to_vec(),
+        })
+    }
+
+    /// How many levels.
+    pub fn levels(&self) -> u8 {
+        self.names.len() as u8
+    }
+
+    /// The level a request naming `value` is at: its place in the list; none, or a
+    /// name not listed, is the lowest (a client cannot promote itself by inventing one).
+    pub fn level(&self, value: Option<&str>) -> u8 {
+        value
+            .and_then(|v| self.names.iter().position(|n| n == v))
+            .unwrap_or(self.names.len() - 1) as u8
+    }
 }
 
 /// A rule's metric handles, each registered with the recorder on its first use (by then
@@ -203,10 +251,28 @@ impl Rule {
         matches!(&self.limit, RuleLimit::Limited(l) if l.algorithm().holds())
     }
 
+    /// Whether the rule is a `shares` limit: its node's own entry names the request's
+    /// child, under the entries before it.
+    pub fn shares(&self) -> bool {
+        matches!(&self.limit, RuleLimit::Limited(l) if l.algorithm().shares())
+    }
+
     /// Whether the rule reads its node's own entry as the request's member: what a
-    /// `distinct` rule counts, the id of a `concurrency` rule's hold.
+    /// `distinct` rule counts, the id of a `concurrency` rule's hold, a `shares`
+    /// rule's child.
     pub fn takes_member(&self) -> bool {
-        self.counts_members() || self.holds()
+        self.counts_members() || self.holds() || self.shares()
+    }
+
+    /// A `shares` rule's member for a request naming the child `child` (a value the
+    /// rule does not list is `*`) at the priority `priority` names (see
+    /// [`Priorities::level`]). Empty for other rules.
+    pub fn share_member(&self, child: &str, priority: Option<&str>) -> Vec<u8> {
+        let RuleLimit::Limited(limit) = &self.limit else {
+            return Vec::new();
+        };
+        let level = self.priorities.as_ref().map_or(0, |p| p.level(priority));
+        limit.share_member(child, level)
     }
 
     /// A reference rule: a fixed window of `unit` aligned to the epoch, hits counted even
@@ -240,6 +306,7 @@ impl Rule {
             metric: Arc::from(""),
             metadata: None,
             counters: Counters::default(),
+            priorities: None,
         }
     }
 
@@ -339,6 +406,9 @@ impl fmt::Display for Rule {
             RuleLimit::Limited(l) => write!(f, "{l}")?,
             RuleLimit::Unlimited => f.write_str("unlimited")?,
             RuleLimit::BlockAll => f.write_str("blocks everything (requests_per_unit: 0)")?,
+        }
+        if let Some(p) = &self.priorities {
+            write!(f, " by {}: {}", p.key, p.names.join(" > "))?;
         }
         if self.reference {
             f.write_str(" (reference semantics)")?;

@@ -64,6 +64,11 @@ pub struct Match<'a> {
     /// distinct values of the last entry (its member) per the entries before it, a
     /// `concurrency` rule holds slots under it.
     last: usize,
+    /// The index of the matched node's entry in the descriptor: the request's member.
+    pub member: usize,
+    /// The index of the entry naming a `shares` rule's priority, when the descriptor
+    /// ends with one (see [`Priorities`](crate::Priorities)).
+    pub priority: Option<usize>,
 }
 
 impl Match<'_> {
@@ -290,6 +295,24 @@ impl Domain {
                     rules: &node.rules,
                     group,
                     last: split,
+                    member: i,
+                    priority: None,
+                });
+            }
+            // A `shares` rule's priority, named by the descriptor's last entry.
+            if i + 1 == last
+                && node.rules.iter().any(|r| {
+                    r.priorities
+                        .as_ref()
+                        .is_some_and(|p| p.key == entries[last].0.as_ref())
+                })
+            {
+                return Ok(Match {
+                    rules: &node.rules,
+                    group,
+                    last: split,
+                    member: i,
+                    priority: Some(last),
                 });
             }
             level = node.children.as_ref().ok_or(Miss::PathEnds {

@@ -205,6 +205,7 @@ fn node(
             metric: Arc::from(metric),
             metadata: metadata.clone(),
             counters: Default::default(),
+            priorities: None,
         };
 
     let mut rules = Vec::new();
@@ -274,7 +275,7 @@ fn node(
                 }
                 let replaces = replaces(c, l, &l.value.replaces, l.value.name.as_deref(), &f);
                 match native_limit(&l.value) {
-                    Ok((limit, unit, sharing)) => {
+                    Ok((limit, unit, sharing, priorities)) => {
                         let slot = match &l.value.name {
                             Some(name) => format!("#{name}"),
                             None => format!("#{j}"),
@@ -282,6 +283,7 @@ fn node(
                         rules.push(Rule {
                             sharing,
                             metered: l.value.metered,
+                            priorities: priorities.map(Arc::new),
                             ..base(
                                 RuleLimit::Limited(limit.clone()),
                                 limit.limit(),

@@ -112,6 +112,31 @@ pub fn decision(domain: &Arc<str>, rule: &Rule, outcome: Outcome) {
         .increment(1);
 }
 
+/// A `shares` rule's decision for `member` (its priority's digit, then its child):
+/// admitted at once, after a wait, or refused, per child and priority (both bounded
+/// by the policy: at most 65 children and 9 priorities a rule).
+pub fn share(domain: &Arc<str>, rule: &Rule, member: &str, d: &spillway_core::Decision) {
+    let (level, child) = member.split_at(1.min(member.len()));
+    let priority = match &rule.priorities {
+        Some(p) => level
+            .parse::<usize>()
+            .ok()
+            .and_then(|l| p.names.get(l))
+            .map_or_else(String::new, Clone::clone),
+        None => String::new(),
+    };
+    let outcome = match (d.allowed(), d.wait.is_zero()) {
+        (true, true) => "admitted",
+        (true, false) => "waited",
+        (false, _) => "refused",
+    };
+    let mut labels = rule_labels(domain, rule);
+    labels.push(Label::new("child", child.to_owned()));
+    labels.push(Label::new("priority", priority));
+    labels.push(Label::new("outcome", outcome));
+    counter!("spillway_shares_decisions_total", labels).increment(1);
+}
+
 /// A hold of a `concurrency` rule was given back (a release, not a decision).
 pub fn released(domain: &Arc<str>, rule: &Rule) {
     rule.counters

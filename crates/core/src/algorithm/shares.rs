@@ -96,6 +96,30 @@ impl Share {
         self.burst = burst;
         self
     }
+
+    /// `(rate, ceil, weight, burst)`.
+    pub fn numbers(&self) -> (u64, u64, u64, u64) {
+        (self.rate, self.ceil, self.weight, self.burst)
+    }
+}
+
+impl std::fmt::Display for Shares {
+    /// `search 300..800, *: 0..1000 w2 burst 5` (weight and burst when not 1).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (name, s)) in self.children.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{name} {}..{}", s.rate, s.ceil)?;
+            if s.weight != 1 {
+                write!(f, " w{}", s.weight)?;
+            }
+            if s.burst != 1 {
+                write!(f, " burst {}", s.burst)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A tree's children and priorities, for [`LimitBuilder::shares`](crate::LimitBuilder::shares).
@@ -123,6 +147,16 @@ impl Shares {
     pub fn child(mut self, name: impl Into<String>, share: Share) -> Shares {
         self.children.push((name.into(), share));
         self
+    }
+
+    /// The children: name, share.
+    pub fn children(&self) -> &[(String, Share)] {
+        &self.children
+    }
+
+    /// How many priority levels, and the reserve in thousandths.
+    pub fn levels(&self) -> (u8, u64) {
+        (self.levels, self.reserve)
     }
 
     /// `levels` priorities (0 the highest; 1 ..= 9), and the part of the parent's
@@ -204,8 +238,22 @@ pub struct Terms {
 type Child = (Box<[u8]>, Box<[Terms]>);
 
 /// A `shares` limit's parameters: the parent's, and each child's terms per level.
+/// One pointer: a `Limit` of any algorithm stays as small as its largest other.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Params {
+pub struct Params(Arc<Inner>);
+
+impl std::ops::Deref for Params {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+/// What [`Params`] points at.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Inner {
+    /// As given (with `*` when it was not).
+    spec: Shares,
     parent: Pace,
     wait: u64,
     /// Sorted by name, `*` among them.
@@ -317,6 +365,7 @@ pub(crate) fn validate(
         ));
     }
     let pool = Pace::new(limit - promised, window, burst);
+    let all_spec = all.clone();
     let mut out = Vec::with_capacity(all.len());
     for (name, s) in all {
         let guarantee = Pace::new(s.rate, window, s.burst);
@@ -341,11 +390,16 @@ pub(crate) fn validate(
             .collect();
         out.push((name.into_bytes().into_boxed_slice(), terms));
     }
-    Ok(Params {
+    Ok(Params(Arc::new(Inner {
+        spec: Shares {
+            children: all_spec,
+            levels: *levels,
+            reserve: *reserve,
+        },
         parent,
         wait,
         children: out.into(),
-    })
+    })))
 }
 
 /// One child's state in a tree.
@@ -422,6 +476,18 @@ impl Params {
         let (name, levels) = &self.children[i];
         let level = usize::from(digit.wrapping_sub(b'0')).min(levels.len() - 1);
         Some((name, &levels[level]))
+    }
+
+    /// The tree as given, `*` included, children sorted by name.
+    pub fn spec(&self) -> &Shares {
+        &self.spec
+    }
+
+    /// Whether the tree lists the child `name`.
+    pub fn lists(&self, name: &[u8]) -> bool {
+        self.children
+            .binary_search_by(|(n, _)| (**n).cmp(name))
+            .is_ok()
     }
 
     /// The parent's pace and the longest wait (µs), as the script is given them.

@@ -1,15 +1,18 @@
 //! A native limit (the `algorithm:` / `limit:` / `window:` form) read into a
 //! [`Limit`] and its [`Sharing`], or the sub-field at fault.
 
+use spillway_core::algorithm::shares::{Share, Shares};
 use spillway_core::{Algorithm, Calendar, Edge, Limit, Period, Sharing};
 
-use crate::Unit;
 use crate::raw;
+use crate::{Priorities, Unit};
+
+/// A native limit read: the limit, its window as a unit (when it is one), how servers
+/// share it, and a `shares` limit's priorities.
+pub(super) type Native = (Limit, Option<Unit>, Sharing, Option<Priorities>);
 
 /// A native limit with its sharing, or the sub-field at fault and what is wrong with it.
-pub(super) fn native_limit(
-    l: &raw::NativeLimit,
-) -> Result<(Limit, Option<Unit>, Sharing), (&'static str, String)> {
+pub(super) fn native_limit(l: &raw::NativeLimit) -> Result<Native, (&'static str, String)> {
     let algorithm = match &l.algorithm {
         Some(a) => a
             .parse::<Algorithm>()
@@ -74,9 +77,20 @@ pub(super) fn native_limit(
     if let Some(wait) = &l.max_wait {
         b = b.max_wait(crate::duration::parse(wait).map_err(|e| ("max_wait", e))?);
     }
+    let (tree, priorities) = shares(l, algorithm)?;
+    if let Some(tree) = tree {
+        b = b.shares(tree);
+    }
     let limit = b.build().map_err(|e| {
-        let field = if l.max_wait.is_some() && e.to_string().contains("max_wait") {
+        let text = e.to_string();
+        let field = if text.contains("leaves borrowers too little") {
+            "burst"
+        } else if l.max_wait.is_some() && text.contains("max_wait") {
             "max_wait"
+        } else if text.contains("child `") {
+            "children"
+        } else if text.contains("priorities") || text.contains("reserve") {
+            "reserve"
         } else {
             ""
         };
@@ -109,7 +123,58 @@ pub(super) fn native_limit(
     if l.metered {
         metered(&limit, sharing)?;
     }
-    Ok((limit, Unit::of_window(window), sharing))
+    Ok((limit, Unit::of_window(window), sharing, priorities))
+}
+
+/// A `shares` limit's tree and its priorities, when it has them.
+type Tree = (Option<Shares>, Option<Priorities>);
+
+/// A `shares` limit's tree (`children`, `priorities`, `reserve`) and where its
+/// requests name their priority (`priority`); refused on every other algorithm.
+fn shares(l: &raw::NativeLimit, algorithm: Algorithm) -> Result<Tree, (&'static str, String)> {
+    if !algorithm.shares() {
+        let set = [
+            ("children", l.children.is_some()),
+            ("priority", l.priority.is_some()),
+            ("priorities", l.priorities.is_some()),
+            ("reserve", l.reserve.is_some()),
+        ];
+        return match set.iter().find(|(_, set)| *set) {
+            Some((field, _)) => Err((
+                field,
+                format!("{field} applies to shares, not {}", algorithm.name()),
+            )),
+            None => Ok((None, None)),
+        };
+    }
+    let mut tree = Shares::new();
+    for (name, c) in l.children.iter().flatten() {
+        let share = Share::new(c.rate, c.ceil.unwrap_or(l.limit))
+            .weight(c.weight.unwrap_or(1))
+            .burst(c.burst.unwrap_or(1));
+        tree = tree.child(name.clone(), share);
+    }
+    let reserve = match l.reserve {
+        None => 200,
+        Some(r) if r > 0.0 && r < 1.0 => (r * 1000.0).round() as u64,
+        Some(r) => return Err(("reserve", format!("reserve {r} is not between 0 and 1"))),
+    };
+    let priorities = match (&l.priority, &l.priorities) {
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => {
+            return Err((
+                "priority",
+                "set priority (the descriptor entry naming it) and priorities (its names, \
+                 highest first) together"
+                    .into(),
+            ));
+        }
+        (Some(key), Some(names)) => {
+            Some(Priorities::new(key, names).map_err(|e| ("priorities", e))?)
+        }
+    };
+    let levels = priorities.as_ref().map_or(1, Priorities::levels);
+    Ok((Some(tree.priorities(levels, reserve)), priorities))
 }
 
 /// Refuses `metered` where usage cannot be charged in full: a `distinct` limit counts
@@ -122,6 +187,9 @@ fn metered(limit: &Limit, sharing: Sharing) -> Result<(), (&'static str, String)
         "a distinct limit counts members, not units: it cannot be metered"
     } else if limit.algorithm().holds() {
         "a concurrency limit counts holds, taken and given back, not units: it cannot be metered"
+    } else if limit.algorithm().shares() {
+        "a shares limit decides guaranteed or borrowed before a request goes: it cannot be \
+         metered"
     } else if limit.count_rejected() {
         "a metered limit charges every hit above 0 in full: count_rejected does not apply"
     } else if sharing.is_shared() {

@@ -73,6 +73,13 @@ pub static METRICS: &[Metric] = &[
         "`ratelimit.service.rate_limit.<domain>.<path>.near_limit`",
     ),
     metric(
+        "spillway_shares_decisions_total",
+        "counter",
+        "as `rule` below, `child` (as the tree names it: `*` for every unlisted value), `priority` (its name; empty without priorities), `outcome`: `admitted`, `waited`, `refused`",
+        "a `shares` rule's decisions per child and priority: who the parent admitted at once, after a wait (`spillway_wait_seconds` says how long), or refused (shed)",
+        "—",
+    ),
+    metric(
         "spillway_holds_released_total",
         "counter",
         "as `rule` below",

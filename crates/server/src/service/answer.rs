@@ -112,6 +112,11 @@ impl Service {
             (Code::Ok, false) => metrics::Outcome::Ok,
         };
         metrics::decision(domain, &hit.rule, outcome);
+        if hit.rule.shares()
+            && let (Some(d), Some(member)) = (decision, &hit.member)
+        {
+            metrics::share(domain, &hit.rule, member, &d);
+        }
         if let Some(d) = decision.filter(|d| d.allowed()) {
             let near = (d.limit as f64 * self.options.near_limit_ratio).floor() as u64;
             if d.limit - d.remaining >= near.max(1) {

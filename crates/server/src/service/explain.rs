@@ -88,10 +88,27 @@ pub struct LimitExplanation {
     pub cost: u64,
     /// The counter as the store holds it now.
     pub state: Option<LimitState>,
+    /// A `shares` rule: the child and priority the request is decided as, and the
+    /// child's terms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share: Option<ShareExplanation>,
     /// Whether this limit would admit the request.
     pub would_admit: bool,
     /// Why the state could not be read.
     pub error: Option<String>,
+}
+
+/// Where a request stands in a `shares` tree: its child (`*` for a value the tree
+/// does not list) with its guaranteed rate, ceiling, weight and burst per the parent's
+/// window, and its priority (the lowest when it names none the rule lists).
+#[derive(Debug, Serialize)]
+pub struct ShareExplanation {
+    pub child: String,
+    pub priority: Option<String>,
+    pub rate: u64,
+    pub ceil: u64,
+    pub weight: u64,
+    pub burst: u64,
 }
 
 /// A counter as the store holds it.
@@ -243,6 +260,7 @@ impl Service {
             key: hit.key.as_ref().map(|k| k.as_str().to_owned()),
             cost: hit.cost,
             state: None,
+            share: None,
             would_admit: true,
             error: None,
         };
@@ -257,6 +275,7 @@ impl Service {
             RuleLimit::Limited(limit) => limit,
         };
         out.algorithm = limit.algorithm().name();
+        out.share = hit.member.as_deref().and_then(|m| share_of(rule, limit, m));
         out.limit = Some(limit.limit());
         out.window_ms = Some(ceil_ms(limit.window()));
         let Some(key) = &hit.key else { return out };
@@ -322,6 +341,33 @@ impl Service {
             oldest_lapses_in_ms: lapse,
         }
     }
+}
+
+/// The child and priority a `shares` member names, with the child's terms.
+fn share_of(
+    rule: &spillway_policy::Rule,
+    limit: &spillway_core::Limit,
+    member: &str,
+) -> Option<ShareExplanation> {
+    let (level, child) = member.split_at(1.min(member.len()));
+    let (_, share) = limit
+        .shares()?
+        .children()
+        .iter()
+        .find(|(n, _)| n == child)?;
+    let (rate, ceil, weight, burst) = share.numbers();
+    let priority = rule.priorities.as_ref().and_then(|p| {
+        let level: usize = level.parse().ok()?;
+        p.names.get(level).cloned()
+    });
+    Some(ShareExplanation {
+        child: child.to_owned(),
+        priority,
+        rate,
+        ceil,
+        weight,
+        burst,
+    })
 }
 
 fn entries(entries: &[(String, String)]) -> Vec<Entry> {

@@ -122,7 +122,13 @@ impl Service {
                         .map_err(invalid)?;
                     if req.usage && rule.takes_member() && !req.settle {
                         let name = rule.name.as_deref().unwrap_or(&rule.metric);
-                        return Err(CheckError::Invalid(if rule.holds() {
+                        return Err(CheckError::Invalid(if rule.shares() {
+                            format!(
+                                "descriptor {i}: rule {name} shares a parent's rate \
+                                 (shares), which cannot take usage: a request is guaranteed \
+                                 or borrows before it goes"
+                            )
+                        } else if rule.holds() {
                             format!(
                                 "descriptor {i}: rule {name} holds slots at once \
                                  (concurrency), which cannot take usage: give a hold back \
@@ -139,6 +145,7 @@ impl Service {
                     // A distinct rule counts the request's member once, whatever its
                     // hits; a concurrency rule takes its hits as holds under it.
                     let (member, cost) = match rule.takes_member() {
+                        true if rule.shares() => (Some(share_member(rule, &m, &d.entries)), cost),
                         true if rule.holds() => (last_member(&d.entries), cost),
                         true => (last_member(&d.entries), cost.min(1)),
                         false => (None, cost),
@@ -177,6 +184,19 @@ impl Service {
 /// refused for its length.
 fn last_member(entries: &[(String, String)]) -> Option<String> {
     entries.last().map(|(_, v)| member_of(v).into_owned())
+}
+
+/// A `shares` rule's member: the child its node's entry names (an unlisted one is
+/// `*`), at the priority the descriptor's last entry names, if it names one.
+fn share_member(
+    rule: &Rule,
+    m: &spillway_policy::Match<'_>,
+    entries: &[(String, String)],
+) -> String {
+    let child = &entries[m.member].1;
+    let priority = m.priority.map(|p| entries[p].1.as_str());
+    // ASCII digit, then a name from the policy (or `*`): UTF-8.
+    String::from_utf8_lossy(&rule.share_member(child, priority)).into_owned()
 }
 
 fn counts(rule: &Rule) -> bool {

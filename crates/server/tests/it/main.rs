@@ -20,6 +20,7 @@ mod reference_stats;
 mod reload;
 mod reservations;
 mod rlqs;
+mod shares;
 mod support;
 mod tls;
 mod tls_reload;
