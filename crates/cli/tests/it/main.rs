@@ -9,6 +9,7 @@ mod envoy_gateway;
 mod envoy_holds;
 mod envoy_metering;
 mod envoy_rlqs;
+mod envoy_shares;
 mod envoy_tls;
 mod explain;
 mod figures;
