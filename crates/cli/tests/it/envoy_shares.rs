@@ -28,7 +28,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use spillway_core::{Clock, SystemClock};
 
 use support::Procs;
 use support::envoy::{envoy, example, spillway_with};
@@ -55,6 +57,40 @@ descriptors:
 ";
 
 const TENANTS: [&str; 4] = ["a", "b", "c", "d"];
+
+/// A time on the system clock, µs (read through spillway_core's clock, as every test).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct At(u64);
+
+impl At {
+    fn now() -> At {
+        At(SystemClock.now().as_micros())
+    }
+
+    fn elapsed(self) -> Duration {
+        At::now() - self
+    }
+}
+
+impl std::ops::Add<Duration> for At {
+    type Output = At;
+    fn add(self, d: Duration) -> At {
+        At(self.0 + d.as_micros() as u64)
+    }
+}
+
+impl std::ops::AddAssign<Duration> for At {
+    fn add_assign(&mut self, d: Duration) {
+        *self = *self + d;
+    }
+}
+
+impl std::ops::Sub for At {
+    type Output = Duration;
+    fn sub(self, earlier: At) -> Duration {
+        Duration::from_micros(self.0.saturating_sub(earlier.0))
+    }
+}
 
 /// The example's Envoy with the org's descriptor (the org, the `x-tenant` header, the
 /// `x-tier` header when sent), both replicas in its rate limit cluster, a timeout past
@@ -95,7 +131,7 @@ fn config(second: u16) -> String {
 }
 
 /// What the upstream served: (tenant index, when).
-type Served = Arc<Mutex<Vec<(usize, Instant)>>>;
+type Served = Arc<Mutex<Vec<(usize, At)>>>;
 
 /// An upstream answering `200 ok`, recording each request's `x-tenant` and time.
 fn counting_upstream() -> (u16, Served) {
@@ -124,7 +160,7 @@ fn counting_upstream() -> (u16, Served) {
                         }
                     }
                     if let Some(t) = tenant {
-                        record.lock().unwrap().push((t, Instant::now()));
+                        record.lock().unwrap().push((t, At::now()));
                     }
                     let ok = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
                     if reader.get_mut().write_all(ok.as_bytes()).is_err() {
@@ -141,7 +177,7 @@ fn counting_upstream() -> (u16, Served) {
 #[derive(Clone, Copy)]
 struct Seen {
     tenant: usize,
-    sent: Instant,
+    sent: At,
     took: Duration,
     status: u16,
 }
@@ -231,7 +267,7 @@ fn flood(
                         std::thread::sleep(Duration::from_millis(5));
                         continue;
                     }
-                    let sent = Instant::now();
+                    let sent = At::now();
                     let status = client.get(TENANTS[tenant], tier);
                     let took = sent.elapsed();
                     seen.lock().unwrap().push(Seen {
@@ -262,9 +298,9 @@ fn light(
             std::thread::spawn(move || {
                 let mut client = Client { port, conn: None };
                 let tick = Duration::from_millis(100);
-                let mut next = Instant::now() + tick * k / 3;
+                let mut next = At::now() + tick * k / 3;
                 while !switches.done.load(Ordering::Relaxed) {
-                    let now = Instant::now();
+                    let now = At::now();
                     if now < next {
                         std::thread::sleep(next - now);
                     }
@@ -272,7 +308,7 @@ fn light(
                     if !switches.on[1].load(Ordering::Relaxed) {
                         continue;
                     }
-                    let sent = Instant::now();
+                    let sent = At::now();
                     let status = client.get("b", "interactive");
                     seen.lock().unwrap().push(Seen {
                         tenant: 1,
@@ -287,7 +323,7 @@ fn light(
 }
 
 /// Per tenant, what the upstream served in [from, to).
-fn served_between(served: &[(usize, Instant)], from: Instant, to: Instant) -> [usize; 4] {
+fn served_between(served: &[(usize, At)], from: At, to: At) -> [usize; 4] {
     let mut n = [0; 4];
     for &(t, at) in served {
         if at >= from && at < to {
@@ -298,8 +334,8 @@ fn served_between(served: &[(usize, Instant)], from: Instant, to: Instant) -> [u
 }
 
 /// The most the upstream served, all tenants together, in any window of `len`.
-fn most_in_any(served: &[(usize, Instant)], len: Duration) -> usize {
-    let mut at: Vec<Instant> = served.iter().map(|&(_, at)| at).collect();
+fn most_in_any(served: &[(usize, At)], len: Duration) -> usize {
+    let mut at: Vec<At> = served.iter().map(|&(_, at)| at).collect();
     at.sort_unstable();
     let (mut most, mut start) = (0, 0);
     for end in 0..at.len() {
@@ -337,7 +373,7 @@ fn fair_admission_through_envoy_across_two_replicas() {
     threads.extend(flood(port, 3, "interactive", 48, &switches, &seen));
     threads.extend(light(port, &switches, &seen));
     let set = |tenant: usize, on: bool| switches.on[tenant].store(on, Ordering::Relaxed);
-    let second_of = |start: Instant, k: u32| {
+    let second_of = |start: At, k: u32| {
         (
             start + Duration::from_secs(k.into()),
             start + Duration::from_secs((k + 1).into()),
@@ -345,41 +381,40 @@ fn fair_admission_through_envoy_across_two_replicas() {
     };
 
     // Phase 1: A, B and C.
-    let p1 = Instant::now();
+    let p1 = At::now();
     for t in [0, 1, 2] {
         set(t, true);
     }
     std::thread::sleep(Duration::from_secs(6));
     // Phase 2: B stops.
     set(1, false);
-    let p2 = Instant::now();
+    let p2 = At::now();
     std::thread::sleep(Duration::from_secs(4));
     // Phase 3: B returns.
     set(1, true);
-    let p3 = Instant::now();
+    let p3 = At::now();
     std::thread::sleep(Duration::from_secs(4));
     // Phase 4: D joins A; B and C stop.
     set(1, false);
     set(2, false);
     set(3, true);
-    let p4 = Instant::now();
+    let p4 = At::now();
     std::thread::sleep(Duration::from_secs(5));
     // Phase 5: A alone; a second in, the second replica is killed.
     set(3, false);
-    let p5 = Instant::now();
     std::thread::sleep(Duration::from_secs(1));
-    let killed = Instant::now();
+    let killed = At::now();
     procs.0[1].kill().unwrap();
     procs.0[1].wait().unwrap();
     std::thread::sleep(Duration::from_secs(4));
-    let end = Instant::now();
+    let end = At::now();
     switches.done.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
     }
     let served = served.lock().unwrap().clone();
     let seen = seen.lock().unwrap().clone();
-    let of = |tenant: usize, from: Instant, to: Instant| -> Vec<Seen> {
+    let of = |tenant: usize, from: At, to: At| -> Vec<Seen> {
         seen.iter()
             .filter(|s| s.tenant == tenant && s.sent >= from && s.sent < to)
             .copied()
