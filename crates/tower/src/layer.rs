@@ -34,6 +34,9 @@ pub struct Rule {
     pub(crate) sharing: Sharing,
     pub(crate) member: Option<KeyExtractor>,
     pub(crate) actual: Option<ActualFn>,
+    /// A `shares` limit's priority: where a request names it, and the names, highest
+    /// first.
+    pub(crate) priority: Option<(KeyExtractor, Arc<[String]>)>,
 }
 
 impl Rule {
@@ -47,15 +50,27 @@ impl Rule {
             sharing: Sharing::Exact,
             member: None,
             actual: None,
+            priority: None,
         }
     }
 
     /// What a `distinct` limit counts per key: its distinct values within the window
-    /// (e.g. client IPs per `x-api-key`). Required by a `distinct` limit, refused by
-    /// the others; a request without it is refused like one without its key. A value
-    /// longer than 1 KiB counts by its first 1 KiB.
+    /// (e.g. client IPs per `x-api-key`). Required by a `distinct` limit; for a
+    /// `shares` limit, the request's child (its team, say; a value the tree does not
+    /// list, or none, is `*`); refused by the others. A `distinct` request without it
+    /// is refused like one without its key. A value longer than 1 KiB counts by its
+    /// first 1 KiB.
     pub fn member(mut self, member: KeyExtractor) -> Rule {
         self.member = Some(member);
+        self
+    }
+
+    /// A `shares` limit's priority: read by `from` (a header, say), one of `names`,
+    /// highest first (as many as the limit's levels). A request naming none of them, or
+    /// none at all, is the lowest: a client cannot promote itself by inventing one.
+    pub fn priority(mut self, from: KeyExtractor, names: &[&str]) -> Rule {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        self.priority = Some((from, names.into()));
         self
     }
 

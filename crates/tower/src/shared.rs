@@ -293,6 +293,10 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 members.push(None);
                 continue;
             };
+            if rule.limit.algorithm().shares() {
+                members.push(Some(Member::Share(share_member(rule, source, parts))));
+                continue;
+            }
             let Some(mut member) = source.extract(parts) else {
                 return (missing(rule, source), Charge::No, Vec::new());
             };
@@ -318,6 +322,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
                     },
                     // Its cost is the slots it holds.
                     Some(Member::Hold(id)) => request.with_member(id),
+                    Some(Member::Share(m)) => request.with_member(m),
                     None => request,
                 }
             })
@@ -436,6 +441,25 @@ enum Member<'a> {
     Counted(String),
     /// The id of the request's holds of `concurrency` limits.
     Hold(&'a [u8]),
+    /// A `shares` limit's child and priority.
+    Share(Vec<u8>),
+}
+
+/// A `shares` rule's member for a request: the child `source` reads (none, or one the
+/// tree does not list, is `*`), at the priority its `Rule::priority` reads (none, or
+/// a name not listed, is the lowest).
+fn share_member(rule: &crate::layer::Rule, source: &crate::KeyExtractor, parts: &Parts) -> Vec<u8> {
+    let child = source.extract(parts).unwrap_or_default();
+    let level = match &rule.priority {
+        Some((from, names)) => {
+            let value = from.extract(parts);
+            value
+                .and_then(|v| names.iter().position(|n| *n == v))
+                .unwrap_or(names.len().saturating_sub(1))
+        }
+        None => 0,
+    };
+    rule.limit.share_member(&child, level.min(8) as u8)
 }
 
 /// A round's answer in the layer's metrics and log.

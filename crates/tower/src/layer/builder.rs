@@ -142,13 +142,39 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
                 return Err(Error::DuplicateName(name.into()));
             }
             let holds = rule.limit.algorithm().holds();
-            let member_error = match (rule.limit.algorithm().counts_members(), &rule.member) {
+            let shares = rule.limit.shares();
+            let levels = shares.map_or(0, |s| usize::from(s.levels().0));
+            let priority_error = match (&rule.priority, shares) {
+                (Some(_), None) => Some("`Rule::priority` applies to shares limits only"),
+                (Some((_, names)), Some(_)) if names.len() != levels => {
+                    Some("`Rule::priority` names as many priorities as the limit has levels")
+                }
+                (None, Some(_)) if levels > 1 => {
+                    Some("a shares limit with priorities needs `Rule::priority`")
+                }
+                _ => None,
+            };
+            if let Some(message) = priority_error {
+                return Err(Error::InvalidKeySource {
+                    limit: name.into(),
+                    message: message.into(),
+                });
+            }
+            let member_error = match (
+                rule.limit.algorithm().counts_members() || shares.is_some(),
+                &rule.member,
+            ) {
                 (false, Some(_)) if holds => Some(
                     "a concurrency limit's holds are named by the layer, one per request: \
                      no `Rule::member`",
                 ),
+                (true, None) if shares.is_some() => {
+                    Some("a shares limit needs `Rule::member`: the request's child")
+                }
                 (true, None) => Some("a distinct limit needs `Rule::member`: what to count"),
-                (false, Some(_)) => Some("`Rule::member` applies to distinct limits only"),
+                (false, Some(_)) => {
+                    Some("`Rule::member` applies to distinct and shares limits only")
+                }
                 (true, Some(m)) => m.errors().first().map(String::as_str),
                 (false, None) => None,
             };

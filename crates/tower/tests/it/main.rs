@@ -4,5 +4,6 @@ mod http;
 mod keys;
 mod metered;
 mod redis;
+mod shares;
 mod support;
 mod waits;
