@@ -153,6 +153,21 @@ fn limit_line(l: &Value) -> String {
     if let Some(by) = l["replaced_by"].as_str() {
         return format!("{line} — replaced by `{by}`, not counted");
     }
+    if let Some(share) = l["share"].as_object() {
+        // A shares rule: the child and priority the request is decided as.
+        line.push_str(&format!(
+            ", as `{}` (guaranteed {}, ceiling {}, weight {}, burst {}{})",
+            share["child"].as_str().unwrap_or("?"),
+            share["rate"],
+            share["ceil"],
+            share["weight"],
+            share["burst"],
+            match share["priority"].as_str() {
+                Some(p) => format!(", priority {p}"),
+                None => String::new(),
+            }
+        ));
+    }
     if let Some(s) = l["state"].as_object() {
         line.push_str(&format!(
             ", {} left, idle in {}",

@@ -112,7 +112,7 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
     client.goto(&format!("{base}/ui")).await.unwrap();
     assert_eq!(client.title().await.unwrap(), "Spillway console");
     let rules = example_rules(&examples);
-    assert_eq!(rules.len(), 6, "{rules:?}");
+    assert_eq!(rules.len(), 7, "{rules:?}");
     for rule in &rules {
         wait_for(
             &client,

@@ -24,7 +24,7 @@ fn valid_files_are_summarised() {
     let out = validate(&[], &examples("policies"));
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("valid, 1 domain, 6 rules"), "{text}");
+    assert!(text.contains("valid, 2 domains, 7 rules"), "{text}");
     assert!(
         text.contains("burst: 10 per 1s (gcra) burst 20 [on_store_error: local]"),
         "{text}"
@@ -136,6 +136,8 @@ fn a_candidate_is_compared_rule_by_rule() {
         + "\n  - key: device\n    limits:\n      - { name: ips, algorithm: distinct, limit: 3, window: 1h }\n";
     assert_ne!(candidate, live);
     std::fs::write(dir.join("api.yaml"), candidate).unwrap();
+    // The org's tree, unchanged.
+    std::fs::copy(examples("policies/org.yaml"), dir.join("org.yaml")).unwrap();
     std::fs::write(
         dir.join("other.yaml"),
         "domain: other\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 5 }\n",

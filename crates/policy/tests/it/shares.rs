@@ -7,7 +7,7 @@ use spillway_policy::{Domain, RuleLimit};
 
 fn example() -> Domain {
     let path = format!(
-        "{}/../../examples/shares/org.yaml",
+        "{}/../../examples/policies/org.yaml",
         env!("CARGO_MANIFEST_DIR")
     );
     spillway_policy::parse(&path, &std::fs::read_to_string(&path).unwrap())
