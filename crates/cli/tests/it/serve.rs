@@ -15,6 +15,7 @@ use support::{curl, free_port, spawn_serve};
 
 mod keys;
 mod logs;
+mod waits;
 
 #[test]
 fn serve_honours_the_reference_environment_and_stops_on_sigterm() {
