@@ -261,5 +261,8 @@ async fn a_distinct_limit_counts_members_per_key() {
     let extra = Rule::new("per-key", per_minute(1), KeyExtractor::header("x-api-key"))
         .member(KeyExtractor::header("x-device"));
     let err = builder().limit(extra).build().unwrap_err();
-    assert!(err.to_string().contains("distinct limits only"), "{err}");
+    assert!(
+        err.to_string().contains("distinct and shares limits only"),
+        "{err}"
+    );
 }
