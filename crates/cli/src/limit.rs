@@ -20,6 +20,9 @@ pub struct Shape<'a> {
     pub count_rejected: bool,
     /// `--period` in `--time-zone`: fixed_window by calendar.
     pub calendar: Option<Calendar>,
+    /// `--max-wait`: token_bucket and gcra admit a request whose turn comes within it
+    /// after that wait.
+    pub max_wait: Option<Duration>,
 }
 
 /// Whether `algorithm` takes `--burst`.
@@ -59,6 +62,12 @@ pub fn build(
     }
     if let Some(calendar) = shape.calendar {
         b = b.calendar(calendar);
+    }
+    if let Some(wait) = shape.max_wait {
+        if !has_burst(&algorithm) {
+            bail!("--max-wait applies to token_bucket and gcra only");
+        }
+        b = b.max_wait(wait);
     }
     Ok(b.build()?)
 }

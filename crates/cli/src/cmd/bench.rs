@@ -72,6 +72,11 @@ pub struct BenchArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = args::positive)]
     pub burst: Option<u64>,
 
+    /// token_bucket and gcra: admit a request whose turn comes within this wait after
+    /// it (the report shows the waits; the load does not sleep them).
+    #[arg(long, value_parser = duration::parse)]
+    pub max_wait: Option<Duration>,
+
     /// sliding_window and distinct: sub-buckets per window.
     #[arg(long, allow_negative_numbers = true, value_parser = args::positive_u32)]
     pub precision: Option<u32>,

@@ -222,6 +222,7 @@ fn limit(args: &CheckArgs) -> anyhow::Result<Limit> {
         burst: args.burst,
         count_rejected: args.count_rejected,
         calendar,
+        max_wait: None,
     };
     crate::limit::build(algorithm, n, window, shape)
 }

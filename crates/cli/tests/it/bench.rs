@@ -111,6 +111,30 @@ fn distinct_limits_with_members_in_turn() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--members applies to"));
 }
 
+/// `--max-wait`: the admissions after a wait are counted and their waits reported, never
+/// past the limit's; a limit that cannot wait is refused.
+#[test]
+fn waits_are_reported() {
+    let redis = standalone_url();
+    for store in ["memory", redis.as_str()] {
+        let (code, v, out) = bench(&format!(
+            "--store {store} --algorithm gcra --limit 100 --window 1s --burst 1 --max-wait 100ms --hot --rate 1000"
+        ));
+        assert_eq!(code, Some(0), "{out:?}");
+        let waited = &v["waited"];
+        let (count, admitted) = (
+            waited["count"].as_u64().unwrap(),
+            v["admitted"].as_u64().unwrap(),
+        );
+        assert!(count > 0 && count < admitted, "{store}: {v}");
+        assert!(waited["max_ms"].as_f64().unwrap() <= 100.0, "{store}: {v}");
+    }
+    let (code, _, out) =
+        bench("--store memory --algorithm fixed_window --limit 5 --window 1s --max-wait 1s");
+    assert_eq!(code, Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-wait applies to"));
+}
+
 /// A concurrency limit with `--hold`: each admitted request holds its slot 40 ms, then
 /// gives it back, on the memory store and on Redis, one hot key and 8 callers: the
 /// most held at once is the limit, never more, and the slots turn over (400 ms of

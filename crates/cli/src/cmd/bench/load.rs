@@ -120,7 +120,7 @@ async fn one(
         id: &id,
     };
     let outcome = target.call(key, worker, timeout, Some(hold)).await;
-    let admitted = matches!(outcome, Outcome::Admitted);
+    let admitted = matches!(outcome, Outcome::Admitted | Outcome::Waited(_));
     tally(outcome, sent.elapsed());
     if !admitted {
         // A denial on the memory store comes back without ever yielding: the holders'
@@ -142,6 +142,8 @@ async fn one(
 pub struct Tally {
     /// Nanoseconds.
     pub latency: Histogram<u64>,
+    /// The waits of admissions after one, nanoseconds.
+    pub waits: Histogram<u64>,
     pub admitted: u64,
     pub rejected: u64,
     pub errors: BTreeMap<&'static str, u64>,
@@ -152,6 +154,7 @@ impl Tally {
     fn new() -> Tally {
         Tally {
             latency: Histogram::new(3).expect("3 significant figures is valid"),
+            waits: Histogram::new(3).expect("3 significant figures is valid"),
             admitted: 0,
             rejected: 0,
             errors: BTreeMap::new(),
@@ -170,6 +173,12 @@ impl Tally {
             .record(latency.as_nanos().try_into().unwrap_or(u64::MAX));
         match outcome {
             Outcome::Admitted => self.admitted += 1,
+            Outcome::Waited(wait) => {
+                self.admitted += 1;
+                let _ = self
+                    .waits
+                    .record(wait.as_nanos().try_into().unwrap_or(u64::MAX));
+            }
             Outcome::Rejected => self.rejected += 1,
             Outcome::Error(kind) => *self.errors.entry(kind).or_default() += 1,
         }
@@ -177,6 +186,7 @@ impl Tally {
 
     fn merge(&mut self, other: Tally) {
         let _ = self.latency.add(other.latency);
+        let _ = self.waits.add(other.waits);
         self.admitted += other.admitted;
         self.rejected += other.rejected;
         for (k, n) in other.errors {

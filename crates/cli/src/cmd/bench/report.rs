@@ -6,6 +6,24 @@ use super::BenchArgs;
 use super::cpu::Cost;
 use super::load::{Loop, Tally};
 
+/// Nanoseconds as milliseconds, to a tenth.
+fn ms(ns: u64) -> f64 {
+    (ns as f64 / 100_000.0).round() / 10.0
+}
+
+/// The waits of the admissions after one (`--max-wait`), for the JSON report.
+fn waited(t: &Tally) -> serde_json::Value {
+    if t.waits.is_empty() {
+        return serde_json::Value::Null;
+    }
+    json!({
+        "count": t.waits.len(),
+        "p50_ms": ms(t.waits.value_at_quantile(0.5)),
+        "p99_ms": ms(t.waits.value_at_quantile(0.99)),
+        "max_ms": ms(t.waits.max()),
+    })
+}
+
 pub(super) fn report(
     args: &BenchArgs,
     target: &str,
@@ -41,6 +59,7 @@ pub(super) fn report(
                 "decisions": t.decisions(), "decisions_per_sec": per_sec,
                 "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99), "p999_us": q(0.999), "max_us": us(t.latency.max()),
                 "admitted": t.admitted, "rejected": t.rejected, "errors": t.error_count(), "errors_by_kind": t.errors,
+                "waited": waited(t),
                 "check": check,
                 "holds": holds.map(|(hold, most)| json!({ "hold_ms": hold.as_millis() as u64, "most_of_one_key_at_once": most })),
                 "cpu_us_per_decision": {
@@ -63,6 +82,16 @@ pub(super) fn report(
     );
     for (kind, n) in &t.errors {
         println!("  {kind:<18} {n}");
+    }
+    if !t.waits.is_empty() {
+        let w = |p: f64| ms(t.waits.value_at_quantile(p));
+        println!(
+            "waited      {} of the admitted   wait ms  p50 {}  p99 {}  max {}",
+            t.waits.len(),
+            w(0.5),
+            w(0.99),
+            ms(t.waits.max())
+        );
     }
     println!(
         "latency µs  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",

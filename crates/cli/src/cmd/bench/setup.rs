@@ -40,6 +40,7 @@ pub(super) fn flag_limit(args: &BenchArgs) -> anyhow::Result<Option<Limit>> {
     let shape = crate::limit::Shape {
         precision: args.precision,
         burst: args.burst,
+        max_wait: args.max_wait,
         ..Default::default()
     };
     Ok(Some(crate::limit::build(algorithm, n, window, shape)?))

@@ -29,6 +29,8 @@ pub struct HoldId<'a> {
 /// One request's result.
 pub enum Outcome {
     Admitted,
+    /// Admitted after this wait (a rule's `max_wait`).
+    Waited(Duration),
     Rejected,
     Error(&'static str),
 }
@@ -218,6 +220,7 @@ impl Target {
                     };
                 }
                 match store.check_one(request, SystemClock.now()).await {
+                    Ok(d) if d.allowed() && !d.wait.is_zero() => Outcome::Waited(d.wait),
                     Ok(d) => admitted(d.allowed()),
                     Err(e) if e.is_transient() => Outcome::Error("store_unavailable"),
                     Err(_) => Outcome::Error("store_error"),
@@ -233,7 +236,12 @@ impl Target {
                     .decide(&request, std::slice::from_ref(guard), SystemClock.now())
                     .await
                 {
-                    Ok(answer) => admitted(answer.batch.allowed()),
+                    Ok(answer) => match answer.batch.decisions.iter().map(|d| d.wait).max() {
+                        Some(wait) if answer.batch.allowed() && !wait.is_zero() => {
+                            Outcome::Waited(wait)
+                        }
+                        _ => admitted(answer.batch.allowed()),
+                    },
                     Err(Unanswered::Invalid(_)) => Outcome::Error("invalid_request"),
                     Err(Unanswered::Unavailable(_)) => Outcome::Error("store_unavailable"),
                 }
@@ -257,6 +265,7 @@ impl Target {
                     Err(e) => Err(e),
                 };
                 match answer {
+                    Ok(r) if r.overall == Code::Ok && !r.wait.is_zero() => Outcome::Waited(r.wait),
                     Ok(r) => admitted(r.overall == Code::Ok),
                     Err(spillway_server::CheckError::Invalid(_)) => {
                         Outcome::Error("invalid_request")
