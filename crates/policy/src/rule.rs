@@ -105,9 +105,7 @@ impl Priorities {
     /// The level a request naming `value` is at: its place in the list; none, or a
     /// name not listed, is the lowest (a client cannot promote itself by inventing one).
     pub fn level(&self, value: Option<&str>) -> u8 {
-        value
-            .and_then(|v| self.names.iter().position(|n| n == v))
-            .unwrap_or(self.names.len() - 1) as u8
+        spillway_core::algorithm::shares::level(&self.names, value)
     }
 }
 
@@ -262,6 +260,17 @@ impl Rule {
     /// rule's child.
     pub fn takes_member(&self) -> bool {
         self.counts_members() || self.holds() || self.shares()
+    }
+
+    /// What a `shares` member (as [`share_member`](Rule::share_member) makes it) names:
+    /// its child, and its priority's name (`None` when the rule has no priorities).
+    pub fn share_of_member<'m>(&self, member: &'m str) -> (&'m str, Option<&str>) {
+        let child = member.get(1..).unwrap_or("");
+        let priority = self.priorities.as_ref().and_then(|p| {
+            let level: usize = member.get(..1)?.parse().ok()?;
+            p.names.get(level).map(String::as_str)
+        });
+        (child, priority)
     }
 
     /// A `shares` rule's member for a request naming the child `child` (a value the

@@ -116,15 +116,7 @@ pub fn decision(domain: &Arc<str>, rule: &Rule, outcome: Outcome) {
 /// admitted at once, after a wait, or refused, per child and priority (both bounded
 /// by the policy: at most 65 children and 9 priorities a rule).
 pub fn share(domain: &Arc<str>, rule: &Rule, member: &str, d: &spillway_core::Decision) {
-    let (level, child) = member.split_at(1.min(member.len()));
-    let priority = match &rule.priorities {
-        Some(p) => level
-            .parse::<usize>()
-            .ok()
-            .and_then(|l| p.names.get(l))
-            .map_or_else(String::new, Clone::clone),
-        None => String::new(),
-    };
+    let (child, priority) = rule.share_of_member(member);
     let outcome = match (d.allowed(), d.wait.is_zero()) {
         (true, true) => "admitted",
         (true, false) => "waited",
@@ -132,7 +124,7 @@ pub fn share(domain: &Arc<str>, rule: &Rule, member: &str, d: &spillway_core::De
     };
     let mut labels = rule_labels(domain, rule);
     labels.push(Label::new("child", child.to_owned()));
-    labels.push(Label::new("priority", priority));
+    labels.push(Label::new("priority", priority.unwrap_or("").to_owned()));
     labels.push(Label::new("outcome", outcome));
     counter!("spillway_shares_decisions_total", labels).increment(1);
 }

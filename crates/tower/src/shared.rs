@@ -452,14 +452,11 @@ fn share_member(rule: &crate::layer::Rule, source: &crate::KeyExtractor, parts: 
     let child = source.extract(parts).unwrap_or_default();
     let level = match &rule.priority {
         Some((from, names)) => {
-            let value = from.extract(parts);
-            value
-                .and_then(|v| names.iter().position(|n| *n == v))
-                .unwrap_or(names.len().saturating_sub(1))
+            spillway_core::algorithm::shares::level(names, from.extract(parts).as_deref())
         }
         None => 0,
     };
-    rule.limit.share_member(&child, level.min(8) as u8)
+    rule.limit.share_member(&child, level)
 }
 
 /// A round's answer in the layer's metrics and log.

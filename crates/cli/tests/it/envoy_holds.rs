@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use spillway_core::{Clock, SystemClock};
 
-use support::envoy::{envoy, example, get, spillway};
+use support::envoy::{envoy, example_with, get, spillway};
 use support::{Procs, curl};
 
 const POLICY: &str = "domain: api
@@ -47,18 +47,7 @@ fn config() -> String {
                             - request_headers: { header_name: x-tenant, descriptor_key: tenant }
                             - request_headers: { header_name: x-request-id, descriptor_key: request_id }
 ";
-    let config = example()
-        .replace(
-            "                      rate_limits:
-                        - actions:
-                            - remote_address: {}      # descriptor: remote_address=<client ip>
-",
-            rate_limits,
-        )
-        .replace("timeout: 0.02s", "timeout: 2s")
-        .replace("failure_mode_deny: false", "failure_mode_deny: true");
-    assert!(config.contains("apply_on_stream_done") && config.contains("timeout: 2s"));
-    config
+    example_with(rate_limits, "2s")
 }
 
 /// [`config`] with the recipe's connection manager: every request an edge request,

@@ -31,13 +31,7 @@ fn config() -> String {
 ";
     let config = example()
         .replace("                      domain: api\n", rate_limits)
-        .replace(
-            "                      rate_limits:
-                        - actions:
-                            - remote_address: {}      # descriptor: remote_address=<client ip>
-",
-            "",
-        );
+        .replace(support::envoy::EXAMPLE_RATE_LIMITS, "");
     assert!(config.contains("apply_on_stream_done") && !config.contains("remote_address: {}"));
     config
 }

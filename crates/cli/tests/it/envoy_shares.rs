@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::Procs;
-use support::envoy::{envoy, example, spillway_with};
+use support::envoy::{envoy, example_with, spillway_with};
 
 mod load;
 
@@ -66,16 +66,7 @@ fn config(second: u16) -> String {
                             - request_headers: { header_name: x-tenant, descriptor_key: team }
                             - request_headers: { header_name: x-tier, descriptor_key: tier, skip_if_absent: true }
 ";
-    let config = example()
-        .replace(
-            "                      rate_limits:
-                        - actions:
-                            - remote_address: {}      # descriptor: remote_address=<client ip>
-",
-            rate_limits,
-        )
-        .replace("timeout: 0.02s", "timeout: 1s")
-        .replace("failure_mode_deny: false", "failure_mode_deny: true")
+    let config = example_with(rate_limits, "1s")
         // A replica that stops answering is out of the cluster at its next health
         // check (gRPC health, every 200 ms), and after five failed calls.
         .replace(

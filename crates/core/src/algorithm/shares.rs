@@ -46,7 +46,7 @@ use crate::decision::Decision;
 mod spec;
 
 pub(crate) use spec::validate;
-pub use spec::{Inner, Pace, Params, Share, Shares, Terms, member};
+pub use spec::{Inner, Pace, Params, Share, Shares, Terms, level, member};
 
 /// How long after it last asked to borrow a child counts as active (its weight in
 /// the fair shares): a second, µs.

@@ -82,6 +82,7 @@ fn members_name_a_listed_child_or_star_and_a_priority_or_the_lowest() {
         .rules[0];
     assert_eq!(rule.share_member("search", Some("interactive")), b"0search");
     assert_eq!(rule.share_member("search", Some("batch")), b"1search");
+    assert_eq!(rule.share_of_member("1search"), ("search", Some("batch")));
     // Unknown or missing priority: the lowest, never a promotion.
     assert_eq!(rule.share_member("search", Some("urgent")), b"1search");
     assert_eq!(rule.share_member("search", None), b"1search");

@@ -349,20 +349,16 @@ fn share_of(
     limit: &spillway_core::Limit,
     member: &str,
 ) -> Option<ShareExplanation> {
-    let (level, child) = member.split_at(1.min(member.len()));
+    let (child, priority) = rule.share_of_member(member);
     let (_, share) = limit
         .shares()?
         .children()
         .iter()
         .find(|(n, _)| n == child)?;
     let (rate, ceil, weight, burst) = share.numbers();
-    let priority = rule.priorities.as_ref().and_then(|p| {
-        let level: usize = level.parse().ok()?;
-        p.names.get(level).cloned()
-    });
     Some(ShareExplanation {
         child: child.to_owned(),
-        priority,
+        priority: priority.map(str::to_owned),
         rate,
         ceil,
         weight,

@@ -164,6 +164,25 @@ pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str
         .map(|(_, v)| v.as_str())
 }
 
+/// The example route's descriptors (one `remote_address`), as examples/envoy/envoy.yaml
+/// writes them.
+pub const EXAMPLE_RATE_LIMITS: &str = "                      rate_limits:
+                        - actions:
+                            - remote_address: {}      # descriptor: remote_address=<client ip>
+";
+
+/// The example's Envoy with the route's descriptors replaced by `rate_limits` (a
+/// `rate_limits:` block indented as the example's), the filter's `timeout` set to
+/// `timeout`, and `failure_mode_deny: true` (no error may let a request through).
+pub fn example_with(rate_limits: &str, timeout: &str) -> String {
+    let config = example()
+        .replace(EXAMPLE_RATE_LIMITS, rate_limits)
+        .replace("timeout: 0.02s", &format!("timeout: {timeout}"))
+        .replace("failure_mode_deny: false", "failure_mode_deny: true");
+    assert!(config.contains(rate_limits) && config.contains(&format!("timeout: {timeout}")));
+    config
+}
+
 pub fn example() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/envoy/envoy.yaml");
     std::fs::read_to_string(path).unwrap()

@@ -111,6 +111,16 @@ impl Shares {
     }
 }
 
+/// The level of the priority `value` names among `names` (highest first): its place in
+/// the list; none, or a name not listed, is the lowest (a client cannot promote itself
+/// by inventing one).
+pub fn level(names: &[String], value: Option<&str>) -> u8 {
+    value
+        .and_then(|v| names.iter().position(|n| n == v))
+        .unwrap_or(names.len().saturating_sub(1))
+        .min(usize::from(MAX_LEVELS) - 1) as u8
+}
+
 /// The member of a request to a `shares` limit: its priority level (0 the highest),
 /// as one ASCII digit, then its child's name.
 pub fn member(child: &str, level: u8) -> Vec<u8> {
