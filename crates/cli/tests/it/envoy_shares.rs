@@ -7,7 +7,8 @@
 //! Phases, in real time (each several seconds: a loaded machine's pauses shift a few
 //! requests between seconds, never the outcome):
 //! 1. A floods (closed loop, interactive), B is light (30 a second, open loop), C
-//!    floods at batch priority. B is never refused and waits little; A gets far more
+//!    floods at batch priority. B is never refused and is seldom held (1 in 20 of its
+//!    decisions at most, as the replicas count them); A gets far more
 //!    than its guarantee, its excess waits and past `max_wait` is refused; C is shed.
 //! 2. B stops: A takes the whole parent (work conserving, within 5%).
 //! 3. B returns: B is never refused, and A falls back within the phase's first second.
@@ -96,8 +97,8 @@ fn fair_admission_through_envoy_across_two_replicas() {
         // A correctness test: the store's answer, however slow the machine.
         ("SPILLWAY_STORE_TIMEOUT", "2s"),
     ];
-    let (first, _) = spillway_with(&mut procs, POLICY, &env);
-    let (second, _) = spillway_with(&mut procs, POLICY, &env);
+    let (first, first_http) = spillway_with(&mut procs, POLICY, &env);
+    let (second, second_http) = spillway_with(&mut procs, POLICY, &env);
     let (app, served) = counting_upstream();
     let port = envoy(&mut procs, &config(second), first, app);
 
@@ -138,6 +139,8 @@ fn fair_admission_through_envoy_across_two_replicas() {
     set(3, true);
     let p4 = At::now();
     std::thread::sleep(Duration::from_secs(5));
+    // B's decisions, as both replicas counted them (B is off since phase 4).
+    let b_decided = [first_http, second_http].map(|http| share_outcomes(http, "b"));
     // Phase 5: A alone; a second in, the second replica is killed.
     set(3, false);
     std::thread::sleep(Duration::from_secs(1));
@@ -186,6 +189,8 @@ fn fair_admission_through_envoy_across_two_replicas() {
     let mut b_took: Vec<Duration> = b.iter().map(|s| s.took).collect();
     b_took.sort_unstable();
     let b_p99 = b_took[b_took.len() * 99 / 100];
+    let [admitted, waited, refused] =
+        [0, 1, 2].map(|k| b_decided.iter().map(|d| d[k]).sum::<u64>());
     let a = of(0, from, to);
     let (a_ok, a_refused, _) = status_counts(&a);
     let a_waited = a
@@ -200,7 +205,19 @@ fn fair_admission_through_envoy_across_two_replicas() {
         rate(1),
         rate(2)
     );
-    assert!(b_p99 < Duration::from_millis(50), "B's p99 {b_p99:?}");
+    // B's guarantee admits it at once: the replicas held none of its answers for a
+    // wait (B's latency is the machine's, printed above, not asserted: a loaded
+    // machine makes every answer slow). Its sender does not catch up on a stall in a
+    // bunch (half a tick apart at least), so B's sends stay within its guarantee (40 a
+    // second, burst 5); a request held back on its way may still meet the next one at
+    // the store, and borrow.
+    eprintln!("b's decisions: {admitted} at once, {waited} after a wait, {refused} refused");
+    assert_eq!(refused, 0, "B was refused");
+    assert!(
+        admitted + waited > 0 && waited * 20 <= admitted + waited,
+        "B waited on {waited} of {} decisions",
+        admitted + waited
+    );
     assert!(rate(0) >= 60.0 * 1.5, "A got {:.1} a second", rate(0));
     assert!(
         a_waited > a_ok / 10 && a_refused > 0,
@@ -276,4 +293,27 @@ fn fair_admission_through_envoy_across_two_replicas() {
     let most = most_in_any(&served, Duration::from_secs(1));
     eprintln!("the most served in any second: {most} (bound 240)");
     assert!(most as f64 <= 240.0 * 1.05, "{most} served in one second");
+}
+
+/// A replica's `shares` decisions for `child`, counted in its /metrics: admitted at
+/// once, after a wait, refused (summed over priorities).
+fn share_outcomes(http: u16, child: &str) -> [u64; 3] {
+    let metrics = support::curl(http, "/metrics", None);
+    let mut counts = [0; 3];
+    for line in metrics.lines() {
+        if !line.starts_with("spillway_shares_decisions_total{")
+            || !line.contains(&format!("child=\"{child}\""))
+        {
+            continue;
+        }
+        let k = ["admitted", "waited", "refused"]
+            .iter()
+            .position(|o| line.contains(&format!("outcome=\"{o}\"")))
+            .unwrap_or_else(|| panic!("an outcome in {line}"));
+        let value = line.rsplit(' ').next().unwrap();
+        counts[k] += value
+            .parse::<f64>()
+            .unwrap_or_else(|e| panic!("{line}: {e}")) as u64;
+    }
+    counts
 }

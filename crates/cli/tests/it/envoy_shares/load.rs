@@ -220,7 +220,9 @@ pub(super) fn light(
                     if now < next {
                         std::thread::sleep(next - now);
                     }
-                    next += tick;
+                    // A stalled thread does not catch up in a bunch: its next send is
+                    // at least half a tick after this one.
+                    next = (next + tick).max(At::now() + tick / 2);
                     if !switches.on[1].load(Ordering::Relaxed) {
                         continue;
                     }
