@@ -2,7 +2,8 @@
 //! for [`MINUTES`], so that a page opened in the middle of a spike shows how it began.
 //!
 //! A reading is the service's own Prometheus counters (`spillway_decisions_total` per
-//! rule and outcome, `spillway_candidate_disagreements_total` per domain and kind), read
+//! rule and outcome, `spillway_shares_decisions_total` per `shares` rule, child and
+//! outcome, `spillway_candidate_disagreements_total` per domain and kind), read
 //! from the recorder off the decision path: nothing is added to a decision. [`History::series`]
 //! turns consecutive readings into rates, with a last point from a fresh reading, so the
 //! chart moves at every refresh of the page and not only every step.
@@ -34,6 +35,9 @@ struct Reading {
     rules: BTreeMap<RuleId, (f64, f64)>,
     /// Per candidate domain: would deny, would admit.
     disagree: BTreeMap<String, (f64, f64)>,
+    /// Per `shares` rule and child: admitted at once, after a wait, refused (every
+    /// priority together).
+    shares: BTreeMap<(RuleId, String), [f64; 3]>,
 }
 
 /// The kept readings.
@@ -54,6 +58,8 @@ pub struct Series {
     pub at_ms: Vec<u64>,
     pub rules: Vec<RuleSeries>,
     pub candidate: Vec<DomainSeries>,
+    /// Per `shares` rule, its children: a parent and who it served.
+    pub shares: Vec<SharesSeries>,
 }
 
 #[derive(Debug, Serialize)]
@@ -70,6 +76,25 @@ pub struct DomainSeries {
     pub domain: String,
     pub would_deny_per_s: Vec<f64>,
     pub would_admit_per_s: Vec<f64>,
+}
+
+/// A `shares` rule's children over time (those it has decided for).
+#[derive(Debug, Serialize)]
+pub struct SharesSeries {
+    pub domain: String,
+    pub rule: String,
+    pub limit: String,
+    pub children: Vec<ChildSeries>,
+}
+
+/// One child of a `shares` rule (`*`: every value the tree does not list): what the
+/// parent admitted of it at once and after a wait, and refused, per second.
+#[derive(Debug, Serialize)]
+pub struct ChildSeries {
+    pub child: String,
+    pub admitted_per_s: Vec<f64>,
+    pub waited_per_s: Vec<f64>,
+    pub refused_per_s: Vec<f64>,
 }
 
 impl History {
@@ -124,6 +149,32 @@ impl History {
                 }
             })
             .collect();
+        let mut shares: Vec<SharesSeries> = Vec::new();
+        for (id, child) in last.shares.keys() {
+            let count = |r: &Reading, k: usize| {
+                r.shares
+                    .get(&(id.clone(), child.clone()))
+                    .map_or(0.0, |c| c[k])
+            };
+            let series = ChildSeries {
+                child: child.clone(),
+                admitted_per_s: rates(&pairs, |r| count(r, 0)),
+                waited_per_s: rates(&pairs, |r| count(r, 1)),
+                refused_per_s: rates(&pairs, |r| count(r, 2)),
+            };
+            // The keys come in order, a rule's children together.
+            match shares.last_mut() {
+                Some(s) if (&s.domain, &s.rule, &s.limit) == (&id.0, &id.1, &id.2) => {
+                    s.children.push(series);
+                }
+                _ => shares.push(SharesSeries {
+                    domain: id.0.clone(),
+                    rule: id.1.clone(),
+                    limit: id.2.clone(),
+                    children: vec![series],
+                }),
+            }
+        }
         Series {
             minutes: MINUTES,
             step_ms: STEP / 1000,
@@ -131,6 +182,7 @@ impl History {
             at_ms: pairs.iter().map(|(_, b)| b.at / 1000).collect(),
             rules,
             candidate,
+            shares,
         }
     }
 }
@@ -157,7 +209,12 @@ fn read(metrics: &str, at: u64) -> Reading {
         let Some((name, rest)) = line.split_once('{') else {
             continue;
         };
-        if name != "spillway_decisions_total" && name != "spillway_candidate_disagreements_total" {
+        if !matches!(
+            name,
+            "spillway_decisions_total"
+                | "spillway_shares_decisions_total"
+                | "spillway_candidate_disagreements_total"
+        ) {
             continue;
         }
         let Some((labels, value)) = rest.rsplit_once("} ") else {
@@ -168,13 +225,20 @@ fn read(metrics: &str, at: u64) -> Reading {
         };
         let labels = parse_labels(labels);
         let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+        let id = || (label("domain"), label("rule"), label("limit"));
         if name == "spillway_decisions_total" {
-            let id = (label("domain"), label("rule"), label("limit"));
-            let counts = reading.rules.entry(id).or_default();
+            let counts = reading.rules.entry(id()).or_default();
             counts.0 += value;
             if label("outcome") != "ok" {
                 counts.1 += value;
             }
+        } else if name == "spillway_shares_decisions_total" {
+            let k = match label("outcome").as_str() {
+                "admitted" => 0,
+                "waited" => 1,
+                _ => 2,
+            };
+            reading.shares.entry((id(), label("child"))).or_default()[k] += value;
         } else {
             let counts = reading.disagree.entry(label("domain")).or_default();
             match label("kind").as_str() {
@@ -253,6 +317,47 @@ mod tests {
         assert_eq!(candidate.domain, "a\"b");
         assert_eq!(candidate.would_deny_per_s, [1.0, 0.0]);
         assert_eq!(candidate.would_admit_per_s, [0.0, 0.0]);
+    }
+
+    fn shares_text(a: u64, b_waited: u64, refused: u64) -> String {
+        let line = |child: &str, priority: &str, outcome: &str, n: u64| {
+            format!(
+                "spillway_shares_decisions_total{{domain=\"org\",rule=\"org.team\",limit=\"#org\",\
+                 child=\"{child}\",priority=\"{priority}\",outcome=\"{outcome}\"}} {n}\n"
+            )
+        };
+        [
+            line("a", "interactive", "admitted", a),
+            line("a", "batch", "refused", refused),
+            line("b", "interactive", "waited", b_waited),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn a_shares_rule_has_a_series_per_child_every_priority_together() {
+        let history = History::default();
+        history.sample(|| shares_text(0, 0, 0), at(0));
+        let series = history.series(&shares_text(50, 10, 20), at(5));
+        assert_eq!(series.shares.len(), 1);
+        let rule = &series.shares[0];
+        assert_eq!(
+            (&*rule.domain, &*rule.rule, &*rule.limit),
+            ("org", "org.team", "#org")
+        );
+        let children: Vec<_> = rule.children.iter().map(|c| &*c.child).collect();
+        assert_eq!(children, ["a", "b"]);
+        let (a, b) = (&rule.children[0], &rule.children[1]);
+        assert_eq!(
+            (&*a.admitted_per_s, &*a.waited_per_s, &*a.refused_per_s),
+            (&[10.0][..], &[0.0][..], &[4.0][..])
+        );
+        assert_eq!(
+            (&*b.admitted_per_s, &*b.waited_per_s, &*b.refused_per_s),
+            (&[0.0][..], &[2.0][..], &[0.0][..])
+        );
+        // Not a rule's decisions: those are spillway_decisions_total's.
+        assert!(series.rules.is_empty());
     }
 
     #[test]

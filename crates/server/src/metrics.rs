@@ -129,6 +129,24 @@ pub fn share(domain: &Arc<str>, rule: &Rule, member: &str, d: &spillway_core::De
     counter!("spillway_shares_decisions_total", labels).increment(1);
 }
 
+/// An answer held for its wait on `api`, counted in `spillway_waiters` from its
+/// making to its drop (the wait's end, or the caller gone).
+#[derive(Debug)]
+pub struct Waiting(&'static str);
+
+impl Waiting {
+    pub fn new(api: &'static str) -> Waiting {
+        gauge!("spillway_waiters", "api" => api).increment(1.0);
+        Waiting(api)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        gauge!("spillway_waiters", "api" => self.0).decrement(1.0);
+    }
+}
+
 /// A hold of a `concurrency` rule was given back (a release, not a decision).
 pub fn released(domain: &Arc<str>, rule: &Rule) {
     rule.counters

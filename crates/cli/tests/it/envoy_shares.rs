@@ -7,7 +7,7 @@
 //! Phases, in real time (each several seconds: a loaded machine's pauses shift a few
 //! requests between seconds, never the outcome):
 //! 1. A floods (closed loop, interactive), B is light (30 a second, open loop), C
-//!    floods at batch priority. B is never refused and is seldom held (1 in 20 of its
+//!    floods at batch priority. B is never refused and is seldom held (1 in 100 of its
 //!    decisions at most, as the replicas count them); A gets far more
 //!    than its guarantee, its excess waits and past `max_wait` is refused; C is shed.
 //! 2. B stops: A takes the whole parent (work conserving, within 5%).
@@ -214,7 +214,7 @@ fn fair_admission_through_envoy_across_two_replicas() {
     eprintln!("b's decisions: {admitted} at once, {waited} after a wait, {refused} refused");
     assert_eq!(refused, 0, "B was refused");
     assert!(
-        admitted + waited > 0 && waited * 20 <= admitted + waited,
+        admitted + waited > 0 && waited * 100 <= admitted + waited,
         "B waited on {waited} of {} decisions",
         admitted + waited
     );

@@ -4,7 +4,8 @@
 //! without a console error, lists every example rule, its counters move with traffic
 //! (to the exact count of decisions and denials sent), the top denied key and the
 //! candidate's disagreements appear, the charts of the last 15 minutes have points for
-//! both, and the explain form answers.
+//! both, a `shares` rule's chart shows its parent and each child it served, and the
+//! explain form answers.
 
 use crate::support;
 
@@ -204,6 +205,41 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
         "#candidate-charts svg[data-domain=\"api\"] polyline.would_deny:not([data-max=\"0\"])",
     )
     .await;
+    // A shares rule's parent and children: requests of two teams, at two tiers; the
+    // parent's line and each team's rise above 0.
+    let shares_rule = rules
+        .iter()
+        .find(|r| r.starts_with("org/"))
+        .expect("the example set's shares rule");
+    for (team, tier) in [("search", "interactive"), ("ingest", "batch")] {
+        for _ in 0..10 {
+            let status = http_client
+                .post(format!("{check_base}/v1/check"))
+                .json(&json!({ "domain": "org", "descriptors": [{ "entries": [
+                    { "key": "org", "value": "acme" },
+                    { "key": "team", "value": team },
+                    { "key": "tier", "value": tier }] }] }))
+                .send()
+                .await
+                .unwrap()
+                .status();
+            assert_eq!(status, 200, "{team} at {tier}: 10 of its 300 a second");
+        }
+    }
+    let served = format!("#share-charts svg[data-rule=\"{shares_rule}\"][data-kind=\"served\"]");
+    for line in [
+        "polyline.parent",
+        "polyline[data-child=\"search\"]",
+        "polyline[data-child=\"ingest\"]",
+    ] {
+        wait_for(&client, &format!("{served} {line}:not([data-max=\"0\"])")).await;
+    }
+    wait_for(
+        &client,
+        &format!("#share-charts svg[data-rule=\"{shares_rule}\"][data-kind=\"refused\"]"),
+    )
+    .await;
+
     // The same over the admin listener's JSON: the points add up to what was sent.
     let history: Value = http_client
         .get(format!("{base}/v1/history"))
@@ -223,6 +259,18 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
     let points = burst["decisions_per_s"].as_array().unwrap();
     assert_eq!(points.len(), history["at_ms"].as_array().unwrap().len());
     assert!(points.iter().any(|p| p.as_f64().unwrap() > 0.0), "{burst}");
+    let children = &history["shares"][0]["children"];
+    let search = children
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["child"] == "search")
+        .expect("search has a series");
+    let admitted = search["admitted_per_s"].as_array().unwrap();
+    assert!(
+        admitted.iter().any(|p| p.as_f64().unwrap() > 0.0),
+        "{search}"
+    );
 
     // The explain form: a cost beyond the burst is denied by it; a small one of an
     // unseen key is admitted.

@@ -44,10 +44,12 @@ pub enum Refused {
 /// A check's answer on `/v1/check` and `/json`: 200, or 429 over the limit.
 /// Waits out a request's wait (a rule's `max_wait`) before its answer goes, on `api`
 /// (`grpc`, `json`, `http`): the answer is the go-ahead, and its slot is at the wait's
-/// end. Counted in `spillway_wait_seconds`.
+/// end. Counted in `spillway_wait_seconds`; `spillway_waiters` counts the answers held
+/// now (a caller that goes away during its wait is no longer one).
 pub async fn wait_out(api: &'static str, wait: Duration) {
     if !wait.is_zero() {
         crate::metrics::waited(api, wait);
+        let _waiting = crate::metrics::Waiting::new(api);
         tokio::time::sleep(wait).await;
     }
 }

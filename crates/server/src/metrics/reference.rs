@@ -171,6 +171,13 @@ pub static METRICS: &[Metric] = &[
         "—",
     ),
     metric(
+        "spillway_waiters",
+        "gauge",
+        "`api`: `grpc`, `json`, `http` (`/v1/check` with `wait`)",
+        "answers held for their wait now: requests admitted after a wait that have not gone ahead yet (a caller that went away is not one)",
+        "—",
+    ),
+    metric(
         "spillway_store_duration_seconds",
         "histogram",
         "—",

@@ -2,7 +2,8 @@
 //! answered, ten requests each, against 200 a second (burst 1) with waits up to 500 ms,
 //! `/v1/check` with `"wait": true` on a real `spillway serve` (the system clock): none
 //! is refused, no wait is longer than the queue of fifty implies (250 ms), and the 500
-//! admissions take at least the 2.5 s the rate allows, whatever the machine's load adds.
+//! admissions take at least the 2.5 s the rate allows, whatever the machine's load adds;
+//! `spillway_waiters` counts the answers held meanwhile, and none after.
 //! (The tower layer's twin: tower/tests/it/waits.rs.)
 
 use crate::support;
@@ -49,6 +50,20 @@ async fn fifty_callers_over_http_all_wait_their_turn_and_the_rate_holds() {
             })
         })
         .collect();
+    // Meanwhile `spillway_waiters` counts the answers held: some, never more than the
+    // callers.
+    let watch = {
+        let (client, metrics) = (client.clone(), format!("http://127.0.0.1:{http}/metrics"));
+        let callers = callers.iter().map(|c| c.abort_handle()).collect::<Vec<_>>();
+        tokio::spawn(async move {
+            let mut most = 0.0f64;
+            while callers.iter().any(|c| !c.is_finished()) {
+                most = most.max(waiters(&client, &metrics).await);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (most, waiters(&client, &metrics).await)
+        })
+    };
     let (mut refused, mut longest) = (0, 0);
     for c in callers {
         let (r, l) = c.await.unwrap();
@@ -65,4 +80,26 @@ async fn fifty_callers_over_http_all_wait_their_turn_and_the_rate_holds() {
     eprintln!(
         "{admitted} admitted in {took:?} (at least {fastest:?}), the longest wait {longest} ms"
     );
+    let (most, after) = watch.await.unwrap();
+    eprintln!("spillway_waiters: at most {most} seen, {after} after");
+    assert!(most > 0.0 && most <= CALLERS as f64, "{most} waiters");
+    assert_eq!(
+        after, 0.0,
+        "answers still held after every caller had its answer"
+    );
+}
+
+/// `spillway_waiters{api="http"}` in the service's /metrics (0 before any wait).
+async fn waiters(client: &reqwest::Client, metrics: &str) -> f64 {
+    let text = client
+        .get(metrics)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("spillway_waiters{api=\"http\"} "))
+        .map_or(0.0, |v| v.parse().unwrap())
 }

@@ -96,7 +96,8 @@ pub(super) fn example_rules(dir: &Path) -> Vec<String> {
     rules
 }
 
-/// Steady traffic over a few keys of every example rule, one heavy key among them.
+/// Steady traffic over a few keys of every example rule, one heavy key among them, and
+/// three teams of the org's shares.
 pub(super) async fn traffic(client: reqwest::Client, base: String) {
     for i in 0u64.. {
         let key = if i % 3 == 0 {
@@ -110,6 +111,16 @@ pub(super) async fn traffic(client: reqwest::Client, base: String) {
             { "entries": [{ "key": "tenant", "value": format!("t{}", i % 2) }] },
             { "entries": [{ "key": "path", "value": "/admin/users" }] },
         ]});
+        let _ = client
+            .post(format!("{base}/v1/check"))
+            .json(&body)
+            .send()
+            .await;
+        // The org's teams, for its shares chart: search half of them, ingest and an
+        // unlisted team (the tree's `*`) a quarter each.
+        let team = ["search", "search", "ingest", "design"][(i % 4) as usize];
+        let body = json!({ "domain": "org", "descriptors": [{ "entries": [
+            { "key": "org", "value": "acme" }, { "key": "team", "value": team }] }] });
         let _ = client
             .post(format!("{base}/v1/check"))
             .json(&body)

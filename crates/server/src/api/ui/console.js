@@ -198,7 +198,7 @@ function svg(tag, attrs, ...children) {
 const shortRate = (r) => (r >= 1000 ? `${(r / 1000).toFixed(1)}k` : r >= 10 ? Math.round(r) : r.toFixed(1));
 
 /**
- * One chart: `lines` ({ cls, label, values }) over `at` (ms) in the last `minutes`
+ * One chart: `lines` ({ cls, label, values, attrs? }) over `at` (ms) in the last `minutes`
  * (or since `since`, for a service younger than that), on one scale from 0 to the
  * highest value. `attrs` go on the <svg> (what tests select).
  */
@@ -226,6 +226,7 @@ function chart(title, attrs, lines, at, minutes, since) {
     svg("text", { x: W - right, y: H - 2, "text-anchor": "end" }, points > 0 ? "now" : "no decisions yet"),
     lines.map((l) =>
       svg("polyline", {
+        ...l.attrs,
         class: l.cls,
         points: l.values.map((v, i) => `${x(at[i])},${y(v)}`).join(" "),
         "data-max": Math.max(0, ...l.values),
@@ -253,6 +254,7 @@ function fillCharts(history, config) {
     }
   }
   $("charts").replaceChildren(...charts);
+  $("share-charts").replaceChildren(...history.shares.map((s) => shareCharts(s, history)));
   const candidate = config.candidate;
   const disagree = new Map(history.candidate.map((c) => [c.domain, c]));
   $("candidate-charts").replaceChildren(
@@ -264,6 +266,41 @@ function fillCharts(history, config) {
       ], history.at_ms, history.minutes, history.since_ms);
     }),
   );
+}
+
+/** A child's line colour: the same child keeps its colour from one refresh to the next. */
+const CHILD_COLOURS = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#db2777", "#65a30d", "#475569"];
+
+/**
+ * A `shares` rule's parent and children over time: what the parent served (admitted
+ * at once or after a wait), in all and per child; and what it refused per child (who
+ * was shed, lowest priority first).
+ */
+function shareCharts(s, history) {
+  const name = `${s.domain}/${s.rule}${s.limit}`;
+  const sum = (...series) => history.at_ms.map((_, i) => series.reduce((t, v) => t + v[i], 0));
+  const served = s.children.map((c) => sum(c.admitted_per_s, c.waited_per_s));
+  const line = (c, i, values) => ({
+    cls: "child",
+    label: c.child,
+    values: values.map((v) => Math.round(v * 10) / 10),
+    attrs: { "data-child": c.child, stroke: CHILD_COLOURS[i % CHILD_COLOURS.length] },
+  });
+  // Coloured through the CSSOM: the page's CSP refuses style attributes.
+  const swatch = (c, i) => {
+    const span = el("span", { "data-child": c.child }, c.child);
+    span.style.color = CHILD_COLOURS[i % CHILD_COLOURS.length];
+    return span;
+  };
+  const legend = el("p", { class: "legend" }, "parent", ...s.children.map((c, i) => [" · ", swatch(c, i)]));
+  return el("div", { class: "share", "data-rule": name },
+    chart(`${name}: served/s`, { "data-rule": name, "data-kind": "served" }, [
+      { cls: "parent", label: "parent", values: sum(...served).map((v) => Math.round(v * 10) / 10) },
+      ...s.children.map((c, i) => line(c, i, served[i])),
+    ], history.at_ms, history.minutes, history.since_ms),
+    chart(`${name}: refused/s`, { "data-rule": name, "data-kind": "refused" },
+      s.children.map((c, i) => line(c, i, c.refused_per_s)), history.at_ms, history.minutes, history.since_ms),
+    legend);
 }
 
 async function fillTop() {
