@@ -38,6 +38,11 @@ pub struct Decision {
     /// `gcra` and `token_bucket`), so whoever waits it out stays within the limit.
     /// Zero for every other decision.
     pub wait: Duration,
+    /// Admitted by *borrowing*: a `shares` rule let the request past its child's
+    /// guarantee, from what the parent's other children leave (at once, or after
+    /// `wait`). False for every other decision, and for a request its child's
+    /// guarantee admitted.
+    pub borrowed: bool,
 }
 
 impl Decision {
@@ -48,6 +53,7 @@ impl Decision {
         remaining: 0,
         reset_after: Duration::ZERO,
         wait: Duration::ZERO,
+        borrowed: false,
     };
 
     /// Whether the request fits this limit.

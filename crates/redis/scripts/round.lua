@@ -134,6 +134,13 @@ local function charge_usage(a, r, s, now, cost, member, refund)
   a.refund(r, s, now, cost, member)
 end
 
+-- The outcome a decision replies: 0 admitted, 1 denied, 2 a cost past the capacity,
+-- 3 admitted by borrowing (`check`'s fifth number, shares.lua's).
+local function outcome(o, borrowed)
+  if o == 0 and borrowed == 1 then return 3 end
+  return o
+end
+
 -- A batch of one request (the common case): the round below without its bookkeeping
 -- for several. Appends its reply to `out`.
 -- `value`: the key's value read ahead by MGET (false: none), or nil to GET it.
@@ -160,7 +167,7 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
     if stale then out[n + 6] = sub0(stale, a.lapsed(r, s, now)) end
     return
   end
-  local o, remaining, reset, retry = a.check(r, s, now, cost, member)
+  local o, remaining, reset, retry, borrowed = a.check(r, s, now, cost, member)
   local denied = 0
   if o == 0 then
     if cost > 0 then
@@ -184,7 +191,7 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
   end
   local n = #out
   out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
-    denied, o, remaining, reset, retry
+    denied, outcome(o, borrowed), remaining, reset, retry
   if stale then out[n + 6] = sub0(stale, a.lapsed(r, s, now)) end
 end
 
@@ -357,7 +364,7 @@ local function round(out, k0, at, n, k)
   out[#out + 1] = denied_by
   for _, d in ipairs(decisions) do
     local m = #out
-    out[m + 1], out[m + 2], out[m + 3], out[m + 4] = d[1], d[2], d[3], d[4]
+    out[m + 1], out[m + 2], out[m + 3], out[m + 4] = outcome(d[1], d[5]), d[2], d[3], d[4]
   end
   -- Then one number per hold request (`concurrency`): the lapsed holds it cleared.
   for i = 1, n do

@@ -35,9 +35,9 @@ struct Reading {
     rules: BTreeMap<RuleId, (f64, f64)>,
     /// Per candidate domain: would deny, would admit.
     disagree: BTreeMap<String, (f64, f64)>,
-    /// Per `shares` rule and child: admitted at once, after a wait, refused (every
-    /// priority together).
-    shares: BTreeMap<(RuleId, String), [f64; 3]>,
+    /// Per `shares` rule and child: admitted at once within the guarantee, at once by
+    /// borrowing, after a wait, refused (every priority together).
+    shares: BTreeMap<(RuleId, String), [f64; 4]>,
 }
 
 /// The kept readings.
@@ -88,12 +88,14 @@ pub struct SharesSeries {
 }
 
 /// One child of a `shares` rule (`*`: every value the tree does not list): what the
-/// parent admitted of it at once and after a wait, and refused, per second.
+/// parent admitted of it at once and after a wait, how much of those it borrowed
+/// (past its guarantee: a wait is always borrowed), and what it refused, per second.
 #[derive(Debug, Serialize)]
 pub struct ChildSeries {
     pub child: String,
     pub admitted_per_s: Vec<f64>,
     pub waited_per_s: Vec<f64>,
+    pub borrowed_per_s: Vec<f64>,
     pub refused_per_s: Vec<f64>,
 }
 
@@ -158,9 +160,10 @@ impl History {
             };
             let series = ChildSeries {
                 child: child.clone(),
-                admitted_per_s: rates(&pairs, |r| count(r, 0)),
-                waited_per_s: rates(&pairs, |r| count(r, 1)),
-                refused_per_s: rates(&pairs, |r| count(r, 2)),
+                admitted_per_s: rates(&pairs, |r| count(r, 0) + count(r, 1)),
+                waited_per_s: rates(&pairs, |r| count(r, 2)),
+                borrowed_per_s: rates(&pairs, |r| count(r, 1) + count(r, 2)),
+                refused_per_s: rates(&pairs, |r| count(r, 3)),
             };
             // The keys come in order, a rule's children together.
             match shares.last_mut() {
@@ -234,9 +237,10 @@ fn read(metrics: &str, at: u64) -> Reading {
             }
         } else if name == "spillway_shares_decisions_total" {
             let k = match label("outcome").as_str() {
-                "admitted" => 0,
-                "waited" => 1,
-                _ => 2,
+                "guaranteed" => 0,
+                "borrowed" => 1,
+                "waited" => 2,
+                _ => 3,
             };
             reading.shares.entry((id(), label("child"))).or_default()[k] += value;
         } else {
@@ -319,7 +323,7 @@ mod tests {
         assert_eq!(candidate.would_admit_per_s, [0.0, 0.0]);
     }
 
-    fn shares_text(a: u64, b_waited: u64, refused: u64) -> String {
+    fn shares_text(a: u64, a_borrowed: u64, b_waited: u64, refused: u64) -> String {
         let line = |child: &str, priority: &str, outcome: &str, n: u64| {
             format!(
                 "spillway_shares_decisions_total{{domain=\"org\",rule=\"org.team\",limit=\"#org\",\
@@ -327,7 +331,8 @@ mod tests {
             )
         };
         [
-            line("a", "interactive", "admitted", a),
+            line("a", "interactive", "guaranteed", a),
+            line("a", "batch", "borrowed", a_borrowed),
             line("a", "batch", "refused", refused),
             line("b", "interactive", "waited", b_waited),
         ]
@@ -337,8 +342,8 @@ mod tests {
     #[test]
     fn a_shares_rule_has_a_series_per_child_every_priority_together() {
         let history = History::default();
-        history.sample(|| shares_text(0, 0, 0), at(0));
-        let series = history.series(&shares_text(50, 10, 20), at(5));
+        history.sample(|| shares_text(0, 0, 0, 0), at(0));
+        let series = history.series(&shares_text(40, 10, 10, 20), at(5));
         assert_eq!(series.shares.len(), 1);
         let rule = &series.shares[0];
         assert_eq!(
@@ -348,14 +353,18 @@ mod tests {
         let children: Vec<_> = rule.children.iter().map(|c| &*c.child).collect();
         assert_eq!(children, ["a", "b"]);
         let (a, b) = (&rule.children[0], &rule.children[1]);
+        // Admitted at once: guaranteed and borrowed together; borrowed: at once or
+        // after a wait.
         assert_eq!(
             (&*a.admitted_per_s, &*a.waited_per_s, &*a.refused_per_s),
             (&[10.0][..], &[0.0][..], &[4.0][..])
         );
+        assert_eq!(&*a.borrowed_per_s, &[2.0][..]);
         assert_eq!(
             (&*b.admitted_per_s, &*b.waited_per_s, &*b.refused_per_s),
             (&[0.0][..], &[2.0][..], &[0.0][..])
         );
+        assert_eq!(&*b.borrowed_per_s, &[2.0][..]);
         // Not a rule's decisions: those are spillway_decisions_total's.
         assert!(series.rules.is_empty());
     }

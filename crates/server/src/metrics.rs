@@ -113,14 +113,16 @@ pub fn decision(domain: &Arc<str>, rule: &Rule, outcome: Outcome) {
 }
 
 /// A `shares` rule's decision for `member` (its priority's digit, then its child):
-/// admitted at once, after a wait, or refused, per child and priority (both bounded
-/// by the policy: at most 65 children and 9 priorities a rule).
+/// admitted at once within the child's guarantee or by borrowing, after a wait (only
+/// a borrower waits), or refused, per child and priority (both bounded by the policy:
+/// at most 65 children and 9 priorities a rule).
 pub fn share(domain: &Arc<str>, rule: &Rule, member: &str, d: &spillway_core::Decision) {
     let (child, priority) = rule.share_of_member(member);
-    let outcome = match (d.allowed(), d.wait.is_zero()) {
-        (true, true) => "admitted",
-        (true, false) => "waited",
-        (false, _) => "refused",
+    let outcome = match (d.allowed(), d.wait.is_zero(), d.borrowed) {
+        (true, true, false) => "guaranteed",
+        (true, true, true) => "borrowed",
+        (true, false, _) => "waited",
+        (false, _, _) => "refused",
     };
     let mut labels = rule_labels(domain, rule);
     labels.push(Label::new("child", child.to_owned()));

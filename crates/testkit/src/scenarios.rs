@@ -63,6 +63,7 @@ fn ok(limit: u64, remaining: u64, reset: Duration) -> Decision {
         remaining,
         reset_after: reset,
         wait: std::time::Duration::ZERO,
+        borrowed: false,
     }
 }
 fn denied(limit: u64, retry_after: Duration, remaining: u64, reset: Duration) -> Decision {
@@ -72,6 +73,7 @@ fn denied(limit: u64, retry_after: Duration, remaining: u64, reset: Duration) ->
         remaining,
         reset_after: reset,
         wait: std::time::Duration::ZERO,
+        borrowed: false,
     }
 }
 fn never(limit: u64, remaining: u64, reset: Duration) -> Decision {
@@ -81,6 +83,7 @@ fn never(limit: u64, remaining: u64, reset: Duration) -> Decision {
         remaining,
         reset_after: reset,
         wait: std::time::Duration::ZERO,
+        borrowed: false,
     }
 }
 /// One request for key "k" bringing `member`.

@@ -296,7 +296,8 @@ fn fair_admission_through_envoy_across_two_replicas() {
 }
 
 /// A replica's `shares` decisions for `child`, counted in its /metrics: admitted at
-/// once, after a wait, refused (summed over priorities).
+/// once (within its guarantee or by borrowing), after a wait, refused (summed over
+/// priorities).
 fn share_outcomes(http: u16, child: &str) -> [u64; 3] {
     let metrics = support::curl(http, "/metrics", None);
     let mut counts = [0; 3];
@@ -306,10 +307,16 @@ fn share_outcomes(http: u16, child: &str) -> [u64; 3] {
         {
             continue;
         }
-        let k = ["admitted", "waited", "refused"]
-            .iter()
-            .position(|o| line.contains(&format!("outcome=\"{o}\"")))
-            .unwrap_or_else(|| panic!("an outcome in {line}"));
+        let k = [
+            ("guaranteed", 0),
+            ("borrowed", 0),
+            ("waited", 1),
+            ("refused", 2),
+        ]
+        .iter()
+        .find(|(o, _)| line.contains(&format!("outcome=\"{o}\"")))
+        .unwrap_or_else(|| panic!("an outcome in {line}"))
+        .1;
         let value = line.rsplit(' ').next().unwrap();
         counts[k] += value
             .parse::<f64>()

@@ -51,6 +51,7 @@ pub(super) fn allow(capacity: u64, remaining: u64, reset_after: u64) -> Decision
         remaining: remaining.min(capacity),
         reset_after: micros(reset_after),
         wait: Duration::ZERO,
+        borrowed: false,
     }
 }
 
@@ -63,6 +64,7 @@ pub(super) fn waited(capacity: u64, wait: u64, reset_after: u64) -> Decision {
         remaining: 0,
         reset_after: micros(reset_after),
         wait: micros(wait),
+        borrowed: false,
     }
 }
 
@@ -88,5 +90,6 @@ pub(super) fn deny(
         remaining: remaining.min(capacity),
         reset_after: micros(reset_after),
         wait: Duration::ZERO,
+        borrowed: false,
     }
 }

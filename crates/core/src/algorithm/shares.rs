@@ -296,8 +296,15 @@ impl Meter for Params {
         let remaining = guaranteed.max(borrowable);
         let reset = p - now;
         match plan.path {
-            Path::Guaranteed | Path::Borrowed { wait: 0, .. } => allow(t.burst, remaining, reset),
-            Path::Borrowed { wait, .. } => waited(t.burst, wait, reset),
+            Path::Guaranteed => allow(t.burst, remaining, reset),
+            Path::Borrowed { wait, .. } => Decision {
+                borrowed: true,
+                ..if wait == 0 {
+                    allow(t.burst, remaining, reset)
+                } else {
+                    waited(t.burst, wait, reset)
+                }
+            },
             Path::Denied { retry, .. } => deny(t.burst, cost, retry, remaining, reset),
         }
     }

@@ -283,7 +283,10 @@ fn a_decision_and_its_path() {
     let first = limit.share_path(&state, now, 1, &a);
     assert_eq!(first, Some(Path::Guaranteed));
     let (d, _) = limit.decide(&mut state, now, 1, &a);
-    assert_eq!((d.outcome, d.limit), (Outcome::Allowed, 2));
+    assert_eq!(
+        (d.outcome, d.limit, d.borrowed),
+        (Outcome::Allowed, 2, false)
+    );
     limit.decide(&mut state, now, 1, &a);
     // Its guaranteed burst spent, and the ceiling's with it (a guaranteed request moves
     // the ceiling too): 200 ms later the ceiling (5 a second) has room for one.
@@ -299,9 +302,10 @@ fn a_decision_and_its_path() {
             fair: true
         })
     );
-    assert!(limit.decide(&mut state, now, 1, &a).0.allowed());
     let (d, _) = limit.decide(&mut state, now, 1, &a);
-    assert!(!d.allowed(), "{d:?}");
+    assert!(d.allowed() && d.borrowed, "{d:?}");
+    let (d, _) = limit.decide(&mut state, now, 1, &a);
+    assert!(!d.allowed() && !d.borrowed, "{d:?}");
     assert_eq!(
         limit.decide(&mut state, now, 3, &a).0.outcome,
         Outcome::CostExceedsCapacity

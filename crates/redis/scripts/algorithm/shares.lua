@@ -144,8 +144,10 @@ local function define_shares()
                            slack(now, t.bands[1], p, emission(1, r.rate, r.unit)))
     local remaining = min(max(guaranteed, borrowable), t.burst)
     local reset = p - now
-    if path == 1 or (path == 2 and n == 0) then return 0, remaining, reset, 0 end
-    if path == 2 then return 0, 0, reset, n end
+    -- A fifth number, 1, says a borrower was admitted (round.lua's outcome 3).
+    if path == 1 then return 0, remaining, reset, 0 end
+    if path == 2 and n == 0 then return 0, remaining, reset, 0, 1 end
+    if path == 2 then return 0, 0, reset, n, 1 end
     return 1, remaining, reset, n
   end
 

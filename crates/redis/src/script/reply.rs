@@ -8,9 +8,10 @@ use spillway_core::{BatchDecision, Decision, Error as CoreError, Outcome, Reques
 
 use crate::error::unexpected;
 
-/// The integers of a batch's reply: `denied_by`, four per request (outcome,
-/// remaining, reset_after, retry_after or, admitted, the wait), then one per
-/// `concurrency` request (the lapsed holds it cleared).
+/// The integers of a batch's reply: `denied_by`, four per request (outcome: 0 admitted,
+/// 1 denied, 2 a cost past the capacity, 3 admitted by borrowing; remaining,
+/// reset_after, retry_after or, admitted, the wait), then one per `concurrency` request
+/// (the lapsed holds it cleared).
 pub(crate) fn reply_len(requests: usize, holds: usize) -> usize {
     1 + 4 * requests + holds
 }
@@ -93,8 +94,10 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
         .iter()
         .zip(each.chunks_exact(4))
         .map(|(r, d)| {
+            // 3: admitted by borrowing (a `shares` rule past its child's guarantee).
+            let borrowed = d[0] == 3;
             let outcome = match d[0] {
-                0 => Outcome::Allowed,
+                0 | 3 => Outcome::Allowed,
                 1 => Outcome::Denied {
                     retry_after: Duration::from_micros(d[3]),
                 },
@@ -122,6 +125,7 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
                 remaining: d[1],
                 reset_after: Duration::from_micros(d[2]),
                 wait,
+                borrowed,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -170,6 +174,28 @@ mod tests {
         assert!(
             past.to_string().contains("past the limit's max_wait"),
             "{past}"
+        );
+    }
+
+    /// Outcome 3 is an admission by borrowing (a `shares` child past its guarantee);
+    /// 0 one within it; an outcome past 3 is an error, not a guess.
+    #[test]
+    fn outcome_three_is_an_admission_by_borrowing() {
+        let key = Key::new("k").unwrap();
+        let limit = Limit::builder(Algorithm::Gcra, 10, Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let reply =
+            |o: i64| Value::Array([0, o, 5, 1_000, 0].into_iter().map(Value::Int).collect());
+        let requests = [Request::new(&key, &limit, 1)];
+        let borrowed = &parse_reply(reply(3), &requests).unwrap().decisions[0];
+        assert!(borrowed.allowed() && borrowed.borrowed, "{borrowed:?}");
+        let own = &parse_reply(reply(0), &requests).unwrap().decisions[0];
+        assert!(own.allowed() && !own.borrowed, "{own:?}");
+        let unknown = parse_reply(reply(4), &requests).unwrap_err();
+        assert!(
+            unknown.to_string().contains("unknown outcome 4"),
+            "{unknown}"
         );
     }
 }

@@ -75,8 +75,8 @@ pub static METRICS: &[Metric] = &[
     metric(
         "spillway_shares_decisions_total",
         "counter",
-        "as `rule` below, `child` (as the tree names it: `*` for every unlisted value), `priority` (its name; empty without priorities), `outcome`: `admitted`, `waited`, `refused`",
-        "a `shares` rule's decisions per child and priority: who the parent admitted at once, after a wait (`spillway_wait_seconds` says how long), or refused (shed)",
+        "as `rule` below, `child` (as the tree names it: `*` for every unlisted value), `priority` (its name; empty without priorities), `outcome`: `guaranteed`, `borrowed`, `waited`, `refused`",
+        "a `shares` rule's decisions per child and priority: who the parent admitted at once within the child's guaranteed rate (`guaranteed`) or by borrowing what the other children leave (`borrowed`), after a wait (`waited`: always a borrower; `spillway_wait_seconds` says how long), or refused (shed)",
         "—",
     ),
     metric(

@@ -100,13 +100,15 @@ async fn batch_is_shed_first_and_a_guarantee_is_honoured_past_the_borrowers() {
         s.advance(std::time::Duration::from_secs(1));
         assert!(admitted(&s.check(body("free", Some("batch"))).await));
 
+        // Free and bulk guarantee nothing: what they got they borrowed; gold's four
+        // were its own.
         let metrics = s.get_text("/metrics").await;
         for line in [
             r#"child="free",priority="batch",outcome="refused"} 2"#,
-            r#"child="free",priority="batch",outcome="admitted"} 4"#,
+            r#"child="free",priority="batch",outcome="borrowed"} 4"#,
             r#"child="bulk",priority="batch",outcome="refused"} 1"#,
-            r#"child="bulk",priority="interactive",outcome="admitted"} 1"#,
-            r#"child="gold",priority="batch",outcome="admitted"} 4"#,
+            r#"child="bulk",priority="interactive",outcome="borrowed"} 1"#,
+            r#"child="gold",priority="batch",outcome="guaranteed"} 4"#,
             r#"child="*",priority="interactive",outcome="refused"} 1"#,
         ] {
             assert!(

@@ -191,6 +191,7 @@ impl DenyCache {
             remaining: 0,
             reset_after: Duration::from_micros(entry.reset_at.saturating_sub(now)),
             wait: std::time::Duration::ZERO,
+            borrowed: false,
         })
     }
 

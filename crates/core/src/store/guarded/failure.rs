@@ -110,5 +110,6 @@ fn admit(r: &Request<'_>) -> Decision {
         remaining: capacity,
         reset_after: Duration::ZERO,
         wait: std::time::Duration::ZERO,
+        borrowed: false,
     }
 }

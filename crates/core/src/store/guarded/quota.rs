@@ -236,6 +236,7 @@ impl Quotas {
                         remaining: capacity.saturating_sub(used),
                         reset_after,
                         wait: Duration::ZERO,
+                        borrowed: false,
                     })
                 } else {
                     Some(Decision {
@@ -246,6 +247,7 @@ impl Quotas {
                         remaining: capacity.saturating_sub(used),
                         reset_after,
                         wait: Duration::ZERO,
+                        borrowed: false,
                     })
                 }
             }
@@ -312,5 +314,6 @@ fn allowed(capacity: u64, remaining: u64, reset_after: u64) -> Decision {
         remaining: remaining.min(capacity),
         reset_after: Duration::from_micros(reset_after),
         wait: std::time::Duration::ZERO,
+        borrowed: false,
     }
 }
