@@ -135,6 +135,9 @@ pub struct Service {
     pub dynamic_metadata: bool,
     /// The most store work one request may ask for (`spillway_core::work`).
     pub max_request_work: u64,
+    /// The most answers held for their waits at once (a rule's `max_wait`), every API
+    /// together; past it a request that would wait is refused.
+    pub max_waiters: usize,
     /// What a caller of the gRPC listener may ask beyond its descriptors.
     pub grpc_callers: Callers,
     /// What a caller of the HTTP listener (`/v1/check`, `/json`) may ask.

@@ -131,6 +131,12 @@ pub fn share(domain: &Arc<str>, rule: &Rule, member: &str, d: &spillway_core::De
     counter!("spillway_shares_decisions_total", labels).increment(1);
 }
 
+/// A request that would have waited on `api` was refused: `max_waiters` answers were
+/// held already.
+pub fn wait_refused(api: &'static str) {
+    counter!("spillway_waits_refused_total", "api" => api).increment(1);
+}
+
 /// An answer held for its wait on `api`, counted in `spillway_waiters` from its
 /// making to its drop (the wait's end, or the caller gone).
 #[derive(Debug)]

@@ -61,11 +61,11 @@ impl RateLimitService for Grpc {
             ))
         };
         let answer = match checked.instrument(span.clone()).await {
-            Ok((r, request_metadata)) => {
+            Ok((mut r, request_metadata)) => {
                 otel::outcome(&span, Ok(r.overall == Code::Ok));
                 // Admitted after a wait: the OK is held for it (Envoy's filter
                 // `timeout` must be longer than `max_wait`).
-                super::respond::wait_out("grpc", r.wait).await;
+                super::respond::wait_out("grpc", &mut r, &self.state.waiters).await;
                 Ok(tonic::Response::new(wire::response(
                     &r,
                     &self.state.headers,

@@ -250,10 +250,10 @@ pub(super) async fn check(
         ))
     };
     match answer.instrument(span.clone()).await {
-        Ok((r, request_metadata)) => {
+        Ok((mut r, request_metadata)) => {
             otel::outcome(&span, Ok(r.overall == crate::service::request::Code::Ok));
             // The reference's answer has no wait to say: the OK is held for it.
-            respond::wait_out("json", r.wait).await;
+            respond::wait_out("json", &mut r, &state.waiters).await;
             let status = respond::answer_status(r.overall);
             let pb = wire::response(&r, &state.headers, request_metadata);
             (status, Json(encode(&pb))).into_response()

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use crate::service::CheckError;
-use crate::service::request::Code;
+use crate::service::request::{CheckResponse, Code};
 
 /// `/healthcheck`'s answer when not ready, as the reference's.
 pub const REFERENCE_UNHEALTHY: StatusCode = StatusCode::INTERNAL_SERVER_ERROR;
@@ -41,17 +41,25 @@ pub enum Refused {
     CrossSite(String),
 }
 
-/// A check's answer on `/v1/check` and `/json`: 200, or 429 over the limit.
 /// Waits out a request's wait (a rule's `max_wait`) before its answer goes, on `api`
 /// (`grpc`, `json`, `http`): the answer is the go-ahead, and its slot is at the wait's
 /// end. Counted in `spillway_wait_seconds`; `spillway_waiters` counts the answers held
-/// now (a caller that goes away during its wait is no longer one).
-pub async fn wait_out(api: &'static str, wait: Duration) {
-    if !wait.is_zero() {
-        crate::metrics::waited(api, wait);
-        let _waiting = crate::metrics::Waiting::new(api);
-        tokio::time::sleep(wait).await;
+/// now (a caller that goes away during its wait is no longer one). With `waiters` full
+/// the answer is a refusal instead, told to retry after its wait (its reserved slot
+/// lapses unused: never more than the rate), and `spillway_waits_refused_total` counts
+/// it.
+pub async fn wait_out(api: &'static str, r: &mut CheckResponse, waiters: &crate::state::Waiters) {
+    if r.wait.is_zero() {
+        return;
     }
+    let Some(_held) = waiters.hold() else {
+        crate::metrics::wait_refused(api);
+        r.refuse_wait();
+        return;
+    };
+    crate::metrics::waited(api, r.wait);
+    let _waiting = crate::metrics::Waiting::new(api);
+    tokio::time::sleep(r.wait).await;
 }
 
 pub fn answer_status(overall: Code) -> StatusCode {

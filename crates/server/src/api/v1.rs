@@ -239,10 +239,10 @@ pub(super) async fn check(
         Ok::<_, CheckError>((state.check(req, state.http_callers).await?, wait))
     };
     match answer.instrument(span.clone()).await {
-        Ok((r, wait)) => {
+        Ok((mut r, wait)) => {
             otel::outcome(&span, Ok(r.overall == Code::Ok));
             if wait {
-                respond::wait_out("http", r.wait).await;
+                respond::wait_out("http", &mut r, &state.waiters).await;
             } else if !r.wait.is_zero() {
                 metrics::waited("http", r.wait);
             }

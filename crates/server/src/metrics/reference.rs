@@ -174,7 +174,14 @@ pub static METRICS: &[Metric] = &[
         "spillway_waiters",
         "gauge",
         "`api`: `grpc`, `json`, `http` (`/v1/check` with `wait`)",
-        "answers held for their wait now: requests admitted after a wait that have not gone ahead yet (a caller that went away is not one)",
+        "answers held for their wait now: requests admitted after a wait that have not gone ahead yet (a caller that went away is not one); at most `max_waiters`",
+        "—",
+    ),
+    metric(
+        "spillway_waits_refused_total",
+        "counter",
+        "`api`: `grpc`, `json`, `http` (`/v1/check` with `wait`)",
+        "requests that would have waited, refused because `max_waiters` answers were held already (told to retry after their wait)",
         "—",
     ),
     metric(

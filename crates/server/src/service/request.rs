@@ -158,6 +158,21 @@ pub struct ReportedRule {
     pub shadow: bool,
 }
 
+impl CheckResponse {
+    /// Its wait refused (the service held `max_waiters` answers already): over the
+    /// limit, each waiting descriptor told to retry after its wait. Its slots were
+    /// reserved and lapse unused.
+    pub fn refuse_wait(&mut self) {
+        for s in self.statuses.iter_mut().filter(|s| !s.wait.is_zero()) {
+            s.code = Code::OverLimit;
+            s.retry_after = Some(s.wait);
+            s.wait = Duration::ZERO;
+        }
+        self.overall = Code::OverLimit;
+        self.wait = Duration::ZERO;
+    }
+}
+
 impl Status {
     /// No rule applies (no match, replaced, unknown domain): OK, nothing counted.
     pub(crate) fn no_rule() -> Status {

@@ -116,3 +116,62 @@ descriptors:
     s.check(body("c", false)).await;
     assert_eq!(s.check(body("c", false)).await.2["wait_ms"], 100);
 }
+
+/// At most `max_waiters` answers are held for their waits: with one held, a request that
+/// would wait is refused (429 / OVER_LIMIT) with its wait as `retry_after`, and counted;
+/// a `/v1/check` that asks nothing held is still told its wait. On the memory store (the
+/// bound is the server's, whatever the store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_waiters_a_request_that_would_wait_is_refused() {
+    // One a minute: a held answer is held far longer than the steps that follow take.
+    let policy = "domain: w
+descriptors:
+  - key: user
+    limits:
+      - { name: slow, algorithm: gcra, limit: 1, window: 1m, burst: 1, max_wait: 10m }
+";
+    let s = Server::start_with("waits-bound", &[("w.yaml", policy)], Backing::Memory, |c| {
+        c.service.max_waiters = 1;
+    })
+    .await;
+    assert_eq!(
+        s.check(body("x", true)).await.0,
+        200,
+        "the first goes at once"
+    );
+    // Two that would wait, at once: one is held, the other refused as soon as it is
+    // decided (whichever comes second).
+    let mut a = std::pin::pin!(s.check(body("x", true)));
+    let mut b = std::pin::pin!(s.check(body("x", true)));
+    let first = async {
+        tokio::select! {
+            r = &mut a => r,
+            r = &mut b => r,
+        }
+    };
+    // Both held (no bound) would answer in a minute: a failure, not a hang.
+    let (status, _, refused) = tokio::time::timeout(Duration::from_secs(30), first)
+        .await
+        .expect("neither refused: both answers held");
+    assert_eq!(status, 429, "{refused}");
+    assert_eq!(refused["wait_ms"], 0, "{refused}");
+    let retry = refused["descriptors"][0]["retry_after_ms"].as_u64();
+    assert!(
+        matches!(retry, Some(60_000 | 120_000)),
+        "told to retry after its wait: {refused}"
+    );
+    // While one is held: gRPC, whose OK would be held too, is refused.
+    let grpc = s.should("w", &[("user", "x")]).await;
+    assert_eq!(grpc.overall_code, Code::OverLimit as i32);
+    // Told, not held: the caller waits on its own, so the bound does not apply.
+    let (status, _, told) = s.check(body("x", false)).await;
+    assert_eq!(status, 200, "{told}");
+    assert_eq!(told["wait_ms"], 240_000, "{told}");
+    let metrics = s.get_text("/metrics").await;
+    for line in [
+        "spillway_waits_refused_total{api=\"http\"} 1",
+        "spillway_waits_refused_total{api=\"grpc\"} 1",
+    ] {
+        assert!(metrics.contains(line), "no {line} in\n{metrics}");
+    }
+}
