@@ -4,8 +4,9 @@
 //! without a console error, lists every example rule, its counters move with traffic
 //! (to the exact count of decisions and denials sent), the top denied key and the
 //! candidate's disagreements appear, the charts of the last 15 minutes have points for
-//! both, a `shares` rule's chart shows its parent and each child it served, and the
-//! explain form answers.
+//! both, a `shares` rule's charts show its parent and each child it served and what an
+//! unlisted team borrowed (and a team within its guarantee did not), and the explain
+//! form answers.
 
 use crate::support;
 
@@ -226,6 +227,31 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
             assert_eq!(status, 200, "{team} at {tier}: 10 of its 300 a second");
         }
     }
+    // A team the tree does not list is `*`: it guarantees nothing, so what it gets it
+    // borrows (search's ten were all within its guarantee).
+    for _ in 0..3 {
+        let status = http_client
+            .post(format!("{check_base}/v1/check"))
+            .json(&json!({ "domain": "org", "descriptors": [{ "entries": [
+                { "key": "org", "value": "acme" },
+                { "key": "team", "value": "reports" }] }] }))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(
+            status, 200,
+            "an unlisted team borrows (or waits for) its turn"
+        );
+    }
+    wait_for(
+        &client,
+        &format!(
+            "#share-charts svg[data-rule=\"{shares_rule}\"][data-kind=\"borrowed\"] \
+             polyline[data-child=\"*\"]:not([data-max=\"0\"])"
+        ),
+    )
+    .await;
     let served = format!("#share-charts svg[data-rule=\"{shares_rule}\"][data-kind=\"served\"]");
     for line in [
         "polyline.parent",
@@ -259,18 +285,24 @@ async fn the_console_shows_rules_counters_top_keys_disagreements_and_explains() 
     let points = burst["decisions_per_s"].as_array().unwrap();
     assert_eq!(points.len(), history["at_ms"].as_array().unwrap().len());
     assert!(points.iter().any(|p| p.as_f64().unwrap() > 0.0), "{burst}");
-    let children = &history["shares"][0]["children"];
-    let search = children
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["child"] == "search")
-        .expect("search has a series");
+    let children = history["shares"][0]["children"].as_array().unwrap();
+    let child = |name: &str| {
+        let found = children.iter().find(|c| c["child"] == name);
+        found.unwrap_or_else(|| panic!("{name} has a series: {children:?}"))
+    };
+    let search = child("search");
     let admitted = search["admitted_per_s"].as_array().unwrap();
     assert!(
         admitted.iter().any(|p| p.as_f64().unwrap() > 0.0),
         "{search}"
     );
+    let borrowed = |c: &Value| -> f64 {
+        let points = c["borrowed_per_s"].as_array().unwrap();
+        points.iter().map(|p| p.as_f64().unwrap()).sum()
+    };
+    assert_eq!(borrowed(search), 0.0, "within its guarantee: {search}");
+    let unlisted = child("*");
+    assert!(borrowed(unlisted) > 0.0, "{unlisted}");
 
     // The explain form: a cost beyond the burst is denied by it; a small one of an
     // unseen key is admitted.

@@ -273,8 +273,9 @@ const CHILD_COLOURS = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#
 
 /**
  * A `shares` rule's parent and children over time: what the parent served (admitted
- * at once or after a wait), in all and per child; and what it refused per child (who
- * was shed, lowest priority first).
+ * at once or after a wait), in all and per child; what each child borrowed of it (past
+ * its guarantee, from what the others left); and what it refused per child (who was
+ * shed, lowest priority first).
  */
 function shareCharts(s, history) {
   const name = `${s.domain}/${s.rule}${s.limit}`;
@@ -298,6 +299,8 @@ function shareCharts(s, history) {
       { cls: "parent", label: "parent", values: sum(...served).map((v) => Math.round(v * 10) / 10) },
       ...s.children.map((c, i) => line(c, i, served[i])),
     ], history.at_ms, history.minutes, history.since_ms),
+    chart(`${name}: borrowed/s`, { "data-rule": name, "data-kind": "borrowed" },
+      s.children.map((c, i) => line(c, i, c.borrowed_per_s)), history.at_ms, history.minutes, history.since_ms),
     chart(`${name}: refused/s`, { "data-rule": name, "data-kind": "refused" },
       s.children.map((c, i) => line(c, i, c.refused_per_s)), history.at_ms, history.minutes, history.since_ms),
     legend);
