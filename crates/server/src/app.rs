@@ -248,7 +248,12 @@ fn state(
         headers: config.headers.clone(),
         grpc_callers: config.service.grpc_callers,
         http_callers: config.service.http_callers,
-        waiters: crate::state::Waiters::new(config.service.max_waiters),
+        waiters: tokio::sync::Semaphore::new(
+            config
+                .service
+                .max_waiters
+                .min(tokio::sync::Semaphore::MAX_PERMITS),
+        ),
         shutting_down: AtomicBool::new(false),
         body_read_timeout: config.listen.header_read_timeout,
         ui: config.admin.ui,

@@ -2,7 +2,7 @@
 //! service is ready. (`app.rs` builds it from the configuration.)
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::config::{Callers, Headers};
@@ -101,8 +101,11 @@ pub struct AppState {
     pub grpc_callers: Callers,
     /// What `/v1/check` and `/json` callers may ask.
     pub http_callers: Callers,
-    /// The answers held for their waits now, at most `max_waiters`.
-    pub waiters: Waiters,
+    /// A permit per answer held for its wait, `max_waiters` in all: a client that sends
+    /// many requests over a rule with a `max_wait` would otherwise choose how many the
+    /// service holds (a key holds at most its rate times `max_wait` of them, as each
+    /// reserved its slot; many keys hold as many as their clients send).
+    pub waiters: tokio::sync::Semaphore,
     pub shutting_down: AtomicBool,
     /// The last policy load; subscribe to hear of reloads.
     pub load_status: tokio::sync::watch::Sender<LoadStatus>,
@@ -243,43 +246,4 @@ pub struct LoadStatus {
     pub generation: u64,
     /// The last load's errors, if it failed.
     pub error: Option<String>,
-}
-
-/// The answers held for their waits, at most `max` at once (`max_waiters`): each is a
-/// request in flight with a timer, and a client that sends many requests over a rule
-/// with a `max_wait` would otherwise choose how many the service holds (a key holds at
-/// most its rate times `max_wait` of them, as each reserved its slot; many keys hold
-/// as many as their clients send).
-#[derive(Debug)]
-pub struct Waiters {
-    held: AtomicUsize,
-    max: usize,
-}
-
-impl Waiters {
-    pub fn new(max: usize) -> Waiters {
-        Waiters {
-            held: AtomicUsize::new(0),
-            max,
-        }
-    }
-
-    /// One more answer held, if there is room: given back when the guard drops.
-    pub(crate) fn hold(&self) -> Option<Held<'_>> {
-        self.held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Held(self))
-    }
-}
-
-/// One answer held (see [`Waiters`]).
-pub(crate) struct Held<'a>(&'a Waiters);
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.0.held.fetch_sub(1, Ordering::AcqRel);
-    }
 }

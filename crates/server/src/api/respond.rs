@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use tokio::sync::Semaphore;
 
 use crate::service::CheckError;
 use crate::service::request::{CheckResponse, Code};
@@ -48,11 +49,11 @@ pub enum Refused {
 /// the answer is a refusal instead, told to retry after its wait (its reserved slot
 /// lapses unused: never more than the rate), and `spillway_waits_refused_total` counts
 /// it.
-pub async fn wait_out(api: &'static str, r: &mut CheckResponse, waiters: &crate::state::Waiters) {
+pub async fn wait_out(api: &'static str, r: &mut CheckResponse, waiters: &Semaphore) {
     if r.wait.is_zero() {
         return;
     }
-    let Some(_held) = waiters.hold() else {
+    let Ok(_held) = waiters.try_acquire() else {
         crate::metrics::wait_refused(api);
         r.refuse_wait();
         return;
@@ -62,6 +63,7 @@ pub async fn wait_out(api: &'static str, r: &mut CheckResponse, waiters: &crate:
     tokio::time::sleep(r.wait).await;
 }
 
+/// A check's answer on `/v1/check` and `/json`: 200, or 429 over the limit.
 pub fn answer_status(overall: Code) -> StatusCode {
     match overall {
         Code::Ok => StatusCode::OK,
