@@ -173,7 +173,9 @@ impl Params {
             Algorithm::Distinct { precision } => {
                 Params::Distinct(distinct::Params::new(limit, window, precision))
             }
-            Algorithm::Concurrency => Params::Concurrency(concurrency::Params::new(limit, window)),
+            Algorithm::Concurrency => {
+                Params::Concurrency(concurrency::Params::new(limit, window, wait))
+            }
             Algorithm::Shares => {
                 Params::Shares(shares::validate(tree, limit, window, burst, wait)?)
             }

@@ -43,6 +43,11 @@ pub struct Decision {
     /// `wait`). False for every other decision, and for a request its child's
     /// guarantee admitted.
     pub borrowed: bool,
+    /// Denied, and *queued*: a `concurrency` limit with `max_wait` keeps the request's
+    /// place in its queue (see [`Ticket`](crate::algorithm::concurrency::Ticket)); taken
+    /// again with the same ticket, it is admitted at the head of the queue once a hold
+    /// is given back. False for every other decision.
+    pub queued: bool,
 }
 
 impl Decision {
@@ -54,6 +59,7 @@ impl Decision {
         reset_after: Duration::ZERO,
         wait: Duration::ZERO,
         borrowed: false,
+        queued: false,
     };
 
     /// Whether the request fits this limit.

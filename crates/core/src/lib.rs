@@ -58,6 +58,7 @@ pub mod sharing;
 pub mod store;
 mod time;
 
+pub use algorithm::concurrency::{Ticket, TicketKind};
 pub use algorithm::{Algorithm, Edge, State};
 pub use breaker::{
     Breaker, BreakerState, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, StoreFailure,

@@ -64,6 +64,7 @@ fn ok(limit: u64, remaining: u64, reset: Duration) -> Decision {
         reset_after: reset,
         wait: std::time::Duration::ZERO,
         borrowed: false,
+        queued: false,
     }
 }
 fn denied(limit: u64, retry_after: Duration, remaining: u64, reset: Duration) -> Decision {
@@ -74,6 +75,7 @@ fn denied(limit: u64, retry_after: Duration, remaining: u64, reset: Duration) ->
         reset_after: reset,
         wait: std::time::Duration::ZERO,
         borrowed: false,
+        queued: false,
     }
 }
 fn never(limit: u64, remaining: u64, reset: Duration) -> Decision {
@@ -84,6 +86,7 @@ fn never(limit: u64, remaining: u64, reset: Duration) -> Decision {
         reset_after: reset,
         wait: std::time::Duration::ZERO,
         borrowed: false,
+        queued: false,
     }
 }
 /// One request for key "k" bringing `member`.

@@ -52,6 +52,7 @@ pub(super) fn allow(capacity: u64, remaining: u64, reset_after: u64) -> Decision
         reset_after: micros(reset_after),
         wait: Duration::ZERO,
         borrowed: false,
+        queued: false,
     }
 }
 
@@ -65,6 +66,7 @@ pub(super) fn waited(capacity: u64, wait: u64, reset_after: u64) -> Decision {
         reset_after: micros(reset_after),
         wait: micros(wait),
         borrowed: false,
+        queued: false,
     }
 }
 
@@ -91,5 +93,6 @@ pub(super) fn deny(
         reset_after: micros(reset_after),
         wait: Duration::ZERO,
         borrowed: false,
+        queued: false,
     }
 }

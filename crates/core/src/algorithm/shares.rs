@@ -299,6 +299,7 @@ impl Meter for Params {
             Path::Guaranteed => allow(t.burst, remaining, reset),
             Path::Borrowed { wait, .. } => Decision {
                 borrowed: true,
+                queued: false,
                 ..if wait == 0 {
                     allow(t.burst, remaining, reset)
                 } else {

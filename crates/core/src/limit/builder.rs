@@ -52,7 +52,8 @@ impl LimitBuilder {
     /// promises, and a request whose wait would be longer is denied as before. Only
     /// `token_bucket` and `gcra` wait (they know when a request conforms, and a
     /// reservation there is the bucket moved on), and `shares`, whose borrowers wait
-    /// for the parent; at most [`MAX_WAIT`], whole µs.
+    /// for the parent; at most [`MAX_WAIT`], whole µs. A `concurrency` take waits
+    /// differently: in the key's queue, for a release ([`Decision::queued`](crate::Decision::queued)).
     #[inline]
     pub fn max_wait(mut self, wait: Duration) -> Self {
         self.max_wait = wait;
@@ -227,10 +228,11 @@ impl LimitBuilder {
         }
 
         if !max_wait.is_zero() {
-            if !algorithm.has_burst() {
+            if !algorithm.has_burst() && algorithm != Algorithm::Concurrency {
                 return invalid(format!(
-                    "max_wait applies to token_bucket, gcra and shares, not {}: they know \
-                     when a request would fit",
+                    "max_wait applies to token_bucket, gcra, shares and concurrency, not {}: \
+                     the first three know when a request would fit, and a concurrency take \
+                     waits in the key's queue for a release",
                     algorithm.name()
                 ));
             }
@@ -239,7 +241,9 @@ impl LimitBuilder {
                     "max_wait {max_wait:?} is not a whole number of µs up to an hour"
                 ));
             }
-            if u128::from(micros(max_wait)) * u128::from(rate_per_micro) > u128::from(MAX_EXACT) {
+            if algorithm.has_burst()
+                && u128::from(micros(max_wait)) * u128::from(rate_per_micro) > u128::from(MAX_EXACT)
+            {
                 return invalid(format!(
                     "max_wait {max_wait:?} at {limit} per {window_us}µs is more than 2^53 \
                      units of waiting; pick a shorter wait"

@@ -183,6 +183,7 @@ fn long_keys_are_charged_to_the_bound() {
         reset_after: Duration::from_secs(60),
         wait: std::time::Duration::ZERO,
         borrowed: false,
+        queued: false,
     };
     for i in 0..20_000 {
         let key = Key::new(format!("{i:0>1000}")).unwrap();

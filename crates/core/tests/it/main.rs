@@ -8,6 +8,7 @@ mod holds;
 mod limiter;
 mod memory_bounds;
 mod proptests;
+mod queue;
 mod shares;
 mod shares_promises;
 mod sharing;

@@ -192,6 +192,7 @@ impl DenyCache {
             reset_after: Duration::from_micros(entry.reset_at.saturating_sub(now)),
             wait: std::time::Duration::ZERO,
             borrowed: false,
+            queued: false,
         })
     }
 

@@ -111,5 +111,6 @@ fn admit(r: &Request<'_>) -> Decision {
         reset_after: Duration::ZERO,
         wait: std::time::Duration::ZERO,
         borrowed: false,
+        queued: false,
     }
 }

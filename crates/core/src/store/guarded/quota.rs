@@ -237,6 +237,7 @@ impl Quotas {
                         reset_after,
                         wait: Duration::ZERO,
                         borrowed: false,
+                        queued: false,
                     })
                 } else {
                     Some(Decision {
@@ -248,6 +249,7 @@ impl Quotas {
                         reset_after,
                         wait: Duration::ZERO,
                         borrowed: false,
+                        queued: false,
                     })
                 }
             }
@@ -315,5 +317,6 @@ fn allowed(capacity: u64, remaining: u64, reset_after: u64) -> Decision {
         reset_after: Duration::from_micros(reset_after),
         wait: std::time::Duration::ZERO,
         borrowed: false,
+        queued: false,
     }
 }
