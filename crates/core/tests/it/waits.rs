@@ -100,7 +100,7 @@ fn max_wait_is_refused_where_it_cannot_apply() {
         .unwrap_err();
     assert!(
         err.to_string()
-            .contains("max_wait applies to token_bucket, gcra and shares"),
+            .contains("max_wait applies to token_bucket, gcra, shares and concurrency"),
         "{err}"
     );
     let err = Limit::builder(Algorithm::Gcra, 10, Duration::from_secs(1))
