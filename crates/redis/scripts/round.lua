@@ -78,8 +78,8 @@ local function limit(i)
       fail('bad rate parameters')
     end
     r.full = cap * p2
-  elseif r.wait > 0 then
-    fail('a wait applies to token_bucket, gcra and shares only')
+  elseif r.wait > 0 and alg ~= 9 then
+    fail('a wait applies to token_bucket, gcra, shares and concurrency only')
   end
   if limits_kept == LIMITS_KEPT then limits, limits_kept = {}, 0 end
   limits[text], limits_kept = r, limits_kept + 1
@@ -135,9 +135,11 @@ local function charge_usage(a, r, s, now, cost, member, refund)
 end
 
 -- The outcome a decision replies: 0 admitted, 1 denied, 2 a cost past the capacity,
--- 3 admitted by borrowing (`check`'s fifth number, shares.lua's).
-local function outcome(o, borrowed)
-  if o == 0 and borrowed == 1 then return 3 end
+-- 3 admitted by borrowing (`check`'s fifth number 1, shares.lua's), 4 denied and
+-- queued (its fifth number 2, concurrency.lua's).
+local function outcome(o, mark)
+  if o == 0 and mark == 1 then return 3 end
+  if o == 1 and mark == 2 then return 4 end
   return o
 end
 

@@ -9,7 +9,8 @@ use spillway_core::{BatchDecision, Decision, Error as CoreError, Outcome, Reques
 use crate::error::unexpected;
 
 /// The integers of a batch's reply: `denied_by`, four per request (outcome: 0 admitted,
-/// 1 denied, 2 a cost past the capacity, 3 admitted by borrowing; remaining,
+/// 1 denied, 2 a cost past the capacity, 3 admitted by borrowing, 4 denied and queued;
+/// remaining,
 /// reset_after, retry_after or, admitted, the wait), then one per `concurrency` request
 /// (the lapsed holds it cleared).
 pub(crate) fn reply_len(requests: usize, holds: usize) -> usize {
@@ -96,9 +97,11 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
         .map(|(r, d)| {
             // 3: admitted by borrowing (a `shares` rule past its child's guarantee).
             let borrowed = d[0] == 3;
+            // 4: denied, its place kept in a `concurrency` queue.
+            let queued = d[0] == 4;
             let outcome = match d[0] {
                 0 | 3 => Outcome::Allowed,
-                1 => Outcome::Denied {
+                1 | 4 => Outcome::Denied {
                     retry_after: Duration::from_micros(d[3]),
                 },
                 2 => Outcome::CostExceedsCapacity,
@@ -126,6 +129,7 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
                 reset_after: Duration::from_micros(d[2]),
                 wait,
                 borrowed,
+                queued,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -192,10 +196,27 @@ mod tests {
         assert!(borrowed.allowed() && borrowed.borrowed, "{borrowed:?}");
         let own = &parse_reply(reply(0), &requests).unwrap().decisions[0];
         assert!(own.allowed() && !own.borrowed, "{own:?}");
-        let unknown = parse_reply(reply(4), &requests).unwrap_err();
+        let unknown = parse_reply(reply(5), &requests).unwrap_err();
         assert!(
-            unknown.to_string().contains("unknown outcome 4"),
+            unknown.to_string().contains("unknown outcome 5"),
             "{unknown}"
         );
+    }
+
+    #[test]
+    fn outcome_four_is_a_denial_queued() {
+        let key = Key::new("k").unwrap();
+        let limit = Limit::builder(Algorithm::Concurrency, 10, Duration::from_secs(60))
+            .max_wait(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let reply =
+            |o: i64| Value::Array([1, o, 0, 1_000, 7, 0].into_iter().map(Value::Int).collect());
+        let requests = [Request::new(&key, &limit, 1).with_member(b"p0000000000000000r")];
+        let queued = &parse_reply(reply(4), &requests).unwrap().decisions[0];
+        assert!(!queued.allowed() && queued.queued, "{queued:?}");
+        assert_eq!(queued.retry_after(), Some(Duration::from_micros(7)));
+        let denied = &parse_reply(reply(1), &requests).unwrap().decisions[0];
+        assert!(!denied.allowed() && !denied.queued, "{denied:?}");
     }
 }

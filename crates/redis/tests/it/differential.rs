@@ -1,6 +1,6 @@
 //! Differential property test: random sequences of (advance, batch of limits, costs,
 //! members, usage charged after the fact and refunds; for a `concurrency` limit, takes,
-//! renewals, releases and lapses) give identical decisions from the memory store (the
+//! renewals, releases and lapses, and with a wait its queue) give identical decisions from the memory store (the
 //! Rust algorithms, the specification) and from the Lua script on a real Redis.
 
 mod shares;
@@ -10,7 +10,9 @@ use crate::support;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use spillway_core::{Algorithm, Edge, Key, Limit, MemoryStore, Request, Store, Timestamp};
+use spillway_core::{
+    Algorithm, Edge, Key, Limit, MemoryStore, Request, Store, Ticket, TicketKind, Timestamp,
+};
 
 fn algorithm() -> impl Strategy<Value = Algorithm> {
     prop_oneof![
@@ -42,6 +44,11 @@ fn limit() -> impl Strategy<Value = Limit> {
                 .count_rejected(count_rejected && !algorithm.takes_member());
             if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
                 b = b.burst(burst).max_wait(Duration::from_micros(wait));
+            }
+            // A concurrency limit with a wait keeps a queue: takes join it or keep
+            // their place, leaves and give-backs leave it.
+            if algorithm == Algorithm::Concurrency {
+                b = b.max_wait(Duration::from_micros(wait));
             }
             b.build().expect("valid limit")
         },
@@ -114,12 +121,37 @@ fn check_equal(
     check_equal_with(rt, store, case, limits, steps, &MEMBERS)
 }
 
-/// What a sequence compared beyond admissions: denials, waits, and holds found lapsed.
+/// What a sequence compared beyond admissions: denials, waits, holds found lapsed and
+/// takes queued.
 #[derive(Default)]
 struct Compared {
     denied: u64,
     waited: u64,
     lapsed: u64,
+    queued: u64,
+}
+
+/// On a `concurrency` limit with a wait, each member as a ticket of each kind (its
+/// nonce the member's index): `[kind][member]`.
+fn tickets(members: &[&[u8]]) -> Vec<Vec<Vec<u8>>> {
+    [
+        TicketKind::Plain,
+        TicketKind::Queue,
+        TicketKind::Leave,
+        TicketKind::GiveBack,
+    ]
+    .into_iter()
+    .map(|kind| {
+        members
+            .iter()
+            .enumerate()
+            .map(|(m, id)| {
+                let id: &[u8] = if id.is_empty() { b"id" } else { id };
+                Ticket::new(kind, m as u64).member(id)
+            })
+            .collect()
+    })
+    .collect()
 }
 
 fn check_equal_with(
@@ -135,6 +167,7 @@ fn check_equal_with(
     let keys: Vec<Key> = (0..2)
         .map(|k| Key::grouped(&format!("case{case}"), &format!(":k{k}")).unwrap())
         .collect();
+    let tickets = tickets(members);
     let mut now = Timestamp::from_secs(1_800_000_000);
     for (n, step) in steps.iter().enumerate() {
         now = now.saturating_add(Duration::from_micros(step.advance));
@@ -143,6 +176,22 @@ fn check_equal_with(
             .iter()
             .map(|&(l, k, cost, m, charge)| {
                 let limit = &limits[l];
+                if limit.algorithm().holds() && !limit.max_wait().is_zero() {
+                    // Takes that queue (one in four cannot wait), renewals, and
+                    // releases that leave, give back or release.
+                    let kind = match charge {
+                        Charge::Check if cost % 4 == 3 => 0,
+                        Charge::Check => 1,
+                        Charge::Refund(ago) => [0, 2, 3][(ago % 3) as usize],
+                        Charge::Usage => 0,
+                    };
+                    let id = &tickets[kind][m];
+                    return match charge {
+                        Charge::Check => Request::new(&keys[k], limit, cost).with_member(id),
+                        Charge::Refund(_) => Request::release(&keys[k], limit, id),
+                        _ => Request::renew(&keys[k], limit, id, cost),
+                    };
+                }
                 if limit.algorithm().holds() {
                     // Takes, renewals (for usage) and releases (for refunds).
                     let id = if members[m].is_empty() {
@@ -179,6 +228,7 @@ fn check_equal_with(
         compared.denied += u64::from(!want.allowed());
         compared.waited += want.decisions.iter().filter(|d| !d.wait.is_zero()).count() as u64;
         compared.lapsed += want.lapsed.iter().map(|l| l.1).sum::<u64>();
+        compared.queued += want.decisions.iter().filter(|d| d.queued).count() as u64;
     }
     Ok(compared)
 }
@@ -208,7 +258,7 @@ fn differential(url: &str, cases: u32, guarded: bool) {
 
 fn run_cases(rt: &tokio::runtime::Runtime, store: &impl Store, cases: u32) {
     use std::sync::atomic::{AtomicU64, Ordering};
-    let (case, lapsed) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (case, lapsed, queued) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     proptest!(ProptestConfig::with_cases(cases), |(
         limits in prop::collection::vec(limit(), 3),
         steps in prop::collection::vec(step(), 1..40),
@@ -216,6 +266,7 @@ fn run_cases(rt: &tokio::runtime::Runtime, store: &impl Store, cases: u32) {
         let n = case.fetch_add(1, Ordering::Relaxed);
         let compared = check_equal(rt, store, n, &limits, &steps)?;
         lapsed.fetch_add(compared.lapsed, Ordering::Relaxed);
+        queued.fetch_add(compared.queued, Ordering::Relaxed);
     });
     // The sequences let holds lapse: the count of those cleared was compared too.
     let lapsed = lapsed.into_inner();
@@ -224,6 +275,10 @@ fn run_cases(rt: &tokio::runtime::Runtime, store: &impl Store, cases: u32) {
         lapsed > 0,
         "no hold lapsed: the lapsed counts were never compared"
     );
+    // And takes queued for a release: the queues were compared too.
+    let queued = queued.into_inner();
+    eprintln!("{queued} queued takes compared");
+    assert!(queued > 0, "no take queued: the queues were never compared");
 }
 
 #[test]
