@@ -39,7 +39,8 @@
 //!   for the head); otherwise it is denied and *queued* ([`Decision::queued`]): it joins
 //!   the queue's end, or keeps its place when it is in it. The service takes again
 //!   with the same ticket after a release (or a poll) until it is admitted or its
-//!   `max_wait` has passed.
+//!   `max_wait` has passed, when it tries a last time ([`TicketKind::Last`]): admitted
+//!   at its place if it fits, else denied and out of the queue.
 //! - A waiter lapses [`WAITER_GRACE`] (or `max_wait`, the shorter) after its take last
 //!   asked: a waiter whose replica died frees its place without anyone's help, and one
 //!   that gave up and said so ([`TicketKind::Leave`]) leaves no trace at once. A take
@@ -74,6 +75,10 @@ pub enum TicketKind {
     Plain,
     /// A take that waits its turn: admitted at the head of the queue, else queued.
     Queue,
+    /// The last try of a take that waited (its `max_wait` is up, or its service holds
+    /// no more waiters): admitted at its place when it fits, else denied, not queued,
+    /// and out of the queue.
+    Last,
     /// A release from a take that waited and gave up: its waiter leaves the queue (a
     /// hold it got meanwhile is not touched).
     Leave,
@@ -87,15 +92,22 @@ impl TicketKind {
         match self {
             TicketKind::Plain => b'p',
             TicketKind::Queue => b'q',
+            TicketKind::Last => b'e',
             TicketKind::Leave => b'l',
             TicketKind::GiveBack => b'g',
         }
+    }
+
+    /// A take that has (or may take) a place in the queue.
+    fn waits(self) -> bool {
+        matches!(self, TicketKind::Queue | TicketKind::Last)
     }
 
     fn of(byte: u8) -> Option<TicketKind> {
         [
             TicketKind::Plain,
             TicketKind::Queue,
+            TicketKind::Last,
             TicketKind::Leave,
             TicketKind::GiveBack,
         ]
@@ -123,6 +135,11 @@ impl Ticket {
     /// A ticket of `kind` for the waiter `nonce`.
     pub fn new(kind: TicketKind, nonce: u64) -> Ticket {
         Ticket { kind, nonce }
+    }
+
+    /// [`member`](Ticket::member) of a text id, as text.
+    pub fn member_str(&self, id: &str) -> String {
+        format!("{}{:016x}{id}", char::from(self.kind.byte()), self.nonce)
     }
 
     /// The member of a request bringing this ticket and the hold id `id`.
@@ -380,9 +397,7 @@ impl Meter for Params {
         }
         // Waiters ahead: its own place, or the whole queue for a newcomer.
         let (kind, nonce, _) = self.ticket(member);
-        let place = (kind == TicketKind::Queue)
-            .then(|| s.place(now, nonce))
-            .flatten();
+        let place = kind.waits().then(|| s.place(now, nonce)).flatten();
         let waiting = s.waiting(now);
         let ahead = place.unwrap_or_else(|| waiting.clone().count());
         if ahead == 0 && used + cost <= limit {
@@ -413,7 +428,7 @@ impl Meter for Params {
     /// joins the queue, keeps its place, or (denied by another limit) leaves it.
     fn marks_denied(&self, s: &Holds, now: u64, member: &[u8]) -> bool {
         let (kind, _, id) = self.ticket(member);
-        kind == TicketKind::Queue || s.live(s.at(now)).any(|h| h.cost > 0 && &*h.id == id)
+        kind.waits() || s.live(s.at(now)).any(|h| h.cost > 0 && &*h.id == id)
     }
 
     /// A take: `admitted`, one more hold of its id (another of the same id counts on
@@ -430,7 +445,7 @@ impl Meter for Params {
         s.clear_lapsed(now);
         let (kind, nonce, id) = self.ticket(member);
         if admitted {
-            if kind == TicketKind::Queue {
+            if kind.waits() {
                 s.leave(nonce);
             }
             s.holds.push(Hold {
@@ -442,12 +457,13 @@ impl Meter for Params {
             return;
         }
         s.newest = now;
-        if kind == TicketKind::Queue {
+        if kind.waits() {
             let own = self.check(s, now, cost, member);
             let place = s.place(now, nonce);
             match place {
-                // Another limit denied it: it leaves no trace here.
-                Some(_) if own.allowed() => {
+                // Another limit denied it, or its last try is over: it leaves no
+                // trace here.
+                Some(_) if own.allowed() || kind == TicketKind::Last => {
                     s.leave(nonce);
                 }
                 Some(i) => s.waiters[i].lapse = self.waiter_lapse(now),

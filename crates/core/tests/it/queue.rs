@@ -116,6 +116,23 @@ fn a_waiter_that_leaves_or_lapses_leaves_no_trace() {
 }
 
 #[test]
+fn a_last_try_is_admitted_at_its_place_or_leaves_the_queue() {
+    let q = Queue::new(1, Duration::from_secs(1));
+    assert!(q.queue(1, "a").allowed());
+    assert!(q.queue(2, "b").queued);
+    assert!(q.queue(3, "c").queued);
+    // c's wait is up: denied, not queued, and gone from the queue.
+    let last = q.take(TicketKind::Last, 3, "c");
+    assert!(!last.allowed() && !last.queued, "{last:?}");
+    q.release(TicketKind::Plain, 0, "a");
+    // b's wait is up too, but the slot is free and b is the head: admitted.
+    assert!(q.take(TicketKind::Last, 2, "b").allowed());
+    q.release(TicketKind::Plain, 0, "b");
+    // Nobody waits: c's place is gone, and a newcomer goes at once.
+    assert!(q.queue(4, "d").allowed());
+}
+
+#[test]
 fn a_waiter_lapses_a_grace_after_it_last_asked_when_max_wait_is_longer() {
     let mut q = Queue::new(1, Duration::from_secs(60));
     assert!(q.queue(1, "a").allowed());

@@ -55,7 +55,7 @@ local function define_concurrency()
   local MAX_MARKS = 64 -- concurrency.rs's MAX_MARKS
   local MAX_WAITERS = 64 -- concurrency.rs's MAX_WAITERS
   local WAITER_GRACE = 2000000 -- concurrency.rs's WAITER_GRACE, µs
-  local KINDS = { p = true, q = true, l = true, g = true } -- TicketKind's bytes
+  local KINDS = { p = true, q = true, e = true, l = true, g = true } -- TicketKind's bytes
 
   -- `member` as limit r reads it: a ticket's kind, nonce and id with a wait, the id
   -- alone (a plain take) without; a member too short or of no kind is an id.
@@ -103,10 +103,13 @@ local function define_concurrency()
     return false
   end
 
+  -- Whether a take has (or may take) a place in the queue: queues, or tries a last time.
+  local function waits(kind) return kind == 'q' or kind == 'e' end
+
   -- Whether a denied take leaves a mark (its id is held), or waits its turn.
   function concurrency.marks(r, s, now, member)
     local kind, _, id = ticket(r, member)
-    return kind == 'q' or held(s, max(now, s.newest), id)
+    return waits(kind) or held(s, max(now, s.newest), id)
   end
 
   -- When the last hold lapses (marks are not holds).
@@ -154,7 +157,7 @@ local function define_concurrency()
     local reset = max(last, now + r.window) - now
     -- Waiters ahead: its own place, or the whole queue for a newcomer.
     local kind, nonce = ticket(r, member)
-    if kind ~= 'q' then nonce = '' end
+    if not waits(kind) then nonce = '' end
     local at, live_waiters = place(s, now, nonce)
     local ahead = at or live_waiters
     if ahead == 0 and used + cost <= r.cap then return allow(r, r.cap - used - cost, reset) end
@@ -204,15 +207,15 @@ local function define_concurrency()
     local kind, nonce, id = ticket(r, member)
     s.newest = now
     if admitted then
-      if kind == 'q' then leave(s, nonce) end
+      if waits(kind) then leave(s, nonce) end
       s.holds[#s.holds + 1] = { id, cost, now + r.window }
       return
     end
-    if kind == 'q' then
+    if waits(kind) then
       local o, _, _, _, queued = concurrency.check(r, s, now, cost, member)
       local at = place(s, now, nonce)
-      if at and o == 0 then
-        -- Another limit denied it: it leaves no trace here.
+      if at and (o == 0 or kind == 'e') then
+        -- Another limit denied it, or its last try is over: it leaves no trace here.
         leave(s, nonce)
       elseif at then
         s.waiters[at + 1][3] = waiter_lapse(r, now)

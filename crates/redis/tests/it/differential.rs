@@ -139,6 +139,7 @@ fn tickets(members: &[&[u8]]) -> Vec<Vec<Vec<u8>>> {
         TicketKind::Queue,
         TicketKind::Leave,
         TicketKind::GiveBack,
+        TicketKind::Last,
     ]
     .into_iter()
     .map(|kind| {
@@ -177,10 +178,12 @@ fn check_equal_with(
             .map(|&(l, k, cost, m, charge)| {
                 let limit = &limits[l];
                 if limit.algorithm().holds() && !limit.max_wait().is_zero() {
-                    // Takes that queue (one in four cannot wait), renewals, and
-                    // releases that leave, give back or release.
+                    // Takes that queue (one in four cannot wait, one in four tries a
+                    // last time), renewals, and releases that leave, give back or
+                    // release.
                     let kind = match charge {
                         Charge::Check if cost % 4 == 3 => 0,
+                        Charge::Check if cost % 4 == 2 => 4,
                         Charge::Check => 1,
                         Charge::Refund(ago) => [0, 2, 3][(ago % 3) as usize],
                         Charge::Usage => 0,
@@ -257,10 +260,27 @@ fn differential(url: &str, cases: u32, guarded: bool) {
 }
 
 fn run_cases(rt: &tokio::runtime::Runtime, store: &impl Store, cases: u32) {
+    let (lapsed, _) = run_cases_of(rt, store, cases, limit());
+    // The sequences let holds lapse: the count of those cleared was compared too.
+    eprintln!("{lapsed} lapsed holds compared");
+    assert!(
+        lapsed > 0,
+        "no hold lapsed: the lapsed counts were never compared"
+    );
+}
+
+/// Runs `cases` random sequences over limits of `limit`; the holds found lapsed and the
+/// takes queued they compared.
+fn run_cases_of(
+    rt: &tokio::runtime::Runtime,
+    store: &impl Store,
+    cases: u32,
+    limit: impl Strategy<Value = Limit>,
+) -> (u64, u64) {
     use std::sync::atomic::{AtomicU64, Ordering};
     let (case, lapsed, queued) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     proptest!(ProptestConfig::with_cases(cases), |(
-        limits in prop::collection::vec(limit(), 3),
+        limits in prop::collection::vec(&limit, 3),
         steps in prop::collection::vec(step(), 1..40),
     )| {
         let n = case.fetch_add(1, Ordering::Relaxed);
@@ -268,17 +288,36 @@ fn run_cases(rt: &tokio::runtime::Runtime, store: &impl Store, cases: u32) {
         lapsed.fetch_add(compared.lapsed, Ordering::Relaxed);
         queued.fetch_add(compared.queued, Ordering::Relaxed);
     });
-    // The sequences let holds lapse: the count of those cleared was compared too.
-    let lapsed = lapsed.into_inner();
-    eprintln!("{lapsed} lapsed holds compared");
-    assert!(
-        lapsed > 0,
-        "no hold lapsed: the lapsed counts were never compared"
-    );
-    // And takes queued for a release: the queues were compared too.
-    let queued = queued.into_inner();
-    eprintln!("{queued} queued takes compared");
-    assert!(queued > 0, "no take queued: the queues were never compared");
+    (lapsed.into_inner(), queued.into_inner())
+}
+
+/// Limits that queue: `concurrency` with a wait, small enough to fill.
+fn queue_limit() -> impl Strategy<Value = Limit> {
+    let lease = prop::sample::select(vec![1_000_000u64, 7_000_000, 60_000_000]);
+    (1u64..5, lease, 1u64..3_000_000).prop_map(|(n, lease, wait)| {
+        Limit::builder(Algorithm::Concurrency, n, Duration::from_micros(lease))
+            .max_wait(Duration::from_micros(wait))
+            .build()
+            .expect("valid limit")
+    })
+}
+
+/// In-flight queues (takes that queue, try a last time or cannot wait; leaves and
+/// give-backs) decide alike on Redis, Valkey and their Clusters.
+#[test]
+fn queues_decide_as_the_memory_store() {
+    let rt = runtime();
+    for url in [
+        spillway_testkit::redis::standalone_url(),
+        spillway_testkit::redis::cluster_url(),
+        spillway_testkit::redis::valkey_url(),
+        spillway_testkit::redis::valkey_cluster_url(),
+    ] {
+        let store = rt.block_on(support::caller_clock_store(&url, "queues"));
+        let (_, queued) = run_cases_of(&rt, &store, cases() / 2, queue_limit());
+        eprintln!("{url}: {queued} queued takes compared");
+        assert!(queued > 0, "no take queued: the queues were never compared");
+    }
 }
 
 #[test]
