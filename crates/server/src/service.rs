@@ -114,6 +114,9 @@ pub struct Service {
     /// The store of the rules whose window is one second, when they have one of their
     /// own (`per_second_store`).
     per_second: Option<Stores>,
+    /// Woken at every hold this replica gives back: a take waiting in a queue here
+    /// tries again at once (one given back on another replica is seen at its next poll).
+    released: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Service {
@@ -220,7 +223,13 @@ impl Service {
             candidate: None,
             stats: Arc::default(),
             per_second: None,
+            released: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Woken at every hold this replica gives back (see `Service::released`).
+    pub(crate) fn released(&self) -> &tokio::sync::Notify {
+        &self.released
     }
 
     /// Decides the rules whose window is one second on `stores` (`per_second_store`).
@@ -341,6 +350,8 @@ impl Service {
                 statuses: vec![Status::no_rule(); req.descriptors.len()],
                 metadata: None,
                 wait: std::time::Duration::ZERO,
+                queued: None,
+                waitable: false,
             };
             return Ok((answer, Checked::default()));
         };
@@ -352,6 +363,13 @@ impl Service {
             kept: carried.and_then(Carried::handle),
         };
         let answer = self.answer(req, domain.shared_name(), &check, &decided);
+        if check
+            .hits
+            .iter()
+            .any(|h| h.rule.holds() && h.refund.is_some())
+        {
+            self.released.notify_waiters();
+        }
         Ok((answer, checked))
     }
 

@@ -5,9 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use spillway_core::{Ticket, TicketKind};
+
 use crate::config::{Callers, Headers};
 use crate::service::request::{CheckRequest, CheckResponse, Code, Valid};
 use crate::service::{CheckError, Service};
+
+mod queue;
 
 /// The holds a check may have taken, given back when it is dropped armed: the same
 /// request as a release (`/v1/release`: each descriptor gives back the hold it names,
@@ -54,9 +58,11 @@ impl Drop for GiveBack<'_> {
         if descriptors.is_empty() || !service.takes_holds(req) {
             return;
         }
+        // A take that waits in a queue leaves it, or gives back the hold it got.
         let release = CheckRequest {
             release: true,
             descriptors,
+            ticket: req.ticket.doing(spillway_core::TicketKind::GiveBack),
             ..CheckRequest::clone(req)
         }
         .validate();
@@ -148,17 +154,31 @@ impl AppState {
     /// shadow.
     pub(crate) async fn check(
         &self,
-        req: CheckRequest,
+        mut req: CheckRequest,
         callers: Callers,
+        queue: Option<&'static str>,
     ) -> Result<CheckResponse, CheckError> {
+        if queue.is_some() {
+            req.ticket = Ticket::new(TicketKind::Queue, rand::random());
+        }
         let req = req.admit(callers)?;
         crate::otel::domain(&tracing::Span::current(), &req.domain);
         // Armed before the store call: a call cancelled during it (Envoy resets the
         // stream when its client goes away, or its timeout passes) gives back what it
         // may have taken, as does one the store failed (a timed-out take may have
-        // committed). Disarmed once the store has answered.
+        // committed). Disarmed once the store has answered. A take waiting in a queue
+        // stays armed while it waits: cancelled, it leaves the queue.
         let mut taking = GiveBack::arm(&self.service, &req);
-        let answer = self.service.checked(&req, None).await;
+        let released = self.service.released().notified();
+        tokio::pin!(released);
+        released.as_mut().enable();
+        let mut answer = self.service.checked(&req, None).await;
+        if let (Ok((first, _)), Some(api)) = (&answer, queue)
+            && let Some(wait) = first.queued
+        {
+            let wait = first.may_wait_in_queue().then_some(wait);
+            answer = self.wait_in_queue(&req, wait, api, released).await;
+        }
         match &answer {
             Ok((_, checked)) if !checked.degraded => taking.disarm(),
             Err(CheckError::Invalid(_)) => taking.disarm(),

@@ -56,7 +56,9 @@ impl RateLimitService for Grpc {
                 self.state.service.dynamic_metadata(),
             )?;
             Ok::<_, CheckError>((
-                self.state.check(req, self.state.grpc_callers).await?,
+                self.state
+                    .check(req, self.state.grpc_callers, Some("grpc"))
+                    .await?,
                 request_metadata,
             ))
         };

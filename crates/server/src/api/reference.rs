@@ -245,7 +245,7 @@ pub(super) async fn check(
         let (req, request_metadata) =
             decode_with_metadata(&body, state.service.dynamic_metadata())?;
         Ok::<_, CheckError>((
-            state.check(req, state.http_callers).await?,
+            state.check(req, state.http_callers, Some("json")).await?,
             request_metadata,
         ))
     };

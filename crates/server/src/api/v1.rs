@@ -236,7 +236,8 @@ pub(super) async fn check(
     let span = otel::decision_span("/v1/check", || parent.headers());
     let answer = async {
         let (req, wait) = decode_check(&body)?;
-        Ok::<_, CheckError>((state.check(req, state.http_callers).await?, wait))
+        let queue = wait.then_some("http");
+        Ok::<_, CheckError>((state.check(req, state.http_callers, queue).await?, wait))
     };
     match answer.instrument(span.clone()).await {
         Ok((mut r, wait)) => {
@@ -292,7 +293,7 @@ async fn on_holds(
     metrics::request(what);
     let answer = async {
         let req = make(decode(&body)?);
-        state.check(req, state.http_callers).await
+        state.check(req, state.http_callers, None).await
     };
     match answer.await {
         Ok(r) => respond_v1(&state, &r, None, None, false),

@@ -29,6 +29,8 @@ impl Service {
         let mut waits = vec![std::time::Duration::ZERO; req.descriptors.len()];
         let mut verdict = Verdict::default();
         let mut next = decided.iter().peekable();
+        // A place kept in a queue: for how long, and whether every denial keeps one.
+        let (mut queued, mut waitable) = (None::<std::time::Duration>, true);
 
         for (i, hit) in hits.iter().enumerate() {
             let decided = next.next_if(|d| d.hit == i);
@@ -41,8 +43,24 @@ impl Service {
                 over,
                 status.code == Code::OverLimit,
             );
-            self.record(domain, hit, &status, decided, now);
-            if over && let Some(key) = &hit.key {
+            match (decided, &hit.rule.limit) {
+                (Some(d), RuleLimit::Limited(l)) if d.decision.queued => {
+                    let wait = l.max_wait();
+                    queued = Some(queued.map_or(wait, |q| q.min(wait)));
+                }
+                _ if status.code == Code::OverLimit => waitable = false,
+                _ => {}
+            }
+            // A take waiting in a queue is counted once, when it is admitted or
+            // refused; each try before is not a decision.
+            let trying = decided.is_some_and(|d| d.decision.queued);
+            if !trying {
+                self.record(domain, hit, &status, decided, now);
+            }
+            if over
+                && !trying
+                && let Some(key) = &hit.key
+            {
                 let name = hit.rule.name.as_ref().unwrap_or(&hit.rule.metric);
                 self.top
                     .record(domain, &hit.rule.metric, name, key.as_str(), minute(now));
@@ -80,10 +98,12 @@ impl Service {
             _ => std::time::Duration::ZERO,
         };
         CheckResponse {
+            waitable: waitable && overall == Code::OverLimit,
             overall,
             statuses,
             metadata,
             wait,
+            queued,
         }
     }
 

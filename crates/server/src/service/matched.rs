@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use spillway_core::{Ticket, TicketKind};
 use spillway_policy::{Mode, Rule, RuleLimit, member_of};
 
 use super::request::Valid;
@@ -67,7 +68,7 @@ impl Service {
                         cost: 1,
                         usage: true,
                         refund: Some(spillway_core::Timestamp::from_micros(0)),
-                        member: last_member(entries),
+                        member: hold_member(rule, release_ticket(req), entries),
                     });
                 }
                 continue;
@@ -90,7 +91,7 @@ impl Service {
                         cost,
                         usage: cost > 0,
                         refund: None,
-                        member: last_member(&d.entries),
+                        member: hold_member(rule, Ticket::default(), &d.entries),
                     });
                 }
                 continue;
@@ -146,7 +147,9 @@ impl Service {
                     // hits; a concurrency rule takes its hits as holds under it.
                     let (member, cost) = match rule.takes_member() {
                         true if rule.shares() => (Some(share_member(rule, &m, &d.entries)), cost),
-                        true if rule.holds() => (last_member(&d.entries), cost),
+                        true if rule.holds() => {
+                            (hold_member(rule, take_ticket(req, rule), &d.entries), cost)
+                        }
                         true => (last_member(&d.entries), cost.min(1)),
                         false => (None, cost),
                     };
@@ -175,8 +178,57 @@ impl Service {
                 }
             }
         }
+        if req.ticket.kind != TicketKind::Plain && hits.iter().any(charges_denials) {
+            // Each try of a take that waits would charge these again: it cannot wait.
+            for h in hits.iter_mut().filter(|h| h.rule.holds() && waits(&h.rule)) {
+                if let Some(m) = h.member.as_mut() {
+                    m.replace_range(..1, "p");
+                }
+            }
+        }
         Ok(hits)
     }
+}
+
+/// Whether a rule's limit waits (`max_wait`): a `concurrency` rule's members are then
+/// tickets.
+fn waits(rule: &Rule) -> bool {
+    matches!(&rule.limit, RuleLimit::Limited(l) if !l.max_wait().is_zero())
+}
+
+/// Whether a hit's rule charges a request it denies (`count_rejected`, the reference's
+/// rules without `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+fn charges_denials(hit: &Hit<'_>) -> bool {
+    matches!(&hit.rule.limit, RuleLimit::Limited(l) if l.charges_rejected(true))
+}
+
+/// The ticket a take brings to a rule: the request's, but plain for a shadow rule
+/// (nothing waits for it, so it must keep no place).
+fn take_ticket(req: &Valid, rule: &Rule) -> Ticket {
+    match rule.mode {
+        Mode::Shadow => req.ticket.doing(TicketKind::Plain),
+        _ => req.ticket,
+    }
+}
+
+/// The ticket a release brings: a leave or give-back of the request's place, else
+/// plain (a client's release gives back a hold, by its id).
+fn release_ticket(req: &Valid) -> Ticket {
+    match req.ticket.kind {
+        TicketKind::Leave | TicketKind::GiveBack => req.ticket,
+        _ => Ticket::default(),
+    }
+}
+
+/// A `concurrency` rule's member: the hold's id (the descriptor's last value), as a
+/// ticket's when the rule waits.
+fn hold_member(rule: &Rule, ticket: Ticket, entries: &[(String, String)]) -> Option<String> {
+    let id = last_member(entries)?;
+    Some(if waits(rule) {
+        ticket.member_str(&id)
+    } else {
+        id
+    })
 }
 
 /// The member a descriptor brings: its last entry's value (a hold's id, what a

@@ -65,6 +65,10 @@ pub struct CheckRequest {
     /// holds, by the descriptor's last value, start their lease again (one lapsed is
     /// taken again if it fits); nothing else is counted.
     pub renew: bool,
+    /// Its place in the queues of the `concurrency` rules with a `max_wait` it takes
+    /// from, made by the service (never read from a client): plain for a caller that
+    /// cannot wait (`/v1/check` without `"wait": true`).
+    pub ticket: spillway_core::Ticket,
 }
 
 /// One descriptor: the path in the policy tree.
@@ -110,6 +114,12 @@ pub struct CheckResponse {
     /// before it goes ahead, the longest of its rules'. Zero when it need not wait, or
     /// when it is over the limit.
     pub wait: Duration,
+    /// Over the limit with a place kept in a `concurrency` rule's queue: how long it
+    /// may wait there (the shortest such rule's `max_wait`). `None` otherwise.
+    pub queued: Option<Duration>,
+    /// With `queued`: every enforcing rule over its limit keeps it a place, so waiting
+    /// may admit it (another that denied it outright would deny it again).
+    pub waitable: bool,
 }
 
 /// One descriptor's answer.
@@ -171,6 +181,12 @@ impl CheckResponse {
         self.overall = Code::OverLimit;
         self.wait = Duration::ZERO;
     }
+
+    /// Whether it waits in a queue for a release: over the limit only where a
+    /// `concurrency` rule keeps its place.
+    pub fn may_wait_in_queue(&self) -> bool {
+        self.queued.is_some() && self.waitable
+    }
 }
 
 impl Status {
@@ -215,6 +231,14 @@ impl std::ops::Deref for Valid {
 }
 
 impl Valid {
+    /// The same request bringing its ticket as one of `kind` (its last try in a queue).
+    pub(crate) fn ticket_doing(&self, kind: spillway_core::TicketKind) -> Valid {
+        Valid(CheckRequest {
+            ticket: self.0.ticket.doing(kind),
+            ..self.0.clone()
+        })
+    }
+
     /// The same request as a reservation's estimate (`/v1/reserve`): checked like any
     /// request even by a metered rule.
     pub(crate) fn reserving(&self) -> Valid {

@@ -165,6 +165,7 @@ impl Service {
             settle: true,
             release: false,
             renew: false,
+            ticket: spillway_core::Ticket::default(),
         }
         .validate()?;
         let failed = match self.checked(&req, None).await {

@@ -14,6 +14,7 @@ mod in_process;
 mod isolation;
 mod metering;
 mod parity;
+mod queue;
 mod reference;
 mod reference_pages;
 mod reference_stats;
