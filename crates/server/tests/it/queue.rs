@@ -217,6 +217,43 @@ async fn a_waiter_whose_client_went_away_leaves_the_queue_and_is_handed_nothing(
     }
 }
 
+/// A replica cut off from Redis (killed, or its network gone) while one of its
+/// requests waits at the head of the queue can neither ask again nor give its place
+/// back: the place lapses `WAITER_GRACE` (two seconds on the store's clock) after it
+/// last asked, and the request behind it, on another replica, is admitted then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_replicas_waiter_holds_the_queue_no_longer_than_the_grace() {
+    use spillway_testkit::proxy::{Proxy, ProxyMode};
+    let url = spillway_testkit::redis::standalone_url();
+    let prefix = spillway_testkit::redis::unique_prefix("queue-cut");
+    let dir = support::tempdir("queue-cut");
+    std::fs::write(dir.join("q.yaml"), POLICY).unwrap();
+    let clock = ManualClock::new(Timestamp::from_secs(support::T0));
+    let a = support::start_on_redis(&url, &prefix, &dir, &clock).await;
+    let proxy = Proxy::start(url.trim_start_matches("redis://").parse().unwrap()).await;
+    let proxied = format!("redis://{}", proxy.addr());
+    let cut = support::start_on_redis(&proxied, &prefix, &dir, &clock).await;
+    let (status, _) = post(&a, "/v1/acquire", &body("tenant", "h0", false)).await;
+    assert_eq!(status, 200);
+    let _dead = grpc_take(cut.grpc_addr, "dead");
+    until_waiting(&url, &prefix, 1).await;
+    proxy.set(ProxyMode::Blackhole);
+    let mut alive = grpc_take(a.grpc_addr, "alive");
+    until_waiting(&url, &prefix, 2).await;
+    let (status, _) = post(&a, "/v1/release", &body("tenant", "h0", false)).await;
+    assert_eq!(status, 200);
+    // The dead waiter's place is live on a clock that stands still: `alive` waits
+    // behind it (a few of its polls).
+    let behind = tokio::time::timeout(Duration::from_secs(1), &mut alive).await;
+    assert!(behind.is_err(), "admitted past the head: {behind:?}");
+    clock.advance(spillway_core::algorithm::concurrency::WAITER_GRACE);
+    assert_eq!(finishes(&mut alive).await.overall_code, Code::Ok as i32);
+    until_waiting(&url, &prefix, 0).await;
+    a.stop().await;
+    proxy.set(ProxyMode::Reset);
+    cut.stop().await;
+}
+
 /// Past `max_wait` (a second), a refusal told when to come back, and nothing left in
 /// the queue; on every backing, the server waits at least the second first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
