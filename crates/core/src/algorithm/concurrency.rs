@@ -117,9 +117,11 @@ impl TicketKind {
 }
 
 /// A take's place in a waiting `concurrency` limit's queue: what it does there and
-/// the nonce that names its waiter. On a limit with `max_wait`, every member a request
-/// brings (take, release, renewal) is [`Ticket::member`]: its kind's byte, the nonce in
-/// 16 hex digits, then the hold's id; on any other limit the member is the id alone.
+/// the nonce that names its waiter. On a limit with `max_wait`, a member that is
+/// [`Ticket::member`] (a NUL byte, its kind's byte, the nonce in 16 hex digits, then
+/// the hold's id) brings a ticket; any other member is a hold's id alone, a plain take
+/// (so ids that begin with a NUL byte are not for these limits). The service makes a
+/// ticket for every request to such a limit, around the id its client sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Ticket {
     /// What the request does in the queue.
@@ -129,7 +131,7 @@ pub struct Ticket {
 }
 
 /// The bytes of a ticket before the hold's id.
-pub const TICKET_BYTES: usize = 17;
+pub const TICKET_BYTES: usize = 18;
 
 impl Ticket {
     /// A ticket of `kind` for the waiter `nonce`.
@@ -139,12 +141,13 @@ impl Ticket {
 
     /// [`member`](Ticket::member) of a text id, as text.
     pub fn member_str(&self, id: &str) -> String {
-        format!("{}{:016x}{id}", char::from(self.kind.byte()), self.nonce)
+        format!("\0{}{:016x}{id}", char::from(self.kind.byte()), self.nonce)
     }
 
     /// The member of a request bringing this ticket and the hold id `id`.
     pub fn member(&self, id: &[u8]) -> Vec<u8> {
         let mut m = Vec::with_capacity(TICKET_BYTES + id.len());
+        m.push(0);
         m.push(self.kind.byte());
         m.extend_from_slice(format!("{:016x}", self.nonce).as_bytes());
         m.extend_from_slice(id);
@@ -158,12 +161,13 @@ impl Ticket {
 }
 
 /// A member read as a ticket: its kind, its waiter's nonce and the hold's id. A member
-/// too short or of no kind is a plain take of the member whole.
+/// that is no ticket (too short, no NUL first, no kind) is a plain take of it whole.
 fn read_ticket(member: &[u8]) -> (TicketKind, &[u8], &[u8]) {
-    match member.first().copied().and_then(TicketKind::of) {
-        Some(kind) if member.len() >= TICKET_BYTES => {
-            (kind, &member[1..TICKET_BYTES], &member[TICKET_BYTES..])
-        }
+    match member {
+        [0, kind, ..] if member.len() >= TICKET_BYTES => match TicketKind::of(*kind) {
+            Some(kind) => (kind, &member[2..TICKET_BYTES], &member[TICKET_BYTES..]),
+            None => (TicketKind::Plain, &[], member),
+        },
         _ => (TicketKind::Plain, &[], member),
     }
 }

@@ -199,3 +199,21 @@ fn futures_executor<T>(f: impl Future<Output = T>) -> T {
         .unwrap()
         .block_on(f)
 }
+
+/// A member that is no ticket is a hold's id, whatever it looks like: the library's
+/// and the tower layer's own ids (hex, `e…` included) take and give back plainly.
+#[test]
+fn an_id_that_is_no_ticket_takes_and_gives_back_plainly() {
+    let q = Queue::new(1, Duration::from_secs(1));
+    let id = b"e0123456789abcdef-1f";
+    let take = Request::new(&q.key, &q.limit, 1).with_member(id);
+    assert!(q.store.decide_one(take, q.now).unwrap().allowed());
+    assert!(!q.store.decide_one(take, q.now).unwrap().allowed());
+    // One release per take: the denied one's mark, then the hold.
+    let release = Request::release(&q.key, &q.limit, id);
+    q.store.decide_one(release, q.now).unwrap();
+    assert!(!q.store.decide_one(take, q.now).unwrap().allowed());
+    q.store.decide_one(release, q.now).unwrap();
+    q.store.decide_one(release, q.now).unwrap();
+    assert!(q.store.decide_one(take, q.now).unwrap().allowed());
+}

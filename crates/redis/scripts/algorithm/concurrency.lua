@@ -58,12 +58,15 @@ local function define_concurrency()
   local KINDS = { p = true, q = true, e = true, l = true, g = true } -- TicketKind's bytes
 
   -- `member` as limit r reads it: a ticket's kind, nonce and id with a wait, the id
-  -- alone (a plain take) without; a member too short or of no kind is an id.
+  -- alone (a plain take) without; a member that is no ticket (too short, no NUL
+  -- first, no kind) is an id.
   local function ticket(r, member)
-    if r.wait == 0 or #member < 17 then return 'p', '', member end
-    local kind = string.sub(member, 1, 1)
+    if r.wait == 0 or #member < 18 or string.byte(member, 1) ~= 0 then
+      return 'p', '', member
+    end
+    local kind = string.sub(member, 2, 2)
     if not KINDS[kind] then return 'p', '', member end
-    return kind, string.sub(member, 2, 17), string.sub(member, 18)
+    return kind, string.sub(member, 3, 18), string.sub(member, 19)
   end
 
   -- When a waiter asking at `now` lapses unless it asks again.

@@ -212,7 +212,7 @@ mod tests {
             .unwrap();
         let reply =
             |o: i64| Value::Array([1, o, 0, 1_000, 7, 0].into_iter().map(Value::Int).collect());
-        let requests = [Request::new(&key, &limit, 1).with_member(b"p0000000000000000r")];
+        let requests = [Request::new(&key, &limit, 1).with_member(b"\0p0000000000000000r")];
         let queued = &parse_reply(reply(4), &requests).unwrap().decisions[0];
         assert!(!queued.allowed() && queued.queued, "{queued:?}");
         assert_eq!(queued.retry_after(), Some(Duration::from_micros(7)));

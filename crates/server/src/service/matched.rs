@@ -182,7 +182,7 @@ impl Service {
             // Each try of a take that waits would charge these again: it cannot wait.
             for h in hits.iter_mut().filter(|h| h.rule.holds() && waits(&h.rule)) {
                 if let Some(m) = h.member.as_mut() {
-                    m.replace_range(..1, "p");
+                    m.replace_range(1..2, "p");
                 }
             }
         }
