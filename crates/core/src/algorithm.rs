@@ -87,6 +87,12 @@ impl State {
         }))
     }
 
+    /// The state of a `shares` limit as the Redis script keeps it, decoded (see
+    /// [`shares::Tree::from_script`]); `None` for bytes of another layout.
+    pub fn shares_from_script(v: &[u8]) -> Option<State> {
+        Some(State(Inner::Shares(shares::Tree::from_script(v)?)))
+    }
+
     /// A `shares` tree's state, if this is one.
     pub(crate) fn tree(&self) -> Option<&shares::Tree> {
         match &self.0 {

@@ -211,6 +211,22 @@ impl Limit {
             .path(&tree, now.as_micros(), cost, member)
     }
 
+    /// Where `member`'s request of `cost` stands in a `shares` limit at `now` on
+    /// `state` (its path and wait, and what its child's guarantee, its borrowing and
+    /// the parent have left), for `explain`. `None` for other algorithms.
+    pub fn share_place(
+        &self,
+        state: &crate::State,
+        now: crate::Timestamp,
+        cost: u64,
+        member: &[u8],
+    ) -> Option<crate::algorithm::shares::Place> {
+        let tree = state.tree().cloned().unwrap_or_default();
+        self.params
+            .shares()?
+            .place(&tree, now.as_micros(), cost, member)
+    }
+
     /// What the algorithm promises: the most units it admits in any window of length
     /// `window` (fixed windows: `limit` per aligned window, so twice that across an
     /// edge; token bucket and GCRA: a full burst plus a window's refill). `None` for

@@ -166,6 +166,23 @@ impl RedisStore {
             .map_err(Failure::error)
     }
 
+    /// The bytes of `key`'s state for `limit` at `now` as the script keeps them
+    /// (`None`: no state), for a reader of one algorithm's layout (`explain` reads a
+    /// `shares` tree: `State::shares_from_script`).
+    pub async fn state_bytes(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        now: Timestamp,
+    ) -> Result<Option<Vec<u8>>, CoreError> {
+        let mut get = redis::cmd("GET");
+        get.arg(self.key_for(key, limit, now));
+        match self.query(&get).await? {
+            Value::BulkString(v) => Ok(Some(v)),
+            _ => Ok(None),
+        }
+    }
+
     /// Whether Redis answers a `PING` within the store's timeout (readiness checks).
     pub async fn ping(&self) -> Result<(), CoreError> {
         self.query(&redis::cmd("PING")).await.map(drop)

@@ -23,6 +23,28 @@ pub enum AnyStore {
 }
 
 impl AnyStore {
+    /// `key`'s `shares` tree for `limit`, as the store holds it now (for `explain`):
+    /// `None` when it holds none.
+    pub async fn shares_state(
+        &self,
+        key: &Key,
+        limit: &Limit,
+        now: Timestamp,
+    ) -> Result<Option<spillway_core::State>, Error> {
+        match self {
+            AnyStore::Memory(m) => Ok(m.state(key, limit)),
+            AnyStore::Redis(r) => match r.state_bytes(key, limit, now).await? {
+                None => Ok(None),
+                Some(v) => spillway_core::State::shares_from_script(&v)
+                    .map(Some)
+                    .ok_or_else(|| Error::Store {
+                        source: "the key holds no shares state".into(),
+                        transient: false,
+                    }),
+            },
+        }
+    }
+
     /// Connects to the store `settings.url` names: `memory` (holding at most
     /// `memory_bytes`), or a Redis URL reached with `settings.redis` (TLS, credentials),
     /// within `settings.timeout` a call, with `cluster_shards` on Cluster.

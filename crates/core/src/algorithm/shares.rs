@@ -243,6 +243,73 @@ impl Params {
         let (name, t) = self.terms(member)?;
         Some(self.plan(s, now, cost, name, t).path)
     }
+    /// Where `member`'s request of `cost` stands at `now` on `s`, for `explain`: its
+    /// path (and wait), and the units its child's guarantee, its borrowing (its
+    /// ceiling and the parent at its fair band) and the parent have left now.
+    pub fn place(&self, s: &Tree, now: u64, cost: u64, member: &[u8]) -> Option<Place> {
+        let (name, t) = self.terms(member)?;
+        let path = self.plan(s, now, cost, name, t).path;
+        let me = s.children.iter().find(|e| *e.name == *name);
+        let (g0, c0) = me.map_or((0, 0), |e| (e.g, e.c));
+        let parent = s.parent.max(now);
+        let guaranteed = t.guarantee.map_or(0, |pace| {
+            slack(now, pace.tolerance, g0.max(now), pace.emission(1))
+        });
+        let per_unit = self.parent.emission(1);
+        let borrowable = slack(now, t.ceiling.tolerance, c0.max(now), t.ceiling.emission(1))
+            .min(slack(now, t.bands[0], parent, per_unit));
+        Some(Place {
+            path,
+            guaranteed,
+            borrowable,
+            parent: slack(now, self.parent.tolerance, parent, per_unit),
+        })
+    }
+}
+
+/// Where a request stands in a `shares` tree ([`Params::place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    /// How it would be admitted, or why not.
+    pub path: Path,
+    /// Units its child's guarantee has left now.
+    pub guaranteed: u64,
+    /// Units it could borrow now: its ceiling's and the parent's at its fair band.
+    pub borrowable: u64,
+    /// Units the parent has left now, every band together.
+    pub parent: u64,
+}
+
+impl Tree {
+    /// The state the Redis script keeps (shares.lua's layout: the parent's TAT, then
+    /// per child its weight, TATs `g`, `c`, `f`, when it last asked, all doubles, its
+    /// name's length, 4 bytes, and its name), decoded; `None` for bytes of another
+    /// layout.
+    pub fn from_script(v: &[u8]) -> Option<Tree> {
+        let f64_at = |p: usize| -> Option<u64> {
+            let b: [u8; 8] = v.get(p..p + 8)?.try_into().ok()?;
+            Some(f64::from_le_bytes(b) as u64)
+        };
+        let mut tree = Tree {
+            parent: f64_at(0)?,
+            children: Vec::new(),
+        };
+        let mut p = 8;
+        while p < v.len() {
+            let len: [u8; 4] = v.get(p + 40..p + 44)?.try_into().ok()?;
+            let len = u32::from_le_bytes(len) as usize;
+            tree.children.push(Entry {
+                weight: f64_at(p)?,
+                g: f64_at(p + 8)?,
+                c: f64_at(p + 16)?,
+                f: f64_at(p + 24)?,
+                asked: f64_at(p + 32)?,
+                name: v.get(p + 44..p + 44 + len)?.into(),
+            });
+            p += 44 + len;
+        }
+        Some(tree)
+    }
 }
 
 /// The fair share's emission time for `cost` units: the pool's, scaled by the active

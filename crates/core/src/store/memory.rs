@@ -149,6 +149,15 @@ impl<H: HashKeys> MemoryStore<H> {
         Some(std::mem::size_of::<Entry>() + key.text_bytes() + e.spilled_bytes(&table.spills))
     }
 
+    /// A copy of `key`'s state for `limit`'s shape, as it stands (`explain` reads a
+    /// `shares` tree with it); `None` when the key holds none.
+    pub fn state(&self, key: &Key, limit: &Limit) -> Option<State> {
+        let hash = self.inner.hash(key);
+        let table = lock(self.inner.shard(hash));
+        let e = table.entries.find(hash, |e| key.is(&e.key))?;
+        e.state(limit.shape(), &table.spills)
+    }
+
     /// Drops every key whose state has expired by `now`; returns how many.
     pub fn purge_expired(&self, now: Timestamp) -> usize {
         let now = now.as_micros();

@@ -109,6 +109,50 @@ pub struct ShareExplanation {
     pub ceil: u64,
     pub weight: u64,
     pub burst: u64,
+    /// Where the request stands now, read from the store: `None` when it could not be.
+    pub place: Option<SharePlace>,
+}
+
+/// A request's place in a `shares` tree now, at its cost: how it would go and what
+/// its child's guarantee, its borrowing and the parent have left (units).
+#[derive(Debug, Serialize)]
+pub struct SharePlace {
+    /// `guaranteed`, `borrowed` or `refused`.
+    pub path: &'static str,
+    /// Borrowed or refused: within the child's fair share of what the others leave
+    /// (else past it, the excess the lowest priorities are shed from first).
+    pub fair: Option<bool>,
+    /// Borrowed: how long it would wait (its rule's `max_wait` at most), ms.
+    pub wait_ms: u64,
+    /// Refused: when it could go, ms.
+    pub retry_after_ms: Option<u64>,
+    /// Units its child's guarantee has left now.
+    pub guaranteed_left: u64,
+    /// Units it could borrow now (its ceiling, and the parent at its band).
+    pub borrowable_left: u64,
+    /// Units the parent has left now.
+    pub parent_left: u64,
+}
+
+impl SharePlace {
+    fn of(place: spillway_core::algorithm::shares::Place) -> SharePlace {
+        use spillway_core::algorithm::shares::Path;
+        let ms = |us: u64| ceil_ms(std::time::Duration::from_micros(us));
+        let (path, fair, wait_ms, retry_after_ms) = match place.path {
+            Path::Guaranteed => ("guaranteed", None, 0, None),
+            Path::Borrowed { wait, fair } => ("borrowed", Some(fair), ms(wait), None),
+            Path::Denied { retry, fair } => ("refused", Some(fair), 0, Some(ms(retry))),
+        };
+        SharePlace {
+            path,
+            fair,
+            wait_ms,
+            retry_after_ms,
+            guaranteed_left: place.guaranteed,
+            borrowable_left: place.borrowable,
+            parent_left: place.parent,
+        }
+    }
 }
 
 /// A counter as the store holds it.
@@ -284,6 +328,15 @@ impl Service {
             look = look.with_member(m.as_bytes());
         }
         let store = self.stores_for(&hit.rule).1.store();
+        if let (Some(share), Some(member)) = (out.share.as_mut(), &hit.member) {
+            // Read, not decided: the tree as the store holds it, placed in core.
+            share.place = match store.shares_state(key, limit, now).await {
+                Ok(state) => limit
+                    .share_place(&state.unwrap_or_default(), now, hit.cost, member.as_bytes())
+                    .map(SharePlace::of),
+                Err(_) => None,
+            };
+        }
         match store.check(&[look], now).await {
             Ok(batch) => {
                 let d: &Decision = &batch.decisions[0];
@@ -363,6 +416,7 @@ fn share_of(
         ceil,
         weight,
         burst,
+        place: None,
     })
 }
 

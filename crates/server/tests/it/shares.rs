@@ -131,6 +131,80 @@ async fn batch_is_shed_first_and_a_guarantee_is_honoured_past_the_borrowers() {
     }
 }
 
+/// `explain` places a request in the tree, from the store's state (memory and Redis
+/// alike): within its child's guarantee while that has room, then borrowing from what
+/// the parent has left, then refused; with what the guarantee, the borrowing and the
+/// parent have left at each step.
+#[tokio::test]
+async fn explain_places_a_request_guaranteed_borrowed_or_refused() {
+    for (n, backing) in support::backings().into_iter().enumerate() {
+        let domain = format!("place{n}");
+        let policy = POLICY.replace("domain: s", &format!("domain: {domain}"));
+        let s = Server::start("shares-place", &[("s.yaml", &policy)], backing.clone()).await;
+        let gold = body_in(&domain, "gold", Some("interactive"));
+        let place = |explained: serde_json::Value| {
+            explained["descriptors"][0]["limits"][0]["share"]["place"].clone()
+        };
+        let free = body_in(&domain, "free", Some("interactive"));
+        let (status, explained) = s.post("/v1/explain", &gold).await;
+        assert_eq!(status, 200, "{explained}");
+        let fresh = place(explained);
+        assert_eq!(fresh["path"], "guaranteed", "{backing:?}: {fresh}");
+        assert_eq!(fresh["guaranteed_left"], 4, "{fresh}");
+        assert_eq!(fresh["parent_left"], 10, "{fresh}");
+        // Free guarantees nothing: it borrows, at once, up to its burst (3) within
+        // the interactive band (6 of the parent's 10, the guaranteed 4 kept free).
+        let borrower = place(s.post("/v1/explain", &free).await.1);
+        assert_eq!(borrower["path"], "borrowed", "{backing:?}: {borrower}");
+        assert_eq!(borrower["wait_ms"], 0, "{borrower}");
+        assert_eq!(borrower["guaranteed_left"], 0, "{borrower}");
+        assert_eq!(borrower["borrowable_left"], 3, "{borrower}");
+        // Gold spends its guarantee (and its burst: refused until it refills); the
+        // parent has six left, of which the band lets free borrow two.
+        for _ in 0..4 {
+            assert_eq!(s.check(gold.clone()).await.0, 200);
+        }
+        let spent = place(s.post("/v1/explain", &gold).await.1);
+        assert_eq!(spent["path"], "refused", "{backing:?}: {spent}");
+        assert_eq!(spent["guaranteed_left"], 0, "{spent}");
+        assert_eq!(spent["parent_left"], 6, "{spent}");
+        assert_eq!(
+            place(s.post("/v1/explain", &free).await.1)["borrowable_left"],
+            2
+        );
+        let mut borrowed = 0;
+        while s.check(free.clone()).await.0 == 200 {
+            borrowed += 1;
+            assert!(borrowed <= 10, "{backing:?}: borrowing never stopped");
+        }
+        assert_eq!(borrowed, 2, "{backing:?}");
+        let refused = place(s.post("/v1/explain", &free).await.1);
+        assert_eq!(refused["path"], "refused", "{backing:?}: {refused}");
+        assert_eq!(refused["borrowable_left"], 0, "{refused}");
+        assert!(refused["retry_after_ms"].as_u64().unwrap() > 0, "{refused}");
+        // Nothing explained was charged: the same look again says the same.
+        assert_eq!(place(s.post("/v1/explain", &free).await.1), refused);
+
+        // With a max_wait (and a parent's burst with room for it), a borrower past its
+        // burst is placed after its wait: its ceiling (10 a second) frees one each
+        // 100 ms.
+        let waiting = policy.replace("burst: 10\n", "burst: 20\n            max_wait: 100ms\n");
+        assert_ne!(waiting, policy);
+        let s = Server::start(
+            "shares-place-wait",
+            &[("s.yaml", &waiting)],
+            backing.clone(),
+        )
+        .await;
+        for _ in 0..3 {
+            assert_eq!(s.check(free.clone()).await.0, 200);
+        }
+        let later = place(s.post("/v1/explain", &free).await.1);
+        assert_eq!(later["path"], "borrowed", "{backing:?}: {later}");
+        assert_eq!(later["wait_ms"], 100, "{later}");
+    }
+}
+
 /// A shares rule takes no usage (a request is guaranteed or borrows before it goes):
 /// a clear 400, nothing charged.
 #[tokio::test]

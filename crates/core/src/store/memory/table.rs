@@ -319,6 +319,19 @@ impl Entry {
         });
     }
 
+    /// A copy of `shape`'s state, if the entry holds one.
+    pub(super) fn state(&self, shape: Shape, spills: &Spills) -> Option<State> {
+        if self.holds_inline(shape) {
+            return Some(self.load(shape));
+        }
+        let spill = &spills[self.spill()?];
+        spill
+            .states
+            .iter()
+            .find(|(s, _)| *s == shape)
+            .map(|(_, state)| state.clone())
+    }
+
     /// `shape`'s state, for a batch to decide on: taken out of line (no state left in its
     /// place), or a copy of the inline one; [`put`](Entry::put) sets it back.
     pub(super) fn take(&mut self, shape: Shape, spills: &mut Spills) -> Option<State> {
