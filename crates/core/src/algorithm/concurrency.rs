@@ -232,7 +232,7 @@ struct Hold {
     lapse: u64,
 }
 
-/// A key's holds, its waiters (each a [`Hold`] named by its nonce, lapsing when it
+/// A key's holds, its waiters (each a `Hold` named by its nonce, lapsing when it
 /// loses its place), in arrival order, and the newest time a charge saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Holds {
@@ -267,7 +267,7 @@ impl Holds {
         if let Some(i) = at {
             self.waiters.remove(i);
         }
-        at.is_some() && !nonce.is_empty()
+        at.is_some()
     }
 
     /// The holds live at `now` (marks too: they take no slot).
@@ -439,8 +439,9 @@ impl Meter for Params {
     /// its own), and its waiter, if it waited, out of the queue; denied, a mark of the
     /// id that its release will give back while the id is held (a denied take takes no
     /// slot), and with a [`TicketKind::Queue`] ticket its place in the queue: joined
-    /// or kept when this limit denied it, left when another did. `count_rejected` does
-    /// not apply (`Limit` refuses it).
+    /// or kept when this limit denied it, left when another did (or, its last try
+    /// over, [`TicketKind::Last`]). `count_rejected` does not apply (`Limit` refuses
+    /// it).
     fn commit(&self, s: &mut Holds, now: u64, cost: u64, admitted: bool, member: &[u8]) {
         if cost == 0 {
             return;

@@ -92,7 +92,7 @@ local function define_concurrency()
     for i, w in ipairs(s.waiters) do
       if w[1] == nonce then
         table.remove(s.waiters, i)
-        return nonce ~= ''
+        return true
       end
     end
     return false
