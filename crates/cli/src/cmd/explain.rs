@@ -140,6 +140,27 @@ pub fn describe(v: &Value) -> String {
     out
 }
 
+/// A request's place in a `shares` tree: how it would go, and what is left.
+fn share_place(place: &serde_json::Map<String, Value>) -> String {
+    let ms = |k: &str| Duration::from_millis(place[k].as_u64().unwrap_or(0));
+    let how = match place["path"].as_str() {
+        Some("borrowed") if ms("wait_ms").is_zero() => "borrows now".to_owned(),
+        Some("borrowed") => format!("borrows after {}", duration::format(ms("wait_ms"))),
+        Some("refused") => format!("refused for {}", duration::format(ms("retry_after_ms"))),
+        Some(path) => path.to_owned(),
+        None => "?".to_owned(),
+    };
+    let fair = match place["fair"].as_bool() {
+        Some(true) => " within its fair share",
+        Some(false) => " past its fair share",
+        None => "",
+    };
+    format!(
+        "{how}{fair} ({} guaranteed, {} borrowable, {} of the parent left)",
+        place["guaranteed_left"], place["borrowable_left"], place["parent_left"]
+    )
+}
+
 fn limit_line(l: &Value) -> String {
     let rule = l["rule"].as_str().unwrap_or("?");
     let algorithm = l["algorithm"].as_str().unwrap_or("?");
@@ -167,6 +188,9 @@ fn limit_line(l: &Value) -> String {
                 None => String::new(),
             }
         ));
+        if let Some(place) = share["place"].as_object() {
+            line.push_str(&format!(", {}", share_place(place)));
+        }
     }
     if let Some(s) = l["state"].as_object() {
         line.push_str(&format!(

@@ -109,7 +109,10 @@ descriptors:
     let status = s.rewrite("w.yaml", bad).await;
     let error = status.error.expect("refused");
     assert!(error.contains("max_wait"), "{error}");
-    assert!(error.contains("token_bucket, gcra and shares"), "{error}");
+    assert!(
+        error.contains("token_bucket, gcra, shares and concurrency"),
+        "{error}"
+    );
     let status = s.rewrite("w.yaml", &POLICY.replace("300ms", "soon")).await;
     assert!(status.error.expect("refused").contains("max_wait"));
     // The rule in force still waits.
