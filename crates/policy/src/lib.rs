@@ -39,6 +39,7 @@
 pub mod duration;
 mod error;
 mod load;
+pub mod overrides;
 mod raw;
 mod rule;
 mod set;
