@@ -111,6 +111,11 @@ impl Override {
         })
     }
 
+    /// The domain of its path alone, as the policy loader read it.
+    pub fn into_domain(self) -> Domain {
+        self.domain
+    }
+
     /// The path it sets.
     pub fn entries(&self) -> &[(String, String)] {
         &self.entries

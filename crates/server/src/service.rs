@@ -19,6 +19,7 @@ pub(crate) mod candidate;
 mod decide;
 mod explain;
 mod matched;
+mod overrides;
 pub(crate) mod request;
 pub(crate) mod reserve;
 mod status;
@@ -31,6 +32,7 @@ pub use explain::{
     DeniedBy, DescriptorExplanation, Explanation, LimitExplanation, LimitState, PathStep,
 };
 pub(crate) use matched::RELEASE_ENTRY;
+use overrides::Rules;
 pub use request::CheckError;
 use request::{CheckResponse, Code, Status, Valid};
 
@@ -117,6 +119,8 @@ pub struct Service {
     /// Woken at every hold this replica gives back: a take waiting in a queue here
     /// tries again at once (one given back on another replica is seen at its next poll).
     released: tokio::sync::Notify,
+    /// Limits set as data for exact paths, before the files' (`overrides.rs`).
+    overrides: overrides::Overrides,
 }
 
 impl std::fmt::Debug for Service {
@@ -224,7 +228,31 @@ impl Service {
             stats: Arc::default(),
             per_second: None,
             released: tokio::sync::Notify::new(),
+            overrides: overrides::Overrides::default(),
         }
+    }
+
+    /// Sets an override: `o`'s limits for its exact path of `domain`, before the
+    /// policy file's rules (replacing an override of that path). Kept in this process.
+    pub fn set_override(
+        &self,
+        domain: &str,
+        o: spillway_policy::overrides::Override,
+    ) -> Result<(), String> {
+        self.overrides
+            .set(domain, o, |set| self.options.prepare(set))?;
+        self.forget_denials();
+        Ok(())
+    }
+
+    /// Removes `domain`'s override of `entries`: the file's rules apply again. Whether
+    /// there was one.
+    pub fn remove_override(&self, domain: &str, entries: &[(String, String)]) -> bool {
+        let removed = self.overrides.remove(domain, entries);
+        if removed {
+            self.forget_denials();
+        }
+        removed
     }
 
     /// Woken at every hold this replica gives back (see `Service::released`).
@@ -277,7 +305,11 @@ impl Service {
     pub fn replace_policies(&self, policies: PolicySet) {
         self.policies
             .store(Arc::new(self.options.prepare(policies)));
-        // A limit may have grown: a denial cached under the old one may not hold.
+        self.forget_denials();
+    }
+
+    /// A limit may have grown: a denial cached under the old one may not hold.
+    fn forget_denials(&self) {
         for (_, stores) in self.every_store() {
             stores.forget_all();
         }
@@ -356,7 +388,9 @@ impl Service {
             return Ok((answer, Checked::default()));
         };
         // Three stages over one value: match, decide, answer.
-        let mut check = self.matched(req, domain)?;
+        let overrides = self.overrides.load();
+        let rules = Rules::with(domain, overrides.as_ref());
+        let mut check = self.matched(req, rules)?;
         let decided = self.decide(&mut check, carried).await?;
         let checked = Checked {
             degraded: decided.iter().any(|d| d.degraded),

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use super::Service;
 use super::decide::requests;
 use super::matched::drop_replaced;
+use super::overrides::Rules;
 use super::request::Valid;
 use super::status::Verdict;
 use crate::metrics;
@@ -167,7 +168,7 @@ impl Service {
             return;
         };
         // Its own counters: the set's keys are under `KEY_PREFIX`.
-        let Ok(mut hits) = self.hits(req, domain) else {
+        let Ok(mut hits) = self.hits(req, Rules::of_file(domain)) else {
             return;
         };
         drop_replaced(&mut hits);

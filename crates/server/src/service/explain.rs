@@ -7,6 +7,7 @@ use serde::Serialize;
 use spillway_core::{Decision, Request, Store};
 use spillway_policy::{Mode, RuleLimit};
 
+use super::overrides::Rules;
 use super::request::{CheckError, Valid, ceil_ms};
 use super::status::Verdict;
 use super::{Hit, Service};
@@ -205,7 +206,9 @@ impl Service {
                     .collect(),
             });
         };
-        let hits = self.hits(req, domain)?;
+        let overrides = self.overrides.load();
+        let rules = Rules::with(domain, overrides.as_ref());
+        let hits = self.hits(req, rules)?;
         let now = self.clock.now();
 
         let mut descriptors: Vec<DescriptorExplanation> = req

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use spillway_core::{Ticket, TicketKind};
 use spillway_policy::{Mode, Rule, RuleLimit, member_of};
 
+use super::overrides::Rules;
 use super::request::Valid;
 use super::{Check, CheckError, Hit, Service, override_key, rule_refunds};
 
@@ -18,9 +19,9 @@ impl Service {
     pub(super) fn matched<'p>(
         &self,
         req: &Valid,
-        domain: &'p spillway_policy::Domain,
+        rules: Rules<'p>,
     ) -> Result<Check<'p>, CheckError> {
-        let mut hits = self.hits(req, domain)?;
+        let mut hits = self.hits(req, rules)?;
         drop_replaced(&mut hits);
         let counted = |h: &Hit<'_>| h.key.is_some();
         // With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a request of reference rules only
@@ -49,15 +50,16 @@ impl Service {
     pub(super) fn hits<'p>(
         &self,
         req: &Valid,
-        domain: &'p spillway_policy::Domain,
+        rules: Rules<'p>,
     ) -> Result<Vec<Hit<'p>>, CheckError> {
+        let domain = rules.file;
         let mut hits = Vec::with_capacity(req.descriptors.len());
         for (i, d) in req.descriptors.iter().enumerate() {
             // At most 2^53: `CheckRequest::validate` checked it ([`Valid`]).
             let cost = d.hits.unwrap_or(req.hits);
             let invalid =
                 |e: spillway_core::Error| CheckError::Invalid(format!("descriptor {i}: {e}"));
-            if let Some((m, entries)) = releasing(req, domain, &d.entries) {
+            if let Some((m, entries)) = releasing(req, rules, &d.entries) {
                 // A release: the holds its concurrency rules name are given back, and
                 // nothing else is counted.
                 for rule in m.rules.iter().filter(|r| r.holds()) {
@@ -80,7 +82,7 @@ impl Service {
             if req.renew {
                 // `/v1/renew`: the holds its concurrency rules name renewed, nothing
                 // else counted.
-                let Some(m) = domain.resolve(&d.entries) else {
+                let Some(m) = rules.resolve(&d.entries) else {
                     continue;
                 };
                 for rule in m.rules.iter().filter(|r| r.holds()) {
@@ -115,7 +117,7 @@ impl Service {
                     refund: req.refund.filter(|_| req.usage && cost > 0),
                     member: None,
                 });
-            } else if let Some(m) = domain.resolve(&d.entries) {
+            } else if let Some(m) = rules.resolve(&d.entries) {
                 for rule in m.rules {
                     let key = counts(rule)
                         .then(|| m.key(rule))
@@ -265,7 +267,7 @@ pub const RELEASE_ENTRY: &str = "release";
 /// led by a `release` entry of a tree that has such a key is matched as it is.
 fn releasing<'p, 'e>(
     req: &Valid,
-    domain: &'p spillway_policy::Domain,
+    rules: Rules<'p>,
     entries: &'e [(String, String)],
 ) -> Option<(spillway_policy::Match<'p>, &'e [(String, String)])> {
     let rest = match entries.split_first() {
@@ -273,7 +275,7 @@ fn releasing<'p, 'e>(
         _ if req.release => entries,
         _ => return None,
     };
-    let m = domain.resolve(rest)?;
+    let m = rules.resolve(rest)?;
     m.rules.iter().any(Rule::holds).then_some((m, rest))
 }
 

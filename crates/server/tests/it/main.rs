@@ -13,6 +13,7 @@ mod http;
 mod in_process;
 mod isolation;
 mod metering;
+mod overrides;
 mod parity;
 mod queue;
 mod reference;
