@@ -141,6 +141,8 @@ async fn streams_past_the_bound_are_refused_and_made_up_domains_grow_no_series()
         "a made-up domain became a label"
     );
     let grown = after.lines().count().saturating_sub(before.lines().count());
-    // The `unknown` share histogram and the refusal counters, not a series a domain.
-    assert!(grown <= 40, "/metrics grew by {grown} lines");
+    // A series per domain would be 10,000 lines or more. The recorder is the process's:
+    // other tests running beside this one add their own series meanwhile (tens of lines
+    // each), so the bound is an order of magnitude below the domains, not an exact count.
+    assert!(grown < 1_000, "/metrics grew by {grown} lines");
 }
