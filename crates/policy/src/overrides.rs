@@ -1,9 +1,13 @@
-//! Limits as data (a first step of #63): an *override* sets the limits of one exact
-//! descriptor path of a domain (`api_key=abc`), in the policy's own form (any
-//! algorithm, metered budgets and calendar periods included), and is checked as
-//! strictly as a policy file, because it is one: a domain holding that path alone, read
-//! by the same loader. Where the service keeps overrides and how a request finds one
-//! come next; this is what one is.
+//! Limits as data (#63): an *override* sets the limits of one exact descriptor path of
+//! a domain (`api_key=abc`), in the policy's own form (any algorithm, metered budgets
+//! and calendar periods included), and is checked as strictly as a policy file,
+//! because it is one: the loader reads the limits as a domain's.
+//!
+//! What the loader reads is the override's *plan*: its limits on a path of its keys
+//! alone (`api_key`, no value), which matches any values of those keys and counts
+//! each path apart, as a key-only descriptor of a policy file does. Every override of
+//! the same keys and limits (every customer of one plan) shares one plan: a million
+//! overrides cost a million paths, not a million compiled domains.
 
 use std::path::Path;
 
@@ -31,89 +35,37 @@ impl std::fmt::Display for OverrideError {
     }
 }
 
-/// One override, checked: its path and the rules it sets there.
+/// One override, checked: its path, its limits (as canonical JSON) and its plan.
 #[derive(Debug)]
 pub struct Override {
     entries: Vec<(String, String)>,
-    /// A domain of the path alone, as the loader read it.
-    domain: Domain,
+    limits: String,
+    /// The domain of the override's keys alone, as the loader read it.
+    plan: Domain,
 }
 
 impl Override {
     /// The override of `domain`'s path `entries` setting `limits` (a list of limits in
     /// the policy's native form, as JSON). Refused, with every field at fault, when
-    /// the path is empty, too long or names a pattern (a value ending in `*`: an
-    /// override is for one exact path; a pattern belongs in the policy file), or when
-    /// the policy loader refuses the limits.
+    /// the path is refused ([`check_path`]) or the policy loader refuses the limits.
     pub fn compile(
         domain: &str,
         entries: &[(String, String)],
         limits: &serde_json::Value,
     ) -> Result<Override, Vec<OverrideError>> {
-        let mut errors = Vec::new();
-        let mut error = |field: String, message: &str| {
-            errors.push(OverrideError {
-                field,
-                message: message.to_owned(),
-            });
-        };
-        if entries.is_empty() {
-            error(
-                "entries".into(),
-                "an override needs a path of one entry or more",
-            );
-        }
-        if entries.len() > MAX_ENTRIES {
-            error(
-                "entries".into(),
-                &format!("{} entries, the most is {MAX_ENTRIES}", entries.len()),
-            );
-        }
-        for (i, (k, v)) in entries.iter().enumerate() {
-            if k.is_empty() {
-                error(format!("entries[{i}].key"), "empty");
-            }
-            if k.len() > MAX_ENTRY_LEN || v.len() > MAX_ENTRY_LEN {
-                error(
-                    format!("entries[{i}]"),
-                    &format!("longer than {MAX_ENTRY_LEN} bytes"),
-                );
-            }
-            if v.ends_with('*') {
-                error(
-                    format!("entries[{i}].value"),
-                    "an override names one exact path, not a pattern (a value ending in `*` \
-                     belongs in the policy file)",
-                );
-            }
-        }
-        if !limits.is_array() {
-            error(
-                "limits".into(),
-                "a list of limits, in the policy's native form",
-            );
-        }
-        if !errors.is_empty() {
-            return Err(errors);
-        }
-        let text = policy_text(domain, entries, limits);
-        let parsed = crate::parse(Path::new("override"), &text).map_err(|e| {
-            e.iter()
-                .map(|e| OverrideError {
-                    field: field_of(&e.field, entries.len()),
-                    message: e.message.clone(),
-                })
-                .collect::<Vec<_>>()
-        })?;
+        check_path(entries)?;
+        let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
+        let plan = plan(domain, &keys, limits)?;
         Ok(Override {
             entries: entries.to_vec(),
-            domain: parsed,
+            limits: limits.to_string(),
+            plan,
         })
     }
 
-    /// The domain of its path alone, as the policy loader read it.
-    pub fn into_domain(self) -> Domain {
-        self.domain
+    /// Its plan: the domain of its keys alone, whose rules apply to its path.
+    pub fn into_plan(self) -> Domain {
+        self.plan
     }
 
     /// The path it sets.
@@ -121,26 +73,102 @@ impl Override {
         &self.entries
     }
 
+    /// Its limits, as canonical JSON (objects' fields in order): equal limits, equal
+    /// text, so a plan can be found by it.
+    pub fn limits(&self) -> &str {
+        &self.limits
+    }
+
     /// The rules it sets, in the order given.
     pub fn rules(&self) -> &[Rule] {
-        self.domain.resolve(&self.entries).map_or(&[], |m| m.rules)
+        self.plan.resolve(&self.entries).map_or(&[], |m| m.rules)
     }
 }
 
-/// The policy file of `domain` holding the path `entries` alone, with `limits` at its
-/// end: JSON scalars and lists are YAML's flow form, so every value goes in as JSON,
+/// Whether `entries` may be an override's path: one entry or more, at most
+/// [`MAX_ENTRIES`], keys not empty, keys and values at most [`MAX_ENTRY_LEN`] bytes,
+/// and no value a pattern (ending in `*`: an override is for one exact path; a
+/// pattern belongs in the policy file). Refused naming each entry at fault.
+pub fn check_path(entries: &[(String, String)]) -> Result<(), Vec<OverrideError>> {
+    let mut errors = Vec::new();
+    let mut error = |field: String, message: &str| {
+        errors.push(OverrideError {
+            field,
+            message: message.to_owned(),
+        });
+    };
+    if entries.is_empty() {
+        error(
+            "entries".into(),
+            "an override needs a path of one entry or more",
+        );
+    }
+    if entries.len() > MAX_ENTRIES {
+        error(
+            "entries".into(),
+            &format!("{} entries, the most is {MAX_ENTRIES}", entries.len()),
+        );
+    }
+    for (i, (k, v)) in entries.iter().enumerate() {
+        if k.is_empty() {
+            error(format!("entries[{i}].key"), "empty");
+        }
+        if k.len() > MAX_ENTRY_LEN || v.len() > MAX_ENTRY_LEN {
+            error(
+                format!("entries[{i}]"),
+                &format!("longer than {MAX_ENTRY_LEN} bytes"),
+            );
+        }
+        if v.ends_with('*') {
+            error(
+                format!("entries[{i}].value"),
+                "an override names one exact path, not a pattern (a value ending in `*` \
+                 belongs in the policy file)",
+            );
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+/// The plan of `limits` over `keys` in `domain`: the domain holding the path of those
+/// keys alone (no values) with `limits` at its end, as the policy loader reads it.
+/// Refused naming the override's fields (`limits[0].window`).
+pub fn plan(
+    domain: &str,
+    keys: &[&str],
+    limits: &serde_json::Value,
+) -> Result<Domain, Vec<OverrideError>> {
+    if !limits.is_array() {
+        return Err(vec![OverrideError {
+            field: "limits".into(),
+            message: "a list of limits, in the policy's native form".into(),
+        }]);
+    }
+    let text = policy_text(domain, keys, limits);
+    crate::parse(Path::new("override"), &text).map_err(|e| {
+        e.iter()
+            .map(|e| OverrideError {
+                field: field_of(&e.field, keys.len()),
+                message: e.message.clone(),
+            })
+            .collect()
+    })
+}
+
+/// The policy file of `domain` holding the path of `keys` alone, with `limits` at its
+/// end: JSON scalars and lists are YAML's flow form, so every key goes in as JSON,
 /// quoted and escaped.
-fn policy_text(domain: &str, entries: &[(String, String)], limits: &serde_json::Value) -> String {
+fn policy_text(domain: &str, keys: &[&str], limits: &serde_json::Value) -> String {
     let json = |s: &str| serde_json::Value::from(s).to_string();
     let mut text = format!("domain: {}\ndescriptors:\n", json(domain));
-    for (depth, (k, v)) in entries.iter().enumerate() {
+    for (depth, k) in keys.iter().enumerate() {
         let pad = "    ".repeat(depth);
-        text.push_str(&format!(
-            "{pad}  - key: {}\n{pad}    value: {}\n",
-            json(k),
-            json(v)
-        ));
-        if depth + 1 < entries.len() {
+        text.push_str(&format!("{pad}  - key: {}\n", json(k)));
+        if depth + 1 < keys.len() {
             text.push_str(&format!("{pad}    descriptors:\n"));
         } else {
             text.push_str(&format!("{pad}    limits: {limits}\n"));
@@ -192,7 +220,8 @@ mod tests {
         assert_eq!(rules[0].name.as_deref(), Some("per-minute"));
         assert_eq!(rules[0].requests_per_unit, 1000);
         assert!(rules[1].metered);
-        assert_eq!(&*rules[0].metric, "org_acme.api_key_k1");
+        // The plan's: one metric for every customer of it, not a series per key.
+        assert_eq!(&*rules[0].metric, "org.api_key");
     }
 
     #[test]

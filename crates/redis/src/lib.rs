@@ -35,6 +35,7 @@ mod coalesce;
 mod connection;
 mod error;
 mod key;
+pub mod overrides;
 pub mod pem;
 mod script;
 mod store;

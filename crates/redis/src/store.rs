@@ -137,6 +137,11 @@ impl RedisStore {
         self.inner.layout.key(key, limit, now)
     }
 
+    /// The prefix of every key this store writes (`spillway:` by default).
+    pub fn prefix(&self) -> &str {
+        &self.inner.layout.prefix
+    }
+
     /// A store of the same server, prefix and settings on a connection of its own,
     /// whose calls may take `timeout`: for work whose calls must not wait behind the
     /// decisions', nor count against their connection (RLQS's shares). It runs scripts

@@ -16,6 +16,7 @@
 
 pub mod grpc;
 pub mod headers;
+mod limits;
 mod metadata;
 pub mod openapi;
 mod ops;

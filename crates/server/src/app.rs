@@ -53,6 +53,9 @@ pub enum StartError {
     /// The reference's stats cannot be kept as asked (an invalid mapping file).
     #[error("stats: {0}")]
     Stats(String),
+    /// The overrides' journal could not be read.
+    #[error("overrides: {0}")]
+    Overrides(String),
     /// Stopped while waiting for the store.
     #[error("stopped while waiting for the store")]
     Stopped,
@@ -158,14 +161,33 @@ impl AppBuilder {
             AnyStore::Memory(_) => Box::new(crate::rlqs::MemoryLedger::default()),
         };
         let quotas = crate::rlqs::Quotas::new(config.rlqs.clone(), ledger);
+        // Overrides live where the store keeps state: in Redis (on a connection of
+        // their own, with time for a page of them), else in a journal of this process.
+        let kept = match &store {
+            AnyStore::Redis(redis) => crate::limits::Kept::redis(
+                redis.another(OVERRIDES_TIMEOUT).await?,
+                &config.store.key_prefix,
+            ),
+            AnyStore::Memory(_) => crate::limits::Kept::journal(Some(config.overrides_file())),
+        };
         let state = state(
             &config,
             policies,
             (store, per_second),
-            quotas,
+            (quotas, kept),
             self.clock,
             stats,
         );
+        // A journal that cannot be read stops the start: its overrides are limits. A
+        // Redis that does not answer yet is tried again every poll.
+        if let Err(e) = state.limits.load().await {
+            match state.service.stores().store().is_local() {
+                true => return Err(StartError::Overrides(e)),
+                false => {
+                    tracing::warn!(target: "spillway_server", error = %e, "overrides not loaded yet: the policies' rules apply until they are")
+                }
+            }
+        }
         Ok(App {
             config,
             state,
@@ -173,6 +195,10 @@ impl AppBuilder {
         })
     }
 }
+
+/// How long a call of the overrides' registry to Redis may take (a page of a full
+/// load, a change): admin work, on a connection apart from the decisions'.
+const OVERRIDES_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Opens the store `store` describes; with `stop`, waits while it is unreachable. A
 /// bad URL fails at once.
@@ -202,7 +228,7 @@ fn state(
     config: &Config,
     policies: PolicySet,
     (store, per_second): (AnyStore, Option<AnyStore>),
-    quotas: crate::rlqs::Quotas,
+    (quotas, kept): (crate::rlqs::Quotas, crate::limits::Kept),
     clock: Arc<dyn Clock>,
     stats: Arc<Stats>,
 ) -> Arc<AppState> {
@@ -242,8 +268,10 @@ fn state(
         service = service.with_candidate(candidate);
     }
     let xds = config.xds();
+    let service = Arc::new(service);
     Arc::new(AppState {
-        service: Arc::new(service),
+        limits: Arc::new(crate::limits::Registry::new(Arc::clone(&service), kept)),
+        service,
         history: crate::history::History::default(),
         headers: config.headers.clone(),
         grpc_callers: config.service.grpc_callers,

@@ -111,6 +111,8 @@ pub struct Rules {
     pub path: PathBuf,
     /// Candidate policies decided in shadow beside the live ones.
     pub candidate: Option<PathBuf>,
+    /// Where the memory store's overrides are kept (by default beside `path`).
+    pub overrides_file: Option<PathBuf>,
     /// Reload policy files (and the candidate's) when they change.
     pub watch: bool,
     /// Files that declare one domain make one domain (`MERGE_DOMAIN_CONFIG`).
@@ -347,6 +349,26 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Where the memory store keeps overrides: `overrides_file`, else beside the
+    /// policies (`policies.yaml` or the directory `policies`: `policies.overrides.ndjson`
+    /// next to it, never inside a directory the loader reads).
+    pub fn overrides_file(&self) -> PathBuf {
+        if let Some(path) = &self.rules.overrides_file {
+            return path.clone();
+        }
+        let policies = &self.rules.path;
+        let stem = if policies.is_dir() {
+            policies.file_name()
+        } else {
+            policies.file_stem()
+        };
+        let name = format!(
+            "{}.overrides.ndjson",
+            stem.map_or("policies".into(), |s| s.to_string_lossy())
+        );
+        policies.with_file_name(name)
+    }
+
     /// How policy files are read.
     pub fn load_options(&self) -> spillway_policy::LoadOptions {
         spillway_policy::LoadOptions {

@@ -40,6 +40,7 @@ mod app;
 pub mod ceiling;
 pub mod config;
 mod history;
+pub mod limits;
 pub mod listen;
 pub mod metrics;
 pub mod otel;

@@ -254,8 +254,8 @@ async fn connection<I, A, B>(
     let service = tower::service_fn({
         let activity = Arc::clone(&activity);
         move |mut request: Request<Incoming>| {
-            if let Some(presented) = presented {
-                request.extensions_mut().insert(presented);
+            if let Some(presented) = &presented {
+                request.extensions_mut().insert(presented.clone());
             }
             // The peer, where a service reads it (tonic's `remote_addr`): an RLQS
             // stream's Envoy, which takes over its own shares when it comes back. Not

@@ -290,6 +290,21 @@ pub fn breaker(store: &'static str, state: BreakerState) {
     gauge!("spillway_breaker_state", "store" => store).set(value);
 }
 
+/// How many overrides this replica applies now (`crate::limits`).
+pub fn overrides(n: usize) {
+    gauge!("spillway_overrides").set(n as f64);
+}
+
+/// An override changed through this replica's admin API (`put` or `delete`).
+pub fn override_change(op: &'static str) {
+    counter!("spillway_override_changes_total", "op" => op).increment(1);
+}
+
+/// A poll for overrides changed elsewhere failed (the store did not answer).
+pub fn override_sync_failed() {
+    counter!("spillway_override_sync_failures_total").increment(1);
+}
+
 /// A configuration (re)load: `success` or `error`.
 pub fn config_load(ok: bool, domains: usize) {
     let result = if ok { "success" } else { "error" };

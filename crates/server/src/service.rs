@@ -19,7 +19,7 @@ pub(crate) mod candidate;
 mod decide;
 mod explain;
 mod matched;
-mod overrides;
+pub(crate) mod overrides;
 pub(crate) mod request;
 pub(crate) mod reserve;
 mod status;
@@ -232,27 +232,26 @@ impl Service {
         }
     }
 
-    /// Sets an override: `o`'s limits for its exact path of `domain`, before the
-    /// policy file's rules (replacing an override of that path). Kept in this process.
-    pub fn set_override(
+    /// Applies overrides' changes (the registry's, `crate::limits`), in order, as one
+    /// swap: refused whole when an override's limits do not compile.
+    pub(crate) fn apply_overrides(
         &self,
-        domain: &str,
-        o: spillway_policy::overrides::Override,
-    ) -> Result<(), String> {
-        self.overrides
-            .set(domain, o, |set| self.options.prepare(set))?;
+        changes: &[overrides::Set<'_>],
+        replace: bool,
+    ) -> Result<(), Vec<spillway_policy::overrides::OverrideError>> {
+        let prepare = |set| self.options.prepare(set);
+        if replace {
+            self.overrides.replace(changes, prepare)?;
+        } else {
+            self.overrides.apply(changes, prepare)?;
+        }
         self.forget_denials();
         Ok(())
     }
 
-    /// Removes `domain`'s override of `entries`: the file's rules apply again. Whether
-    /// there was one.
-    pub fn remove_override(&self, domain: &str, entries: &[(String, String)]) -> bool {
-        let removed = self.overrides.remove(domain, entries);
-        if removed {
-            self.forget_denials();
-        }
-        removed
+    /// Every override now.
+    pub(crate) fn overrides(&self) -> std::sync::Arc<overrides::Index> {
+        self.overrides.snapshot()
     }
 
     /// Woken at every hold this replica gives back (see `Service::released`).

@@ -140,6 +140,8 @@ pub struct AppState {
     pub history: crate::history::History,
     /// The Rate Limit Quota Service's streams and buckets.
     pub quotas: crate::rlqs::Quotas,
+    /// Overrides: limits set as data by the admin API (`/v1/limits`).
+    pub limits: Arc<crate::limits::Registry>,
 }
 
 impl AppState {

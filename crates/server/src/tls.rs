@@ -106,10 +106,32 @@ impl Certs {
     }
 }
 
-/// Whether the client of an HTTP request over mutual TLS presented a certificate (a
-/// request extension; absent without mutual TLS).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClientCert(pub bool);
+/// Whether the client of an HTTP request over mutual TLS presented a certificate, and
+/// its subject (a request extension; absent without mutual TLS). The admin API names a
+/// change's author by it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCert {
+    /// A certificate was presented (and the CA and SAN checks passed).
+    pub presented: bool,
+    /// Its subject's distinguished name (`CN=ops,O=Acme`), when it has one.
+    pub subject: Option<Arc<str>>,
+}
+
+impl ClientCert {
+    /// Of a connection whose client presented `chain` (its own certificate first).
+    pub fn of(chain: Option<&[rustls::pki_types::CertificateDer<'_>]>) -> ClientCert {
+        let subject = chain
+            .and_then(|c| c.first())
+            .and_then(|c| x509_parser::parse_x509_certificate(c).ok())
+            .map(|(_, c)| c.subject().to_string())
+            .filter(|s| !s.is_empty())
+            .map(Arc::from);
+        ClientCert {
+            presented: chain.is_some(),
+            subject,
+        }
+    }
+}
 
 /// Whether `path` is a health probe: answered to a client without a certificate, and
 /// on the admin listener without its token (a probe has neither).

@@ -54,6 +54,15 @@ pub(super) async fn config(State(state): State<Arc<AppState>>) -> Response {
             rule["store"] = (if second { "per_second" } else { "main" }).into();
         }
     }
+    // Each domain's overrides (`/v1/limits/{domain}` lists them).
+    let overrides = state.service.overrides();
+    for d in &mut domains {
+        let n = d["domain"]
+            .as_str()
+            .and_then(|name| overrides.get(name))
+            .map_or(0, |o| o.len());
+        d["overrides"] = n.into();
+    }
     let stores: Vec<_> = state
         .service
         .every_store()

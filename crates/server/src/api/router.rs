@@ -21,7 +21,7 @@ use http_body_util::BodyExt;
 use subtle::ConstantTimeEq;
 
 use super::respond::{self, Refused};
-use super::{openapi, ops, reference, ui, v1};
+use super::{limits, openapi, ops, reference, ui, v1};
 use crate::metrics;
 use crate::state::AppState;
 use crate::tls::{ClientCert, is_health};
@@ -64,6 +64,11 @@ pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>, hosts: Arc<[S
         .route("/v1/config", get(ops::config))
         .route("/v1/top", get(ops::top))
         .route("/v1/history", get(ops::history))
+        .route(
+            "/v1/limits/{domain}",
+            get(limits::get).put(limits::put).delete(limits::delete),
+        )
+        .route("/v1/limits/{domain}/history", get(limits::history))
         .route("/rlconfig", get(ops::rlconfig))
         .route("/openapi.json", get(openapi::serve))
         .fallback(|| async { respond::refused(Refused::NoSuchEndpoint) })
@@ -109,7 +114,10 @@ fn with_health(routes: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
 
 /// Over mutual TLS, a client that presented no certificate reaches health only.
 async fn client_cert(request: Request, next: Next) -> Response {
-    let presented = request.extensions().get::<ClientCert>().is_none_or(|c| c.0);
+    let presented = request
+        .extensions()
+        .get::<ClientCert>()
+        .is_none_or(|c| c.presented);
     if presented || is_health(request.uri().path()) {
         next.run(request).await
     } else {
@@ -121,10 +129,11 @@ async fn client_cert(request: Request, next: Next) -> Response {
 /// user name), compared in constant time; health needs none.
 async fn admin_token(
     State(token): State<Option<Arc<str>>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let Some(token) = token else {
+        request.extensions_mut().insert(limits::Caller("anonymous"));
         return next.run(request).await;
     };
     if is_health(request.uri().path()) {
@@ -137,6 +146,7 @@ async fn admin_token(
         .and_then(presented_token);
     match given {
         Some(given) if bool::from(given.as_bytes().ct_eq(token.as_bytes())) => {
+            request.extensions_mut().insert(limits::Caller("token"));
             next.run(request).await
         }
         _ => respond::refused(Refused::Unauthorized),

@@ -191,6 +191,7 @@ impl App {
             async move {
                 let upkeep = tokio::spawn(upkeep(Arc::clone(&state), reporter, shutdown.clone()));
                 let sync = tokio::spawn(sync(Arc::clone(&state)));
+                tokio::spawn(Arc::clone(&state.limits).follow(shutdown.clone()));
                 let admin = async {
                     if let Some(admin) = admin {
                         listen::serve(

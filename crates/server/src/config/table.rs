@@ -302,6 +302,9 @@ pub static SETTINGS: &[Setting] = &[
     row("candidate_config", "rules", "", "FILE|DIR",
         "candidate policies decided in shadow on the same traffic, on counters of their own, answering nobody",
         Path, |c, v| { c.rules.candidate = path(v); Ok(()) }),
+    row("overrides_file", "rules", "", FILE,
+        "with the memory store, where overrides set by the admin API (/v1/limits) are kept: by default beside `config` (policies.yaml: policies.overrides.ndjson); on Redis they are kept in Redis",
+        Path, |c, v| { c.rules.overrides_file = path(v); Ok(()) }),
     row("watch", "rules", "true", BOOL,
         "reload the policies when their files change",
         Bool, |c, v| { c.rules.watch = boolean(v)?; Ok(()) })

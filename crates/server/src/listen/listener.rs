@@ -151,7 +151,7 @@ pub(super) async fn open_tcp(
             let presented = tls
                 .certs
                 .mutual()
-                .then(|| ClientCert(stream.get_ref().1.peer_certificates().is_some()));
+                .then(|| ClientCert::of(stream.get_ref().1.peer_certificates()));
             (Either::Right(stream), presented)
         }
     };

@@ -108,6 +108,27 @@ pub static METRICS: &[Metric] = &[
         "—",
     ),
     metric(
+        "spillway_overrides",
+        "gauge",
+        "—",
+        "overrides (limits set as data, `/v1/limits`) this replica applies now, every domain together",
+        "—",
+    ),
+    metric(
+        "spillway_override_changes_total",
+        "counter",
+        "`op`: `put`, `delete`",
+        "overrides changed through this replica's admin API (each also logged under `spillway::audit`: who, the path, before and after)",
+        "—",
+    ),
+    metric(
+        "spillway_override_sync_failures_total",
+        "counter",
+        "—",
+        "polls for overrides changed on other replicas that failed (the store did not answer): the replica keeps applying the overrides it has, and tries again every 250 ms",
+        "—",
+    ),
+    metric(
         "spillway_rlqs_streams",
         "gauge",
         "—",

@@ -44,7 +44,22 @@ pub struct DescriptorExplanation {
     pub unmatched: Option<String>,
     /// Envoy's per-descriptor limit, used instead of the configuration.
     pub override_limit: bool,
+    /// The override (`/v1/limits`) whose limits apply to exactly this path, instead of
+    /// the policy file's (whose path `path` still shows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overridden_by: Option<OverriddenBy>,
     pub limits: Vec<LimitExplanation>,
+}
+
+/// The override a descriptor's path has.
+#[derive(Debug, Serialize)]
+pub struct OverriddenBy {
+    /// The path as text (`api_key=abc`).
+    pub path: String,
+    /// The change that set it, who made it and when.
+    pub version: u64,
+    pub by: String,
+    pub at_ms: u64,
 }
 
 /// One `(key, value)` entry.
@@ -201,6 +216,7 @@ impl Service {
                         matched: false,
                         unmatched: Some(format!("no policy file declares domain `{}`", req.domain)),
                         override_limit: false,
+                        overridden_by: None,
                         limits: Vec::new(),
                     })
                     .collect(),
@@ -216,6 +232,13 @@ impl Service {
             .iter()
             .map(|d| {
                 let trace = domain.trace(&d.entries);
+                let overridden_by = rules.overridden(&d.entries).map(|o| OverriddenBy {
+                    path: crate::limits::path_text(&d.entries),
+                    version: o.version,
+                    by: o.by.to_string(),
+                    at_ms: o.at_ms,
+                });
+                let overridden = overridden_by.is_some();
                 DescriptorExplanation {
                     entries: entries(&d.entries),
                     path: trace
@@ -227,11 +250,12 @@ impl Service {
                             matched_by: s.how.name(),
                         })
                         .collect(),
-                    matched: d.limit.is_some() || trace.matched.is_some(),
-                    unmatched: (d.limit.is_none())
+                    matched: d.limit.is_some() || overridden || trace.matched.is_some(),
+                    unmatched: (d.limit.is_none() && !overridden)
                         .then(|| trace.unmatched.map(|u| u.to_string()))
                         .flatten(),
                     override_limit: d.limit.is_some(),
+                    overridden_by,
                     limits: Vec::new(),
                 }
             })

@@ -110,6 +110,7 @@ impl Server {
             "/v1/config",
             "/v1/explain",
             "/v1/rlqs",
+            "/v1/limits",
             "/rlconfig",
         ]
         .iter()
@@ -236,6 +237,8 @@ pub fn tempdir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("server-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // The memory store's overrides journal, beside the policies.
+    let _ = std::fs::remove_file(dir.with_extension("overrides.ndjson"));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }

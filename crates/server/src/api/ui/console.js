@@ -362,6 +362,10 @@ async function refresh() {
     previous = { at, counts };
     $("interval").textContent = seconds > 0 ? `rates over the last ${seconds.toFixed(1)} s` : "";
     const rules = config.domains.reduce((n, d) => n + d.rules.length, 0);
+    const overridden = config.domains.filter((d) => d.overrides > 0);
+    $("overrides").textContent = overridden.length === 0 ? "" :
+      "Overrides (limits set by the admin API for exact paths, before these rules): " +
+      overridden.map((d) => `${d.domain} ${plural(d.overrides, "path")} (GET /v1/limits/${d.domain})`).join(", ");
     const error = config.last_load_error ? ` · last reload failed: ${config.last_load_error}` : "";
     status.className = error ? "status error" : "status";
     status.textContent = `${plural(names.length, "domain")}, ${plural(rules, "rule")} · policies loaded ${plural(config.loads, "time")}${error} · updated ${new Date().toLocaleTimeString()}`;
