@@ -172,6 +172,74 @@ async fn in_process() {
     }
     let per = start.elapsed() / (2 * n) as u32;
     println!("Service::check in process, memory store, two tasks: {per:?} per decision (wall)");
+    with_overrides(&service, n).await;
+}
+
+/// The same decisions with a million overrides (limits set as data) loaded: on paths
+/// that have one, and on paths that do not (the policy file's rule, after a lookup that
+/// misses). `BENCH_OVERRIDES` sets how many (default 1,000,000).
+async fn with_overrides(service: &spillway_server::Service, n: usize) {
+    let count = env("BENCH_OVERRIDES", 1_000_000) as usize;
+    let limits =
+        serde_json::json!([{ "algorithm": "gcra", "limit": 1_000_000_000, "window": "1s" }]);
+    let rss = || {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("VmRSS:"))?.to_owned();
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .unwrap_or(0)
+    };
+    let before = rss();
+    let start = Instant::now();
+    let all: Vec<_> = (0..count)
+        .map(|i| (vec![("user".into(), format!("u{i}"))], limits.clone()))
+        .collect();
+    service.set_overrides("bench", &all).unwrap();
+    drop(all);
+    let took = start.elapsed();
+    // More, one at a time: what a change costs with the domain full (the first after
+    // the big one pays the allocator's tidying of what the load freed: not counted).
+    let more = |i: usize| [("user".to_owned(), format!("one-more-{i}"))];
+    service.set_override("bench", &more(0), &limits).unwrap();
+    let start = Instant::now();
+    for i in 1..=100 {
+        service.set_override("bench", &more(i), &limits).unwrap();
+    }
+    println!(
+        "one more override set alone in {:?} each",
+        start.elapsed() / 100
+    );
+    println!(
+        "{count} overrides set in one change in {took:?} ({:?} each), RSS +{} MB ({} bytes each)",
+        took / count.max(1) as u32,
+        (rss().saturating_sub(before)) / 1024,
+        (rss().saturating_sub(before)) * 1024 / count.max(1) as u64
+    );
+    for (what, prefix) in [("overridden", "u"), ("not overridden", "x")] {
+        let requests: Vec<spillway_server::Valid> = (0..KEYS)
+            .map(|i| spillway_server::CheckRequest {
+                domain: "bench".into(),
+                descriptors: vec![spillway_server::Descriptor {
+                    entries: vec![("user".into(), format!("{prefix}{i}"))],
+                    ..Default::default()
+                }],
+                hits: 1,
+                ..Default::default()
+            })
+            .map(|r| r.validate().expect("a valid request"))
+            .collect();
+        let start = Instant::now();
+        for i in 0..n {
+            let r = service.check(&requests[i % KEYS]).await.unwrap();
+            assert_eq!(r.overall, spillway_server::Code::Ok);
+        }
+        let per = start.elapsed() / n as u32;
+        println!(
+            "Service::check in process, memory store, one task, {count} overrides, paths {what}: {per:?} per decision"
+        );
+    }
 }
 
 fn report(name: &str, r: &Run, ceiling: f64) {

@@ -27,6 +27,7 @@ use spillway_policy::overrides::{self, OverrideError};
 
 use crate::service::Service;
 use crate::service::overrides::Set;
+pub use crate::service::overrides::path_text;
 
 mod kept;
 
@@ -386,7 +387,7 @@ impl Registry {
     fn all_records(&self) -> Vec<Record> {
         let all = self.service.overrides();
         all.iter()
-            .flat_map(|(domain, d)| d.iter().map(|(path, e)| record_of(domain, path, e)))
+            .flat_map(|(domain, d)| d.iter().map(|(path, e)| record_of(domain, &path, e)))
             .collect()
     }
 
@@ -444,29 +445,28 @@ impl Registry {
         let limit = limit.clamp(1, PAGE_MAX);
         // The `limit + 1` first past `after` in text order: a bounded heap over one
         // pass, not a sort of them all.
-        let mut first: std::collections::BinaryHeap<(String, &Vec<(String, String)>)> =
-            std::collections::BinaryHeap::new();
-        for path in d.keys() {
-            let text = path_text(path);
+        let mut first = std::collections::BinaryHeap::new();
+        for (path, e) in d.iter() {
+            let text = path_text(&path);
             if !text.starts_with(prefix) || after.is_some_and(|a| text.as_str() <= a) {
                 continue;
             }
             if first.len() <= limit {
-                first.push((text, path));
-            } else if first.peek().is_some_and(|(t, _)| text < *t) {
+                first.push(Ranked(text, path, Arc::clone(e)));
+            } else if first.peek().is_some_and(|r| text < r.0) {
                 first.pop();
-                first.push((text, path));
+                first.push(Ranked(text, path, Arc::clone(e)));
             }
         }
         let mut first = first.into_sorted_vec();
         let next = (first.len() > limit).then(|| {
             first.truncate(limit);
-            first.last().map(|(t, _)| t.clone()).unwrap_or_default()
+            first.last().map(|r| r.0.clone()).unwrap_or_default()
         });
         Page {
             overrides: first
                 .iter()
-                .filter_map(|(_, path)| d.get(*path).map(|e| record_of(domain, path, e)))
+                .map(|r| record_of(domain, &r.1, &r.2))
                 .collect(),
             next,
             total: d.len(),
@@ -486,6 +486,33 @@ impl Registry {
             .take(limit)
             .map(|c| Change::clone(c))
             .collect()
+    }
+}
+
+/// An override in a page, ranked by its path's text.
+struct Ranked(
+    String,
+    Vec<(String, String)>,
+    Arc<crate::service::overrides::Entry>,
+);
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Ranked) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Ranked {}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Ranked) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Ranked) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
     }
 }
 
@@ -528,29 +555,4 @@ fn record_of(
         by: e.by.to_string(),
         at_ms: e.at_ms,
     }
-}
-
-/// A path as text: `key=value` entries joined by `/`, with `%` and `/` in keys and
-/// values written `%25` and `%2F` (so that no two paths have one text). Pages are in its order
-/// and filtered by its prefix.
-pub fn path_text(path: &[(String, String)]) -> String {
-    let mut text = String::new();
-    let escaped = |s: &str, text: &mut String| {
-        for c in s.chars() {
-            match c {
-                '%' => text.push_str("%25"),
-                '/' => text.push_str("%2F"),
-                c => text.push(c),
-            }
-        }
-    };
-    for (i, (k, v)) in path.iter().enumerate() {
-        if i > 0 {
-            text.push('/');
-        }
-        escaped(k, &mut text);
-        text.push('=');
-        escaped(v, &mut text);
-    }
-    text
 }

@@ -290,7 +290,7 @@ pub fn breaker(store: &'static str, state: BreakerState) {
     gauge!("spillway_breaker_state", "store" => store).set(value);
 }
 
-/// How many overrides this replica applies now (`crate::limits`).
+/// How many overrides this replica applies now (`limits.rs`).
 pub fn overrides(n: usize) {
     gauge!("spillway_overrides").set(n as f64);
 }

@@ -232,21 +232,52 @@ impl Service {
         }
     }
 
-    /// Applies overrides' changes (the registry's, `crate::limits`), in order, as one
+    /// Applies overrides' changes (the registry's, `limits.rs`), in order, as one
     /// swap: refused whole when an override's limits do not compile.
     pub(crate) fn apply_overrides(
         &self,
         changes: &[overrides::Set<'_>],
         replace: bool,
     ) -> Result<(), Vec<spillway_policy::overrides::OverrideError>> {
-        let prepare = |set| self.options.prepare(set);
-        if replace {
-            self.overrides.replace(changes, prepare)?;
-        } else {
-            self.overrides.apply(changes, prepare)?;
-        }
+        self.overrides
+            .apply(changes, replace, |set| self.options.prepare(set))?;
         self.forget_denials();
         Ok(())
+    }
+
+    /// Sets `domain`'s override of exactly `entries` to `limits` (the policy's native
+    /// form, as JSON) in this service alone: for a program that embeds the service and
+    /// keeps its overrides itself (the admin API's registry keeps, shares and audits
+    /// them). Refused, naming the fields at fault, as the admin API refuses it.
+    pub fn set_override(
+        &self,
+        domain: &str,
+        entries: &[(String, String)],
+        limits: &serde_json::Value,
+    ) -> Result<(), Vec<spillway_policy::overrides::OverrideError>> {
+        self.set_overrides(domain, &[(entries.to_vec(), limits.clone())])
+    }
+
+    /// [`Service::set_override`] for many paths at once, as one change (a change
+    /// copies a 256th of the domain's overrides: many at once copy it once).
+    pub fn set_overrides(
+        &self,
+        domain: &str,
+        overrides: &[(Vec<(String, String)>, serde_json::Value)],
+    ) -> Result<(), Vec<spillway_policy::overrides::OverrideError>> {
+        let at_ms = self.now().as_micros() / 1000;
+        let sets: Vec<overrides::Set<'_>> = overrides
+            .iter()
+            .map(|(entries, limits)| overrides::Set {
+                domain,
+                entries,
+                limits: Some(limits),
+                version: 0,
+                by: "in process",
+                at_ms,
+            })
+            .collect();
+        self.apply_overrides(&sets, false)
     }
 
     /// Every override now.

@@ -1,5 +1,5 @@
 //! `/v1/limits/{domain}` on the admin listener: overrides, limits set as data for one
-//! exact descriptor path (`crate::limits`). `PUT` sets one, `GET` reads one (`?entry=`)
+//! exact descriptor path (`limits.rs`). `PUT` sets one, `GET` reads one (`?entry=`)
 //! or a page (`?prefix=&after=&limit=`), `DELETE` removes one, and
 //! `/v1/limits/{domain}/history?entry=` shows a path's last changes. A path is named
 //! by `entry=key=value` parameters in order (the key before the first `=`).

@@ -233,7 +233,7 @@ impl Service {
             .map(|d| {
                 let trace = domain.trace(&d.entries);
                 let overridden_by = rules.overridden(&d.entries).map(|o| OverriddenBy {
-                    path: crate::limits::path_text(&d.entries),
+                    path: super::overrides::path_text(&d.entries),
                     version: o.version,
                     by: o.by.to_string(),
                     at_ms: o.at_ms,

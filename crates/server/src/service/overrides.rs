@@ -1,13 +1,15 @@
 //! Overrides (#63): limits set as data for one exact descriptor path of a domain
 //! ([`spillway_policy::overrides::Override`]), kept and shared by the registry
-//! (`crate::limits`); this is the service's index of them. A request's path is looked
+//! (`limits.rs`); this is the service's index of them. A request's path is looked
 //! up among its domain's overrides first, then in the policy file's tree: an override
 //! takes precedence for exactly its path, a sibling path keeps the file's rules. While
 //! there are none, a request does not even load the index.
 //!
-//! The index is a persistent map (`imbl`) behind an `ArcSwap`: a change copies the few
-//! trie nodes on its path, not the map, and a request decides on the snapshot it
-//! loaded. Overrides of the same keys and limits share one compiled plan.
+//! The index is behind an `ArcSwap`: a request decides on the snapshot it loaded. A
+//! domain's overrides are 256 hash maps (by the path's hash), each behind an `Arc`: a
+//! change copies the one map it touches (a 256th of the domain, its keys shared), not
+//! the domain, and a lookup is one hash map's (a flat byte key, one allocation an
+//! override). Overrides of the same keys and limits share one compiled plan.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,14 +20,118 @@ use parking_lot::Mutex;
 use spillway_policy::overrides::{self, OverrideError};
 use spillway_policy::{Domain, Match, PolicySet};
 
-/// An override's path: its entries, in order.
-pub(crate) type Path = Vec<(String, String)>;
-
 /// Every domain's overrides.
-pub(crate) type Index = imbl::HashMap<Arc<str>, DomainOverrides>;
+pub(crate) type Index = HashMap<Arc<str>, DomainOverrides>;
 
-/// One domain's overrides, by path.
-pub(crate) type DomainOverrides = imbl::HashMap<Path, Arc<Entry>>;
+/// How many maps a domain's overrides are spread over.
+const SHARDS: usize = 256;
+
+type Shard = HashMap<Arc<[u8]>, Arc<Entry>, foldhash::fast::RandomState>;
+
+/// One domain's overrides, by path (encoded: [`encode`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DomainOverrides {
+    /// Empty, or [`SHARDS`] maps.
+    shards: Vec<Arc<Shard>>,
+    len: usize,
+    /// Picks a path's map.
+    hasher: foldhash::fast::RandomState,
+}
+
+impl DomainOverrides {
+    /// How many overrides.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn shard(&self, key: &[u8]) -> usize {
+        use std::hash::BuildHasher;
+        let h = self.hasher.hash_one(key);
+        (h ^ (h >> 29) ^ (h >> 53)) as usize % SHARDS
+    }
+
+    /// The override of exactly `entries`.
+    pub(crate) fn get(&self, entries: &[(String, String)]) -> Option<&Arc<Entry>> {
+        if self.len == 0 {
+            return None;
+        }
+        KEY.with_borrow_mut(|key| {
+            encode(entries, key);
+            self.shards[self.shard(key)].get(key.as_slice())
+        })
+    }
+
+    fn insert(&mut self, entries: &[(String, String)], entry: Arc<Entry>) {
+        if self.shards.is_empty() {
+            self.shards = (0..SHARDS).map(|_| Arc::default()).collect();
+        }
+        let mut key = Vec::new();
+        encode(entries, &mut key);
+        let i = self.shard(&key);
+        if Arc::make_mut(&mut self.shards[i])
+            .insert(Arc::from(key), entry)
+            .is_none()
+        {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, entries: &[(String, String)]) {
+        if self.len == 0 {
+            return;
+        }
+        let mut key = Vec::new();
+        encode(entries, &mut key);
+        let i = self.shard(&key);
+        if Arc::make_mut(&mut self.shards[i])
+            .remove(key.as_slice())
+            .is_some()
+        {
+            self.len -= 1;
+        }
+    }
+
+    /// Every override: its path and its entry.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Vec<(String, String)>, &Arc<Entry>)> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.iter())
+            .map(|(k, e)| (decode(k), e))
+    }
+}
+
+thread_local! {
+    /// A lookup's encoded path: no allocation a decision.
+    static KEY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `entries` as one byte string, each key and value after its length (so that no two
+/// paths encode alike), into `out`.
+fn encode(entries: &[(String, String)], out: &mut Vec<u8>) {
+    out.clear();
+    for (k, v) in entries {
+        for s in [k, v] {
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+    }
+}
+
+/// The entries `encode` wrote.
+fn decode(mut key: &[u8]) -> Vec<(String, String)> {
+    let mut next = || {
+        let (len, rest) = key.split_first_chunk::<4>()?;
+        let len = u32::from_le_bytes(*len) as usize;
+        let (s, rest) = rest.split_at_checked(len)?;
+        key = rest;
+        Some(String::from_utf8_lossy(s).into_owned())
+    };
+    let mut entries = Vec::new();
+    while let (Some(k), Some(v)) = (next(), next()) {
+        entries.push((k, v));
+    }
+    entries
+}
 
 /// A snapshot of every domain's overrides.
 pub(crate) type Snapshot = arc_swap::Guard<Arc<Index>>;
@@ -57,6 +163,9 @@ pub(crate) struct Plan {
     limits: Arc<str>,
 }
 
+/// The authors of overrides, each kept once.
+type Authors = HashMap<String, Arc<str>>;
+
 /// What a plan is found by: the domain, the path's keys and the canonical limits.
 type PlanKey = (Arc<str>, Vec<String>, Arc<str>);
 
@@ -65,8 +174,9 @@ type PlanKey = (Arc<str>, Vec<String>, Arc<str>);
 pub(crate) struct Overrides {
     all: ArcSwap<Index>,
     any: AtomicBool,
-    /// Writers one at a time; the plans in use, by what they are compiled from.
-    plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
+    /// Writers one at a time; the plans in use, by what they are compiled from, and
+    /// the authors (shared by their overrides).
+    plans: Mutex<(HashMap<PlanKey, Arc<Plan>>, Authors)>,
 }
 
 /// One change to apply to the index.
@@ -92,68 +202,64 @@ impl Overrides {
         self.all.load_full()
     }
 
-    /// Applies `changes` in order as one swap, each prepared by `prepare`. A change
-    /// older than the override it meets (a version at or below the path's) is passed
-    /// over: the registry may hear of a change twice. Refused whole, nothing applied,
-    /// when an override's limits do not compile.
+    /// Applies `changes` in order as one swap, each prepared by `prepare` (`fresh`:
+    /// over no overrides, a full load replacing them all). A change older than the
+    /// override it meets (a version at or below the path's) is passed over: the
+    /// registry may hear of a change twice. A change of version 0 (set in process,
+    /// `Service::set_override`) always applies. Refused whole, nothing applied, when an
+    /// override's limits do not compile.
     pub(crate) fn apply(
         &self,
         changes: &[Set<'_>],
+        fresh: bool,
         prepare: impl Fn(PolicySet) -> PolicySet,
     ) -> Result<(), Vec<OverrideError>> {
-        let mut plans = self.plans.lock();
-        let mut all = Index::clone(&self.all.load());
+        let mut writer = self.plans.lock();
+        let (plans, authors) = &mut *writer;
+        let mut all = if fresh {
+            Index::default()
+        } else {
+            Index::clone(&self.all.load())
+        };
         for c in changes {
-            let domain: Arc<str> = Arc::from(c.domain);
-            let mut d = all.get(&domain).cloned().unwrap_or_default();
+            let d = match all.get_mut(c.domain) {
+                Some(d) => d,
+                None => all.entry(Arc::from(c.domain)).or_default(),
+            };
             let older = d
                 .get(c.entries)
-                .is_some_and(|e: &Arc<Entry>| e.version >= c.version);
+                .is_some_and(|e| c.version > 0 && e.version >= c.version);
             if older {
                 continue;
             }
             match c.limits {
                 Some(limits) => {
                     overrides::check_path(c.entries)?;
-                    let plan = plan(&mut plans, &domain, c.entries, limits, &prepare)?;
+                    let domain: Arc<str> = Arc::from(c.domain);
+                    let plan = plan(plans, &domain, c.entries, limits, &prepare)?;
+                    let by = authors
+                        .entry(c.by.to_owned())
+                        .or_insert_with(|| Arc::from(c.by));
                     let entry = Entry {
                         plan,
                         version: c.version,
-                        by: Arc::from(c.by),
+                        by: Arc::clone(by),
                         at_ms: c.at_ms,
                     };
-                    d.insert(c.entries.to_vec(), Arc::new(entry));
+                    d.insert(c.entries, Arc::new(entry));
                 }
-                None => {
-                    d.remove(c.entries);
-                }
-            }
-            if d.is_empty() {
-                all.remove(&domain);
-            } else {
-                all.insert(domain, d);
+                None => d.remove(c.entries),
             }
         }
+        all.retain(|_, d| d.len() > 0);
         let any = !all.is_empty();
         self.all.store(Arc::new(all));
         self.any.store(any, Ordering::Release);
-        // The plans no override uses any longer (one a reader's old snapshot still
-        // holds goes at a later change).
+        // The plans and authors no override uses any longer (one a reader's old
+        // snapshot still holds goes at a later change).
         plans.retain(|_, p| Arc::strong_count(p) > 1);
+        authors.retain(|_, a| Arc::strong_count(a) > 1);
         Ok(())
-    }
-
-    /// Replaces every override with `changes` (a full load), as one swap.
-    pub(crate) fn replace(
-        &self,
-        changes: &[Set<'_>],
-        prepare: impl Fn(PolicySet) -> PolicySet,
-    ) -> Result<(), Vec<OverrideError>> {
-        {
-            let _writer = self.plans.lock();
-            self.all.store(Arc::default());
-        }
-        self.apply(changes, prepare)
     }
 }
 
@@ -226,4 +332,29 @@ impl<'p> Rules<'p> {
             None => self.file.resolve(entries),
         }
     }
+}
+
+/// A path as text: `key=value` entries joined by `/`, with `%` and `/` in keys and
+/// values written `%25` and `%2F` (so that no two paths have one text). Pages are in its order
+/// and filtered by its prefix.
+pub fn path_text(path: &[(String, String)]) -> String {
+    let mut text = String::new();
+    let escaped = |s: &str, text: &mut String| {
+        for c in s.chars() {
+            match c {
+                '%' => text.push_str("%25"),
+                '/' => text.push_str("%2F"),
+                c => text.push(c),
+            }
+        }
+    };
+    for (i, (k, v)) in path.iter().enumerate() {
+        if i > 0 {
+            text.push('/');
+        }
+        escaped(k, &mut text);
+        text.push('=');
+        escaped(v, &mut text);
+    }
+    text
 }
