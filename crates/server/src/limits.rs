@@ -231,13 +231,16 @@ impl Registry {
         *self.history.lock() = log.into_iter().map(Arc::new).collect();
         *applied = version;
         crate::metrics::overrides(self.service.overrides().values().map(|d| d.len()).sum());
-        tracing::info!(
-            target: "spillway_server",
-            overrides = records.len(),
-            version,
-            kept = self.kept.name(),
-            "overrides loaded"
-        );
+        // Said when there are some: a service that never set one says nothing of them.
+        if !records.is_empty() {
+            tracing::info!(
+                target: "spillway_server",
+                overrides = records.len(),
+                version,
+                kept = self.kept.name(),
+                "overrides loaded"
+            );
+        }
         Ok(())
     }
 
