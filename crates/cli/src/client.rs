@@ -130,11 +130,30 @@ pub async fn post_json(
     token: Option<&spillway_redis::Password>,
     timeout: Duration,
 ) -> anyhow::Result<(hyper::StatusCode, serde_json::Value)> {
-    let mut request = hyper::Request::post(url).header("content-type", "application/json");
+    send_json(client, hyper::Method::POST, url, Some(body), token, timeout).await
+}
+
+/// [`post_json`] with any method, and a body or none.
+pub async fn send_json(
+    client: &HttpClient,
+    method: hyper::Method,
+    url: &str,
+    body: Option<&serde_json::Value>,
+    token: Option<&spillway_redis::Password>,
+    timeout: Duration,
+) -> anyhow::Result<(hyper::StatusCode, serde_json::Value)> {
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", "application/json");
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {}", token.expose()));
     }
-    let request = request.body(Full::from(serde_json::to_vec(body)?))?;
+    let bytes = body
+        .map(serde_json::to_vec)
+        .transpose()?
+        .unwrap_or_default();
+    let request = request.body(Full::from(bytes))?;
     let exchange = async {
         let response = client
             .request(request)

@@ -5,6 +5,7 @@ mod bench;
 mod check;
 mod config;
 mod explain;
+mod limits;
 mod serve;
 mod simulate;
 mod validate;
@@ -38,6 +39,9 @@ pub enum Command {
     /// Ask a running service why a request would be admitted or limited, consuming nothing.
     #[command(after_help = explain::EXAMPLES)]
     Explain(explain::ExplainArgs),
+    /// Set, read, list and remove overrides: a path's own limits, on a running service.
+    #[command(after_help = limits::EXAMPLES)]
+    Limits(limits::LimitsArgs),
     /// Load policy files exactly as `serve` would: every error, or a summary of the rules.
     #[command(after_help = validate::EXAMPLES)]
     Validate(validate::ValidateArgs),
@@ -52,6 +56,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Check(args) => check::run(args),
         Command::Config(args) => config::run(args),
         Command::Explain(args) => explain::run(args),
+        Command::Limits(args) => limits::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Validate(args) => validate::run(args),

@@ -168,7 +168,7 @@ impl AppBuilder {
                 redis.another(OVERRIDES_TIMEOUT).await?,
                 &config.store.key_prefix,
             ),
-            AnyStore::Memory(_) => crate::limits::Kept::journal(Some(config.overrides_file())),
+            AnyStore::Memory(_) => crate::limits::Kept::journal(config.overrides_file()),
         };
         let state = state(
             &config,

@@ -349,12 +349,12 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Where the memory store keeps overrides: `overrides_file`, else beside the
-    /// policies (`policies.yaml` or the directory `policies`: `policies.overrides.ndjson`
-    /// next to it, never inside a directory the loader reads).
-    pub fn overrides_file(&self) -> PathBuf {
+    /// Where the memory store keeps overrides: `overrides_file` (`off`: nowhere, `None`),
+    /// else beside the policies (`policies.yaml` or the directory `policies`:
+    /// `policies.overrides.ndjson` next to it, never inside a directory the loader reads).
+    pub fn overrides_file(&self) -> Option<PathBuf> {
         if let Some(path) = &self.rules.overrides_file {
-            return path.clone();
+            return (path.as_os_str() != "off").then(|| path.clone());
         }
         let policies = &self.rules.path;
         let stem = if policies.is_dir() {
@@ -366,7 +366,7 @@ impl Config {
             "{}.overrides.ndjson",
             stem.map_or("policies".into(), |s| s.to_string_lossy())
         );
-        policies.with_file_name(name)
+        Some(policies.with_file_name(name))
     }
 
     /// How policy files are read.

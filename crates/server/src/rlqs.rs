@@ -21,7 +21,7 @@ mod quotas;
 mod report;
 mod streams;
 
-pub use buckets::{Action, Answer, Pairs, Report, Strategy, Usage, bucket_pairs};
+pub use buckets::{Action, Answer, Pairs, Report, Rulebook, Strategy, Usage, bucket_pairs};
 pub use explain::{ExplainedHolder, ExplainedRule, Explanation, WhyUnmatched};
 pub use ledger::{Ledger, MemoryLedger, RedisLedger};
 pub use quotas::{Quotas, Refusal, Settings, Settling};

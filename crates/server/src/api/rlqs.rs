@@ -95,9 +95,9 @@ impl RateLimitQuotaService for Rlqs {
                     }
                 };
                 let now = state.service.now();
-                // An Arc, not a guard: the report may wait on Redis.
-                let policies = arc_swap::Guard::into_inner(state.service.policies());
-                let report = state.quotas.report(stream, read(report), &policies, now);
+                // Arcs, not guards: the report may wait on Redis.
+                let book = crate::rlqs::Rulebook::of(&state.service);
+                let report = state.quotas.report(stream, read(report), &book, now);
                 if let Err(refusal) = report.await {
                     metrics::invalid_request("rlqs");
                     let _ = end.send(status(refusal)).await;
@@ -279,11 +279,11 @@ pub(super) async fn explain(State(state): State<Arc<AppState>>, body: Bytes) -> 
         metrics::invalid_request("explain");
         return respond::v1_error(&CheckError::Invalid(bad));
     }
-    let policies = arc_swap::Guard::into_inner(state.service.policies());
+    let book = crate::rlqs::Rulebook::of(&state.service);
     let explained = state.quotas.explain(
         &asked.domain,
         pairs.expect("checked above"),
-        &policies,
+        &book,
         state.service.now(),
     );
     match explained.await {

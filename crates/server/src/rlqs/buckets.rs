@@ -119,16 +119,50 @@ pub enum Verdict {
     Rate(f64),
 }
 
+/// The rules RLQS buckets are matched to: the policies and their overrides (limits set
+/// as data), as loaded when a report or an explain began.
+#[derive(Debug)]
+pub struct Rulebook {
+    policies: std::sync::Arc<PolicySet>,
+    overrides: std::sync::Arc<crate::service::overrides::Index>,
+}
+
+impl Rulebook {
+    /// The rules `service` has now.
+    pub fn of(service: &crate::Service) -> Rulebook {
+        Rulebook {
+            policies: arc_swap::Guard::into_inner(service.policies()),
+            overrides: service.overrides(),
+        }
+    }
+
+    /// The policies.
+    pub fn policies(&self) -> &PolicySet {
+        &self.policies
+    }
+}
+
 /// What a bucket's rule says: the domain's rules for the bucket's pairs, the tightest
 /// enforcing limit of the node as a rate (`concurrency` and `distinct` limits count no
-/// rate and are left out).
-pub fn verdict(policies: &PolicySet, domain: &str, pairs: &[(String, String)]) -> Verdict {
-    let Some(domain) = policies.domain(domain) else {
+/// rate and are left out). An override of exactly the bucket's pairs (in the order of
+/// their keys, as a bucket's pairs are kept) comes first: a bucket's rate follows its
+/// override at its next report.
+pub fn verdict(book: &Rulebook, domain: &str, pairs: &[(String, String)]) -> Verdict {
+    let Some(file) = book.policies.domain(domain) else {
         return Verdict::Unmatched(None);
     };
-    let matched = match domain.match_bucket(pairs) {
-        Ok(matched) => matched,
-        Err(left) => return Verdict::Unmatched(Some(left.into_iter().cloned().collect())),
+    let overridden = book
+        .overrides
+        .get(domain)
+        .and_then(|o| o.get(pairs))
+        .and_then(|e| e.plan.set.domain(domain))
+        .and_then(|plan| plan.resolve(pairs));
+    let matched = match overridden {
+        Some(matched) => matched,
+        None => match file.match_bucket(pairs) {
+            Ok(matched) => matched,
+            Err(left) => return Verdict::Unmatched(Some(left.into_iter().cloned().collect())),
+        },
     };
     let mut rate: Option<f64> = None;
     for rule in matched.rules.iter().filter(|r| r.mode == Mode::Enforce) {

@@ -4,10 +4,9 @@
 use std::sync::Arc;
 
 use spillway_core::Timestamp;
-use spillway_policy::PolicySet;
 
 use super::Quotas;
-use super::buckets::{BucketKey, Pairs, Verdict, verdict};
+use super::buckets::{BucketKey, Pairs, Rulebook, Verdict, verdict};
 
 impl Quotas {
     /// What `/v1/rlqs/explain` shows of the bucket `pairs` of `domain` at `now`: its
@@ -17,10 +16,10 @@ impl Quotas {
         &self,
         domain: &str,
         pairs: Pairs,
-        policies: &PolicySet,
+        book: &Rulebook,
         now: Timestamp,
     ) -> Result<Explanation, spillway_core::Error> {
-        let (rule, unmatched) = match verdict(policies, domain, &pairs) {
+        let (rule, unmatched) = match verdict(book, domain, &pairs) {
             Verdict::Unmatched(left) => {
                 let unmatched = match left {
                     None => WhyUnmatched::Domain,

@@ -7,10 +7,9 @@ use std::sync::Arc;
 
 use spillway_core::Timestamp;
 use spillway_core::fair_share::{Ask, FLOOR};
-use spillway_policy::PolicySet;
 
 use super::buckets::{
-    Action, Answer, BucketKey, Pairs, Report, Strategy, Verdict, bucket_pairs, verdict,
+    Action, Answer, BucketKey, Pairs, Report, Rulebook, Strategy, Verdict, bucket_pairs, verdict,
 };
 use super::quotas::{Bucket, HEADROOM, Holder, Inner, Quotas, Refusal, ttl};
 use super::streams::assign;
@@ -29,16 +28,16 @@ struct Rated {
 
 impl Quotas {
     /// One report of `stream` at `now`, its answers queued: buckets matched to
-    /// `policies`' rules, shares booked in the ledger. An error ends the stream.
+    /// `book`'s rules, shares booked in the ledger. An error ends the stream.
     pub async fn report(
         &self,
         stream: u64,
         report: Report,
-        policies: &PolicySet,
+        book: &Rulebook,
         now: Timestamp,
     ) -> Result<(), Refusal> {
         metrics::rlqs_report();
-        let rated = self.take(stream, report, policies, now)?;
+        let rated = self.take(stream, report, book, now)?;
         if rated.is_empty() {
             if let Some(s) = self.inner.lock().streams.get(&stream) {
                 s.send();
@@ -106,7 +105,7 @@ impl Quotas {
         &self,
         stream: u64,
         report: Report,
-        policies: &PolicySet,
+        book: &Rulebook,
         now: Timestamp,
     ) -> Result<Vec<Rated>, Refusal> {
         if report.domain.is_empty() {
@@ -138,7 +137,7 @@ impl Quotas {
                 subscriber.domain = Some(Arc::clone(&d));
                 // A series per configured domain, `unknown` for the rest: a client
                 // opening streams with made-up domains grows no exposition.
-                let label = if policies.domain(&d).is_some() {
+                let label = if book.policies().domain(&d).is_some() {
                     &*d
                 } else {
                     "unknown"
@@ -208,7 +207,7 @@ impl Quotas {
                     action: Action::Abandon,
                 })
             } else {
-                match verdict(policies, &domain, &key.pairs) {
+                match verdict(book, &domain, &key.pairs) {
                     Verdict::Unmatched(_) => match self.settings.unmatched {
                         Unmatched::Allow => Some(assign(&id, Strategy::AllowAll, ttl)),
                         Unmatched::Deny => Some(assign(&id, Strategy::DenyAll, ttl)),

@@ -159,7 +159,7 @@ impl Entry {
 /// its files: every override of those keys and limits decides with it.
 #[derive(Debug)]
 pub(crate) struct Plan {
-    set: PolicySet,
+    pub(crate) set: PolicySet,
     limits: Arc<str>,
 }
 

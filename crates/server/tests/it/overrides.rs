@@ -325,7 +325,7 @@ async fn a_restart_on_memory_keeps_the_overrides_from_the_journal() {
     assert_eq!(status, 200);
     a.stop().await;
 
-    let journal = Config::ephemeral(&dir).overrides_file();
+    let journal = Config::ephemeral(&dir).overrides_file().unwrap();
     assert!(journal.exists(), "{}", journal.display());
     // A crash while a line was being written: the line was never applied.
     let mut text = std::fs::read_to_string(&journal).unwrap();

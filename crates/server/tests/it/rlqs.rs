@@ -294,6 +294,49 @@ async fn a_lone_envoy_gets_the_whole_limit_and_blanket_rules_where_the_rule_says
     );
 }
 
+/// A bucket's rate follows the override of its pairs (`PUT /v1/limits`) at its next
+/// report, and the file's rule again once the override is removed.
+#[tokio::test]
+async fn a_buckets_rate_follows_its_override_at_the_next_report() {
+    use spillway_core::fair_share::{FLOOR, fair, token_bucket};
+    let lone = |limit: f64| {
+        let (tokens, secs) = token_bucket(fair(limit, FLOOR, &[1.0], 1)[0]).unwrap();
+        f64::from(tokens) / secs as f64
+    };
+    let s = Server::start("rlqs-override", &[("q.yaml", POLICY)], Backing::Memory).await;
+    let mut envoy = Envoy::subscribe(&s).await;
+    let report = |n| vec![usage(&[("tenant", "a")], n, 0)];
+    assert_eq!(rate(&only(&envoy.report(&s, report(1)).await)), lone(60.0));
+    let set = s
+        .http
+        .put(s.url("/v1/limits/q"))
+        .json(&serde_json::json!({
+            "entries": [{ "key": "tenant", "value": "a" }],
+            "limits": [{ "algorithm": "fixed_window", "limit": 600, "window": "1s" }]
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(set.status(), 200);
+    assert_eq!(rate(&only(&envoy.report(&s, report(1)).await)), lone(600.0));
+    let other = envoy
+        .report(&s, vec![usage(&[("tenant", "b")], 1, 0)])
+        .await;
+    assert_eq!(
+        rate(&only(&other)),
+        lone(60.0),
+        "another tenant keeps the file's"
+    );
+    let removed = s
+        .http
+        .delete(s.url("/v1/limits/q?entry=tenant=a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(removed.status(), 200);
+    assert_eq!(rate(&only(&envoy.report(&s, report(1)).await)), lone(60.0));
+}
+
 /// Three Envoys on one bucket: the shares follow the demand each reports and never add
 /// up to more than the limit, as each Envoy runs them (read from what it was sent); one
 /// joining takes from the others at once; one whose stream ends keeps its share counted

@@ -381,3 +381,56 @@ async fn rlqs_over_tls(
         .ok_or("the stream ended with no answer")?;
     Ok(answer.bucket_action.len())
 }
+
+/// Over mutual TLS, an override's change is made by the client certificate's subject:
+/// the audit names who presented the certificate, whatever the request says.
+#[tokio::test]
+async fn an_override_changed_over_mutual_tls_names_the_certificates_subject() {
+    let pki = Pki::new("serve-admin-mtls");
+    let server_pair = pki.issue("server", Leaf::Good);
+    let billing = pki.issue("billing", Leaf::Good);
+    let ca = pki.ca();
+    let client_ca = ca.clone();
+    let s = Server::start_with(
+        "tls-admin-mtls",
+        &[("tls.yaml", POLICY)],
+        Backing::Memory,
+        {
+            let base = serving(&server_pair);
+            move |settings| {
+                base(settings);
+                settings.tls.client_ca = Some(client_ca);
+                settings.tls.listeners =
+                    Some(spillway_server::tls::TlsListeners::parse("admin").unwrap());
+            }
+        },
+    )
+    .await;
+    let admin = s.running.admin_addr.unwrap();
+    let body = r#"{"entries": [{"key": "user", "value": "u1"}],
+        "limits": [{"algorithm": "gcra", "limit": 5, "window": "1m"}], "by": "someone else"}"#;
+    let (status, answer) = https(
+        admin,
+        client_config(&ca, Some(&billing), &[]),
+        "PUT",
+        "/v1/limits/tls",
+        body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 400, "a body may not say who: {answer}");
+    let body = r#"{"entries": [{"key": "user", "value": "u1"}],
+        "limits": [{"algorithm": "gcra", "limit": 5, "window": "1m"}]}"#;
+    let (status, answer) = https(
+        admin,
+        client_config(&ca, Some(&billing), &[]),
+        "PUT",
+        "/v1/limits/tls",
+        body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let change: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(change["by"], "cert:CN=billing", "{change}");
+}
