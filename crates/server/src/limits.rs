@@ -51,7 +51,7 @@ pub struct Entry {
 }
 
 /// One override as kept: its path, its limits, and the change that set it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Record {
     /// The registry's version of the change that set it (0 while being written: the
     /// store gives it).
@@ -59,7 +59,10 @@ pub struct Record {
     pub version: u64,
     pub domain: String,
     pub entries: Vec<Entry>,
-    pub limits: serde_json::Value,
+    /// The limits, JSON as given (canonical: objects' fields in order, as the registry
+    /// writes them), kept as text: a million overrides hold a million strings, not a
+    /// million trees.
+    pub limits: Box<serde_json::value::RawValue>,
     /// Who set it: `token`, `cert:<subject>`, or `anonymous`.
     pub by: String,
     /// When, in milliseconds since the Unix epoch.
@@ -82,7 +85,7 @@ impl Record {
 
 /// One change: an override set (`after`), replaced (`before` and `after`) or removed
 /// (`before` alone).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Change {
     pub version: u64,
     pub by: String,
@@ -115,7 +118,7 @@ impl Change {
         SetOwned {
             domain: r.domain.clone(),
             entries: path.to_vec(),
-            limits: self.after.as_ref().map(|a| a.limits.clone()),
+            limits: self.after.as_ref().map(|a| a.limits.get().to_owned()),
             version: self.version,
             by: r.by.clone(),
             at_ms: r.at_ms,
@@ -127,7 +130,7 @@ impl Change {
 struct SetOwned {
     domain: String,
     entries: Vec<(String, String)>,
-    limits: Option<serde_json::Value>,
+    limits: Option<String>,
     version: u64,
     by: String,
     at_ms: u64,
@@ -138,7 +141,7 @@ impl SetOwned {
         Set {
             domain: &self.domain,
             entries: &self.entries,
-            limits: self.limits.as_ref(),
+            limits: self.limits.as_deref(),
             version: self.version,
             by: &self.by,
             at_ms: self.at_ms,
@@ -210,14 +213,16 @@ impl Registry {
     pub async fn load(&self) -> Result<(), String> {
         let mut applied = self.applied.lock().await;
         let (version, records, log) = self.kept.load_all().await.map_err(|e| e.to_string())?;
+        let count = records.len();
+        // Each record dropped as it is turned: a million are never held twice.
         let sets: Vec<SetOwned> = records
-            .iter()
+            .into_iter()
             .map(|r| SetOwned {
-                domain: r.domain.clone(),
                 entries: r.path(),
-                limits: Some(r.limits.clone()),
+                limits: Some(String::from(r.limits.get())),
+                domain: r.domain,
                 version: r.version,
-                by: r.by.clone(),
+                by: r.by,
                 at_ms: r.at_ms,
             })
             .collect();
@@ -232,10 +237,10 @@ impl Registry {
         *applied = version;
         crate::metrics::overrides(self.service.overrides().values().map(|d| d.len()).sum());
         // Said when there are some: a service that never set one says nothing of them.
-        if !records.is_empty() {
+        if count > 0 {
             tracing::info!(
                 target: "spillway_server",
-                overrides = records.len(),
+                overrides = count,
                 version,
                 kept = self.kept.name(),
                 "overrides loaded"
@@ -333,6 +338,8 @@ impl Registry {
         check_keys(&path)?;
         // Compiled now, so that a bad override is refused before anything is kept.
         overrides::Override::compile(domain, &path, &limits).map_err(LimitsError::Invalid)?;
+        let limits = serde_json::value::RawValue::from_string(limits.to_string())
+            .expect("a JSON value's text is JSON");
         let record = Record {
             version: 0,
             domain: domain.to_owned(),
@@ -413,8 +420,8 @@ impl Registry {
             op = change.op(),
             domain = %r.domain,
             path = %path_text(&r.path()),
-            before = %change.before.as_ref().map_or("none".into(), |b| b.limits.to_string()),
-            after = %change.after.as_ref().map_or("none".into(), |a| a.limits.to_string()),
+            before = change.before.as_ref().map_or("none", |b| b.limits.get()),
+            after = change.after.as_ref().map_or("none", |a| a.limits.get()),
             "override changed"
         );
     }
@@ -554,7 +561,8 @@ fn record_of(
                 value: value.clone(),
             })
             .collect(),
-        limits: serde_json::from_str(e.limits()).unwrap_or_default(),
+        limits: serde_json::value::RawValue::from_string(e.limits().to_owned())
+            .expect("an override's limits are JSON (they compiled)"),
         by: e.by.to_string(),
         at_ms: e.at_ms,
     }

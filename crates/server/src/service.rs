@@ -266,9 +266,11 @@ impl Service {
         overrides: &[(Vec<(String, String)>, serde_json::Value)],
     ) -> Result<(), Vec<spillway_policy::overrides::OverrideError>> {
         let at_ms = self.now().as_micros() / 1000;
+        let texts: Vec<String> = overrides.iter().map(|(_, l)| l.to_string()).collect();
         let sets: Vec<overrides::Set<'_>> = overrides
             .iter()
-            .map(|(entries, limits)| overrides::Set {
+            .zip(&texts)
+            .map(|((entries, _), limits)| overrides::Set {
                 domain,
                 entries,
                 limits: Some(limits),

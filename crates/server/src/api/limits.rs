@@ -151,17 +151,9 @@ pub(super) async fn get(
             None => error(&LimitsError::NotFound),
         };
     }
-    let limit = match param(&params, "limit").map(str::parse::<usize>) {
-        None => 100,
-        Some(Ok(n)) if n > 0 => n,
-        Some(_) => {
-            return error(&LimitsError::Invalid(vec![
-                spillway_policy::overrides::OverrideError {
-                    field: "limit".into(),
-                    message: "a whole number of overrides, 1 or more".into(),
-                },
-            ]));
-        }
+    let limit = match count(&params, 100, 1, crate::limits::PAGE_MAX) {
+        Ok(n) => n,
+        Err(e) => return error(&e),
     };
     let prefix = param(&params, "prefix").unwrap_or("");
     Json(
@@ -203,13 +195,34 @@ pub(super) async fn history(
         Ok(p) => p,
         Err(e) => return error(&e),
     };
-    let limit = param(&params, "limit")
-        .and_then(|l| l.parse().ok())
-        .unwrap_or(20);
+    let limit = match count(&params, 20, 0, crate::limits::LOG_MAX) {
+        Ok(n) => n,
+        Err(e) => return error(&e),
+    };
     Json(serde_json::json!({
         "domain": domain,
         "path": crate::limits::path_text(&path),
         "changes": state.limits.history(&domain, &path, limit),
     }))
     .into_response()
+}
+
+/// The `limit` parameter: `default` when absent, else a whole number in `min..=max`
+/// (the bounds the OpenAPI document states), or a 400 naming the field.
+fn count(
+    params: &[(String, String)],
+    default: usize,
+    min: usize,
+    max: usize,
+) -> Result<usize, LimitsError> {
+    match param(params, "limit").map(str::parse::<usize>) {
+        None => Ok(default),
+        Some(Ok(n)) if (min..=max).contains(&n) => Ok(n),
+        Some(_) => Err(LimitsError::Invalid(vec![
+            spillway_policy::overrides::OverrideError {
+                field: "limit".into(),
+                message: format!("a whole number from {min} to {max}"),
+            },
+        ])),
+    }
 }

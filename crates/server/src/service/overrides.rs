@@ -166,8 +166,9 @@ pub(crate) struct Plan {
 /// The authors of overrides, each kept once.
 type Authors = HashMap<String, Arc<str>>;
 
-/// What a plan is found by: the domain, the path's keys and the canonical limits.
-type PlanKey = (Arc<str>, Vec<String>, Arc<str>);
+/// The plans in use, by their limits' text, then domain and keys (a few a text): found
+/// without an allocation.
+type Plans = HashMap<Arc<str>, Vec<(Arc<str>, Vec<String>, Arc<Plan>)>>;
 
 /// The service's overrides.
 #[derive(Debug, Default)]
@@ -176,7 +177,7 @@ pub(crate) struct Overrides {
     any: AtomicBool,
     /// Writers one at a time; the plans in use, by what they are compiled from, and
     /// the authors (shared by their overrides).
-    plans: Mutex<(HashMap<PlanKey, Arc<Plan>>, Authors)>,
+    plans: Mutex<(Plans, Authors)>,
 }
 
 /// One change to apply to the index.
@@ -184,8 +185,8 @@ pub(crate) struct Overrides {
 pub(crate) struct Set<'a> {
     pub(crate) domain: &'a str,
     pub(crate) entries: &'a [(String, String)],
-    /// The limits, as JSON; `None` removes the path's override.
-    pub(crate) limits: Option<&'a serde_json::Value>,
+    /// The limits, as JSON text; `None` removes the path's override.
+    pub(crate) limits: Option<&'a str>,
     pub(crate) version: u64,
     pub(crate) by: &'a str,
     pub(crate) at_ms: u64,
@@ -235,8 +236,7 @@ impl Overrides {
             match c.limits {
                 Some(limits) => {
                     overrides::check_path(c.entries)?;
-                    let domain: Arc<str> = Arc::from(c.domain);
-                    let plan = plan(plans, &domain, c.entries, limits, &prepare)?;
+                    let plan = plan(plans, c.domain, c.entries, limits, &prepare)?;
                     let by = authors
                         .entry(c.by.to_owned())
                         .or_insert_with(|| Arc::from(c.by));
@@ -257,39 +257,57 @@ impl Overrides {
         self.any.store(any, Ordering::Release);
         // The plans and authors no override uses any longer (one a reader's old
         // snapshot still holds goes at a later change).
-        plans.retain(|_, p| Arc::strong_count(p) > 1);
+        for same in plans.values_mut() {
+            same.retain(|(_, _, p)| Arc::strong_count(p) > 1);
+        }
+        plans.retain(|_, same| !same.is_empty());
         authors.retain(|_, a| Arc::strong_count(a) > 1);
         Ok(())
     }
 }
 
-/// The plan of `limits` over the keys of `entries`: one in use, or compiled now.
+/// The plan of `limits` (JSON text) over the keys of `entries`: one in use, or
+/// compiled now.
 fn plan(
-    plans: &mut HashMap<PlanKey, Arc<Plan>>,
-    domain: &Arc<str>,
+    plans: &mut Plans,
+    domain: &str,
     entries: &[(String, String)],
-    limits: &serde_json::Value,
+    limits: &str,
     prepare: &impl Fn(PolicySet) -> PolicySet,
 ) -> Result<Arc<Plan>, Vec<OverrideError>> {
-    let text: Arc<str> = Arc::from(limits.to_string());
-    let keys: Vec<String> = entries.iter().map(|(k, _)| k.clone()).collect();
-    let key = (Arc::clone(domain), keys, text);
-    if let Some(p) = plans.get(&key) {
-        return Ok(Arc::clone(p));
+    let same_keys = |keys: &[String]| {
+        keys.len() == entries.len() && keys.iter().zip(entries).all(|(k, (e, _))| k == e)
+    };
+    if let Some(p) = plans
+        .get(limits)
+        .and_then(|same| same.iter().find(|(d, k, _)| &**d == domain && same_keys(k)))
+    {
+        return Ok(Arc::clone(&p.2));
     }
-    let keys: Vec<&str> = key.1.iter().map(String::as_str).collect();
-    let compiled = overrides::plan(domain, &keys, limits)?;
+    let value: serde_json::Value = serde_json::from_str(limits).map_err(|e| {
+        vec![OverrideError {
+            field: "limits".into(),
+            message: format!("not JSON: {e}"),
+        }]
+    })?;
+    let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
+    let compiled = overrides::plan(domain, &keys, &value)?;
     let set = spillway_policy::assemble([compiled]).map_err(|e| {
         vec![OverrideError {
             field: "limits".into(),
             message: e.to_string(),
         }]
     })?;
+    let text: Arc<str> = Arc::from(limits);
     let plan = Arc::new(Plan {
         set: prepare(set),
-        limits: Arc::clone(&key.2),
+        limits: Arc::clone(&text),
     });
-    plans.insert(key, Arc::clone(&plan));
+    plans.entry(text).or_default().push((
+        Arc::from(domain),
+        keys.iter().map(|k| (*k).to_owned()).collect(),
+        Arc::clone(&plan),
+    ));
     Ok(plan)
 }
 

@@ -234,6 +234,21 @@ async fn a_bad_override_is_refused_with_its_field_and_nothing_changes() {
             (status, &e["error"]["fields"][0]["field"]),
             (400, &json!("entry"))
         );
+        // A page or a history longer than the document's bounds, or negative, is refused
+        // (not quietly clamped: schemathesis holds the API to its schema).
+        for query in [
+            "/v1/limits/o?limit=1001",
+            "/v1/limits/o?limit=0",
+            "/v1/limits/o/history?entry=api_key%3Dk1&limit=-1",
+            "/v1/limits/o/history?entry=api_key%3Dk1&limit=10001",
+        ] {
+            let (status, e) = call(&s.http, reqwest::Method::GET, s.url(query), None).await;
+            assert_eq!(
+                (status, &e["error"]["fields"][0]["field"]),
+                (400, &json!("limit")),
+                "{query}: {e}"
+            );
+        }
 
         // Nothing was kept: no override, no change, the file's 5.
         let (_, p) = call(&s.http, reqwest::Method::GET, s.url("/v1/limits/o"), None).await;

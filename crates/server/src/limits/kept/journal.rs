@@ -16,11 +16,32 @@ use super::super::{Change, LOG_MAX, Record};
 use super::Loaded;
 
 /// A journal's line: a change, or (first in a rewritten journal) the version reached.
-#[derive(Serialize, Deserialize)]
+/// Read as one or the other by hand: serde's untagged enums cannot hold a change's raw
+/// limits, and a change must never be read as a mark.
+#[derive(Serialize)]
 #[serde(untagged)]
 enum Line {
     Change(Box<Change>),
     Mark { version: u64 },
+}
+
+/// The first line of a rewritten journal.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Mark {
+    version: u64,
+}
+
+impl Line {
+    fn parse(text: &str) -> Result<Line, serde_json::Error> {
+        match serde_json::from_str::<Change>(text) {
+            Ok(c) => Ok(Line::Change(Box::new(c))),
+            Err(e) => match serde_json::from_str::<Mark>(text) {
+                Ok(m) => Ok(Line::Mark { version: m.version }),
+                Err(_) => Err(e),
+            },
+        }
+    }
 }
 
 /// The journal (or nothing: this process only).
@@ -71,8 +92,8 @@ impl Journal {
             }
             whole += line.len();
             lines += 1;
-            let parsed: Line = serde_json::from_str(line)
-                .map_err(|e| format!("{} line {}: {e}", path.display(), n + 1))?;
+            let parsed =
+                Line::parse(line).map_err(|e| format!("{} line {}: {e}", path.display(), n + 1))?;
             match parsed {
                 Line::Mark { version: v } => version = version.max(v),
                 Line::Change(c) => {
