@@ -142,17 +142,39 @@ pub async fn send_json(
     token: Option<&spillway_redis::Password>,
     timeout: Duration,
 ) -> anyhow::Result<(hyper::StatusCode, serde_json::Value)> {
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("content-type", "application/json");
-    if let Some(token) = token {
-        request = request.header("authorization", format!("Bearer {}", token.expose()));
-    }
     let bytes = body
         .map(serde_json::to_vec)
         .transpose()?
         .unwrap_or_default();
+    send(
+        client,
+        method,
+        url,
+        Some(("application/json", bytes)),
+        token,
+        timeout,
+    )
+    .await
+}
+
+/// [`send_json`] with a body of any type (`(content type, bytes)`): the status and
+/// the JSON answer.
+pub async fn send(
+    client: &HttpClient,
+    method: hyper::Method,
+    url: &str,
+    body: Option<(&str, Vec<u8>)>,
+    token: Option<&spillway_redis::Password>,
+    timeout: Duration,
+) -> anyhow::Result<(hyper::StatusCode, serde_json::Value)> {
+    let (content_type, bytes) = body.unwrap_or(("application/json", Vec::new()));
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", content_type);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {}", token.expose()));
+    }
     let request = request.body(Full::from(bytes))?;
     let exchange = async {
         let response = client

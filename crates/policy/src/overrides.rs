@@ -19,6 +19,17 @@ pub const MAX_ENTRIES: usize = 32;
 /// The longest key or value of an override's path, in bytes.
 pub const MAX_ENTRY_LEN: usize = 256;
 
+/// The most limits one override sets (a path is a customer; a plan of more limits
+/// belongs in the policy file).
+pub const MAX_LIMITS: usize = 16;
+
+/// The most lines one bulk import holds (a file of more is sent in parts:
+/// `spillway limits import` does).
+pub const BULK_MAX_LINES: usize = 100_000;
+
+/// The most errors a bulk file's check reports (the rest are counted).
+const BULK_MAX_ERRORS: usize = 100;
+
 /// What is wrong with an override: the field (`entries[1].value`, `limits[0].window`)
 /// and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,10 +119,17 @@ pub fn check_path(entries: &[(String, String)]) -> Result<(), Vec<OverrideError>
             "entries".into(),
             &format!("{} entries, the most is {MAX_ENTRIES}", entries.len()),
         );
+        return Err(errors);
     }
     for (i, (k, v)) in entries.iter().enumerate() {
         if k.is_empty() {
             error(format!("entries[{i}].key"), "empty");
+        }
+        if k.contains('=') {
+            error(
+                format!("entries[{i}].key"),
+                "holds `=`, which names no descriptor key an override can address",
+            );
         }
         if k.len() > MAX_ENTRY_LEN || v.len() > MAX_ENTRY_LEN {
             error(
@@ -134,6 +152,160 @@ pub fn check_path(entries: &[(String, String)]) -> Result<(), Vec<OverrideError>
     }
 }
 
+/// One line of a bulk file: a path and its limits, checked.
+#[derive(Debug)]
+pub struct BulkLine {
+    /// Its line in the file, from 1.
+    pub line: usize,
+    /// The path.
+    pub entries: Vec<(String, String)>,
+    /// The limits, in the policy's native form.
+    pub limits: serde_json::Value,
+}
+
+/// A bulk file's line as written: `{"entries": [{"key": …, "value": …}], "limits": […]}`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Written {
+    entries: Vec<WrittenEntry>,
+    limits: serde_json::Value,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WrittenEntry {
+    key: String,
+    value: String,
+}
+
+/// A bulk file of `domain`'s overrides (NDJSON: one override a line, as `PUT
+/// /v1/limits/{domain}` takes it; blank lines passed over), each checked as
+/// [`Override::compile`] checks one, at most [`BULK_MAX_LINES`], no path twice.
+/// Refused whole, naming each line at fault (`line 3: limits[0].window`), the first
+/// hundred of them. Overrides of the same keys and limits are compiled once.
+pub fn bulk(domain: &str, text: &str) -> Result<Vec<BulkLine>, Vec<OverrideError>> {
+    bulk_at(domain, text, 1).map_err(|errors| {
+        errors
+            .into_iter()
+            .map(|(line, e)| OverrideError {
+                field: format!("line {line}: {}", e.field),
+                message: e.message,
+            })
+            .collect()
+    })
+}
+
+/// [`bulk`] of a part of a file whose first line is `first`: each fault with its line
+/// in the file.
+pub fn bulk_at(
+    domain: &str,
+    text: &str,
+    first: usize,
+) -> Result<Vec<BulkLine>, Vec<(usize, OverrideError)>> {
+    let mut lines = Vec::new();
+    let mut errors = Vec::new();
+    let mut refused = 0usize;
+    let mut unlisted = 0usize;
+    let mut fault = |line: usize, found: Vec<OverrideError>| {
+        refused += 1;
+        for e in found {
+            if errors.len() < BULK_MAX_ERRORS {
+                errors.push((line, e));
+            } else {
+                unlisted += 1;
+            }
+        }
+    };
+    let mut compiled: std::collections::HashSet<(Vec<String>, String)> = Default::default();
+    let mut seen: std::collections::HashMap<Vec<(String, String)>, usize> = Default::default();
+    let mut overrides = 0usize;
+    for (i, text) in text.lines().enumerate() {
+        let line = first + i;
+        if text.trim().is_empty() {
+            continue;
+        }
+        overrides += 1;
+        if overrides > BULK_MAX_LINES {
+            fault(
+                line,
+                vec![OverrideError {
+                    field: "file".into(),
+                    message: format!(
+                        "more than {BULK_MAX_LINES} overrides: send the rest apart \
+                         (`spillway limits import` does)"
+                    ),
+                }],
+            );
+            break;
+        }
+        let written: Written = match serde_json::from_str(text) {
+            Ok(w) => w,
+            Err(e) => {
+                fault(
+                    line,
+                    vec![OverrideError {
+                        field: "line".into(),
+                        message: format!(
+                            "{e} (expected {{\"entries\": [{{\"key\": …, \"value\": …}}], \"limits\": [ … ]}})"
+                        ),
+                    }],
+                );
+                continue;
+            }
+        };
+        let entries: Vec<(String, String)> = written
+            .entries
+            .into_iter()
+            .map(|e| (e.key, e.value))
+            .collect();
+        if let Err(e) = check_path(&entries) {
+            fault(line, e);
+            continue;
+        }
+        let keys: Vec<String> = entries.iter().map(|(k, _)| k.clone()).collect();
+        let text = written.limits.to_string();
+        if !compiled.contains(&(keys.clone(), text.clone())) {
+            let keys_ref: Vec<&str> = keys.iter().map(String::as_str).collect();
+            if let Err(e) = plan(domain, &keys_ref, &written.limits) {
+                fault(line, e);
+                continue;
+            }
+            compiled.insert((keys, text));
+        }
+        if let Some(first) = seen.insert(entries.clone(), line) {
+            fault(
+                line,
+                vec![OverrideError {
+                    field: "entries".into(),
+                    message: format!("the same path as line {first}: one override a path"),
+                }],
+            );
+            continue;
+        }
+        lines.push(BulkLine {
+            line,
+            entries,
+            limits: written.limits,
+        });
+    }
+    if refused > 0 {
+        if unlisted > 0 {
+            let last = errors.last().map_or(first, |(l, _)| *l);
+            errors.push((
+                last,
+                OverrideError {
+                    field: "file".into(),
+                    message: format!(
+                        "{refused} lines refused in all; the first {BULK_MAX_ERRORS} faults listed"
+                    ),
+                },
+            ));
+        }
+        return Err(errors);
+    }
+    Ok(lines)
+}
+
 /// The plan of `limits` over `keys` in `domain`: the domain holding the path of those
 /// keys alone (no values) with `limits` at its end, as the policy loader reads it.
 /// Refused naming the override's fields (`limits[0].window`).
@@ -142,10 +314,16 @@ pub fn plan(
     keys: &[&str],
     limits: &serde_json::Value,
 ) -> Result<Domain, Vec<OverrideError>> {
-    if !limits.is_array() {
+    let Some(list) = limits.as_array() else {
         return Err(vec![OverrideError {
             field: "limits".into(),
             message: "a list of limits, in the policy's native form".into(),
+        }]);
+    };
+    if list.len() > MAX_LIMITS {
+        return Err(vec![OverrideError {
+            field: "limits".into(),
+            message: format!("{} limits, the most is {MAX_LIMITS}", list.len()),
         }]);
     }
     let text = policy_text(domain, keys, limits);
@@ -273,5 +451,67 @@ mod tests {
             assert_eq!(o.rules().len(), 1, "{value:?}");
             assert_eq!(o.entries()[0].1, value);
         }
+    }
+
+    #[test]
+    fn too_many_limits_or_entries_are_refused_at_once() {
+        let one = json!({ "algorithm": "gcra", "limit": 10, "window": "1s" });
+        let many = serde_json::Value::Array(vec![one; 10_000]);
+        let e = Override::compile("api", &path(&[("api_key", "k")]), &many).unwrap_err();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].field, "limits");
+        assert!(e[0].message.contains("10000 limits"), "{e:?}");
+        let limits = json!([{ "algorithm": "gcra", "limit": 10, "window": "1s" }]);
+        let deep: Vec<(String, String)> =
+            (0..10_000).map(|i| (format!("k{i}"), "v".into())).collect();
+        let e = Override::compile("api", &deep, &limits).unwrap_err();
+        assert_eq!(e.len(), 1, "one error, not one an entry: {}", e.len());
+        let e = Override::compile("api", &path(&[("a=b", "v")]), &limits).unwrap_err();
+        assert_eq!(e[0].field, "entries[0].key");
+    }
+
+    #[test]
+    fn a_bulk_file_is_checked_whole_naming_each_line() {
+        let good = |k: &str| {
+            json!({ "entries": [{ "key": "api_key", "value": k }],
+                    "limits": [{ "algorithm": "gcra", "limit": 10, "window": "1s" }] })
+            .to_string()
+        };
+        let text = format!("{}\n\n{}\n", good("a"), good("b"));
+        let lines = bulk("api", &text).unwrap();
+        assert_eq!(lines.len(), 2);
+        assert_eq!((lines[0].line, lines[1].line), (1, 3));
+        assert_eq!(lines[1].entries, path(&[("api_key", "b")]));
+
+        let bad_window = r#"{"entries":[{"key":"api_key","value":"c"}],"limits":[{"algorithm":"gcra","limit":10,"window":"soon"}]}"#;
+        let text = [good("a"), "not json".into(), bad_window.into(), good("a")].join("\n");
+        let e = bulk("api", &text).unwrap_err();
+        let fields: Vec<&str> = e.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "line 2: line",
+                "line 3: limits[0].window",
+                "line 4: entries"
+            ],
+            "{e:?}"
+        );
+        assert!(e[2].message.contains("line 1"), "{e:?}");
+
+        // Many bad lines: the first hundred faults, and how many lines in all.
+        let text = vec!["{}"; 500].join("\n");
+        let e = bulk("api", &text).unwrap_err();
+        assert_eq!(e.len(), BULK_MAX_ERRORS + 1);
+        assert!(
+            e.last().unwrap().message.starts_with("500 lines refused"),
+            "{e:?}"
+        );
+
+        let text = (0..=BULK_MAX_LINES)
+            .map(|i| good(&format!("k{i}")))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let e = bulk("api", &text).unwrap_err();
+        assert_eq!(e[0].field, format!("line {}: file", BULK_MAX_LINES + 1));
     }
 }

@@ -17,28 +17,40 @@ use redis::Value;
 use crate::RedisStore;
 use spillway_core::Error;
 
-/// One change: the record set (or the path's removed), the version counted, the
-/// domain listed (or unlisted once empty), the change logged with what it replaced
-/// (`{"version":V,"by":…,"at_ms":…,"before":…,"after":…}`). Removing a path that has
-/// no override changes nothing and answers 0.
+/// Changes of one domain, in order, by one author at one time: each path's record set
+/// (or the path removed), the version counted, the domain listed (or unlisted once
+/// empty), the change logged with what it replaced
+/// (`{"version":V,"by":…,"at_ms":…,"before":…,"after":…}`). `ARGV`: the author (a
+/// JSON string), the time, the domain, the log's length, then a path and its record
+/// (empty: removed) for each change. Removing a path that has no override changes
+/// nothing. Answers the changes made, in order.
 const WRITE: &str = r#"
-local before = redis.call('HGET', KEYS[1], ARGV[1])
-if ARGV[2] == '' and not before then return {0, false} end
-local v = redis.call('INCR', KEYS[2])
-local after = 'null'
-if ARGV[2] ~= '' then
-  after = '{"version":' .. v .. ',' .. string.sub(ARGV[2], 2)
-  redis.call('HSET', KEYS[1], ARGV[1], after)
-  redis.call('SADD', KEYS[3], ARGV[5])
-else
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  if redis.call('HLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[5]) end
+local made = {}
+for i = 5, #ARGV, 2 do
+  local path, record = ARGV[i], ARGV[i + 1]
+  local before = redis.call('HGET', KEYS[1], path)
+  if record ~= '' or before then
+    local v = redis.call('INCR', KEYS[2])
+    local after = 'null'
+    if record ~= '' then
+      after = '{"version":' .. v .. ',' .. string.sub(record, 2)
+      redis.call('HSET', KEYS[1], path, after)
+    else
+      redis.call('HDEL', KEYS[1], path)
+    end
+    local change = '{"version":' .. v .. ',"by":' .. ARGV[1] .. ',"at_ms":' .. ARGV[2] ..
+      ',"before":' .. (before or 'null') .. ',"after":' .. after .. '}'
+    redis.call('LPUSH', KEYS[4], change)
+    made[#made + 1] = change
+  end
 end
-local change = '{"version":' .. v .. ',"by":' .. ARGV[3] .. ',"at_ms":' .. ARGV[4] ..
-  ',"before":' .. (before or 'null') .. ',"after":' .. after .. '}'
-redis.call('LPUSH', KEYS[4], change)
-redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
-return {v, change}
+if redis.call('HLEN', KEYS[1]) == 0 then
+  redis.call('SREM', KEYS[3], ARGV[3])
+else
+  redis.call('SADD', KEYS[3], ARGV[3])
+end
+redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[4]) - 1)
+return made
 "#;
 
 /// Overrides in Redis, through a store (a connection of their own, say).
@@ -49,15 +61,14 @@ pub struct OverrideKeys {
     root: String,
 }
 
-/// One change to write: `domain`'s `path` set to `record` (`None`: removed).
+/// Changes to write, in order: `domain`'s paths each set to a record (`None`: removed).
 #[derive(Debug)]
 pub struct Write<'a> {
-    /// The domain whose hash holds the path.
+    /// The domain whose hash holds the paths.
     pub domain: &'a str,
-    /// The path, as the field of the domain's hash.
-    pub path: &'a str,
-    /// The record, a JSON object without its version (the script adds it).
-    pub record: Option<&'a str>,
+    /// Each path, as the field of the domain's hash, and its record: a JSON object
+    /// without its version (the script adds it), or `None` to remove the path's.
+    pub changes: &'a [(String, Option<String>)],
     /// Who, as a JSON string.
     pub by: &'a str,
     /// When, in milliseconds since the Unix epoch.
@@ -140,9 +151,9 @@ impl OverrideKeys {
         )
     }
 
-    /// Writes `w` in one script call: its version and the change logged (`None`: a
-    /// path removed that had no override; nothing changed).
-    pub async fn write(&self, w: &Write<'_>) -> Result<Option<(u64, String)>, Error> {
+    /// Writes `w` in one script call: the changes made, in order, each with its
+    /// version (a path removed that had no override makes none).
+    pub async fn write(&self, w: &Write<'_>) -> Result<Vec<String>, Error> {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(WRITE)
             .arg(4)
@@ -150,13 +161,13 @@ impl OverrideKeys {
             .arg(self.key("version"))
             .arg(self.key("domains"))
             .arg(self.key("log"))
-            .arg(w.path)
-            .arg(w.record.unwrap_or(""))
             .arg(w.by)
             .arg(w.at_ms)
             .arg(w.domain)
             .arg(w.log_max);
-        let (version, change): (u64, Option<String>) = parse(self.store.query(&cmd).await?)?;
-        Ok(change.filter(|_| version > 0).map(|c| (version, c)))
+        for (path, record) in w.changes {
+            cmd.arg(path).arg(record.as_deref().unwrap_or(""));
+        }
+        parse(self.store.query(&cmd).await?)
     }
 }

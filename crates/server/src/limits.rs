@@ -43,6 +43,20 @@ pub const LOG_MAX: usize = 10_000;
 /// The most overrides one page lists.
 pub const PAGE_MAX: usize = 1000;
 
+/// The longest bulk file one import takes (about 100,000 overrides of a plain path;
+/// `spillway limits import` sends a longer file in parts).
+pub const IMPORT_MAX_BYTES: usize = 32 * 1024 * 1024;
+
+/// How many changes of an import are kept in one call (one script call on Redis, one
+/// write and sync of the journal).
+pub const IMPORT_PART: usize = 1000;
+
+/// A path's new record (`None`: removed), as a registry writes it.
+type PathSet = (Vec<(String, String)>, Option<Record>);
+
+/// [`PathSet`] as a store writes it.
+type PathWrite<'a> = (&'a [(String, String)], Option<Record>);
+
 /// One entry of a path, as the API writes it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
@@ -297,27 +311,41 @@ impl Registry {
         }
     }
 
-    /// Applies `changes` (in version order) to the service, one at a time so that one
-    /// that does not compile (kept by a newer release, say) is logged and passed over.
+    /// Applies `changes` (in version order) to the service: at once, or, when one
+    /// does not compile (kept by a newer release, say), one at a time, that one logged
+    /// and passed over.
     fn apply(&self, changes: &[Change]) {
-        for c in changes {
-            let path = c.record().path();
-            let set = c.as_set(&path);
-            if let Err(e) = self.service.apply_overrides(&[set.set()], false) {
-                tracing::error!(
-                    target: "spillway_server",
-                    version = c.version,
-                    domain = %c.record().domain,
-                    error = %LimitsError::Invalid(e),
-                    "a kept override does not compile: passed over"
-                );
+        let paths: Vec<_> = changes.iter().map(|c| c.record().path()).collect();
+        let sets: Vec<SetOwned> = changes
+            .iter()
+            .zip(&paths)
+            .map(|(c, p)| c.as_set(p))
+            .collect();
+        let all: Vec<Set<'_>> = sets.iter().map(SetOwned::set).collect();
+        if self.service.apply_overrides(&all, false).is_err() {
+            for (c, set) in changes.iter().zip(&all) {
+                if let Err(e) = self
+                    .service
+                    .apply_overrides(std::slice::from_ref(set), false)
+                {
+                    tracing::error!(
+                        target: "spillway_server",
+                        version = c.version,
+                        domain = %c.record().domain,
+                        error = %LimitsError::Invalid(e),
+                        "a kept override does not compile: passed over"
+                    );
+                }
             }
-            let mut history = self.history.lock();
+        }
+        let mut history = self.history.lock();
+        for c in changes {
             if history.len() >= LOG_MAX {
                 history.pop_front();
             }
             history.push_back(Arc::new(c.clone()));
         }
+        drop(history);
         crate::metrics::overrides(self.service.overrides().values().map(|d| d.len()).sum());
     }
 
@@ -335,22 +363,67 @@ impl Registry {
             .iter()
             .map(|e| (e.key.clone(), e.value.clone()))
             .collect();
-        check_keys(&path)?;
         // Compiled now, so that a bad override is refused before anything is kept.
         overrides::Override::compile(domain, &path, &limits).map_err(LimitsError::Invalid)?;
-        let limits = serde_json::value::RawValue::from_string(limits.to_string())
-            .expect("a JSON value's text is JSON");
-        let record = Record {
+        let record = self.record(domain, &path, &limits, by);
+        let mut made = self.write(domain, vec![(path, Some(record))], by).await?;
+        self.made(&made).await;
+        Ok(made.pop().expect("a set makes a change"))
+    }
+
+    /// Sets every override of a bulk file (NDJSON, one `PUT` body a line: checked whole
+    /// first, [`overrides::bulk`]), by `by`, in parts of [`IMPORT_PART`] changes (each
+    /// one atomic call on Redis; on a journal, one write and sync): how many were set.
+    /// Refused whole when a line is at fault. When the store fails midway, the parts
+    /// before are kept: importing the file again sets the same overrides.
+    pub async fn import(&self, domain: &str, text: &str, by: &str) -> Result<usize, LimitsError> {
+        self.known(domain)?;
+        let lines = overrides::bulk(domain, text).map_err(LimitsError::Invalid)?;
+        let mut done = 0;
+        for part in lines.chunks(IMPORT_PART) {
+            let changes = part
+                .iter()
+                .map(|l| {
+                    let record = self.record(domain, &l.entries, &l.limits, by);
+                    (l.entries.clone(), Some(record))
+                })
+                .collect();
+            let made = self.write(domain, changes, by).await.map_err(|e| match e {
+                LimitsError::Unavailable(why) => LimitsError::Unavailable(format!(
+                    "{why} ({done} of {} set before; importing again sets the same)",
+                    lines.len()
+                )),
+                other => other,
+            })?;
+            self.made(&made).await;
+            done += part.len();
+        }
+        Ok(done)
+    }
+
+    /// The record of `domain`'s `path` set to `limits` by `by`, now.
+    fn record(
+        &self,
+        domain: &str,
+        path: &[(String, String)],
+        limits: &serde_json::Value,
+        by: &str,
+    ) -> Record {
+        Record {
             version: 0,
             domain: domain.to_owned(),
-            entries,
-            limits,
+            entries: path
+                .iter()
+                .map(|(key, value)| Entry {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            limits: serde_json::value::RawValue::from_string(limits.to_string())
+                .expect("a JSON value's text is JSON"),
             by: by.to_owned(),
             at_ms: self.service.now().as_micros() / 1000,
-        };
-        let change = self.write(domain, &path, Some(record), by).await?;
-        self.made(&change).await;
-        Ok(change)
+        }
     }
 
     /// Removes `domain`'s override of `path`, by `by`: the file's rules apply again.
@@ -360,37 +433,44 @@ impl Registry {
         path: &[(String, String)],
         by: &str,
     ) -> Result<Change, LimitsError> {
-        let change = self.write(domain, path, None, by).await?;
-        self.made(&change).await;
-        Ok(change)
+        let mut made = self.write(domain, vec![(path.to_vec(), None)], by).await?;
+        self.made(&made).await;
+        made.pop().ok_or(LimitsError::NotFound)
     }
 
-    /// Keeps `domain`'s `path` set to `after` (`None`: removed). On a journal, this
-    /// process is the only writer: the change is written and applied under the lock,
-    /// in version order, with the index's record as its `before`.
+    /// Keeps each of `domain`'s paths set to its record (`None`: removed), in order:
+    /// the changes made (a removal of a path without an override makes none). On a
+    /// journal, this process is the only writer: the changes are written and applied
+    /// under the lock, in version order, with the index's records as their `before`.
     async fn write(
         &self,
         domain: &str,
-        path: &[(String, String)],
-        after: Option<Record>,
+        changes: Vec<PathSet>,
         by: &str,
-    ) -> Result<Change, LimitsError> {
+    ) -> Result<Vec<Change>, LimitsError> {
         let at_ms = self.service.now().as_micros() / 1000;
         if self.kept.is_shared() {
-            return self.kept.write(domain, path, after, by, at_ms).await;
+            let changes: Vec<_> = changes
+                .iter()
+                .map(|(p, a)| (p.as_slice(), a.clone()))
+                .collect();
+            return self.kept.write(domain, &changes, by, at_ms).await;
         }
         let mut applied = self.applied.lock().await;
-        let before = self.get(domain, path);
-        if before.is_none() && after.is_none() {
-            return Err(LimitsError::NotFound);
+        let changes: Vec<_> = changes
+            .into_iter()
+            .map(|(path, after)| (self.get(domain, &path), after))
+            .filter(|(before, after)| before.is_some() || after.is_some())
+            .collect();
+        if changes.is_empty() {
+            return Ok(Vec::new());
         }
-        let change = self.kept.append(*applied + 1, before, after, by, at_ms)?;
-        self.apply(std::slice::from_ref(&change));
-        *applied = change.version;
+        let made = self.kept.append(*applied + 1, changes, by, at_ms)?;
+        self.apply(&made);
+        *applied = made.last().map_or(*applied, |c| c.version);
         let live = self.service.overrides().values().map(|d| d.len()).sum();
-        self.kept
-            .compact(live, change.version, || self.all_records());
-        Ok(change)
+        self.kept.compact(live, *applied, || self.all_records());
+        Ok(made)
     }
 
     /// Every override, as kept (a journal rewritten whole writes them).
@@ -401,29 +481,31 @@ impl Registry {
             .collect()
     }
 
-    /// A change this replica made, kept: applied here before it is answered (on a
-    /// shared store, with the changes made elsewhere before it, in order), audited,
-    /// counted.
-    async fn made(&self, change: &Change) {
+    /// Changes this replica made, kept: applied here before they are answered (on a
+    /// shared store, with the changes made elsewhere before them, in order), audited
+    /// (a line each), counted.
+    async fn made(&self, changes: &[Change]) {
         if self.kept.is_shared()
             && let Err(e) = self.sync().await
         {
             tracing::warn!(target: "spillway_server", error = %e, "overrides not synced after a change; applied alone");
-            self.apply(std::slice::from_ref(change));
+            self.apply(changes);
         }
-        let r = change.record();
-        crate::metrics::override_change(change.op());
-        tracing::info!(
-            target: "spillway::audit",
-            version = change.version,
-            by = %change.by,
-            op = change.op(),
-            domain = %r.domain,
-            path = %path_text(&r.path()),
-            before = change.before.as_ref().map_or("none", |b| b.limits.get()),
-            after = change.after.as_ref().map_or("none", |a| a.limits.get()),
-            "override changed"
-        );
+        for change in changes {
+            let r = change.record();
+            crate::metrics::override_change(change.op());
+            tracing::info!(
+                target: "spillway::audit",
+                version = change.version,
+                by = %change.by,
+                op = change.op(),
+                domain = %r.domain,
+                path = %path_text(&r.path()),
+                before = change.before.as_ref().map_or("none", |b| b.limits.get()),
+                after = change.after.as_ref().map_or("none", |a| a.limits.get()),
+                "override changed"
+            );
+        }
     }
 
     /// Refused unless the policies define `domain`.
@@ -523,25 +605,6 @@ impl PartialOrd for Ranked {
 impl Ord for Ranked {
     fn cmp(&self, other: &Ranked) -> std::cmp::Ordering {
         self.0.cmp(&other.0)
-    }
-}
-
-/// Keys are written `key=value` in a path's text and in the API's `entry=` parameters:
-/// a key holding `=` could not be named there.
-fn check_keys(path: &[(String, String)]) -> Result<(), LimitsError> {
-    let errors: Vec<OverrideError> = path
-        .iter()
-        .enumerate()
-        .filter(|(_, (k, _))| k.contains('='))
-        .map(|(i, _)| OverrideError {
-            field: format!("entries[{i}].key"),
-            message: "holds `=`, which names no descriptor key an override can address".into(),
-        })
-        .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(LimitsError::Invalid(errors))
     }
 }
 

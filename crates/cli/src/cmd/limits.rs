@@ -22,6 +22,10 @@ Examples:
   spillway limits history --domain api api_key=abc
   spillway limits delete --domain api api_key=abc
 
+  # 100,000 customers from a file (NDJSON, one `set` body a line: {\"entries\": [...],
+  # \"limits\": [...]}): the whole file checked here first, then sent in parts
+  spillway limits import --domain api customers.ndjson
+
   # A service whose admin listener has a token (admin_token_file)
   SPILLWAY_ADMIN_TOKEN=... spillway limits list --domain api
 
@@ -98,6 +102,20 @@ pub enum Action {
         #[command(flatten)]
         path: PathArgs,
     },
+    /// Set every override of a bulk file (NDJSON: one override a line, as `set` sends
+    /// it, `{"entries": [{"key": …, "value": …}], "limits": [ … ]}`). The whole file is
+    /// checked here first (nothing is sent when a line is at fault), then sent in
+    /// parts, each checked and set whole by the service.
+    Import {
+        /// The policy domain.
+        #[arg(long)]
+        domain: String,
+        /// The bulk file.
+        file: std::path::PathBuf,
+        /// Overrides a request (at most 100,000).
+        #[arg(long, default_value = "10000", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        part: u32,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -155,6 +173,9 @@ async fn act(args: &LimitsArgs) -> anyhow::Result<ExitCode> {
                 Some(body),
             )
         }
+        Action::Import { domain, file, part } => {
+            return import(args, domain, file, *part as usize).await;
+        }
         Action::Get { path } => (
             Method::GET,
             format!("/v1/limits/{}?{}", encode(&path.domain), path.query()),
@@ -193,32 +214,72 @@ async fn act(args: &LimitsArgs) -> anyhow::Result<ExitCode> {
             )
         }
     };
-    let crate::client::Server::Http { base, tls } = crate::client::Server::parse(&args.server)?
-    else {
-        anyhow::bail!(
-            "--server `{}` is not http://host:port or https://host:port",
-            args.server
-        );
-    };
-    let client = args.tls.http_client(&base, tls)?;
-    let url = format!("{base}{path}");
-    let token = args.token.read()?;
-    let (status, v) = crate::client::send_json(
-        &client,
-        method,
-        &url,
-        body.as_ref(),
-        token.as_ref(),
-        args.timeout,
-    )
-    .await?;
+    let service = Service::new(args)?;
+    let url = format!("{}{path}", service.base);
+    let body = body.map(|b| ("application/json", b.to_string().into_bytes()));
+    let (status, v) = service.send(method, &url, body).await?;
     if status == hyper::StatusCode::NOT_FOUND && v["error"]["kind"] == "no_override" {
         eprintln!("no override of that path");
         return Ok(ExitCode::from(1));
     }
-    if !status.is_success() {
+    service.refused(&url, status, &v)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", describe(&args.action, &v));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The service's admin listener, as the arguments reach it.
+struct Service {
+    client: crate::client::HttpClient,
+    base: String,
+    token: Option<spillway_redis::Password>,
+    timeout: Duration,
+}
+
+impl Service {
+    fn new(args: &LimitsArgs) -> anyhow::Result<Service> {
+        let crate::client::Server::Http { base, tls } = crate::client::Server::parse(&args.server)?
+        else {
+            anyhow::bail!(
+                "--server `{}` is not http://host:port or https://host:port",
+                args.server
+            );
+        };
+        Ok(Service {
+            client: args.tls.http_client(&base, tls)?,
+            base,
+            token: args.token.read()?,
+            timeout: args.timeout,
+        })
+    }
+
+    async fn send(
+        &self,
+        method: hyper::Method,
+        url: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> anyhow::Result<(hyper::StatusCode, Value)> {
+        crate::client::send(
+            &self.client,
+            method,
+            url,
+            body,
+            self.token.as_ref(),
+            self.timeout,
+        )
+        .await
+    }
+
+    /// An error saying why, unless `status` is a success.
+    fn refused(&self, url: &str, status: hyper::StatusCode, v: &Value) -> anyhow::Result<()> {
+        if status.is_success() {
+            return Ok(());
+        }
         let message = v["error"]["message"].as_str().unwrap_or("no message");
-        let hint = match (status, token.is_some()) {
+        let hint = match (status, self.token.is_some()) {
             (hyper::StatusCode::UNAUTHORIZED, false) => {
                 " (give the token with --token-file FILE or SPILLWAY_ADMIN_TOKEN)"
             }
@@ -226,12 +287,80 @@ async fn act(args: &LimitsArgs) -> anyhow::Result<ExitCode> {
         };
         anyhow::bail!("{url} answered {status}: {message}{hint}");
     }
+}
+
+/// `spillway limits import`: `file` checked whole here (its faults printed as
+/// `FILE:LINE: FIELD: MESSAGE`, exit 1, nothing sent), then sent `part` lines a request.
+async fn import(
+    args: &LimitsArgs,
+    domain: &str,
+    file: &std::path::Path,
+    part: usize,
+) -> anyhow::Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let parts = parts(&text, part);
+    let mut faults = 0;
+    for (first, lines) in &parts {
+        if let Err(errors) = spillway_policy::overrides::bulk_at(domain, lines, *first) {
+            faults += errors.len();
+            for (line, e) in errors {
+                eprintln!("{}:{line}: {}: {}", file.display(), e.field, e.message);
+            }
+        }
+    }
+    if faults > 0 {
+        eprintln!("{faults} faults: nothing imported");
+        return Ok(ExitCode::from(1));
+    }
+    let service = Service::new(args)?;
+    let url = format!("{}/v1/limits/{}/import", service.base, encode(domain));
+    let started = tokio::time::Instant::now();
+    let mut imported = 0;
+    for (i, (_, lines)) in parts.iter().enumerate() {
+        let body = Some(("application/x-ndjson", lines.as_bytes().to_vec()));
+        let (status, v) = service.send(hyper::Method::POST, &url, body).await?;
+        service.refused(&url, status, &v).map_err(|e| {
+            anyhow::anyhow!(
+                "{e} ({imported} imported before, in {i} parts; importing again sets the same)"
+            )
+        })?;
+        imported += v["imported"].as_u64().unwrap_or(0);
+        eprintln!("part {} of {}: {imported} imported", i + 1, parts.len());
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!(
+            "{}",
+            serde_json::json!({ "domain": domain, "imported": imported })
+        );
     } else {
-        print!("{}", describe(&args.action, &v));
+        let n = parts.len();
+        println!(
+            "{imported} overrides imported to domain {domain} in {n} part{} ({:.1} s)",
+            if n == 1 { "" } else { "s" },
+            started.elapsed().as_secs_f64()
+        );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `text` in parts of `size` overrides (blank lines aside), each with its first line.
+pub(crate) fn parts(text: &str, size: usize) -> Vec<(usize, String)> {
+    let mut parts = Vec::new();
+    let (mut first, mut part, mut count) = (1, String::new(), 0);
+    for (i, line) in text.lines().enumerate() {
+        if count == size {
+            parts.push((first, std::mem::take(&mut part)));
+            (first, count) = (i + 1, 0);
+        }
+        part.push_str(line);
+        part.push('\n');
+        count += usize::from(!line.trim().is_empty());
+    }
+    if count > 0 {
+        parts.push((first, part));
+    }
+    parts
 }
 
 /// A domain as a URL path segment.
@@ -305,6 +434,7 @@ fn describe(action: &Action, v: &Value) -> String {
             }
             out
         }
+        Action::Import { .. } => unreachable!("an import says what it did itself"),
         Action::History { .. } => {
             let mut out = String::new();
             for c in v["changes"].as_array().into_iter().flatten() {

@@ -20,7 +20,10 @@ Examples:
   spillway validate /etc/spillway/policies --diff candidate/
 
   # In CI, as JSON
-  spillway validate --json policies/ > validation.json";
+  spillway validate --json policies/ > validation.json
+
+  # A bulk file of overrides (spillway limits import) against the policies
+  spillway validate /etc/spillway/policies --overrides customers.ndjson --domain api";
 
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {
@@ -41,6 +44,20 @@ pub struct ValidateArgs {
     /// read, as serve reads them, from --settings and MERGE_DOMAIN_CONFIG.
     #[arg(long)]
     pub merge_domains: bool,
+
+    /// A bulk file of overrides (NDJSON, as `spillway limits import` sends it): every
+    /// line checked as the service checks it, against `--domain` of these policies.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "domain",
+        conflicts_with = "diff"
+    )]
+    pub overrides: Option<PathBuf>,
+
+    /// The domain the bulk file's overrides refine.
+    #[arg(long, requires = "overrides")]
+    pub domain: Option<String>,
 
     /// A settings file, read as `serve` reads it (`merge_domains:`).
     #[arg(long, env = "SPILLWAY_SETTINGS")]
@@ -91,8 +108,59 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if let (Some(file), Some(domain)) = (&args.overrides, &args.domain) {
+        return overrides(file, domain, &set, args.json);
+    }
     summary(&args, &set);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--overrides FILE --domain D`: each line of the bulk file checked as the service's
+/// import checks it; the faults as `FILE:LINE: FIELD: MESSAGE` (or JSON), exit 1.
+fn overrides(
+    file: &std::path::Path,
+    domain: &str,
+    set: &spillway_policy::PolicySet,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    if set.domain(domain).is_none() {
+        eprintln!("no domain {domain} in the policies: an override refines a domain's rules");
+        return Ok(ExitCode::from(1));
+    }
+    let text =
+        std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let mut count = 0;
+    let mut faults = Vec::new();
+    let part = spillway_policy::overrides::BULK_MAX_LINES;
+    for (first, lines) in super::limits::parts(&text, part) {
+        match spillway_policy::overrides::bulk_at(domain, &lines, first) {
+            Ok(ok) => count += ok.len(),
+            Err(errors) => faults.extend(errors),
+        }
+    }
+    let name = file.display().to_string();
+    if as_json {
+        let errors: Vec<Value> = faults
+            .iter()
+            .map(|(line, e)| json!({ "file": name, "line": line, "field": e.field, "message": e.message }))
+            .collect();
+        println!(
+            "{}",
+            json!({ "valid": faults.is_empty(), "overrides": count, "errors": errors })
+        );
+    } else if faults.is_empty() {
+        println!("{name}: {count} overrides of domain {domain}, every one valid");
+    } else {
+        for (line, e) in &faults {
+            eprintln!("{name}:{line}: {}: {}", e.field, e.message);
+        }
+        eprintln!("{} faults in {name}", faults.len());
+    }
+    Ok(if faults.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// The policy set at `path`, or (its errors printed) exit status 1.

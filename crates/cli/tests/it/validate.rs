@@ -225,3 +225,47 @@ fn validate_reads_the_settings_serve_reads() {
     let out = run(&[], &["--settings", settings.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+/// A bulk file of overrides, checked as the service's import checks it: each fault with
+/// its file and line; a domain the policies lack refused.
+#[test]
+fn a_bulk_file_of_overrides_is_checked_line_by_line() {
+    let file = examples("overrides/customers.ndjson");
+    let args = ["--overrides", file.to_str().unwrap(), "--domain", "api"];
+    let out = validate(&args, &examples("policies"));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("3 overrides of domain api, every one valid"),
+        "{text}"
+    );
+
+    let broken = examples("overrides/broken.ndjson");
+    let args = ["--overrides", broken.to_str().unwrap(), "--domain", "api"];
+    let out = validate(&args, &examples("policies"));
+    assert_eq!(out.status.code(), Some(1));
+    let errors = String::from_utf8(out.stderr).unwrap();
+    for fault in [
+        "broken.ndjson:1: limits[0].window: `soon` is not a duration",
+        "broken.ndjson:2: entries[0].value: an override names one exact path",
+        "broken.ndjson:4: entries: the same path as line 3",
+        "3 faults in",
+    ] {
+        assert!(errors.contains(fault), "{fault}: {errors}");
+    }
+    let out = validate(&[&["--json"][..], &args].concat(), &examples("policies"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["valid"].as_bool(), v["errors"][2]["line"].as_u64()),
+        (Some(false), Some(4))
+    );
+
+    let args = ["--overrides", file.to_str().unwrap(), "--domain", "nowhere"];
+    let out = validate(&args, &examples("policies"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("no domain nowhere")
+    );
+}

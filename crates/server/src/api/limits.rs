@@ -131,6 +131,35 @@ pub(super) async fn put(
     }
 }
 
+/// `POST /v1/limits/{domain}/import`: a bulk file (NDJSON, one `PUT` body a line, at
+/// most [`crate::limits::IMPORT_MAX_BYTES`] and [`spillway_policy::overrides::BULK_MAX_LINES`]
+/// lines), checked whole, then set. 200 with how many; 400 naming each line at fault,
+/// nothing set.
+pub(super) async fn import(
+    State(state): State<Arc<AppState>>,
+    Path(domain): Path<String>,
+    request: Request,
+) -> Response {
+    let by = author(&request);
+    let body =
+        match axum::body::to_bytes(request.into_body(), crate::limits::IMPORT_MAX_BYTES).await {
+            Ok(b) => b,
+            Err(e) => return respond::refused(respond::Refused::BodyUnreadable(e.to_string())),
+        };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return error(&LimitsError::Invalid(vec![
+            spillway_policy::overrides::OverrideError {
+                field: "body".into(),
+                message: "not UTF-8: one JSON override a line".into(),
+            },
+        ]));
+    };
+    match state.limits.import(&domain, text, &by).await {
+        Ok(n) => Json(serde_json::json!({ "domain": domain, "imported": n })).into_response(),
+        Err(e) => error(&e),
+    }
+}
+
 /// `GET /v1/limits/{domain}`: with `entry=` parameters, that path's override (404
 /// without one); without, a page of the domain's overrides in the order of their
 /// paths' text, those starting with `prefix`, after `after`, `limit` of them (100; at

@@ -69,13 +69,14 @@ pub fn admin_router(state: Arc<AppState>, token: Option<Arc<str>>, hosts: Arc<[S
             get(limits::get).put(limits::put).delete(limits::delete),
         )
         .route("/v1/limits/{domain}/history", get(limits::history))
+        .route("/v1/limits/{domain}/import", post(limits::import))
         .route("/rlconfig", get(ops::rlconfig))
         .route("/openapi.json", get(openapi::serve))
         .fallback(|| async { respond::refused(Refused::NoSuchEndpoint) })
         .method_not_allowed_fallback(|| async { respond::refused(Refused::MethodNotAllowed) })
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
-            read_body,
+            read_admin_body,
         ))
         .layer(middleware::from_fn_with_state(token, admin_token))
         .layer(middleware::from_fn_with_state(hosts, admin_host))
@@ -259,12 +260,32 @@ const DRAIN_BYTES: usize = 4 * 1024 * 1024;
 /// refused here never reaches its handler, so it is counted here as the handler would
 /// count it: a request to its API, and an invalid one.
 async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    read_at_most_into(&state, request, next, MAX_BODY_BYTES).await
+}
+
+/// [`read_body`] on the admin listener, where a bulk import of overrides is a file of
+/// up to [`crate::limits::IMPORT_MAX_BYTES`], not a request.
+async fn read_admin_body(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path();
+    let max = if path.starts_with("/v1/limits/") && path.ends_with("/import") {
+        crate::limits::IMPORT_MAX_BYTES
+    } else {
+        MAX_BODY_BYTES
+    };
+    read_at_most_into(&state, request, next, max).await
+}
+
+/// The body of `request`, at most `max` bytes within the body read timeout, handed
+/// to `next`; else the refusal.
+async fn read_at_most_into(state: &AppState, request: Request, next: Next, max: usize) -> Response {
     let (parts, mut body) = request.into_parts();
     let timeout = state.body_read_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
-    let refused = match tokio::time::timeout_at(deadline, read_at_most(&mut body, MAX_BODY_BYTES))
-        .await
-    {
+    let refused = match tokio::time::timeout_at(deadline, read_at_most(&mut body, max)).await {
         Ok(Ok(Some(bytes))) => {
             return next
                 .run(Request::from_parts(parts, Body::from(bytes)))
@@ -273,7 +294,7 @@ async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: N
         Ok(Ok(None)) => {
             // Whatever the drain ends with, the answer is the same.
             let _ = tokio::time::timeout_at(deadline, read_at_most(&mut body, DRAIN_BYTES)).await;
-            respond::refused(Refused::BodyTooLarge(MAX_BODY_BYTES))
+            respond::refused(Refused::BodyTooLarge(max))
         }
         Ok(Err(e)) => respond::refused(Refused::BodyUnreadable(e.to_string())),
         Err(_) => respond::refused(Refused::BodyTimeout(timeout)),

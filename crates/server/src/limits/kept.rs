@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use spillway_redis::RedisStore;
 
-use super::{Change, LimitsError, Record};
+use super::{Change, LimitsError, PathWrite, Record};
 
 mod journal;
 mod redis;
@@ -76,44 +76,47 @@ impl Kept {
         }
     }
 
-    /// On a shared store: `domain`'s `path` set to `after` (`None`: removed), in one
-    /// atomic call that gives the version and reads the `before`.
+    /// On a shared store: each of `domain`'s paths set to its record (`None`:
+    /// removed), in order, in one atomic call that gives the versions and reads the
+    /// `before`s. The changes made.
     pub(super) async fn write(
         &self,
         domain: &str,
-        path: &[(String, String)],
-        after: Option<Record>,
+        changes: &[PathWrite<'_>],
         by: &str,
         at_ms: u64,
-    ) -> Result<Change, LimitsError> {
+    ) -> Result<Vec<Change>, LimitsError> {
         match self {
-            Kept::Redis(r) => r.write(domain, path, after, by, at_ms).await,
+            Kept::Redis(r) => r.write(domain, changes, by, at_ms).await,
             Kept::Journal(_) => unreachable!("a journal is written under the registry's lock"),
         }
     }
 
-    /// On a journal: the change of `version` appended and synced.
+    /// On a journal: the changes `(before, after)`, versions from `version` on,
+    /// appended and synced at once.
     pub(super) fn append(
         &self,
         version: u64,
-        before: Option<Record>,
-        after: Option<Record>,
+        changes: Vec<(Option<Record>, Option<Record>)>,
         by: &str,
         at_ms: u64,
-    ) -> Result<Change, LimitsError> {
+    ) -> Result<Vec<Change>, LimitsError> {
         let Kept::Journal(j) = self else {
             unreachable!("a shared store is written by `write`")
         };
-        let after = after.map(|a| Record { version, ..a });
-        let change = Change {
-            version,
-            by: by.to_owned(),
-            at_ms,
-            before,
-            after,
-        };
-        j.append(&change).map_err(LimitsError::Unavailable)?;
-        Ok(change)
+        let changes: Vec<Change> = changes
+            .into_iter()
+            .zip(version..)
+            .map(|((before, after), version)| Change {
+                version,
+                by: by.to_owned(),
+                at_ms,
+                before,
+                after: after.map(|a| Record { version, ..a }),
+            })
+            .collect();
+        j.append(&changes).map_err(LimitsError::Unavailable)?;
+        Ok(changes)
     }
 
     /// On a journal holding more dead lines than `live` ones: rewritten whole from

@@ -257,6 +257,223 @@ async fn a_bad_override_is_refused_with_its_field_and_nothing_changes() {
     }
 }
 
+/// A bulk file (NDJSON) sets thousands at once (in parts: more than one part here),
+/// each enforced and audited; a file with one bad line among 10,000 is refused whole,
+/// naming the line, and sets nothing.
+#[tokio::test]
+async fn a_bulk_import_sets_every_line_or_none() {
+    let line = |key: &str, limits: &Value| put_body(key, limits.clone()).to_string();
+    for backing in support::backings() {
+        let s = Server::start("overrides-import", &[("o.yaml", POLICY)], backing.clone()).await;
+        let url = s.url("/v1/limits/o/import");
+        let import = |text: String| {
+            let (http, url) = (s.http.clone(), url.clone());
+            async move {
+                let r = http
+                    .post(url)
+                    .header("content-type", "application/x-ndjson")
+                    .body(text)
+                    .send()
+                    .await
+                    .unwrap();
+                (
+                    r.status().as_u16(),
+                    r.json::<Value>().await.unwrap_or(Value::Null),
+                )
+            }
+        };
+        let n = 2 * spillway_server::limits::IMPORT_PART + 500;
+        let file: Vec<String> = (0..n).map(|i| line(&format!("c{i}"), &plan(2))).collect();
+        let (status, r) = import(file.join("\n")).await;
+        assert_eq!(
+            (status, &r["imported"]),
+            (200, &json!(n)),
+            "{backing:?}: {r}"
+        );
+        for key in ["c0", &format!("c{}", n - 1)] {
+            assert_eq!(
+                admitted(&s, key, 4).await,
+                2,
+                "{backing:?}: {key}'s plan of 2"
+            );
+        }
+        let (_, page) = call(
+            &s.http,
+            reqwest::Method::GET,
+            s.url("/v1/limits/o?limit=1"),
+            None,
+        )
+        .await;
+        assert_eq!(page["total"], n, "{page}");
+        let (_, h) = call(
+            &s.http,
+            reqwest::Method::GET,
+            s.url("/v1/limits/o/history?entry=api_key%3Dc7"),
+            None,
+        )
+        .await;
+        assert_eq!(h["changes"][0]["after"]["limits"], plan(2), "audited: {h}");
+
+        // 10,000 lines, the 9,000th bad: refused, nothing set, the line named.
+        let mut file: Vec<String> = (0..10_000)
+            .map(|i| line(&format!("d{i}"), &plan(3)))
+            .collect();
+        file[8_999] = line(
+            "d8999",
+            &json!([{ "algorithm": "gcra", "limit": 1, "window": "soon" }]),
+        );
+        let (status, e) = import(file.join("\n")).await;
+        assert_eq!(status, 400, "{e}");
+        assert_eq!(
+            e["error"]["fields"][0]["field"], "line 9000: limits[0].window",
+            "{e}"
+        );
+        let (_, page) = call(
+            &s.http,
+            reqwest::Method::GET,
+            s.url("/v1/limits/o?limit=1"),
+            None,
+        )
+        .await;
+        assert_eq!(page["total"], n, "nothing of the refused file: {page}");
+        assert_eq!(admitted(&s, "d0", 7).await, 5, "the file's 5");
+
+        let (status, e) = import(String::from("not json")).await;
+        assert_eq!(
+            (status, &e["error"]["fields"][0]["field"]),
+            (400, &json!("line 1: line"))
+        );
+    }
+}
+
+/// What a hostile caller tries on the admin API: no token or a wrong one, the check
+/// port, an override of 10,000 limits or a path of 10,000 entries, a body over the
+/// bound. Refused, nothing written.
+#[tokio::test]
+async fn hostile_changes_are_refused_and_nothing_is_half_written() {
+    let s = Server::start_with(
+        "overrides-hostile",
+        &[("o.yaml", POLICY)],
+        support::Backing::Memory,
+        |settings| settings.admin.token = Some(spillway_redis::Password::new("s3cret")),
+    )
+    .await;
+    let send = |method: reqwest::Method, url: String, auth: Option<&'static str>, body: String| {
+        let http = s.http.clone();
+        async move {
+            let mut r = http
+                .request(method, url)
+                .body(body)
+                .header("content-type", "application/json");
+            if let Some(a) = auth {
+                r = r.header("authorization", a);
+            }
+            let r = r.send().await.unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let good = put_body("k1", plan(2)).to_string();
+    let changes = [
+        (reqwest::Method::PUT, "/v1/limits/o", good.clone()),
+        (
+            reqwest::Method::DELETE,
+            "/v1/limits/o?entry=api_key%3Dk1",
+            String::new(),
+        ),
+        (reqwest::Method::POST, "/v1/limits/o/import", good.clone()),
+        (reqwest::Method::GET, "/v1/limits/o", String::new()),
+    ];
+    for (method, path, body) in &changes {
+        for auth in [None, Some("Bearer wrong"), Some("Basic b3BzOndyb25n")] {
+            let (status, e) = send(method.clone(), s.url(path), auth, body.clone()).await;
+            assert_eq!(
+                (status, &e["error"]["kind"]),
+                (401, &json!("unauthorized")),
+                "{method} {path} {auth:?}"
+            );
+        }
+        let (status, _) = send(
+            method.clone(),
+            s.check_url(path),
+            Some("Bearer s3cret"),
+            body.clone(),
+        )
+        .await;
+        assert_eq!(status, 404, "{method} {path} on the check port");
+    }
+    let token = Some("Bearer s3cret");
+    let one = json!({ "algorithm": "gcra", "limit": 10, "window": "1s" });
+    let many_limits = put_body("k1", Value::Array(vec![one; 10_000])).to_string();
+    let deep = json!({
+        "entries": (0..10_000).map(|i| json!({ "key": format!("k{i}"), "value": "v" })).collect::<Vec<_>>(),
+        "limits": plan(2),
+    })
+    .to_string();
+    let long_value = put_body(&"x".repeat(10_000), plan(2)).to_string();
+    for (what, body) in [
+        ("10,000 limits", many_limits.clone()),
+        ("10,000 entries", deep),
+        ("a 10 kB value", long_value),
+    ] {
+        let (status, e) = send(
+            reqwest::Method::PUT,
+            s.url("/v1/limits/o"),
+            token,
+            body.clone(),
+        )
+        .await;
+        assert!(status == 400 || status == 413, "{what}: {status} {e}");
+        let (status, e) = send(
+            reqwest::Method::POST,
+            s.url("/v1/limits/o/import"),
+            token,
+            body,
+        )
+        .await;
+        assert_eq!(status, 400, "{what} in an import: {e}");
+    }
+    // Over the import's bound: 413, read no further than a little past it.
+    let huge = "x".repeat(spillway_server::limits::IMPORT_MAX_BYTES + 1);
+    let (status, e) = send(
+        reqwest::Method::POST,
+        s.url("/v1/limits/o/import"),
+        token,
+        huge,
+    )
+    .await;
+    assert_eq!(
+        (status, &e["error"]["kind"]),
+        (413, &json!("body_too_large"))
+    );
+    // The check port reads no more than its own bound, whatever the path.
+    let big = "x".repeat(64 * 1024 + 1);
+    let (status, _) = send(
+        reqwest::Method::POST,
+        s.check_url("/v1/limits/o/import"),
+        None,
+        big,
+    )
+    .await;
+    assert_eq!(status, 413, "the check port's bound, not the import's");
+
+    let (status, page) = send(
+        reqwest::Method::GET,
+        s.url("/v1/limits/o"),
+        token,
+        String::new(),
+    )
+    .await;
+    assert_eq!(
+        (status, &page["total"]),
+        (200, &json!(0)),
+        "nothing written: {page}"
+    );
+    assert_eq!(admitted(&s, "k1", 7).await, 5);
+}
+
 /// `explain` names the override a path has; `/v1/config` counts each domain's.
 #[tokio::test]
 async fn explain_and_the_config_name_the_override() {

@@ -127,8 +127,8 @@ impl Journal {
         Ok((version, live.into_values().collect(), log.into()))
     }
 
-    /// Appends `change` and syncs it to disk.
-    pub(super) fn append(&self, change: &Change) -> Result<(), String> {
+    /// Appends `changes` and syncs them to disk.
+    pub(super) fn append(&self, changes: &[Change]) -> Result<(), String> {
         let mut state = self.state.lock();
         let (lines, file) = &mut *state;
         let Some(path) = &self.path else {
@@ -145,12 +145,15 @@ impl Journal {
                     .map_err(|e| format!("{}: {e}", path.display()))?,
             ),
         };
-        let mut line = serde_json::to_string(change).map_err(|e| e.to_string())?;
-        line.push('\n');
-        file.write_all(line.as_bytes())
+        let mut text = String::new();
+        for change in changes {
+            text.push_str(&serde_json::to_string(change).map_err(|e| e.to_string())?);
+            text.push('\n');
+        }
+        file.write_all(text.as_bytes())
             .and_then(|()| file.sync_data())
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        *lines += 1;
+        *lines += changes.len();
         Ok(())
     }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use spillway_redis::RedisStore;
 use spillway_redis::overrides::{OverrideKeys, Write};
 
-use super::super::{Change, LOG_MAX, LimitsError, Record};
+use super::super::{Change, LOG_MAX, LimitsError, PathWrite, Record};
 use super::Loaded;
 
 /// The most log entries or hash fields read in one call.
@@ -106,36 +106,41 @@ impl RedisKept {
         Ok(Some(changes))
     }
 
-    /// Sets `domain`'s `path` to `after` (`None`: removes it) in one script call.
+    /// Sets each of `domain`'s paths to its record (`None`: removes it), in order, in
+    /// one script call: the changes made.
     pub(super) async fn write(
         &self,
         domain: &str,
-        path: &[(String, String)],
-        after: Option<Record>,
+        changes: &[PathWrite<'_>],
         by: &str,
         at_ms: u64,
-    ) -> Result<Change, LimitsError> {
+    ) -> Result<Vec<Change>, LimitsError> {
         let unavailable = |e: String| LimitsError::Unavailable(e);
-        let field = serde_json::to_string(path).map_err(|e| unavailable(e.to_string()))?;
-        let record = after
-            .map(|a| serde_json::to_string(&a))
-            .transpose()
+        let written = changes
+            .iter()
+            .map(|(path, after)| {
+                Ok((
+                    serde_json::to_string(path)?,
+                    after.as_ref().map(serde_json::to_string).transpose()?,
+                ))
+            })
+            .collect::<Result<Vec<_>, serde_json::Error>>()
             .map_err(|e| unavailable(e.to_string()))?;
         let by = serde_json::Value::from(by).to_string();
         let write = Write {
             domain,
-            path: &field,
-            record: record.as_deref(),
+            changes: &written,
             by: &by,
             at_ms,
             log_max: LOG_MAX,
         };
-        match self.keys.write(&write).await {
-            Ok(Some((_, change))) => {
-                serde_json::from_str(&change).map_err(|e| unavailable(e.to_string()))
-            }
-            Ok(None) => Err(LimitsError::NotFound),
-            Err(e) => Err(unavailable(e.to_string())),
-        }
+        let made = self
+            .keys
+            .write(&write)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        made.iter()
+            .map(|c| serde_json::from_str(c).map_err(|e| unavailable(e.to_string())))
+            .collect()
     }
 }
