@@ -412,13 +412,7 @@ impl Registry {
         Record {
             version: 0,
             domain: domain.to_owned(),
-            entries: path
-                .iter()
-                .map(|(key, value)| Entry {
-                    key: key.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
+            entries: entries_of(path),
             limits: serde_json::value::RawValue::from_string(limits.to_string())
                 .expect("a JSON value's text is JSON"),
             by: by.to_owned(),
@@ -608,6 +602,16 @@ impl Ord for Ranked {
     }
 }
 
+/// `path` as the API writes it (the inverse of [`Record::path`]).
+fn entries_of(path: &[(String, String)]) -> Vec<Entry> {
+    path.iter()
+        .map(|(key, value)| Entry {
+            key: key.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}
+
 /// The record of the index's `e`.
 fn record_of(
     domain: &str,
@@ -617,13 +621,7 @@ fn record_of(
     Record {
         version: e.version,
         domain: domain.to_owned(),
-        entries: path
-            .iter()
-            .map(|(key, value)| Entry {
-                key: key.clone(),
-                value: value.clone(),
-            })
-            .collect(),
+        entries: entries_of(path),
         limits: serde_json::value::RawValue::from_string(e.limits().to_owned())
             .expect("an override's limits are JSON (they compiled)"),
         by: e.by.to_string(),
