@@ -4,6 +4,7 @@ mod conformance;
 mod default_clock;
 mod deny_cache;
 mod distinct;
+mod heavy;
 mod holds;
 mod limiter;
 mod memory_bounds;

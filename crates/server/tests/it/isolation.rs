@@ -1,7 +1,10 @@
-//! One client's heavy requests beside a light client's (issue #37, point 7): heavy
-//! batches go to the store in calls of their own, one at a time, and their timeouts do
-//! not count toward the breaker, so the light client's answers never degrade and the
-//! breaker stays shut. On a real Redis, with the default 10 ms store timeout.
+//! One client's heavy requests beside a light client's, on a real Redis: heavy batches
+//! go to the store in calls of their own, one at a time, and both clients are answered
+//! by the store. The store timeout here is 5 s, longer than any pause of a loaded
+//! machine: with the default 10 ms, whether a light call times out would depend on the
+//! machine, not on Spillway. That a heavy batch's timeouts leave the breaker shut is
+//! core's `heavy` test (a store that never answers, on a paused clock); that a heavy
+//! lane sends one batch a call, one call at a time, is the coalescer's unit test.
 
 use crate::support;
 
@@ -29,14 +32,12 @@ descriptors:
 
 /// A heavy client (4 tasks sending 8-descriptor requests, each on a sliding window of
 /// precision 1,000: 128 units of work, half what one request may ask) beside a light one:
-/// 300 light answers, none degraded, the breaker shut. (Before: heavy batches rode the
-/// light ones' calls, and every caller in a call that timed out counted a failure.)
+/// 300 light answers, none degraded, the breaker shut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heavy_requests_do_not_change_a_light_clients_answers() {
     let precision: u32 = 1000;
     let name = format!("iso-{}", std::process::id());
-    // A Redis of its own: the other tests of this binary, running beside this one, must
-    // not be what delays the light client's calls past the 10 ms timeout.
+    // A Redis of its own: the other tests of this binary share none of its calls.
     let redis = RedisServer::start();
     let s = Arc::new(
         Server::start_with(
@@ -44,7 +45,7 @@ async fn heavy_requests_do_not_change_a_light_clients_answers() {
             &[("iso.yaml", &policy(precision))],
             Backing::Redis(redis.url()),
             |c| {
-                c.store.timeout = Duration::from_millis(10);
+                c.store.timeout = Duration::from_secs(5);
             },
         )
         .await,
