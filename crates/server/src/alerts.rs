@@ -74,10 +74,11 @@ impl Alerts {
         self.queue.is_some()
     }
 
-    /// Queues `event` for delivery, or counts it dropped when the queue is full.
+    /// Counts `event` reached and queues it for delivery (when there is a webhook),
+    /// or counts it dropped when the queue is full.
     pub(crate) fn send(&self, event: Event) {
-        let Some(queue) = &self.queue else { return };
         metrics::alert(&event.domain, "reached");
+        let Some(queue) = &self.queue else { return };
         if let Err(mpsc::error::TrySendError::Full(event)) = queue.try_send(event) {
             tracing::warn!(domain = %event.domain, path = %event.path, limit = %event.limit, threshold = event.threshold, "budget alert dropped: the queue is full (the webhook is slow or down)");
             metrics::alert(&event.domain, "dropped");
