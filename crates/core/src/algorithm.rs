@@ -84,6 +84,7 @@ impl State {
         State(Inner::FixedWindow(fixed_window::Window {
             start: now - now % window,
             count,
+            mark: 0,
         }))
     }
 
@@ -193,6 +194,22 @@ impl Params {
         match self {
             Params::Shares(p) => Some(p),
             _ => None,
+        }
+    }
+
+    /// A fixed window's budget alerts: the units of use at which each is reached.
+    pub(crate) fn alerts(&mut self, units: std::sync::Arc<[u64]>) {
+        if let Params::FixedWindow(p) = self {
+            p.alerts(units);
+        }
+    }
+
+    /// The budget alerts a fixed window's `state` has reached in the window holding
+    /// `now`, and its count there; `(0, 0)` for every other algorithm.
+    pub(crate) fn reached(&self, state: &State, now: u64) -> (u8, u64) {
+        match (self, &state.0) {
+            (Params::FixedWindow(p), Inner::FixedWindow(w)) => p.reached(w, now),
+            _ => (0, 0),
         }
     }
 

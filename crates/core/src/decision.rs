@@ -100,6 +100,28 @@ pub struct BatchDecision {
     /// never gave them back): `(request index, holds)`, for the requests whose key had
     /// some. Empty, with nothing allocated, nearly always.
     pub lapsed: Vec<(usize, u64)>,
+    /// Budget alerts this round's charges reached first in their windows (see
+    /// [`Crossing`]). Empty, with nothing allocated, nearly always.
+    pub alerts: Vec<Crossing>,
+}
+
+/// Budget alerts a round's charge reached first in its window
+/// ([`LimitBuilder::alert_at`](crate::LimitBuilder::alert_at)): those of request
+/// `request`'s limit from index `from` up to (not including) `to`, with `used` units
+/// counted in the window after the round. Decided where the charge is, in the same
+/// store call: a threshold is reached once per key and window across every server,
+/// and a refund below it does not make it reached again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Crossing {
+    /// The request whose limit's thresholds were reached.
+    pub request: usize,
+    /// The first threshold reached (an index into the limit's
+    /// [`alert_at`](crate::Limit::alert_at)).
+    pub from: u8,
+    /// One past the last.
+    pub to: u8,
+    /// The use counted in the window after the round.
+    pub used: u64,
 }
 
 impl BatchDecision {

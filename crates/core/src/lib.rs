@@ -65,11 +65,12 @@ pub use breaker::{
 };
 pub use calendar::{Calendar, Period};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
-pub use decision::{BatchDecision, Decision, Outcome, longest_retry};
+pub use decision::{BatchDecision, Crossing, Decision, Outcome, longest_retry};
 pub use error::Error;
 pub use key::{Key, MAX_KEY_LEN};
 pub use limit::{
-    Limit, LimitBuilder, MAX_EXACT, MAX_PRECISION, MAX_WAIT, MAX_WINDOW, Rejected, Shape,
+    Limit, LimitBuilder, MAX_ALERTS, MAX_EXACT, MAX_PRECISION, MAX_WAIT, MAX_WINDOW, Rejected,
+    Shape,
 };
 pub use limiter::{
     Hold, Limiter, Renewing, Reservation, Settlement, keep_renewed, new_hold_id, release_detached,

@@ -9,7 +9,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::Error;
-use crate::algorithm::{Algorithm, Params, gcra};
+use crate::algorithm::{Algorithm, Params, State, gcra};
+use crate::time::Timestamp;
 
 mod builder;
 mod decide;
@@ -32,6 +33,16 @@ pub const MAX_PRECISION: u32 = 10_000;
 
 /// The longest a request may be admitted after ([`LimitBuilder::max_wait`]): an hour.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// The first unit of use at or past `thousandths` of `limit`.
+pub(crate) fn units_at(limit: u64, thousandths: u16) -> u64 {
+    // limit ≤ 2^53 and thousandths ≤ 1,000: the product fits.
+    (limit * u64::from(thousandths)).div_ceil(1000).max(1)
+}
+
+/// The most budget alert thresholds one limit may have
+/// ([`LimitBuilder::alert_at`]).
+pub const MAX_ALERTS: usize = 8;
 
 /// Which requests of a denied batch a limit is charged for (a batch is all or nothing:
 /// see [`Store`](crate::Store)).
@@ -83,6 +94,8 @@ pub struct Limit {
     params: Params,
     /// What its stored state belongs to (see [`Limit::shape`]).
     shape: Shape,
+    /// Budget alerts, in thousandths of the limit ([`LimitBuilder::alert_at`]).
+    alerts: Option<std::sync::Arc<[u16]>>,
 }
 
 impl Limit {
@@ -101,6 +114,23 @@ impl Limit {
     #[inline]
     pub fn calendar(&self) -> Option<&crate::Calendar> {
         self.params.calendar()
+    }
+
+    /// Its budget alerts, in thousandths of the limit, ascending; empty without.
+    #[inline]
+    pub fn alert_at(&self) -> &[u16] {
+        self.alerts.as_deref().unwrap_or_default()
+    }
+
+    /// The first unit of use at or past each of its budget alerts, ascending.
+    pub fn alert_units(&self) -> impl Iterator<Item = u64> + '_ {
+        self.alert_at().iter().map(|&t| units_at(self.limit, t))
+    }
+
+    /// How many budget alerts `state` has reached in the window holding `now`, and
+    /// the use counted there.
+    pub(crate) fn reached(&self, state: &State, now: Timestamp) -> (u8, u64) {
+        self.params.reached(state, now.as_micros())
     }
 
     /// The algorithm and its parameters.
@@ -326,7 +356,8 @@ impl Limit {
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(calendar) = self.calendar() {
-            return write!(f, "{} per {calendar} ({})", self.limit, self.algorithm);
+            write!(f, "{} per {calendar} ({})", self.limit, self.algorithm)?;
+            return self.write_alerts(f);
         }
         if self.algorithm.holds() {
             return write!(
@@ -351,6 +382,17 @@ impl fmt::Display for Limit {
         }
         if self.wait > 0 {
             write!(f, " waiting up to {:?}", self.max_wait())?;
+        }
+        self.write_alerts(f)
+    }
+}
+
+impl Limit {
+    /// ` alerts at 0.8, 1` for a limit with budget alerts.
+    fn write_alerts(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, &t) in self.alert_at().iter().enumerate() {
+            let sep = if i == 0 { " alerts at " } else { ", " };
+            write!(f, "{sep}{}", f64::from(t) / 1000.0)?;
         }
         Ok(())
     }

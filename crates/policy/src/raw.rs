@@ -123,6 +123,9 @@ pub(crate) struct NativeLimit {
     pub priorities: Option<Vec<String>>,
     /// The part of the borrowable burst each priority keeps from the next lower one.
     pub reserve: Option<f64>,
+    /// Budget alerts: the parts of the limit (`0.8`) whose first crossing in a window
+    /// is reported once.
+    pub alert_at: Option<Vec<f64>>,
 }
 
 /// One child of a `shares` limit.

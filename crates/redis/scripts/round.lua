@@ -47,8 +47,10 @@ local function limit(i)
   local text = Argv[i]
   local r = limits[text]
   if r then return r end
-  local f = { string.match(text, LIMIT) }
-  if #f ~= 8 then f = { string.match(text, LIMIT_WAITING) } end
+  -- Budget alerts: ` a` and the units of use at which each is reached.
+  local numbers, marks = string.match(text, '^(.-) a([%d,]+)$')
+  local f = { string.match(numbers or text, LIMIT) }
+  if #f ~= 8 and not numbers then f = { string.match(text, LIMIT_WAITING) } end
   if #f ~= 8 and #f ~= 9 then
     fail('ARGV[' .. i .. '] is not a limit (eight or nine integers): ' .. text)
   end
@@ -57,7 +59,7 @@ local function limit(i)
   -- Every field at once: one table of its final size.
   r = { alg = alg, algorithm = algorithm(alg), rejected = f[2], cap = cap,
         window = window, precision = 0, edge = 0, width = 0, ring = 0,
-        rate = 0, unit = 0, e1 = 0, tau = 0, full = 0, wait = f[9] or 0 }
+        rate = 0, unit = 0, e1 = 0, tau = 0, full = 0, wait = f[9] or 0, alerts = false }
   if not r.algorithm then fail('unknown algorithm ' .. alg) end
   if cap < 1 or window < 1 then fail('limit and window must be positive') end
   if r.rejected > 2 then fail('rejected must be 0, 1 or 2') end
@@ -80,6 +82,19 @@ local function limit(i)
     r.full = cap * p2
   elseif r.wait > 0 and alg ~= 9 then
     fail('a wait applies to token_bucket, gcra, shares and concurrency only')
+  end
+  if marks then
+    if alg ~= 1 or r.rejected ~= 0 then
+      fail('budget alerts apply to a fixed window that counts what it admits')
+    end
+    local at = {}
+    for units in string.gmatch(marks, '[^,]+') do
+      at[#at + 1] = digits(units, i)
+      if at[#at] < 1 or (#at > 1 and at[#at] <= at[#at - 1]) or #at > 8 then
+        fail('budget alerts must be at most 8 ascending units of use: ' .. marks)
+      end
+    end
+    r.alerts = at
   end
   if limits_kept == LIMITS_KEPT then limits, limits_kept = {}, 0 end
   limits[text], limits_kept = r, limits_kept + 1
@@ -143,6 +158,13 @@ local function outcome(o, mark)
   return o
 end
 
+-- The budget alerts a round reached on state s: those reached before it (`from`),
+-- after it, and the use after it (reply.rs `reply_len`).
+local function reached(out, from, s)
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3] = from, s.mark, s.count
+end
+
 -- A batch of one request (the common case): the round below without its bookkeeping
 -- for several. Appends its reply to `out`.
 -- `value`: the key's value read ahead by MGET (false: none), or nil to GET it.
@@ -153,6 +175,7 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
   local s = load(r, key, ring, value)
   local absent = value == false
   local stale = a.lapsed and a.lapsed(r, s, now)
+  local from = r.alerts and s.mark
   if usage then
     local n, o, remaining, reset, retry = #out, nil, nil, nil, nil
     if cost > 0 and a.renew and not refund then
@@ -167,6 +190,7 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
     end
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = 0, o, remaining, reset, retry
     if stale then out[n + 6] = sub0(stale, a.lapsed(r, s, now)) end
+    if from then reached(out, from, s) end
     return
   end
   local o, remaining, reset, retry, borrowed = a.check(r, s, now, cost, member)
@@ -195,6 +219,7 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
   out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
     denied, outcome(o, borrowed), remaining, reset, retry
   if stale then out[n + 6] = sub0(stale, a.lapsed(r, s, now)) end
+  if from then reached(out, from, s) end
 end
 
 -- The ring keys of a request whose state key is KEYS[k]: nil but for sketches (no
@@ -290,6 +315,14 @@ local function round(out, k0, at, n, k)
     if a.lapsed and not stale[key] then stale[key] = { i, a.lapsed(rs[i], stored[key], now) } end
   end
 
+  -- Budget alerts the states as stored have reached, on the first request of their
+  -- key with alerts (round.rs).
+  local marked = {}
+  for i = 1, n do
+    local key = keys[i]
+    if rs[i].alerts and not marked[key] then marked[key] = { i, stored[key].mark } end
+  end
+
   -- Pass 2: charge all, or (denied) only the limits that charge rejected requests:
   -- all of them (rejected 1), or those they denied themselves (rejected 2).
   local dirty = {}
@@ -373,6 +406,18 @@ local function round(out, k0, at, n, k)
     local a, at = rs[i].algorithm, stale[keys[i]]
     if a.lapsed then
       out[#out + 1] = (at[1] == i) and sub0(at[2], a.lapsed(rs[i], stored[keys[i]], now)) or 0
+    end
+  end
+  -- Then three per request with budget alerts (`reached`; zeros where an earlier
+  -- request of its key reports them).
+  for i = 1, n do
+    if rs[i].alerts then
+      local at = marked[keys[i]]
+      if at[1] == i then
+        reached(out, at[2], stored[keys[i]])
+      else
+        reached(out, 0, { mark = 0, count = 0 })
+      end
     end
   end
 end

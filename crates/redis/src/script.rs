@@ -131,8 +131,9 @@ pub(crate) struct Section {
     /// `now` in µs, or `None` for Redis `TIME`.
     pub(crate) now: Option<u64>,
     pub(crate) requests: Vec<(String, Cost, Vec<u8>)>,
-    /// How many of them are `concurrency` requests (each adds a number to the reply).
-    pub(crate) holds: usize,
+    /// The numbers the reply has after the decisions ([`reply::tail`]: one per
+    /// `concurrency` request, three per request with budget alerts).
+    pub(crate) tail: usize,
 }
 
 impl Batch for Section {
@@ -145,7 +146,7 @@ impl Batch for Section {
             reply,
             batches
                 .iter()
-                .map(|w| reply_len(w.batch.requests.len(), w.batch.holds)),
+                .map(|w| reply_len(w.batch.requests.len(), w.batch.tail)),
         )
     }
 }
@@ -174,7 +175,7 @@ impl Section {
         source: TimeSource,
         now: Timestamp,
     ) -> Section {
-        let holds = requests.iter().filter(|r| reply::holds(r)).count();
+        let tail = reply::tail(requests);
         let requests = requests
             .iter()
             .map(|r| (limit_text(r.limit), Cost::of(r), member_arg(r, now)))
@@ -186,7 +187,7 @@ impl Section {
         Section {
             keys,
             now,
-            holds,
+            tail,
             requests,
         }
     }
@@ -302,7 +303,8 @@ pub(crate) fn call<'a>(
 }
 
 /// A limit as the script reads it: `alg rejected cap window p1 p2 p3 p4`, and ` wait`
-/// (µs) for a limit with a `max_wait`.
+/// (µs) for a limit with a `max_wait`, or ` a` and the units of use at which each
+/// budget alert is reached, joined by commas, for one with alerts.
 pub(crate) fn limit_text(limit: &Limit) -> String {
     let (code, params) = match limit.algorithm() {
         Algorithm::FixedWindow => (1, [0; 4]),
@@ -350,6 +352,11 @@ pub(crate) fn limit_text(limit: &Limit) -> String {
     let wait = limit.max_wait().as_micros();
     if wait > 0 {
         text.push_str(&format!(" {wait}"));
+    }
+    if !limit.alert_at().is_empty() {
+        let units: Vec<String> = limit.alert_units().map(|u| u.to_string()).collect();
+        text.push_str(" a");
+        text.push_str(&units.join(","));
     }
     text
 }

@@ -230,6 +230,7 @@ impl RedisStore {
                 decisions: Vec::new(),
                 denied_by: None,
                 lapsed: Vec::new(),
+                alerts: Vec::new(),
             };
             return Ok((none, false));
         }
@@ -290,13 +291,13 @@ impl RedisStore {
                 .collect();
         }
         let mut section = Section::new(keys, requests, self.inner.time, now);
-        let holds = section.holds;
+        let tail = section.tail;
         let keeps = keep
             .map(|(key, keep)| section.keep(key, keep.record, keep.ttl))
             .is_some();
         let part = self.inner.carry((slot, kind), section, deadline).await?;
         let (part, kept) = match keeps {
-            true => records::parse_kept(part, holds),
+            true => records::parse_kept(part, tail),
             false => (part, false),
         };
         Ok((script::parse_reply(part, requests)?, kept))

@@ -254,6 +254,10 @@ fn state(
     }
     let mut service =
         Service::new(policies, stores(config, "main", store), clock, options).with_stats(stats);
+    if let Some(url) = &config.service.alert_webhook {
+        let alerts = crate::alerts::Alerts::webhook(url, config.service.alert_queue);
+        service = service.with_alerts(alerts.expect("alert_webhook is checked when read"));
+    }
     if let Some(second) = per_second {
         service = service.with_per_second(stores(config, "per_second", second));
     }

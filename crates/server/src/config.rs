@@ -140,6 +140,10 @@ pub struct Service {
     /// The most answers held for their waits at once (a rule's `max_wait`), every API
     /// together; past it a request that would wait is refused.
     pub max_waiters: usize,
+    /// Where budget alerts are POSTed (`alert_webhook`); `None`: counted, not sent.
+    pub alert_webhook: Option<String>,
+    /// The most budget alerts waiting for the webhook (`alert_queue`).
+    pub alert_queue: usize,
     /// What a caller of the gRPC listener may ask beyond its descriptors.
     pub grpc_callers: Callers,
     /// What a caller of the HTTP listener (`/v1/check`, `/json`) may ask.

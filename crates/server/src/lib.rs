@@ -34,6 +34,7 @@
 // needs more than the default query depth.
 #![recursion_limit = "256"]
 
+pub mod alerts;
 mod api;
 mod app;
 #[doc(hidden)]

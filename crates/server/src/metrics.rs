@@ -179,6 +179,13 @@ pub fn lapsed(domain: &Arc<str>, rule: &Rule, holds: u64) {
         .increment(holds);
 }
 
+/// A budget alert of `domain`: reached (and queued), sent, dropped (the queue was
+/// full) or failed (given up after its tries).
+pub fn alert(domain: &str, outcome: &'static str) {
+    counter!("spillway_budget_alerts_total", "domain" => domain.to_owned(), "outcome" => outcome)
+        .increment(1);
+}
+
 /// The holds in use on a `concurrency` rule's keys (`spillway_holds_in_use`).
 pub fn holds_in_use(domain: &Arc<str>, rule: &Rule, holds: u64) {
     gauge!("spillway_holds_in_use", rule_labels(domain, rule)).set(holds as f64);

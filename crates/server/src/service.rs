@@ -121,6 +121,8 @@ pub struct Service {
     released: tokio::sync::Notify,
     /// Limits set as data for exact paths, before the files' (`overrides.rs`).
     overrides: overrides::Overrides,
+    /// Where budget alerts go (`alerts.rs`).
+    alerts: crate::alerts::Alerts,
 }
 
 impl std::fmt::Debug for Service {
@@ -156,6 +158,9 @@ struct Decided {
     degraded: bool,
     /// A `concurrency` rule's holds its round found lapsed and cleared.
     lapsed: u64,
+    /// Budget alerts its charge reached first in the window: from, to (indexes into
+    /// the limit's `alert_at`), and the use after it.
+    reached: Option<(u8, u8, u64)>,
 }
 
 /// How the store took part in a check.
@@ -229,7 +234,14 @@ impl Service {
             per_second: None,
             released: tokio::sync::Notify::new(),
             overrides: overrides::Overrides::default(),
+            alerts: crate::alerts::Alerts::default(),
         }
+    }
+
+    /// Budget alerts sent by `alerts` (by default they are counted, not sent).
+    pub fn with_alerts(mut self, alerts: crate::alerts::Alerts) -> Service {
+        self.alerts = alerts;
+        self
     }
 
     /// Applies overrides' changes (the registry's, `limits.rs`), in order, as one

@@ -6,7 +6,9 @@
 //! Exact within each aligned window; a client can get up to 2 × limit through in any
 //! W-long span that straddles an edge (the "boundary attack").
 //!
-//! State: `(start, count)` — 16 bytes.
+//! State: `(start, count)` — 16 bytes; and, for a limit with budget alerts, how many
+//! of its thresholds the window's use has reached (`mark`: it only rises within a
+//! window, so a refund below a threshold and a charge past it again alert once).
 
 use std::sync::Arc;
 
@@ -22,6 +24,8 @@ pub struct Params {
     window: u64,
     /// Windows that are a calendar's periods, instead of aligned to the epoch.
     calendar: Option<Arc<Calendar>>,
+    /// Budget alerts: the units of use at which each threshold is reached, ascending.
+    alerts: Option<Arc<[u64]>>,
 }
 
 impl Params {
@@ -30,6 +34,33 @@ impl Params {
             limit,
             window,
             calendar,
+            alerts: None,
+        }
+    }
+
+    /// With budget alerts at `units` of use (ascending).
+    pub(crate) fn alerts(&mut self, units: Arc<[u64]>) {
+        self.alerts = Some(units);
+    }
+
+    /// Raises `s`'s mark past every threshold its count has reached.
+    #[inline]
+    fn raise(&self, s: &mut Window) {
+        if let Some(at) = &self.alerts {
+            while let Some(&units) = at.get(usize::from(s.mark))
+                && s.count >= units
+            {
+                s.mark += 1;
+            }
+        }
+    }
+
+    /// The thresholds the window holding `now` has reached, and its count.
+    pub(crate) fn reached(&self, s: &Window, now: u64) -> (u8, u64) {
+        if s.start == s.bounds_at(self, now).0 {
+            (s.mark, s.count)
+        } else {
+            (0, 0)
         }
     }
 
@@ -55,6 +86,8 @@ impl Params {
 pub struct Window {
     pub(super) start: u64,
     pub(super) count: u64,
+    /// Budget alert thresholds reached in this window (0 without alerts).
+    pub(super) mark: u8,
 }
 
 impl Window {
@@ -102,9 +135,14 @@ impl Meter for Params {
     fn commit(&self, s: &mut Window, now: u64, cost: u64, _admitted: bool, _member: &[u8]) {
         let (start, _) = s.bounds_at(self, now);
         if s.start != start {
-            *s = Window { start, count: 0 };
+            *s = Window {
+                start,
+                count: 0,
+                mark: 0,
+            };
         }
         s.count = s.count.saturating_add(cost);
+        self.raise(s);
     }
 
     /// Off the window the units were charged in, while it is the state's; a window

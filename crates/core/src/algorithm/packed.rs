@@ -54,6 +54,8 @@ impl State {
                 word: tat.0,
                 high: 0,
             }),
+            // A window with budget alerts reached keeps its mark on the heap.
+            Inner::FixedWindow(w) if w.mark != 0 => None,
             Inner::FixedWindow(w) => Packed::time_and_count(w.start, w.count),
             Inner::TokenBucket(b) => Packed::time_and_count(b.last, b.level),
             _ => None,
@@ -68,6 +70,7 @@ impl State {
             Kind::FixedWindow => Inner::FixedWindow(fixed_window::Window {
                 start: packed.time(),
                 count: packed.count(),
+                mark: 0,
             }),
             Kind::TokenBucket => Inner::TokenBucket(token_bucket::Bucket {
                 last: packed.time(),

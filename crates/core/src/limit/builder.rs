@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use super::{Limit, MAX_EXACT, MAX_PRECISION, MAX_WAIT, MAX_WINDOW, Rejected, Shape};
+use super::{
+    Limit, MAX_ALERTS, MAX_EXACT, MAX_PRECISION, MAX_WAIT, MAX_WINDOW, Rejected, Shape, units_at,
+};
 use crate::algorithm::{Algorithm, Params, concurrency, distinct, shares::Shares};
 use crate::time::micros;
 use crate::{Calendar, Error};
@@ -19,6 +21,7 @@ pub struct LimitBuilder {
     calendar: Option<Calendar>,
     max_wait: Duration,
     shares: Shares,
+    alert_at: Vec<u16>,
 }
 
 impl LimitBuilder {
@@ -32,7 +35,20 @@ impl LimitBuilder {
             calendar: None,
             max_wait: Duration::ZERO,
             shares: Shares::new(),
+            alert_at: Vec::new(),
         }
+    }
+
+    /// Budget alerts: the parts of the limit, in thousandths (800 for 0.8), at which a
+    /// key's use in a window first reaching them is reported once
+    /// ([`BatchDecision::alerts`](crate::BatchDecision::alerts)), however many servers
+    /// charge it and whatever is given back meanwhile. A `fixed_window` (of a window or
+    /// a calendar period) that charges only what it admits; at most [`MAX_ALERTS`],
+    /// ascending, each from 1 to 1,000.
+    #[inline]
+    pub fn alert_at(mut self, thousandths: &[u16]) -> Self {
+        self.alert_at = thousandths.to_vec();
+        self
     }
 
     /// A `shares` limit's children and priorities (`limit` per `window` is the
@@ -111,6 +127,7 @@ impl LimitBuilder {
             calendar,
             max_wait,
             shares,
+            alert_at,
         } = self;
         if calendar.is_some() {
             if algorithm != Algorithm::FixedWindow {
@@ -259,7 +276,36 @@ impl LimitBuilder {
                 algorithm.name()
             ));
         }
-        let params = Params::new(
+        if !alert_at.is_empty() {
+            if algorithm != Algorithm::FixedWindow || rejected != Rejected::NotCharged {
+                return invalid(format!(
+                    "alert_at applies to a fixed_window budget that counts what it admits \
+                     (a window or a calendar period, metered or not), not {}{}",
+                    algorithm.name(),
+                    if rejected == Rejected::NotCharged {
+                        ""
+                    } else {
+                        " with count_rejected"
+                    }
+                ));
+            }
+            if alert_at.len() > MAX_ALERTS {
+                return invalid(format!(
+                    "alert_at has {} thresholds; at most {MAX_ALERTS}",
+                    alert_at.len()
+                ));
+            }
+            if alert_at.iter().any(|&t| t == 0 || t > 1000)
+                || alert_at.windows(2).any(|w| w[0] >= w[1])
+            {
+                return invalid(
+                    "alert_at thresholds are parts of the limit above 0 and up to 1 (at most \
+                     three decimals), ascending, each once"
+                        .into(),
+                );
+            }
+        }
+        let mut params = Params::new(
             algorithm,
             limit,
             window_us,
@@ -270,6 +316,11 @@ impl LimitBuilder {
             &shares,
         )
         .map_err(Error::InvalidLimit)?;
+        let alerts = (!alert_at.is_empty()).then(|| {
+            let units: Vec<u64> = alert_at.iter().map(|&t| units_at(limit, t)).collect();
+            params.alerts(units.into());
+            std::sync::Arc::from(alert_at)
+        });
         let shape = Shape::of(algorithm, limit, window_us, burst, &params);
         Ok(Limit {
             algorithm,
@@ -282,6 +333,7 @@ impl LimitBuilder {
             units_per_token,
             params,
             shape,
+            alerts,
         })
     }
 }

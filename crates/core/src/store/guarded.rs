@@ -215,6 +215,7 @@ impl<S: Store> GuardedStore<S> {
                     decisions: Vec::new(),
                     denied_by: None,
                     lapsed: Vec::new(),
+                    alerts: Vec::new(),
                 },
                 sources: Vec::new(),
                 failure: None,
@@ -279,6 +280,7 @@ impl<S: Store> GuardedStore<S> {
                 decisions,
                 denied_by: Some(0),
                 lapsed: Vec::new(),
+                alerts: Vec::new(),
             },
             failure: None,
         })

@@ -277,9 +277,11 @@ impl<H: HashKeys> MemoryStore<H> {
                 decisions: Vec::new(),
                 denied_by: None,
                 lapsed: Vec::new(),
+                alerts: Vec::new(),
             }),
-            // A hold's round counts the holds it finds lapsed: the round's.
-            [one] if !one.limit.algorithm().holds() => {
+            // A hold's round counts the holds it finds lapsed, one with budget alerts
+            // the alerts it reaches: the round's.
+            [one] if !one.limit.algorithm().holds() && one.limit.alert_at().is_empty() => {
                 let decision = self.decide_one(*one, now)?;
                 // Usage is charged whatever it finds: it never denies its batch.
                 let denied_by = (!decision.allowed() && !one.usage).then_some(0);
@@ -287,6 +289,7 @@ impl<H: HashKeys> MemoryStore<H> {
                     decisions: vec![decision],
                     denied_by,
                     lapsed: Vec::new(),
+                    alerts: Vec::new(),
                 })
             }
             _ => Ok(self.decide_batch(requests, now)),

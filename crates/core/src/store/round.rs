@@ -8,7 +8,7 @@
 //! reports the combined demand.
 
 use crate::algorithm::State;
-use crate::{BatchDecision, Decision, Outcome, Timestamp};
+use crate::{BatchDecision, Crossing, Decision, Outcome, Timestamp};
 
 use super::Request;
 
@@ -115,6 +115,9 @@ pub(crate) fn decide(
 
     // Holds lapsed in the states as stored: those a charge below clears are counted.
     let stale = lapsed_holds(slots, requests, now);
+    // Budget alerts the states as stored have reached: those the charges below reach
+    // are the round's.
+    let marked = alert_marks(slots, requests, now);
 
     // Pass 2: charge all, or (denied) only the limits that charge rejected requests
     // (all of them, or those they denied themselves: `Limit::charges_rejected`).
@@ -225,11 +228,46 @@ pub(crate) fn decide(
             (cleared > 0).then_some((i, cleared))
         })
         .collect();
+    let alerts = marked
+        .into_iter()
+        .filter_map(|(i, from)| {
+            let (to, used) = slots
+                .get(i)
+                .map_or((0, 0), |s| requests[i].limit.reached(s, now));
+            (to > from).then_some(Crossing {
+                request: i,
+                from,
+                to,
+                used,
+            })
+        })
+        .collect();
     BatchDecision {
         decisions,
         denied_by,
         lapsed,
+        alerts,
     }
+}
+
+/// The requests of `requests` with budget alerts (the first with them on each state):
+/// their index and the alerts their state has reached before the round.
+fn alert_marks(slots: &impl Slots, requests: &[Request<'_>], now: Timestamp) -> Vec<(usize, u8)> {
+    let alerting = |i: usize| !requests[i].limit.alert_at().is_empty();
+    (0..requests.len())
+        .filter(|&i| {
+            let state = first_sharing(requests, i);
+            alerting(i) && !(0..i).any(|j| alerting(j) && first_sharing(requests, j) == state)
+        })
+        .map(|i| {
+            (
+                i,
+                slots
+                    .get(i)
+                    .map_or(0, |s| requests[i].limit.reached(s, now).0),
+            )
+        })
+        .collect()
 }
 
 /// The `concurrency` states of `requests` that keep lapsed holds: (the index of the

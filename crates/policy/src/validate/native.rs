@@ -77,6 +77,9 @@ pub(super) fn native_limit(l: &raw::NativeLimit) -> Result<Native, (&'static str
     if let Some(wait) = &l.max_wait {
         b = b.max_wait(crate::duration::parse(wait).map_err(|e| ("max_wait", e))?);
     }
+    if let Some(parts) = &l.alert_at {
+        b = b.alert_at(&thousandths(parts)?);
+    }
     let (tree, priorities) = shares(l, algorithm)?;
     if let Some(tree) = tree {
         b = b.shares(tree);
@@ -89,6 +92,8 @@ pub(super) fn native_limit(l: &raw::NativeLimit) -> Result<Native, (&'static str
             "max_wait"
         } else if text.contains("child `") {
             "children"
+        } else if text.contains("alert_at") {
+            "alert_at"
         } else if text.contains("priorities") || text.contains("reserve") {
             "reserve"
         } else {
@@ -112,6 +117,14 @@ pub(super) fn native_limit(l: &raw::NativeLimit) -> Result<Native, (&'static str
         return Err((
             "max_wait",
             "a wait is reserved in the store: no lease or sync".into(),
+        ));
+    }
+    if !limit.alert_at().is_empty() && sharing.is_shared() {
+        return Err((
+            field,
+            "a limit with alert_at is decided in the store, where a threshold is reached \
+             once across servers: no lease or sync"
+                .into(),
         ));
     }
     if has_calendar && sharing.is_shared() {
@@ -198,6 +211,25 @@ fn metered(limit: &Limit, sharing: Sharing) -> Result<(), (&'static str, String)
         return Ok(());
     };
     Err(("metered", why.to_owned()))
+}
+
+/// Budget alert thresholds as the core takes them, in thousandths of the limit: each
+/// above 0 and up to 1 with at most three decimals (the core checks the order).
+fn thousandths(parts: &[f64]) -> Result<Vec<u16>, (&'static str, String)> {
+    parts
+        .iter()
+        .map(|&t| {
+            let k = (t * 1000.0).round();
+            if t > 0.0 && t <= 1.0 && (t * 1000.0 - k).abs() < 1e-6 {
+                Ok(k as u16)
+            } else {
+                Err((
+                    "alert_at",
+                    format!("{t} is not a part of the limit above 0 and up to 1, in thousandths"),
+                ))
+            }
+        })
+        .collect()
 }
 
 /// The limit's calendar period, when it has one (`period`, and `time_zone`, UTC by

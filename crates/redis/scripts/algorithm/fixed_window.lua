@@ -14,12 +14,29 @@ local function define_fixed_window()
 
   -- `at`: the caller's now, read from the member by check and commit; `stop`: the
   -- window's end, given after it for a calendar's period (Rust computes those), else 0.
+  -- `mark`: the budget alerts the window's use has reached (`count mark` in the key
+  -- once there is one: a limit with alerts never goes by `INCRBY`).
   function fixed_window.decode(_, v)
-    if not v then return { count = 0, at = 0, stop = 0, new = true } end
-    if #v > 16 or not string.find(v, '^%d+$') then return nil end
-    return { count = tonumber(v), at = 0, stop = 0, new = false }
+    if not v then return { count = 0, at = 0, stop = 0, new = true, mark = 0 } end
+    if #v > 20 then return nil end
+    local count, mark = string.match(v, '^(%d+) (%d)$')
+    if not count then
+      if #v > 16 or not string.find(v, '^%d+$') then return nil end
+      count, mark = v, 0
+    end
+    return { count = tonumber(count), at = 0, stop = 0, new = false, mark = tonumber(mark) }
   end
-  function fixed_window.copy(s) return { count = s.count, at = s.at, stop = s.stop, new = s.new } end
+  function fixed_window.copy(s)
+    return { count = s.count, at = s.at, stop = s.stop, new = s.new, mark = s.mark }
+  end
+
+  -- Raises s's mark past every alert its count has reached (round.rs's twin:
+  -- fixed_window.rs `raise`).
+  local function raise(r, s)
+    local at = r.alerts
+    if not at then return end
+    while s.mark < #at and s.count >= at[s.mark + 1] do s.mark = s.mark + 1 end
+  end
 
   -- The caller's now, which names the key's window, and the window's end.
   local function caller_now(r, s, member)
@@ -47,6 +64,7 @@ local function define_fixed_window()
   function fixed_window.commit(r, s, _, cost, _, member)
     caller_now(r, s, member)
     s.count = s.count + cost
+    raise(r, s)
   end
 
   -- Off this window's count (Rust sends a refund here only in the window it was
@@ -62,6 +80,7 @@ local function define_fixed_window()
   function fixed_window.write(r, key, s)
     if s.count == 0 and s.new then return end
     local count = string.format('%d', s.count)
+    if s.mark > 0 then count = count .. ' ' .. s.mark end
     if not s.new then
       redis.call('SET', key, count, 'KEEPTTL')
       return

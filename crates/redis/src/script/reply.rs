@@ -4,17 +4,29 @@
 use std::time::Duration;
 
 use redis::Value;
-use spillway_core::{BatchDecision, Decision, Error as CoreError, Outcome, Request};
+use spillway_core::{BatchDecision, Crossing, Decision, Error as CoreError, Outcome, Request};
 
 use crate::error::unexpected;
 
 /// The integers of a batch's reply: `denied_by`, four per request (outcome: 0 admitted,
 /// 1 denied, 2 a cost past the capacity, 3 admitted by borrowing, 4 denied and queued;
 /// remaining,
-/// reset_after, retry_after or, admitted, the wait), then one per `concurrency` request
-/// (the lapsed holds it cleared).
-pub(crate) fn reply_len(requests: usize, holds: usize) -> usize {
-    1 + 4 * requests + holds
+/// reset_after, retry_after or, admitted, the wait), then the `tail` ([`tail`]): one
+/// per `concurrency` request (the lapsed holds it cleared), then three per request
+/// with budget alerts (the alerts its state had reached before the round and after
+/// it, and its use after it; zeros on a request whose state an earlier one reports).
+pub(crate) fn reply_len(requests: usize, tail: usize) -> usize {
+    1 + 4 * requests + tail
+}
+
+/// The numbers of a batch's reply after its decisions ([`reply_len`]).
+pub(crate) fn tail(requests: &[Request<'_>]) -> usize {
+    requests.iter().filter(|r| holds(r)).count() + 3 * alerting(requests).count()
+}
+
+/// The indexes of the requests with budget alerts.
+fn alerting<'r>(requests: &'r [Request<'_>]) -> impl Iterator<Item = usize> + 'r {
+    (0..requests.len()).filter(|&i| !requests[i].limit.alert_at().is_empty())
 }
 
 /// Splits a call's flat reply into one part per batch, in order: an array of
@@ -66,7 +78,7 @@ pub(crate) fn parse_reply(
 }
 
 fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchDecision, String> {
-    let expected = reply_len(requests.len(), requests.iter().filter(|r| holds(r)).count());
+    let expected = reply_len(requests.len(), tail(requests));
     if items.len() != expected {
         return Err(format!("expected {expected} integers, got {}", items.len()));
     }
@@ -90,7 +102,9 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
             ));
         }
     };
-    let (each, cleared) = ints[1..].split_at(4 * requests.len());
+    let (each, rest) = ints[1..].split_at(4 * requests.len());
+    let holding = requests.iter().filter(|r| holds(r)).count();
+    let (cleared, reached) = rest.split_at(holding);
     let decisions = requests
         .iter()
         .zip(each.chunks_exact(4))
@@ -139,10 +153,29 @@ fn parse_decisions(items: Vec<Value>, requests: &[Request<'_>]) -> Result<BatchD
         .filter(|&(_, &n)| n > 0)
         .map(|(i, &n)| (i, n))
         .collect();
+    let mut alerts = Vec::new();
+    for (i, r) in alerting(requests).zip(reached.chunks_exact(3)) {
+        let (from, to, used) = (r[0], r[1], r[2]);
+        let most = requests[i].limit.alert_at().len() as u64;
+        if from > to || to > most {
+            return Err(format!(
+                "alerts reached from {from} to {to} of a limit with {most}"
+            ));
+        }
+        if to > from {
+            alerts.push(Crossing {
+                request: i,
+                from: from as u8,
+                to: to as u8,
+                used,
+            });
+        }
+    }
     Ok(BatchDecision {
         decisions,
         denied_by,
         lapsed,
+        alerts,
     })
 }
 

@@ -95,11 +95,11 @@ impl Section {
 
 /// A batch's reply without its kept record's part ([`Section::keep`]), and whether the
 /// record was kept: it is when the batch was admitted (`denied_by` 0).
-pub(super) fn parse_kept(value: Value, holds: usize) -> (Value, bool) {
+pub(super) fn parse_kept(value: Value, tail: usize) -> (Value, bool) {
     match value {
-        Value::Array(mut items) if items.len() >= 5 + holds => {
-            // The record's four numbers come before the holds' (`reply_len`).
-            let end = items.len() - holds;
+        Value::Array(mut items) if items.len() >= 5 + tail => {
+            // The record's four numbers come before the holds' and alerts' (`reply_len`).
+            let end = items.len() - tail;
             items.drain(end - 4..end);
             let kept = matches!(items[0], Value::Int(0));
             (Value::Array(items), kept)

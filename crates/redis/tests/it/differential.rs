@@ -38,21 +38,36 @@ fn limit() -> impl Strategy<Value = Limit> {
     // A wait (`max_wait`) on a third of the rate limits: admissions after a wait, and
     // the queue behind them, decided alike.
     let wait = prop_oneof![2 => Just(0u64), 1 => 1u64..3_000_000];
-    (algorithm(), 1u64..12, window, 1u64..15, any::<bool>(), wait).prop_map(
-        |(algorithm, n, window, burst, count_rejected, wait)| {
-            let mut b = Limit::builder(algorithm, n, Duration::from_micros(window))
-                .count_rejected(count_rejected && !algorithm.takes_member());
-            if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
-                b = b.burst(burst).max_wait(Duration::from_micros(wait));
-            }
-            // A concurrency limit with a wait keeps a queue: takes join it or keep
-            // their place, leaves and give-backs leave it.
-            if algorithm == Algorithm::Concurrency {
-                b = b.max_wait(Duration::from_micros(wait));
-            }
-            b.build().expect("valid limit")
-        },
+    // Budget alerts on half the fixed windows that count what they admit: the
+    // thresholds each reaches, once a window, decided alike.
+    let alerts = any::<bool>();
+    (
+        algorithm(),
+        1u64..12,
+        window,
+        1u64..15,
+        any::<bool>(),
+        wait,
+        alerts,
     )
+        .prop_map(
+            |(algorithm, n, window, burst, count_rejected, wait, alerts)| {
+                let mut b = Limit::builder(algorithm, n, Duration::from_micros(window))
+                    .count_rejected(count_rejected && !algorithm.takes_member());
+                if algorithm == Algorithm::FixedWindow && !count_rejected && alerts {
+                    b = b.alert_at(&[250, 500, 1000]);
+                }
+                if matches!(algorithm, Algorithm::TokenBucket | Algorithm::Gcra) {
+                    b = b.burst(burst).max_wait(Duration::from_micros(wait));
+                }
+                // A concurrency limit with a wait keeps a queue: takes join it or keep
+                // their place, leaves and give-backs leave it.
+                if algorithm == Algorithm::Concurrency {
+                    b = b.max_wait(Duration::from_micros(wait));
+                }
+                b.build().expect("valid limit")
+            },
+        )
 }
 
 /// One step: advance the clock by `advance` µs, then decide a batch of
@@ -129,6 +144,7 @@ struct Compared {
     waited: u64,
     lapsed: u64,
     queued: u64,
+    alerts: u64,
 }
 
 /// On a `concurrency` limit with a wait, each member as a ticket of each kind (its
@@ -232,6 +248,7 @@ fn check_equal_with(
         compared.waited += want.decisions.iter().filter(|d| !d.wait.is_zero()).count() as u64;
         compared.lapsed += want.lapsed.iter().map(|l| l.1).sum::<u64>();
         compared.queued += want.decisions.iter().filter(|d| d.queued).count() as u64;
+        compared.alerts += want.alerts.len() as u64;
     }
     Ok(compared)
 }
@@ -260,25 +277,28 @@ fn differential(url: &str, cases: u32, guarded: bool) {
 }
 
 fn run_cases(rt: &tokio::runtime::Runtime, store: &impl Store, cases: u32) {
-    let (lapsed, _) = run_cases_of(rt, store, cases, limit());
-    // The sequences let holds lapse: the count of those cleared was compared too.
-    eprintln!("{lapsed} lapsed holds compared");
+    let (lapsed, _, alerts) = run_cases_of(rt, store, cases, limit());
+    // The sequences let holds lapse: the count of those cleared was compared too; and
+    // budget alerts were reached.
+    eprintln!("{lapsed} lapsed holds and {alerts} budget alerts compared");
     assert!(
         lapsed > 0,
         "no hold lapsed: the lapsed counts were never compared"
     );
+    assert!(alerts > 0, "no budget alert was reached: none was compared");
 }
 
-/// Runs `cases` random sequences over limits of `limit`; the holds found lapsed and the
-/// takes queued they compared.
+/// Runs `cases` random sequences over limits of `limit`; the holds found lapsed, the
+/// takes queued and the budget alerts reached they compared.
 fn run_cases_of(
     rt: &tokio::runtime::Runtime,
     store: &impl Store,
     cases: u32,
     limit: impl Strategy<Value = Limit>,
-) -> (u64, u64) {
+) -> (u64, u64, u64) {
     use std::sync::atomic::{AtomicU64, Ordering};
     let (case, lapsed, queued) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let alerts = AtomicU64::new(0);
     proptest!(ProptestConfig::with_cases(cases), |(
         limits in prop::collection::vec(&limit, 3),
         steps in prop::collection::vec(step(), 1..40),
@@ -287,8 +307,13 @@ fn run_cases_of(
         let compared = check_equal(rt, store, n, &limits, &steps)?;
         lapsed.fetch_add(compared.lapsed, Ordering::Relaxed);
         queued.fetch_add(compared.queued, Ordering::Relaxed);
+        alerts.fetch_add(compared.alerts, Ordering::Relaxed);
     });
-    (lapsed.into_inner(), queued.into_inner())
+    (
+        lapsed.into_inner(),
+        queued.into_inner(),
+        alerts.into_inner(),
+    )
 }
 
 /// Limits that queue: `concurrency` with a wait, small enough to fill.
@@ -314,7 +339,7 @@ fn queues_decide_as_the_memory_store() {
         spillway_testkit::redis::valkey_cluster_url(),
     ] {
         let store = rt.block_on(support::caller_clock_store(&url, "queues"));
-        let (_, queued) = run_cases_of(&rt, &store, cases() / 2, queue_limit());
+        let (_, queued, _) = run_cases_of(&rt, &store, cases() / 2, queue_limit());
         eprintln!("{url}: {queued} queued takes compared");
         assert!(queued > 0, "no take queued: the queues were never compared");
     }

@@ -6,7 +6,7 @@
 
 use super::value::{
     addr, admin_addr, boolean, duration, list, log_format, mogrifiers, number, optional,
-    otlp_protocol, pairs, ratio, statsd_protocol, verify,
+    otlp_protocol, pairs, ratio, statsd_protocol, verify, webhook,
 };
 use super::{Config, TlsListeners, XdsTls};
 
@@ -380,6 +380,12 @@ pub static SETTINGS: &[Setting] = &[
     row("max_waiters", "service", "10000", "N",
         "the most answers held for their waits at once (a rule's max_wait; gRPC, /json, /v1/check with \"wait\": true): past it a request that would wait is refused (429, OVER_LIMIT) with its wait as retry_after, and its reserved slot lapses unused; each is a request in flight with its timer",
         Text, |c, v| { c.service.max_waiters = number(v)?; Ok(()) }),
+    row("alert_webhook", "service", "", "URL",
+        "where budget alerts go (a limit's alert_at): each threshold a key's use reaches first in a window is POSTed here as JSON, once across replicas, tried again with backoff for about four minutes (empty: alerts are counted, not sent)",
+        Text, |c, v| { c.service.alert_webhook = webhook(v)?; Ok(()) }),
+    row("alert_queue", "service", "10000", "N",
+        "the most budget alerts waiting for the webhook; past it an alert is dropped and counted",
+        Text, |c, v| { c.service.alert_queue = number(v)?; Ok(()) }),
     row("grpc_limit_overrides", "service", "allow", "allow|ignore|refuse",
         "a gRPC request's own limit (Envoy's per-descriptor limit, from route configuration): used as the reference does, dropped, or refused",
         Text, |c, v| { c.service.grpc_callers.overrides = v.parse()?; Ok(()) }),

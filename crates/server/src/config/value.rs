@@ -104,6 +104,19 @@ pub fn number<T: std::str::FromStr>(s: &str) -> Result<T, String> {
         .map_err(|_| format!("`{s}` is not a whole number in range"))
 }
 
+/// A webhook's URL: `http://` or `https://` and a host (empty is none).
+pub fn webhook(s: &str) -> Result<Option<String>, String> {
+    let Some(url) = optional(s) else {
+        return Ok(None);
+    };
+    match url.parse::<hyper::Uri>() {
+        Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {
+            Ok(Some(url.to_owned()))
+        }
+        _ => Err(format!("`{url}` is not an http:// or https:// URL")),
+    }
+}
+
 /// Empty is none.
 pub fn optional(s: &str) -> Option<&str> {
     let s = s.trim();

@@ -101,6 +101,13 @@ pub static METRICS: &[Metric] = &[
         "—",
     ),
     metric(
+        "spillway_budget_alerts_total",
+        "counter",
+        "`domain`; `outcome`: `reached`, `sent`, `dropped`, `failed`",
+        "budget alerts (a limit's `alert_at`): `reached`, a threshold a key's use reached first in its window, once across replicas (the store decides it with the charge), counted by the replica that made the charge and queued for the webhook (`alert_webhook`); `sent`, delivered (a 2xx); `dropped`, the queue was full (`alert_queue`); `failed`, given up after 12 tries over about four minutes",
+        "—",
+    ),
+    metric(
         "spillway_holds_in_use",
         "gauge",
         "as `rule` below",

@@ -54,6 +54,11 @@ impl Service {
             // A take waiting in a queue is counted once, when it is admitted or
             // refused; each try before is not a decision.
             let trying = decided.is_some_and(|d| d.decision.queued);
+            if let Some(d) = decided
+                && let Some(reached) = d.reached
+            {
+                self.alert(req, domain, hit, d, reached, now);
+            }
             if !trying {
                 self.record(domain, hit, &status, decided, now);
             }
@@ -162,6 +167,39 @@ impl Service {
                 shadow,
             );
             self.stats.rule(domain, &hit.rule, hits);
+        }
+    }
+}
+
+impl Service {
+    /// The budget alerts a charge of `hit` reached first in its window, one event each.
+    fn alert(
+        &self,
+        req: &Valid,
+        domain: &Arc<str>,
+        hit: &Hit<'_>,
+        d: &Decided,
+        (from, to, used): (u8, u8, u64),
+        now: Timestamp,
+    ) {
+        let RuleLimit::Limited(limit) = &hit.rule.limit else {
+            return;
+        };
+        let thresholds = limit
+            .alert_at()
+            .get(usize::from(from)..usize::from(to))
+            .unwrap_or_default();
+        let end = now.saturating_add(d.decision.reset_after).as_micros() / 1000;
+        for &t in thresholds {
+            self.alerts.send(crate::alerts::Event {
+                domain: domain.to_string(),
+                path: super::overrides::path_text(&req.descriptors[hit.descriptor].entries),
+                limit: hit.rule.display_name().to_owned(),
+                threshold: f64::from(t) / 1000.0,
+                used,
+                budget: limit.limit(),
+                period_end_ms: end,
+            });
         }
     }
 }

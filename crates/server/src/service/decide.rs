@@ -233,10 +233,14 @@ impl Service {
                 decision,
                 degraded: source.degraded(),
                 lapsed: 0,
+                reached: None,
             })
             .collect();
         for (j, holds) in answer.batch.lapsed {
             decided[j].lapsed = holds;
+        }
+        for c in answer.batch.alerts {
+            decided[c.request].reached = Some((c.from, c.to, c.used));
         }
         Ok(decided)
     }

@@ -1,4 +1,5 @@
 mod admin;
+mod alerts;
 mod callers;
 mod cancel;
 mod candidate;

@@ -94,6 +94,9 @@ impl<S: Store> GuardedStore<S> {
                 decisions,
                 denied_by,
                 lapsed,
+                // This server's own count is not the budget's: a threshold it reaches
+                // is no one's to report.
+                alerts: Vec::new(),
             },
             sources,
             failure: Some(failure),

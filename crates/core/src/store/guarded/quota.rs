@@ -173,6 +173,7 @@ impl Quotas {
             decisions,
             denied_by,
             lapsed: Vec::new(),
+            alerts: Vec::new(),
         })
     }
 
