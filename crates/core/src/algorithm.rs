@@ -197,10 +197,18 @@ impl Params {
         }
     }
 
-    /// A fixed window's budget alerts: the units of use at which each is reached.
-    pub(crate) fn alerts(&mut self, units: std::sync::Arc<[u64]>) {
+    /// A fixed window's budget alerts, at `at` thousandths of the limit.
+    pub(crate) fn alerts(&mut self, at: &[u16]) {
         if let Params::FixedWindow(p) = self {
-            p.alerts(units);
+            p.alerts(at);
+        }
+    }
+
+    /// A fixed window's budget alerts, in thousandths of the limit; empty without.
+    pub(crate) fn alert_at(&self) -> &[u16] {
+        match self {
+            Params::FixedWindow(p) => p.alert_at(),
+            _ => &[],
         }
     }
 

@@ -94,8 +94,6 @@ pub struct Limit {
     params: Params,
     /// What its stored state belongs to (see [`Limit::shape`]).
     shape: Shape,
-    /// Budget alerts, in thousandths of the limit ([`LimitBuilder::alert_at`]).
-    alerts: Option<std::sync::Arc<[u16]>>,
 }
 
 impl Limit {
@@ -119,7 +117,7 @@ impl Limit {
     /// Its budget alerts, in thousandths of the limit, ascending; empty without.
     #[inline]
     pub fn alert_at(&self) -> &[u16] {
-        self.alerts.as_deref().unwrap_or_default()
+        self.params.alert_at()
     }
 
     /// The first unit of use at or past each of its budget alerts, ascending.

@@ -90,8 +90,9 @@ local function limit(i)
     local at = {}
     for units in string.gmatch(marks, '[^,]+') do
       at[#at + 1] = digits(units, i)
-      if at[#at] < 1 or (#at > 1 and at[#at] <= at[#at - 1]) or #at > 8 then
-        fail('budget alerts must be at most 8 ascending units of use: ' .. marks)
+      if at[#at] < 1 or (#at > 1 and at[#at] < at[#at - 1]) or #at > 8 then
+        fail('budget alerts must be at most 8 units of use, none below the one before: ' ..
+             marks)
       end
     end
     r.alerts = at
@@ -175,7 +176,11 @@ local function single(out, key, ring, now, r, cost, member, margin, value, usage
   local s = load(r, key, ring, value)
   local absent = value == false
   local stale = a.lapsed and a.lapsed(r, s, now)
-  local from = r.alerts and s.mark
+  local from = false
+  if r.alerts then
+    a.with_marks(s, key)
+    from = s.mark
+  end
   if usage then
     local n, o, remaining, reset, retry = #out, nil, nil, nil, nil
     if cost > 0 and a.renew and not refund then
@@ -284,6 +289,16 @@ local function round(out, k0, at, n, k)
       shared = true
     end
   end
+  -- The budget alerts a state has reached, read for the requests with alerts, on the
+  -- first request of their key with them (round.rs).
+  local marked = {}
+  for i = 1, n do
+    local key = keys[i]
+    if rs[i].alerts and not marked[key] then
+      rs[i].algorithm.with_marks(stored[key], key)
+      marked[key] = { i, stored[key].mark }
+    end
+  end
 
   -- Pass 1: check (usage is pass 3's: charged whatever the others decide).
   local decisions, scratch, denied_by = {}, {}, 0
@@ -313,14 +328,6 @@ local function round(out, k0, at, n, k)
   for i = 1, n do
     local a, key = rs[i].algorithm, keys[i]
     if a.lapsed and not stale[key] then stale[key] = { i, a.lapsed(rs[i], stored[key], now) } end
-  end
-
-  -- Budget alerts the states as stored have reached, on the first request of their
-  -- key with alerts (round.rs).
-  local marked = {}
-  for i = 1, n do
-    local key = keys[i]
-    if rs[i].alerts and not marked[key] then marked[key] = { i, stored[key].mark } end
   end
 
   -- Pass 2: charge all, or (denied) only the limits that charge rejected requests:

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::meter::{Meter, allow, deny};
 use crate::calendar::Calendar;
 use crate::decision::Decision;
+use crate::limit::units_at;
 
 /// A fixed window's parameters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -24,8 +25,16 @@ pub struct Params {
     window: u64,
     /// Windows that are a calendar's periods, instead of aligned to the epoch.
     calendar: Option<Arc<Calendar>>,
-    /// Budget alerts: the units of use at which each threshold is reached, ascending.
-    alerts: Option<Arc<[u64]>>,
+    /// Budget alerts, when it has them (behind one pointer: a `Limit` stays small).
+    alerts: Option<Arc<Alerts>>,
+}
+
+/// A limit's budget alerts: each threshold in thousandths of the limit, and the first
+/// unit of use at or past it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Alerts {
+    at: Vec<u16>,
+    units: Vec<u64>,
 }
 
 impl Params {
@@ -38,16 +47,25 @@ impl Params {
         }
     }
 
-    /// With budget alerts at `units` of use (ascending).
-    pub(crate) fn alerts(&mut self, units: Arc<[u64]>) {
-        self.alerts = Some(units);
+    /// With budget alerts at `at`, thousandths of the limit (ascending).
+    pub(crate) fn alerts(&mut self, at: &[u16]) {
+        let units = at.iter().map(|&t| units_at(self.limit, t)).collect();
+        self.alerts = Some(Arc::new(Alerts {
+            at: at.to_vec(),
+            units,
+        }));
+    }
+
+    /// Its budget alerts, in thousandths of the limit; empty without.
+    pub(crate) fn alert_at(&self) -> &[u16] {
+        self.alerts.as_ref().map_or(&[], |a| &a.at)
     }
 
     /// Raises `s`'s mark past every threshold its count has reached.
     #[inline]
     fn raise(&self, s: &mut Window) {
-        if let Some(at) = &self.alerts {
-            while let Some(&units) = at.get(usize::from(s.mark))
+        if let Some(alerts) = &self.alerts {
+            while let Some(&units) = alerts.units.get(usize::from(s.mark))
                 && s.count >= units
             {
                 s.mark += 1;

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use super::{
-    Limit, MAX_ALERTS, MAX_EXACT, MAX_PRECISION, MAX_WAIT, MAX_WINDOW, Rejected, Shape, units_at,
-};
+use super::{Limit, MAX_ALERTS, MAX_EXACT, MAX_PRECISION, MAX_WAIT, MAX_WINDOW, Rejected, Shape};
 use crate::algorithm::{Algorithm, Params, concurrency, distinct, shares::Shares};
 use crate::time::micros;
 use crate::{Calendar, Error};
@@ -316,11 +314,9 @@ impl LimitBuilder {
             &shares,
         )
         .map_err(Error::InvalidLimit)?;
-        let alerts = (!alert_at.is_empty()).then(|| {
-            let units: Vec<u64> = alert_at.iter().map(|&t| units_at(limit, t)).collect();
-            params.alerts(units.into());
-            std::sync::Arc::from(alert_at)
-        });
+        if !alert_at.is_empty() {
+            params.alerts(&alert_at);
+        }
         let shape = Shape::of(algorithm, limit, window_us, burst, &params);
         Ok(Limit {
             algorithm,
@@ -333,7 +329,6 @@ impl LimitBuilder {
             units_per_token,
             params,
             shape,
-            alerts,
         })
     }
 }

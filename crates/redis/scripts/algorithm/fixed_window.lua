@@ -14,20 +14,35 @@ local function define_fixed_window()
 
   -- `at`: the caller's now, read from the member by check and commit; `stop`: the
   -- window's end, given after it for a calendar's period (Rust computes those), else 0.
-  -- `mark`: the budget alerts the window's use has reached (`count mark` in the key
-  -- once there is one: a limit with alerts never goes by `INCRBY`).
+  -- `mark`: the budget alerts the window's use has reached, kept in a key of its own
+  -- (`marks`, read by `with_marks` for a limit with alerts; `marked`, as read), so that
+  -- the count stays a plain integer that `INCRBY` can charge.
   function fixed_window.decode(_, v)
-    if not v then return { count = 0, at = 0, stop = 0, new = true, mark = 0 } end
-    if #v > 20 then return nil end
-    local count, mark = string.match(v, '^(%d+) (%d)$')
-    if not count then
-      if #v > 16 or not string.find(v, '^%d+$') then return nil end
-      count, mark = v, 0
+    if not v then
+      return { count = 0, at = 0, stop = 0, new = true, mark = 0, marks = false, marked = 0 }
     end
-    return { count = tonumber(count), at = 0, stop = 0, new = false, mark = tonumber(mark) }
+    if #v > 16 or not string.find(v, '^%d+$') then return nil end
+    return { count = tonumber(v), at = 0, stop = 0, new = false, mark = 0, marks = false,
+             marked = 0 }
   end
   function fixed_window.copy(s)
-    return { count = s.count, at = s.at, stop = s.stop, new = s.new, mark = s.mark }
+    return { count = s.count, at = s.at, stop = s.stop, new = s.new, mark = s.mark,
+             marks = s.marks, marked = s.marked }
+  end
+
+  -- Reads the budget alerts state s of `key` has reached in its window, from the key
+  -- beside it (`key` and `:alerts`: the same hash tag, so the same Cluster slot).
+  function fixed_window.with_marks(s, key)
+    if s.marks then return end
+    s.marks = key .. ':alerts'
+    local v = redis.call('GET', s.marks)
+    if v then
+      if not string.find(v, '^%d$') then
+        fail('key ' .. s.marks .. ' holds a value that is not a count of budget alerts')
+      end
+      s.mark = tonumber(v)
+    end
+    s.marked = s.mark
   end
 
   -- Raises s's mark past every alert its count has reached (round.rs's twin:
@@ -78,9 +93,14 @@ local function define_fixed_window()
   -- the caller's clock), an existing one keeping its TTL. Never a TTL of its own
   -- making: the key's window decides when it is over, not the clock of the batch.
   function fixed_window.write(r, key, s)
+    if s.marks and s.mark ~= s.marked then
+      -- Until the window's end, as the count; even a count given back to nothing
+      -- keeps the alerts it reached.
+      local ms = cdiv(s.stop - s.at, 1000) + 1000
+      redis.call('SET', s.marks, string.format('%d', s.mark), 'PX', string.format('%d', ms))
+    end
     if s.count == 0 and s.new then return end
     local count = string.format('%d', s.count)
-    if s.mark > 0 then count = count .. ' ' .. s.mark end
     if not s.new then
       redis.call('SET', key, count, 'KEEPTTL')
       return
