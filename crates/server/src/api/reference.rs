@@ -1,8 +1,9 @@
 //! The reference's `POST /json`: a `RateLimitRequest` in the protobuf JSON mapping in,
 //! a `RateLimitResponse` in the same mapping out. `envoy-types` has no serde support,
 //! so the mapping of these few messages is written out here: field names in lowerCamel
-//! or as in the proto, 64-bit numbers as numbers or strings, enums by name or number,
-//! unknown fields refused, zero values left out of the answer.
+//! or as in the proto (one of the two: a field given under both is refused, as the
+//! reference's protojson does), 64-bit numbers as numbers or strings, enums by name or
+//! number, unknown fields refused, zero values left out of the answer.
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
@@ -43,10 +44,9 @@ fn decode_with_metadata(
 /// Decodes a request, or says what is wrong with it.
 fn decode(body: &[u8]) -> Result<RateLimitRequest, String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
-    let o = object(&v, "request")?;
     let mut req = RateLimitRequest::default();
-    for (k, v) in o {
-        match k.as_str() {
+    for (k, v) in fields(&v, "request")? {
+        match k {
             "domain" => req.domain = string(v, "domain")?,
             "descriptors" => {
                 req.descriptors = array(v, "descriptors")?
@@ -55,7 +55,7 @@ fn decode(body: &[u8]) -> Result<RateLimitRequest, String> {
                     .map(|(i, d)| descriptor(d, i))
                     .collect::<Result<_, _>>()?
             }
-            "hitsAddend" | "hits_addend" => req.hits_addend = u32_of(v, "hitsAddend")?,
+            "hitsAddend" => req.hits_addend = u32_of(v, "hitsAddend")?,
             other => return Err(format!("unknown field `{other}` in request")),
         }
     }
@@ -65,8 +65,8 @@ fn decode(body: &[u8]) -> Result<RateLimitRequest, String> {
 fn descriptor(v: &Value, i: usize) -> Result<RateLimitDescriptor, String> {
     let at = |f: &str| format!("descriptors[{i}].{f}");
     let mut d = RateLimitDescriptor::default();
-    for (k, v) in object(v, &format!("descriptors[{i}]"))? {
-        match k.as_str() {
+    for (k, v) in fields(v, &format!("descriptors[{i}]"))? {
+        match k {
             "entries" => {
                 d.entries = array(v, &at("entries"))?
                     .iter()
@@ -76,9 +76,9 @@ fn descriptor(v: &Value, i: usize) -> Result<RateLimitDescriptor, String> {
             }
             "limit" => {
                 let mut o = RateLimitOverride::default();
-                for (k, v) in object(v, &at("limit"))? {
-                    match k.as_str() {
-                        "requestsPerUnit" | "requests_per_unit" => {
+                for (k, v) in fields(v, &at("limit"))? {
+                    match k {
+                        "requestsPerUnit" => {
                             o.requests_per_unit = u32_of(v, &at("limit.requestsPerUnit"))?
                         }
                         "unit" => o.unit = unit(v, &at("limit.unit"))?,
@@ -87,7 +87,7 @@ fn descriptor(v: &Value, i: usize) -> Result<RateLimitDescriptor, String> {
                 }
                 d.limit = Some(o);
             }
-            "hitsAddend" | "hits_addend" => {
+            "hitsAddend" => {
                 d.hits_addend = match v {
                     Value::Null => None,
                     v => Some(UInt64Value {
@@ -95,7 +95,7 @@ fn descriptor(v: &Value, i: usize) -> Result<RateLimitDescriptor, String> {
                     }),
                 }
             }
-            "isNegativeHits" | "is_negative_hits" => {
+            "isNegativeHits" => {
                 d.is_negative_hits = v
                     .as_bool()
                     .ok_or_else(|| format!("{} must be true or false", at("isNegativeHits")))?
@@ -108,8 +108,8 @@ fn descriptor(v: &Value, i: usize) -> Result<RateLimitDescriptor, String> {
 
 fn entry(v: &Value, at: &str) -> Result<Entry, String> {
     let mut e = Entry::default();
-    for (k, v) in object(v, at)? {
-        match k.as_str() {
+    for (k, v) in fields(v, at)? {
+        match k {
             "key" => e.key = string(v, &format!("{at}.key"))?,
             "value" => e.value = string(v, &format!("{at}.value"))?,
             other => return Err(format!("unknown field `{other}` in {at}")),
@@ -118,10 +118,34 @@ fn entry(v: &Value, at: &str) -> Result<Entry, String> {
     Ok(e)
 }
 
-fn object<'a>(v: &'a Value, at: &str) -> Result<&'a Map<String, Value>, String> {
-    v.as_object()
-        .ok_or_else(|| format!("{at} must be an object"))
+/// An object's fields under their lowerCamel names (`hits_addend` read as
+/// `hitsAddend`; an unknown name is kept as written, for the error that names it). A
+/// field given under both names is refused: which one counts would otherwise depend on
+/// the order of the keys, and a client could hide a value from a check of the other.
+fn fields<'a>(v: &'a Value, at: &str) -> Result<Vec<(&'a str, &'a Value)>, String> {
+    let o = v
+        .as_object()
+        .ok_or_else(|| format!("{at} must be an object"))?;
+    let mut out: Vec<(&str, &Value)> = Vec::with_capacity(o.len());
+    for (k, v) in o {
+        let name = CAMEL
+            .iter()
+            .find(|(snake, _)| snake == k)
+            .map_or(k.as_str(), |(_, camel)| camel);
+        if out.iter().any(|(seen, _)| *seen == name) {
+            return Err(format!("{at}.{name} is given twice (once as `{k}`)"));
+        }
+        out.push((name, v));
+    }
+    Ok(out)
 }
+
+/// The proto names of the fields read here whose JSON name differs.
+const CAMEL: [(&str, &str); 3] = [
+    ("hits_addend", "hitsAddend"),
+    ("requests_per_unit", "requestsPerUnit"),
+    ("is_negative_hits", "isNegativeHits"),
+];
 
 fn array<'a>(v: &'a Value, at: &str) -> Result<&'a [Value], String> {
     match v {
@@ -296,6 +320,18 @@ mod tests {
                 "hitsAddend must be a non-negative integer",
             ),
             (br#"{"hitsAddend":4294967296}"#, "does not fit in 32 bits"),
+            (
+                br#"{"hitsAddend":2,"hits_addend":"1"}"#,
+                "request.hitsAddend is given twice",
+            ),
+            (
+                br#"{"descriptors":[{"hits_addend":"1","hitsAddend":9007199254740993}]}"#,
+                "descriptors[0].hitsAddend is given twice",
+            ),
+            (
+                br#"{"descriptors":[{"limit":{"requestsPerUnit":1,"requests_per_unit":9}}]}"#,
+                "descriptors[0].limit.requestsPerUnit is given twice",
+            ),
             (
                 br#"{"descriptors":[{"limit":{"unit":"WEEK"}}]}"#,
                 "`WEEK` is not one of",
