@@ -116,16 +116,24 @@ fn main() {
     });
 }
 
-/// Where the time goes: the service alone, without HTTP, on one task.
-async fn in_process() {
+/// A service of the bench's policies on a memory store of its own, deciding in process.
+fn in_process_service() -> spillway_server::Service {
     let dir = std::env::temp_dir().join(format!("spillway-bench-{}", std::process::id()));
-    let policies = spillway_policy::load(&dir).unwrap();
     let stores = spillway_server::Stores::new(
         AnyStore::Memory(MemoryStore::new()),
         spillway_server::Breaker::new(5, Duration::from_millis(500)),
     );
-    let service =
-        spillway_server::Service::new(policies, stores, Arc::new(SystemClock), Default::default());
+    spillway_server::Service::new(
+        spillway_policy::load(&dir).unwrap(),
+        stores,
+        Arc::new(SystemClock),
+        Default::default(),
+    )
+}
+
+/// Where the time goes: the service alone, without HTTP, on one task.
+async fn in_process() {
+    let service = in_process_service();
     let requests: Vec<spillway_server::Valid> = (0..KEYS)
         .map(|i| spillway_server::CheckRequest {
             domain: "bench".into(),
@@ -177,8 +185,10 @@ async fn in_process() {
 
 /// The same decisions with a million overrides (limits set as data) loaded: on paths
 /// that have one, and on paths that do not (the policy file's rule, after a lookup that
-/// misses). `BENCH_OVERRIDES` sets how many (default 1,000,000).
-async fn with_overrides(service: &spillway_server::Service, n: usize) {
+/// misses), beside `plain` (the service above, none), in turns in one process (three
+/// rounds: the heap a million overrides leave is every row's). `BENCH_OVERRIDES` sets
+/// how many (default 1,000,000).
+async fn with_overrides(plain: &spillway_server::Service, n: usize) {
     let count = env("BENCH_OVERRIDES", 1_000_000) as usize;
     let limits =
         serde_json::json!([{ "algorithm": "gcra", "limit": 1_000_000_000, "window": "1s" }]);
@@ -191,14 +201,16 @@ async fn with_overrides(service: &spillway_server::Service, n: usize) {
             })
             .unwrap_or(0)
     };
-    let before = rss();
-    let start = Instant::now();
+    let service = in_process_service();
     let all: Vec<_> = (0..count)
         .map(|i| (vec![("user".into(), format!("u{i}"))], limits.clone()))
         .collect();
+    let before = rss();
+    let start = Instant::now();
     service.set_overrides("bench", &all).unwrap();
-    drop(all);
     let took = start.elapsed();
+    drop(all);
+    let grown = rss().saturating_sub(before);
     // More, one at a time: what a change costs with the domain full (the first after
     // the big one pays the allocator's tidying of what the load freed: not counted).
     let more = |i: usize| [("user".to_owned(), format!("one-more-{i}"))];
@@ -214,11 +226,11 @@ async fn with_overrides(service: &spillway_server::Service, n: usize) {
     println!(
         "{count} overrides set in one change in {took:?} ({:?} each), RSS +{} MB ({} bytes each)",
         took / count.max(1) as u32,
-        (rss().saturating_sub(before)) / 1024,
-        (rss().saturating_sub(before)) * 1024 / count.max(1) as u64
+        grown / 1024,
+        grown * 1024 / count.max(1) as u64
     );
-    for (what, prefix) in [("overridden", "u"), ("not overridden", "x")] {
-        let requests: Vec<spillway_server::Valid> = (0..KEYS)
+    let requests = |prefix: &str| -> Vec<spillway_server::Valid> {
+        (0..KEYS)
             .map(|i| spillway_server::CheckRequest {
                 domain: "bench".into(),
                 descriptors: vec![spillway_server::Descriptor {
@@ -229,15 +241,59 @@ async fn with_overrides(service: &spillway_server::Service, n: usize) {
                 ..Default::default()
             })
             .map(|r| r.validate().expect("a valid request"))
-            .collect();
-        let start = Instant::now();
-        for i in 0..n {
-            let r = service.check(&requests[i % KEYS]).await.unwrap();
-            assert_eq!(r.overall, spillway_server::Code::Ok);
+            .collect()
+    };
+    let (overridden, not) = (requests("u"), requests("x"));
+    // A service without overrides made now, beside the one made first: what the heap
+    // the million left costs a decision that never looks at them.
+    let after = in_process_service();
+    let rows = [
+        ("no overrides", plain, &overridden),
+        (
+            "no overrides, a service made after the million",
+            &after,
+            &overridden,
+        ),
+        ("paths not overridden", &service, &not),
+        ("paths overridden", &service, &overridden),
+    ];
+    let mut per: Vec<Vec<Duration>> = vec![Vec::new(); rows.len()];
+    for round in 0..4 {
+        for (row, (_, service, requests)) in rows.iter().enumerate() {
+            // `BENCH_ROW=2`: that row alone (for a profile of it).
+            if std::env::var("BENCH_ROW").is_ok_and(|r| r != row.to_string()) {
+                continue;
+            }
+            let start = Instant::now();
+            for i in 0..n {
+                let r = service.check(&requests[i % KEYS]).await.unwrap();
+                assert_eq!(r.overall, spillway_server::Code::Ok);
+            }
+            // The first round warms the keys: not counted.
+            if round > 0 {
+                per[row].push(start.elapsed() / n as u32);
+            }
         }
-        let per = start.elapsed() / n as u32;
+    }
+    // The lookup alone, as a library asks it (`Service::override_limit`: the snapshot,
+    // the domain, the path; on a hit its plan's limit, cloned).
+    for (what, prefix) in [("overridden", "u"), ("not overridden", "x")] {
+        let paths: Vec<String> = (0..KEYS).map(|i| format!("{prefix}{i}")).collect();
+        let start = Instant::now();
+        let mut found = 0;
+        for i in 0..n {
+            let path = [("user", paths[i % KEYS].as_str())];
+            found += usize::from(service.override_limit("bench", &path, "").is_some());
+        }
+        assert_eq!(found > 0, prefix == "u");
         println!(
-            "Service::check in process, memory store, one task, {count} overrides, paths {what}: {per:?} per decision"
+            "Service::override_limit among {count} overrides, paths {what}: {:?} a lookup",
+            start.elapsed() / n as u32
+        );
+    }
+    for ((what, ..), runs) in rows.iter().zip(&per) {
+        println!(
+            "Service::check in process, memory store, one task, {count} overrides loaded, {what}: {runs:?} per decision"
         );
     }
 }

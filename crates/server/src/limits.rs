@@ -29,8 +29,10 @@ use crate::service::Service;
 use crate::service::overrides::Set;
 pub use crate::service::overrides::path_text;
 
+mod follower;
 mod kept;
 
+pub use follower::Follower;
 pub use kept::Kept;
 
 /// How often a replica asks the store for changes made elsewhere.

@@ -257,6 +257,18 @@ impl Service {
         Ok(())
     }
 
+    /// The limit named `name` that the override of exactly `entries` in `domain` sets
+    /// (its only limit, whatever its name, when it has one); `None` when the path has
+    /// no override. What a tower layer asks, through `limits::Follower`.
+    pub fn override_limit<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        domain: &str,
+        entries: &[(K, V)],
+        name: &str,
+    ) -> Option<spillway_core::Limit> {
+        self.overrides.limit(domain, entries, name)
+    }
+
     /// Sets `domain`'s override of exactly `entries` to `limits` (the policy's native
     /// form, as JSON) in this service alone: for a program that embeds the service and
     /// keeps its overrides itself (the admin API's registry keeps, shares and audits

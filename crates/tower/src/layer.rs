@@ -15,7 +15,7 @@ use spillway_core::{
 };
 use tower::Layer;
 
-use crate::shared::{ActualFn, CostFn, ShadowBanFn, Shared};
+use crate::shared::{ActualFn, CostFn, OverrideFn, ShadowBanFn, Shared};
 use crate::{KeyExtractor, RateLimit};
 
 mod builder;
@@ -37,6 +37,8 @@ pub struct Rule {
     /// A `shares` limit's priority: where a request names it, and the names, highest
     /// first.
     pub(crate) priority: Option<(KeyExtractor, Arc<[String]>)>,
+    /// Limits set as data: the limit for a key's value, when one is set for it.
+    pub(crate) overridden: Option<OverrideFn>,
 }
 
 impl Rule {
@@ -51,6 +53,7 @@ impl Rule {
             member: None,
             actual: None,
             priority: None,
+            overridden: None,
         }
     }
 
@@ -121,6 +124,24 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// Limits set as data: `limit_of` is asked for the key's value on every request
+    /// and gives the limit set for that value, if one is (a tenant's own, set by an
+    /// API call), used in place of this rule's for that request; `None` keeps this
+    /// rule's. It should be a lookup in memory, not a store call: the service's
+    /// overrides on a Redis the layer shares are read by `spillway_server`'s
+    /// `limits::Follower` (docs/tower.md). Not with `concurrency`, `shares`, metered,
+    /// lease or sync limits (their state outlives one request's limit); checked when
+    /// the layer is built.
+    pub fn overridden_by(
+        mut self,
+        limit_of: impl Fn(&str) -> Option<Limit> + Send + Sync + 'static,
+    ) -> Rule {
+        self.overridden = Some(Arc::new(limit_of));
+        self
+    }
+}
+
 impl fmt::Debug for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Rule")
@@ -129,6 +150,7 @@ impl fmt::Debug for Rule {
             .field("key", &self.key)
             .field("cost", &self.cost.as_ref().map(|_| "Fn"))
             .field("metered", &self.actual.is_some())
+            .field("overridden", &self.overridden.is_some())
             .finish()
     }
 }

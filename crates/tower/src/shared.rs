@@ -2,6 +2,7 @@
 //! for each request: keys, one store round for every limit at once (behind a timeout
 //! and a circuit breaker), the failure policy, and the mode.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -9,8 +10,8 @@ use http::Response;
 use http::request::Parts;
 use spillway_core::headers::HeaderStyle;
 use spillway_core::{
-    Clock, Guard, GuardedStore, Key, MAX_EXACT, MAX_KEY_LEN, Mode, OnStoreError, Report, Request,
-    Reservation, Source, Store, StoreFailure, Timestamp, Unanswered,
+    Clock, Guard, GuardedStore, Key, Limit, MAX_EXACT, MAX_KEY_LEN, Mode, OnStoreError, Report,
+    Request, Reservation, Source, Store, StoreFailure, Timestamp, Unanswered,
 };
 
 use spillway_core::algorithm::distinct::MAX_MEMBER;
@@ -27,6 +28,7 @@ use verdict::{invalid, missing};
 
 pub(crate) type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 pub(crate) type ActualFn = Arc<dyn Fn(&http::HeaderMap) -> Option<u64> + Send + Sync>;
+pub(crate) type OverrideFn = Arc<dyn Fn(&str) -> Option<spillway_core::Limit> + Send + Sync>;
 pub(crate) type ShadowBanFn = Arc<dyn Fn(&Parts) -> Response<Bytes> + Send + Sync>;
 
 pub(crate) struct Shared<St, C> {
@@ -272,7 +274,8 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 Ok(key) => key,
                 Err(missing) => return (missing, Charge::No, Vec::new()),
             };
-            let request = Request::new(&key, &rule.limit, self.cost_of(rule, parts));
+            let limit = self.limit_of(rule, parts);
+            let request = Request::new(&key, &limit, self.cost_of(rule, parts));
             let (verdict, charged) = self.decide_requests(std::slice::from_ref(&request)).await;
             return (verdict, charged, Vec::new());
         }
@@ -307,13 +310,17 @@ impl<St: Store, C: Clock> Shared<St, C> {
             member.truncate(end);
             members.push(Some(Member::Counted(member)));
         }
+        let limits: Vec<Cow<'_, Limit>> = (self.rules.iter())
+            .map(|rule| self.limit_of(rule, parts))
+            .collect();
         let requests: Vec<Request<'_>> = self
             .rules
             .iter()
             .zip(&keys)
             .zip(&members)
-            .map(|((rule, key), member)| {
-                let request = Request::new(key, &rule.limit, self.cost_of(rule, parts));
+            .zip(&limits)
+            .map(|(((rule, key), member), limit)| {
+                let request = Request::new(key, limit, self.cost_of(rule, parts));
                 match member {
                     // A request counts its member once, whatever its cost.
                     Some(Member::Counted(m)) => Request {
@@ -342,6 +349,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
         let store = self.store.store();
         if !store.is_local()
             || rule.member.is_some()
+            || rule.overridden.is_some()
             || self.holds
             || self.guards[0].sharing.is_shared()
         {
@@ -369,10 +377,26 @@ impl<St: Store, C: Clock> Shared<St, C> {
         Some(match decided {
             Ok(decision) => {
                 let denied_by = (!decision.allowed()).then_some(0);
-                self.verdict(std::slice::from_ref(&decision), denied_by)
+                self.verdict(std::slice::from_ref(&decision), denied_by, None)
             }
             Err(e) => invalid(&e),
         })
+    }
+
+    /// `rule`'s limit for this request: the one set for its key's value
+    /// ([`Rule::overridden_by`]), else its own. A limit set that the request could not
+    /// be decided on as the rule's is passed over (the rule's own applies): one that
+    /// holds or shares (its state outlives the request), or one that counts members
+    /// where the rule does not, or the other way round.
+    fn limit_of<'r>(&self, rule: &'r Rule, parts: &Parts) -> Cow<'r, Limit> {
+        let fits = |set: &Limit| {
+            let (a, own) = (set.algorithm(), rule.limit.algorithm());
+            !a.holds() && set.shares().is_none() && a.counts_members() == own.counts_members()
+        };
+        let set = (rule.overridden.as_ref())
+            .and_then(|limit_of| limit_of(&rule.key.extract_borrowed(parts)?))
+            .filter(fits);
+        set.map_or(Cow::Borrowed(&rule.limit), Cow::Owned)
     }
 
     /// The cost of `rule` for this request, clamped: past 2^53 no limit could ever
@@ -421,7 +445,11 @@ impl<St: Store, C: Clock> Shared<St, C> {
                 charged,
             );
         }
-        let verdict = self.verdict(&answer.batch.decisions, answer.batch.denied_by);
+        let verdict = self.verdict(
+            &answer.batch.decisions,
+            answer.batch.denied_by,
+            Some(requests),
+        );
         (verdict, charged)
     }
 }

@@ -9,8 +9,8 @@
 //! the addresses a block names are the test's own (the service's ports, the test Redis
 //! servers: never 6379), swapped in for the run and back in the output; ANSI colours
 //! and log timestamps are removed. `$ spillway serve ARGS` starts the service (on free
-//! ports, `SPILLWAY_*_ADDR`) until the block ends; the lines shown under it must be its
-//! first log lines. A block whose commands need what a test cannot give (a Redis on
+//! ports, `SPILLWAY_*_ADDR`; overrides kept by nothing, `SPILLWAY_OVERRIDES_FILE=off`)
+//! until the block ends; the lines shown under it must be its first log lines. A block whose commands need what a test cannot give (a Redis on
 //! 6379 left alone, certificates of your own) is ` ```text `, not ` ```console `.
 
 use crate::support;
@@ -286,6 +286,9 @@ fn serve(args: &str, ports: &Ports, path: &str, lines: usize) -> (String, std::p
         .env("SPILLWAY_HTTP_ADDR", format!("0.0.0.0:{}", ports.http))
         .env("SPILLWAY_GRPC_ADDR", format!("0.0.0.0:{}", ports.grpc))
         .env("SPILLWAY_ADMIN_ADDR", format!("127.0.0.1:{}", ports.admin))
+        // Overrides a tour sets are kept by nothing: a journal beside the example
+        // policies would hold them for the next page's tour (a flag still wins).
+        .env("SPILLWAY_OVERRIDES_FILE", "off")
         .stderr(Stdio::piped())
         .spawn()
         .expect("spillway starts");

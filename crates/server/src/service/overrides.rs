@@ -17,16 +17,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use spillway_core::Limit;
 use spillway_policy::overrides::{self, OverrideError};
-use spillway_policy::{Domain, Match, PolicySet};
+use spillway_policy::{Domain, Match, PolicySet, RuleLimit};
 
 /// Every domain's overrides.
-pub(crate) type Index = HashMap<Arc<str>, DomainOverrides>;
+pub(crate) type Index = HashMap<Arc<str>, DomainOverrides, foldhash::fast::RandomState>;
 
 /// How many maps a domain's overrides are spread over.
 const SHARDS: usize = 256;
 
-type Shard = HashMap<Arc<[u8]>, Arc<Entry>, foldhash::fast::RandomState>;
+/// One override in a map: its path's hash, compared first (a lookup that misses reads
+/// no entry, even when the table's 7-bit tag matches), and its entry, which holds the
+/// path.
+#[derive(Clone, Debug)]
+struct Slot {
+    hash: u64,
+    entry: Arc<Entry>,
+}
+
+type Shard = hashbrown::HashTable<Slot>;
 
 /// One domain's overrides, by path (encoded: [`encode`]).
 #[derive(Clone, Debug, Default)]
@@ -34,7 +44,8 @@ pub(crate) struct DomainOverrides {
     /// Empty, or [`SHARDS`] maps.
     shards: Vec<Arc<Shard>>,
     len: usize,
-    /// Picks a path's map.
+    /// Hashes a path: bits 32 to 39 pick its map (the table itself reads the low bits
+    /// and the top seven).
     hasher: foldhash::fast::RandomState,
 }
 
@@ -44,35 +55,42 @@ impl DomainOverrides {
         self.len
     }
 
-    fn shard(&self, key: &[u8]) -> usize {
+    /// A path's hash, and its map.
+    fn locate(&self, key: &[u8]) -> (u64, usize) {
         use std::hash::BuildHasher;
-        let h = self.hasher.hash_one(key);
-        (h ^ (h >> 29) ^ (h >> 53)) as usize % SHARDS
+        let hash = self.hasher.hash_one(key);
+        (hash, (hash >> 32) as usize % SHARDS)
     }
 
     /// The override of exactly `entries`.
-    pub(crate) fn get(&self, entries: &[(String, String)]) -> Option<&Arc<Entry>> {
+    pub(crate) fn get<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        entries: &[(K, V)],
+    ) -> Option<&Arc<Entry>> {
         if self.len == 0 {
             return None;
         }
         KEY.with_borrow_mut(|key| {
             encode(entries, key);
-            self.shards[self.shard(key)].get(key.as_slice())
+            let (hash, i) = self.locate(key);
+            let slot = self.shards[i].find(hash, |s| s.hash == hash && *s.entry.key == **key)?;
+            Some(&slot.entry)
         })
     }
 
-    fn insert(&mut self, entries: &[(String, String)], entry: Arc<Entry>) {
+    /// Sets the override of the path `entry` holds.
+    fn insert(&mut self, entry: Arc<Entry>) {
         if self.shards.is_empty() {
             self.shards = (0..SHARDS).map(|_| Arc::default()).collect();
         }
-        let mut key = Vec::new();
-        encode(entries, &mut key);
-        let i = self.shard(&key);
-        if Arc::make_mut(&mut self.shards[i])
-            .insert(Arc::from(key), entry)
-            .is_none()
-        {
-            self.len += 1;
+        let (hash, i) = self.locate(&entry.key);
+        let shard = Arc::make_mut(&mut self.shards[i]);
+        match shard.find_mut(hash, |s| s.hash == hash && s.entry.key == entry.key) {
+            Some(slot) => slot.entry = entry,
+            None => {
+                shard.insert_unique(hash, Slot { hash, entry }, |s| s.hash);
+                self.len += 1;
+            }
         }
     }
 
@@ -82,11 +100,10 @@ impl DomainOverrides {
         }
         let mut key = Vec::new();
         encode(entries, &mut key);
-        let i = self.shard(&key);
-        if Arc::make_mut(&mut self.shards[i])
-            .remove(key.as_slice())
-            .is_some()
-        {
+        let (hash, i) = self.locate(&key);
+        let shard = Arc::make_mut(&mut self.shards[i]);
+        if let Ok(slot) = shard.find_entry(hash, |s| s.hash == hash && *s.entry.key == *key) {
+            slot.remove();
             self.len -= 1;
         }
     }
@@ -96,7 +113,7 @@ impl DomainOverrides {
         self.shards
             .iter()
             .flat_map(|s| s.iter())
-            .map(|(k, e)| (decode(k), e))
+            .map(|s| (decode(&s.entry.key), &s.entry))
     }
 }
 
@@ -107,10 +124,10 @@ thread_local! {
 
 /// `entries` as one byte string, each key and value after its length (so that no two
 /// paths encode alike), into `out`.
-fn encode(entries: &[(String, String)], out: &mut Vec<u8>) {
+fn encode<K: AsRef<str>, V: AsRef<str>>(entries: &[(K, V)], out: &mut Vec<u8>) {
     out.clear();
     for (k, v) in entries {
-        for s in [k, v] {
+        for s in [k.as_ref(), v.as_ref()] {
             out.extend_from_slice(&(s.len() as u32).to_le_bytes());
             out.extend_from_slice(s.as_bytes());
         }
@@ -136,9 +153,10 @@ fn decode(mut key: &[u8]) -> Vec<(String, String)> {
 /// A snapshot of every domain's overrides.
 pub(crate) type Snapshot = arc_swap::Guard<Arc<Index>>;
 
-/// One override in the index: its plan, and who set it when.
+/// One override in the index: its path (encoded), its plan, and who set it when.
 #[derive(Debug)]
 pub(crate) struct Entry {
+    key: Box<[u8]>,
     pub(crate) plan: Arc<Plan>,
     /// The registry's version of the change that set it.
     pub(crate) version: u64,
@@ -198,6 +216,27 @@ impl Overrides {
         self.any.load(Ordering::Acquire).then(|| self.all.load())
     }
 
+    /// The limit named `name` that the override of exactly `entries` in `domain` sets
+    /// (its only limit when it has one, whatever its name), if there is one.
+    pub(crate) fn limit<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        domain: &str,
+        entries: &[(K, V)],
+        name: &str,
+    ) -> Option<Limit> {
+        let snapshot = self.load()?;
+        let entry = snapshot.get(domain)?.get(entries)?;
+        let rules = entry.plan.set.domain(domain)?.resolve(entries)?.rules;
+        let rule = match rules {
+            [only] => only,
+            _ => rules.iter().find(|r| r.name.as_deref() == Some(name))?,
+        };
+        match &rule.limit {
+            RuleLimit::Limited(limit) => Some(limit.clone()),
+            RuleLimit::Unlimited | RuleLimit::BlockAll => None,
+        }
+    }
+
     /// Every override now (for listing and saving: a snapshot, not a copy).
     pub(crate) fn snapshot(&self) -> Arc<Index> {
         self.all.load_full()
@@ -240,13 +279,16 @@ impl Overrides {
                     let by = authors
                         .entry(c.by.to_owned())
                         .or_insert_with(|| Arc::from(c.by));
+                    let mut key = Vec::new();
+                    encode(c.entries, &mut key);
                     let entry = Entry {
+                        key: key.into_boxed_slice(),
                         plan,
                         version: c.version,
                         by: Arc::clone(by),
                         at_ms: c.at_ms,
                     };
-                    d.insert(c.entries, Arc::new(entry));
+                    d.insert(Arc::new(entry));
                 }
                 None => d.remove(c.entries),
             }

@@ -98,9 +98,7 @@ async fn layer_statuses(row: usize, mode: Mode, policy: OnStoreError) -> Vec<u16
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let (addr, server) = support::serve_app(app).await;
     let http = reqwest::Client::new();
     let mut statuses = Vec::with_capacity(SENT);
     for _ in 0..SENT {

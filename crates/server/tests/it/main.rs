@@ -15,6 +15,7 @@ mod in_process;
 mod isolation;
 mod metering;
 mod overrides;
+mod overrides_tower;
 mod parity;
 mod queue;
 mod reference;

@@ -357,3 +357,17 @@ pub async fn eventually<F: std::future::Future<Output = bool>>(
     }
     false
 }
+
+// === An app of the test's own (a tower layer's, a webhook receiver) ===
+
+/// `app` served on a free loopback port until the task is aborted: its address and task.
+pub async fn serve_app(
+    app: axum::Router,
+) -> (SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    (
+        addr,
+        tokio::spawn(async move { axum::serve(listener, app).await }),
+    )
+}

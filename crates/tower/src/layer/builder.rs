@@ -197,6 +197,21 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             }
         }
         for rule in &self.rules {
+            let algorithm = rule.limit.algorithm();
+            if rule.overridden.is_some()
+                && (algorithm.holds()
+                    || algorithm.shares()
+                    || rule.actual.is_some()
+                    || rule.sharing.is_shared())
+            {
+                return Err(Error::InvalidSharing {
+                    limit: rule.name.to_string(),
+                    message: "`Rule::overridden_by` takes a limit decided on one request's \
+                              limit alone: not a concurrency, shares, metered, lease or sync \
+                              limit"
+                        .into(),
+                });
+            }
             if rule.actual.is_some() && !rule.limit.algorithm().refunds() {
                 return Err(Error::InvalidSharing {
                     limit: rule.name.to_string(),

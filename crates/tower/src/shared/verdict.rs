@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::Response;
 use http::request::Parts;
 use spillway_core::headers::{self, Current, Quota, ceil_secs};
-use spillway_core::{Clock, Decision, Mode, Store, longest_retry};
+use spillway_core::{Clock, Decision, Limit, Mode, Request, Store, longest_retry};
 
 use super::Shared;
 use crate::Rejection;
@@ -46,10 +46,17 @@ impl<St: Store, C: Clock> Shared<St, C> {
         }
     }
 
-    pub(super) fn verdict(&self, decisions: &[Decision], denied_by: Option<usize>) -> Verdict {
+    /// The verdict of `decisions`, made on the rules' own limits or, when given, on
+    /// `requests`' (a rule [overridden](crate::Rule::overridden_by) for this request).
+    pub(super) fn verdict(
+        &self,
+        decisions: &[Decision],
+        denied_by: Option<usize>,
+        requests: Option<&[Request<'_>]>,
+    ) -> Verdict {
         let headers = || {
             if self.headers_on_allowed {
-                self.rate_limit_headers(decisions)
+                self.rate_limit_headers(decisions, requests)
             } else {
                 Headers::default()
             }
@@ -74,7 +81,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
             (Mode::Enforce, Some(_)) => ("shadow_banned", Verdict::Refuse(Refusal::ShadowBan)),
             (Mode::Enforce, None) => {
                 let retry_after = longest_retry(decisions);
-                let mut headers = self.rate_limit_headers(decisions);
+                let mut headers = self.rate_limit_headers(decisions, requests);
                 if let Some(wait) = retry_after {
                     let (name, value) = headers::retry_after(wait);
                     headers.push_text(name, value);
@@ -100,8 +107,18 @@ impl<St: Store, C: Clock> Shared<St, C> {
     /// the one [`headers::reported`] picks.
     /// The IETF style's `RateLimit-Policy` is the same on every response: written
     /// once (`ietf_policy`), only `RateLimit` is written per response.
-    fn rate_limit_headers(&self, decisions: &[Decision]) -> Headers {
-        let usable = |i: usize| decisions[i].usable(&self.rules[i].limit);
+    /// A rule overridden for this request (`requests` says its limit) is reported as
+    /// its limit: the policy is then written for this response.
+    fn rate_limit_headers(
+        &self,
+        decisions: &[Decision],
+        requests: Option<&[Request<'_>]>,
+    ) -> Headers {
+        let limit = |i: usize| requests.map_or(&self.rules[i].limit, |r| r[i].limit);
+        let usable = |i: usize| decisions[i].usable(limit(i));
+        let quotas = || (self.rules.iter().enumerate()).map(|(i, rule)| quota_of(rule, limit(i)));
+        let overridden =
+            (self.rules.iter().enumerate()).any(|(i, rule)| !std::ptr::eq(limit(i), &rule.limit));
         let limits = decisions.iter().enumerate();
         let current =
             headers::reported(limits, |(i, d)| (!d.allowed(), usable(*i))).map_or(0, |(i, _)| i);
@@ -110,15 +127,21 @@ impl<St: Store, C: Clock> Shared<St, C> {
         let reset_secs = ceil_secs(d.retry_after().unwrap_or(d.reset_after));
         let mut out = Headers::default();
         if let Some(policy) = &self.ietf_policy {
-            out.push("ratelimit-policy", policy.clone());
+            match overridden {
+                false => out.push("ratelimit-policy", policy.clone()),
+                true => {
+                    let policy = self.headers.ietf_policy(quotas()).unwrap_or_default();
+                    out.push_text("ratelimit-policy", policy);
+                }
+            }
             let item = headers::ietf_item(&self.rules[current].name, remaining, reset_secs);
             out.push_text("ratelimit", item);
             return out;
         }
         let rendered = self.headers.render(
-            self.rules.iter().map(quota),
+            quotas(),
             Current {
-                quota: quota(&self.rules[current]),
+                quota: quota_of(&self.rules[current], limit(current)),
                 remaining,
                 reset_secs,
             },
@@ -149,9 +172,15 @@ pub(super) fn missing(rule: &Rule, source: &crate::KeyExtractor) -> Verdict {
 
 /// A rule as the headers describe it.
 pub(crate) fn quota(rule: &Rule) -> Quota<'_> {
+    quota_of(rule, &rule.limit)
+}
+
+/// A rule with `limit` (its own, or the one set for a request's key) as the headers
+/// describe it.
+fn quota_of<'a>(rule: &'a Rule, limit: &Limit) -> Quota<'a> {
     Quota {
         name: &rule.name,
-        quota: rule.limit.limit(),
-        window: rule.limit.window(),
+        quota: limit.limit(),
+        window: limit.window(),
     }
 }

@@ -370,3 +370,64 @@ async fn a_plain_hyper_server_works_with_the_peer_in_an_extension() {
     assert_eq!(denied.status(), 429);
     assert_eq!(header(&denied, "retry-after"), "40");
 }
+
+/// A key's own limit ([`Rule::overridden_by`]) decides that key's requests and is what
+/// its headers report, beside a second rule kept as it is; a key without one keeps the
+/// rule's; a limit the request could not be decided on as the rule's (one that holds)
+/// is passed over; a rule that holds cannot be overridden.
+#[tokio::test]
+async fn a_keys_own_limit_replaces_the_rules_for_that_key_alone() {
+    let gold = per_minute(3);
+    let holds = limit(Algorithm::Concurrency, 9, Duration::from_secs(60));
+    let own = move |key: &str| match key {
+        "gold" => Some(gold.clone()),
+        "odd" => Some(holds.clone()),
+        _ => None,
+    };
+    let daily = limit(Algorithm::FixedWindow, 100, Duration::from_secs(86_400));
+    let layer = builder()
+        .limit(
+            Rule::new("plan", per_minute(1), KeyExtractor::header("x-api-key")).overridden_by(own),
+        )
+        .limit(Rule::new("daily", daily, KeyExtractor::header("x-api-key")))
+        .headers_on_allowed(true)
+        .build()
+        .unwrap();
+    let client = serve_layer(layer).await;
+    let statuses = |key: &'static str| {
+        let client = &client;
+        async move {
+            let mut out = Vec::new();
+            for _ in 0..4 {
+                out.push(client.status("/", &[("x-api-key", key)]).await);
+            }
+            out
+        }
+    };
+    let first = client.get("/", &[("x-api-key", "gold")]).await;
+    assert_eq!(
+        header(&first, "ratelimit-policy"),
+        r#""plan";q=3;w=60, "daily";q=100;w=86400"#
+    );
+    assert_eq!(statuses("gold").await, [200, 200, 429, 429]);
+    assert_eq!(statuses("free").await, [200, 429, 429, 429]);
+    assert_eq!(statuses("odd").await, [200, 429, 429, 429], "passed over");
+    let other = client.get("/", &[("x-api-key", "new")]).await;
+    assert_eq!(
+        header(&other, "ratelimit-policy"),
+        r#""plan";q=1;w=60, "daily";q=100;w=86400"#
+    );
+
+    let in_flight = limit(Algorithm::Concurrency, 2, Duration::from_secs(60));
+    let refused = builder()
+        .limit(
+            Rule::new("at-once", in_flight, KeyExtractor::header("x-api-key"))
+                .overridden_by(|_| None),
+        )
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&refused, spillway_tower::Error::InvalidSharing { limit, .. } if limit == "at-once"),
+        "{refused}"
+    );
+}
