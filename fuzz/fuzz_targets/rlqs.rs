@@ -14,10 +14,10 @@ use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use spillway_core::Timestamp;
 use spillway_server::config::Unmatched;
-use spillway_server::rlqs::{MemoryLedger, Pairs, Quotas, Refusal, Settings};
+use spillway_server::rlqs::{MemoryLedger, Pairs, Quotas, Refusal, Rulebook, Settings};
 
 /// A rated bucket, an unlimited one and a blocked one, in domain `quota`.
-static POLICIES: LazyLock<spillway_policy::PolicySet> = LazyLock::new(|| {
+static POLICIES: LazyLock<Rulebook> = LazyLock::new(|| {
     let domain = spillway_policy::parse(
         "quota.yaml",
         "domain: quota
@@ -31,7 +31,8 @@ descriptors:
 ",
     )
     .expect("the policy parses");
-    spillway_policy::assemble([domain]).expect("the policy assembles")
+    let set = spillway_policy::assemble([domain]).expect("the policy assembles");
+    Rulebook::of_policies(std::sync::Arc::new(set))
 });
 
 static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {

@@ -128,6 +128,14 @@ pub struct Rulebook {
 }
 
 impl Rulebook {
+    /// `policies` alone, without overrides (a program that reports without a service).
+    pub fn of_policies(policies: std::sync::Arc<PolicySet>) -> Rulebook {
+        Rulebook {
+            policies,
+            overrides: std::sync::Arc::default(),
+        }
+    }
+
     /// The rules `service` has now.
     pub fn of(service: &crate::Service) -> Rulebook {
         Rulebook {
