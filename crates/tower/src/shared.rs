@@ -310,16 +310,22 @@ impl<St: Store, C: Clock> Shared<St, C> {
             member.truncate(end);
             members.push(Some(Member::Counted(member)));
         }
-        let limits: Vec<Cow<'_, Limit>> = (self.rules.iter())
-            .map(|rule| self.limit_of(rule, parts))
-            .collect();
+        // Each rule's limit for this request; none kept (no allocation) while no rule
+        // can be overridden.
+        let limits: Vec<Cow<'_, Limit>> = match self.rules.iter().any(|r| r.overridden.is_some()) {
+            true => (self.rules.iter())
+                .map(|rule| self.limit_of(rule, parts))
+                .collect(),
+            false => Vec::new(),
+        };
         let requests: Vec<Request<'_>> = self
             .rules
             .iter()
             .zip(&keys)
             .zip(&members)
-            .zip(&limits)
-            .map(|(((rule, key), member), limit)| {
+            .enumerate()
+            .map(|(i, ((rule, key), member))| {
+                let limit = limits.get(i).map_or(&rule.limit, |l| l);
                 let request = Request::new(key, limit, self.cost_of(rule, parts));
                 match member {
                     // A request counts its member once, whatever its cost.

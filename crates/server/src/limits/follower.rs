@@ -24,7 +24,8 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 /// use spillway_server::limits::Follower;
 /// let store = spillway_redis::RedisStore::builder("redis://10.0.0.5:6379").build().await?;
-/// let overrides = Follower::redis(&store, "spillway").await?;
+/// // The service's `key_prefix` setting: empty unless it sets one.
+/// let overrides = Follower::redis(&store, "").await?;
 /// // A key's own limit, when an admin set one for `api_key=<key>` in domain `api`:
 /// let limit = overrides.limit("api", &[("api_key", "abc")], "per_key");
 /// # Ok(()) }
