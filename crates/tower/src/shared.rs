@@ -54,6 +54,9 @@ pub(crate) struct Shared<St, C> {
     /// A rule is a `concurrency` limit: an admitted request holds its slots until its
     /// response body ends or is dropped.
     pub holds: bool,
+    /// A rule may be overridden ([`Rule::overridden_by`]): each request's limits are
+    /// asked for.
+    pub overridable: bool,
     /// `spillway_tower_requests_total{outcome="allowed"}`, registered with the recorder
     /// on the first admission and kept: counting an admitted request is then an atomic
     /// add, not a lookup of the recorder's registry by name and labels.
@@ -312,7 +315,7 @@ impl<St: Store, C: Clock> Shared<St, C> {
         }
         // Each rule's limit for this request; none kept (no allocation) while no rule
         // can be overridden.
-        let limits: Vec<Cow<'_, Limit>> = match self.rules.iter().any(|r| r.overridden.is_some()) {
+        let limits: Vec<Cow<'_, Limit>> = match self.overridable {
             true => (self.rules.iter())
                 .map(|rule| self.limit_of(rule, parts))
                 .collect(),

@@ -72,10 +72,18 @@ impl DomainOverrides {
         }
         KEY.with_borrow_mut(|key| {
             encode(entries, key);
-            let (hash, i) = self.locate(key);
-            let slot = self.shards[i].find(hash, |s| s.hash == hash && *s.entry.key == **key)?;
-            Some(&slot.entry)
+            self.find(key)
         })
+    }
+
+    /// The override of the path encoded as `key` ([`encode`]).
+    fn find(&self, key: &[u8]) -> Option<&Arc<Entry>> {
+        if self.len == 0 {
+            return None;
+        }
+        let (hash, i) = self.locate(key);
+        let slot = self.shards[i].find(hash, is(hash, key))?;
+        Some(&slot.entry)
     }
 
     /// Sets the override of the path `entry` holds.
@@ -85,7 +93,7 @@ impl DomainOverrides {
         }
         let (hash, i) = self.locate(&entry.key);
         let shard = Arc::make_mut(&mut self.shards[i]);
-        match shard.find_mut(hash, |s| s.hash == hash && s.entry.key == entry.key) {
+        match shard.find_mut(hash, is(hash, &entry.key)) {
             Some(slot) => slot.entry = entry,
             None => {
                 shard.insert_unique(hash, Slot { hash, entry }, |s| s.hash);
@@ -94,15 +102,14 @@ impl DomainOverrides {
         }
     }
 
-    fn remove(&mut self, entries: &[(String, String)]) {
+    /// Removes the override of the path encoded as `key`.
+    fn remove(&mut self, key: &[u8]) {
         if self.len == 0 {
             return;
         }
-        let mut key = Vec::new();
-        encode(entries, &mut key);
-        let (hash, i) = self.locate(&key);
+        let (hash, i) = self.locate(key);
         let shard = Arc::make_mut(&mut self.shards[i]);
-        if let Ok(slot) = shard.find_entry(hash, |s| s.hash == hash && *s.entry.key == *key) {
+        if let Ok(slot) = shard.find_entry(hash, is(hash, key)) {
             slot.remove();
             self.len -= 1;
         }
@@ -115,6 +122,12 @@ impl DomainOverrides {
             .flat_map(|s| s.iter())
             .map(|s| (decode(&s.entry.key), &s.entry))
     }
+}
+
+/// Whether a slot holds the path encoded as `key`, of hash `hash`: the hashes compared
+/// first, so that a slot of another path is not read further.
+fn is(hash: u64, key: &[u8]) -> impl Fn(&Slot) -> bool + '_ {
+    move |s| s.hash == hash && *s.entry.key == *key
 }
 
 thread_local! {
@@ -266,8 +279,11 @@ impl Overrides {
                 Some(d) => d,
                 None => all.entry(Arc::from(c.domain)).or_default(),
             };
+            // The path encoded once: looked up, kept in the entry, or removed.
+            let mut key = Vec::new();
+            encode(c.entries, &mut key);
             let older = d
-                .get(c.entries)
+                .find(&key)
                 .is_some_and(|e| c.version > 0 && e.version >= c.version);
             if older {
                 continue;
@@ -279,8 +295,6 @@ impl Overrides {
                     let by = authors
                         .entry(c.by.to_owned())
                         .or_insert_with(|| Arc::from(c.by));
-                    let mut key = Vec::new();
-                    encode(c.entries, &mut key);
                     let entry = Entry {
                         key: key.into_boxed_slice(),
                         plan,
@@ -290,7 +304,7 @@ impl Overrides {
                     };
                     d.insert(Arc::new(entry));
                 }
-                None => d.remove(c.entries),
+                None => d.remove(&key),
             }
         }
         all.retain(|_, d| d.len() > 0);

@@ -260,6 +260,7 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             .and_then(|v| http::HeaderValue::try_from(v).ok());
         let metered = self.rules.iter().any(|r| r.actual.is_some());
         let holds = self.rules.iter().any(|r| r.limit.algorithm().holds());
+        let overridable = self.rules.iter().any(|r| r.overridden.is_some());
         let shared = Shared {
             store,
             clock: self.clock,
@@ -275,6 +276,7 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
             guards,
             metered,
             holds,
+            overridable,
             allowed: Default::default(),
         };
         let shared = Arc::new(shared);
