@@ -6,6 +6,13 @@
 // (see spillway-server); proving it `Send` needs more than the default depth.
 #![recursion_limit = "256"]
 
+/// mimalloc, not the system's malloc: glibc's, after a million overrides were imported
+/// in parts, made every request's allocations slower (a decision's CPU 1.3–1.5× a
+/// service's without overrides, against about 1.05× with mimalloc; docs/performance.md).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod args;
 mod client;
 mod cmd;

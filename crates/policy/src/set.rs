@@ -103,6 +103,12 @@ impl PolicySet {
         self.domains.get(name)
     }
 
+    /// The domain named `name`, taken out of the set (a set compiled for one domain,
+    /// kept as that domain alone).
+    pub fn into_domain(mut self, name: &str) -> Option<Domain> {
+        self.domains.remove(name)
+    }
+
     /// This set with every counter key under `prefix` (written as given, not escaped):
     /// the same descriptors, counted apart from another set's. The candidate set
     /// (`--candidate-config`) counts under `~candidate|`.

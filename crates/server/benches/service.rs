@@ -258,7 +258,9 @@ async fn with_overrides(plain: &spillway_server::Service, n: usize) {
         ("paths overridden", &service, &overridden),
     ];
     let mut per: Vec<Vec<Duration>> = vec![Vec::new(); rows.len()];
-    for round in 0..4 {
+    // `BENCH_ROUNDS` rounds counted (default 5), after the one that warms the keys.
+    let rounds = env("BENCH_ROUNDS", 5) as usize;
+    for round in 0..=rounds {
         for (row, (_, service, requests)) in rows.iter().enumerate() {
             // `BENCH_ROW=2`: that row alone (for a profile of it).
             if std::env::var("BENCH_ROW").is_ok_and(|r| r != row.to_string()) {
@@ -291,9 +293,23 @@ async fn with_overrides(plain: &spillway_server::Service, n: usize) {
             start.elapsed() / n as u32
         );
     }
+    // Each row's median round, and its ratio to the first row's (no overrides).
+    let median = |runs: &[Duration]| {
+        let mut sorted = runs.to_vec();
+        sorted.sort();
+        sorted.get(sorted.len() / 2).copied()
+    };
+    let none = median(&per[0]);
     for ((what, ..), runs) in rows.iter().zip(&per) {
+        let ratio = match (median(runs), none) {
+            (Some(m), Some(none)) => format!(
+                "median {m:?}, {:.2}× no overrides",
+                m.as_secs_f64() / none.as_secs_f64()
+            ),
+            _ => String::new(),
+        };
         println!(
-            "Service::check in process, memory store, one task, {count} overrides loaded, {what}: {runs:?} per decision"
+            "Service::check in process, memory store, one task, {count} overrides loaded, {what}: {runs:?} per decision; {ratio}"
         );
     }
 }

@@ -144,6 +144,9 @@ pub struct Service {
     pub alert_webhook: Option<String>,
     /// The most budget alerts waiting for the webhook (`alert_queue`).
     pub alert_queue: usize,
+    /// The runtime's worker threads (`worker_threads`); `None`: tokio's choice, one per
+    /// CPU the process may use (a cgroup's quota counted) or `TOKIO_WORKER_THREADS`.
+    pub worker_threads: Option<usize>,
     /// What a caller of the gRPC listener may ask beyond its descriptors.
     pub grpc_callers: Callers,
     /// What a caller of the HTTP listener (`/v1/check`, `/json`) may ask.

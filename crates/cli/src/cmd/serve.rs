@@ -69,9 +69,11 @@ pub fn environment() -> Vec<(String, String)> {
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let resolved = args.resolve()?;
     let config = resolved.config;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = config.service.worker_threads {
+        runtime.worker_threads(n);
+    }
+    let runtime = runtime.enable_all().build()?;
     // The OTLP exporter's gRPC client lives on the runtime: it is built within it.
     let otel = {
         let _in = runtime.enter();
@@ -81,6 +83,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let (Some(_), Some(endpoint)) = (&otel, &config.tracing.endpoint) {
         tracing::info!(%endpoint, protocol = ?config.tracing.protocol, "tracing: a span per decision over OTLP");
     }
+    tracing::info!(
+        workers = runtime.metrics().num_workers(),
+        "runtime: worker threads serving requests"
+    );
     let env = environment();
     for (variable, why) in config::not_honoured(&env) {
         tracing::warn!(%variable, why, "a setting of the reference service is set and not honoured");

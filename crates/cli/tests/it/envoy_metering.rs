@@ -133,105 +133,111 @@ descriptors:
     }
 }
 
-/// A short period's budget behind Envoy: 1,000 tokens a period of 4 s (a fixed window),
-/// 600 used a request. The tenant is
-/// admitted twice (the second request drives the period 200 into debt), refused from
-/// the third on, and admitted again when, and not before, the next period starts.
+/// Spillway's wall clock, set by the test: libfaketime (preloaded) reads the time from a
+/// file at every call, so the test moves it on when it chooses, and no pause of a busy
+/// machine between two steps can move it (a period that ends while the test is still
+/// spending it would change the outcome). The monotonic clock is the real one.
+struct FakeClock {
+    file: std::path::PathBuf,
+    lib: String,
+}
+
+impl FakeClock {
+    /// A clock that starts at `at` (`2026-11-30 22:50:00`, UTC) and runs from there.
+    fn at(at: &str) -> FakeClock {
+        let lib = std::env::var("SPILLWAY_TEST_FAKETIME").expect(
+            "SPILLWAY_TEST_FAKETIME is not set: run the suite with scripts/test, which installs \
+             libfaketime (Debian's faketime) and exports its path",
+        );
+        let file = support::tempdir("fake-clock").join("now");
+        let clock = FakeClock { file, lib };
+        clock.set(at);
+        clock
+    }
+
+    /// Spillway's clock from now on reads `at` and runs from there.
+    fn set(&self, at: &str) {
+        let next = self.file.with_extension("next");
+        std::fs::write(&next, format!("@{at}\n")).unwrap();
+        std::fs::rename(&next, &self.file).unwrap();
+    }
+
+    /// The environment that gives a process this clock.
+    fn env(&self) -> Vec<(&str, &str)> {
+        vec![
+            ("LD_PRELOAD", self.lib.as_str()),
+            ("FAKETIME_TIMESTAMP_FILE", self.file.to_str().unwrap()),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ("TZ", "UTC"),
+        ]
+    }
+}
+
+/// Waits until `tenant` has tokens again (Spillway's clock was moved into a new period
+/// and its reading of the file can lag by a call): its remaining.
+fn refilled(http: u16, tenant: &str) -> u64 {
+    for tries in 0.. {
+        let left = remaining(http, tenant);
+        if left > 0 {
+            return left;
+        }
+        assert!(tries < 1_000, "the new period never came");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    unreachable!()
+}
+
+/// A period's budget behind Envoy: 1,000 tokens an hour (a fixed window), 600 used a
+/// request, on a clock the test moves. The tenant is admitted twice (the second request
+/// drives the period 200 into debt), refused from the third on while the period lasts,
+/// and admitted again with the whole budget when the clock is moved into the next.
 #[test]
 fn envoy_refuses_a_spent_period_and_admits_again_when_it_rolls_over() {
-    const PERIOD: u64 = 4_000_000;
     let policy = "domain: ai
 descriptors:
   - key: tenant
     limits:
-      - { name: tokens, algorithm: fixed_window, limit: 1000, window: 4s, metered: true }
+      - { name: tokens, algorithm: fixed_window, limit: 1000, window: 1h, metered: true }
 ";
+    // The start of an hour: the period lasts an hour of real time, whatever the pauses.
+    let clock = FakeClock::at("2026-12-01 10:00:00");
     let mut procs = Procs(Vec::new());
-    let (http, port) = behind_envoy(&mut procs, policy, &[]);
-    // The sequence must fit in one period: start it early in one, and on a slow machine
-    // that still crosses into the next, run it again for another tenant.
-    for attempt in 0..3 {
-        let tenant = format!("t{attempt}");
-        while micros() % PERIOD > PERIOD / 4 {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let period = micros() / PERIOD;
-        let statuses = four_requests(http, port, &tenant, true);
-        if micros() / PERIOD != period {
-            continue;
-        }
-        assert_eq!(statuses, [200, 200, 429, 429], "{tenant}");
-        // Refused until the next period, then admitted with the whole budget.
-        for tries in 0.. {
-            if remaining(http, &tenant) > 0 {
-                break;
-            }
-            assert!(tries < 1_000, "the period never rolled over");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let now = micros();
-        assert!(now / PERIOD > period, "admitted before the period ended");
-        assert_eq!(
-            remaining(http, &tenant),
-            1000,
-            "a new period, the whole budget"
-        );
-        assert_eq!(get(port, "/", &[("x-tenant", &tenant)]).0, 200);
-        return;
-    }
-    panic!("three periods in a row were too short for four requests");
+    let (http, port) = behind_envoy(&mut procs, policy, &clock.env());
+    let statuses = four_requests(http, port, "t1", true);
+    assert_eq!(
+        statuses,
+        [200, 200, 429, 429],
+        "the period spent, into debt"
+    );
+    assert_eq!(remaining(http, "t1"), 0, "refused while the period lasts");
+    clock.set("2026-12-01 11:00:30");
+    assert_eq!(refilled(http, "t1"), 1000, "a new period, the whole budget");
+    assert_eq!(get(port, "/", &[("x-tenant", "t1")]).0, 200);
 }
 
 /// A calendar month behind Envoy: 1,000 tokens a month in Europe/Berlin, 600 used a
-/// request, with Spillway's wall clock (libfaketime, preloaded) started 15 s before
-/// Berlin's midnight at the end of November 2026. The tenant is admitted twice (the
-/// second request drives November 200 into debt), refused while November lasts, and
-/// admitted with December's whole budget once midnight has passed on Spillway's clock,
-/// not before: Spillway's clock reads at most the start time plus the time since the
-/// test spawned it, so an admission earlier than 15 s after the spawn would be early.
+/// request, with Spillway's wall clock (libfaketime, read from a file) at ten minutes
+/// before Berlin's midnight at the end of November 2026. The tenant is admitted twice
+/// (the second request drives November 200 into debt), refused while November lasts,
+/// and admitted with December's whole budget once the clock is moved past midnight.
 #[test]
 fn envoy_refuses_a_spent_month_and_admits_again_when_it_rolls_over() {
-    const LEAD: Duration = Duration::from_secs(15);
-    let faketime = std::env::var("SPILLWAY_TEST_FAKETIME").expect(
-        "SPILLWAY_TEST_FAKETIME is not set: run the suite with scripts/test, which installs \
-         libfaketime (Debian's faketime) and exports its path",
-    );
     let policy = "domain: ai
 descriptors:
   - key: tenant
     limits:
       - { name: tokens, algorithm: fixed_window, limit: 1000, period: month, time_zone: Europe/Berlin, metered: true }
 ";
-    // 22:59:45 UTC is 23:59:45 in Berlin (CET): 15 s before December.
-    let env = [
-        ("LD_PRELOAD", faketime.as_str()),
-        ("FAKETIME", "@2026-11-30 22:59:45"),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-        ("TZ", "UTC"),
-    ];
+    // 22:50 UTC is 23:50 in Berlin (CET): ten minutes of November left.
+    let clock = FakeClock::at("2026-11-30 22:50:00");
     let mut procs = Procs(Vec::new());
-    let spawned = micros();
-    let elapsed = || Duration::from_micros(micros() - spawned);
-    let (http, port) = behind_envoy(&mut procs, policy, &env);
+    let (http, port) = behind_envoy(&mut procs, policy, &clock.env());
     let statuses = four_requests(http, port, "t1", true);
-    assert!(
-        elapsed() < LEAD,
-        "four requests took {:?}, past November's end on Spillway's clock",
-        elapsed()
-    );
     assert_eq!(statuses, [200, 200, 429, 429], "November spent, into debt");
-    for tries in 0.. {
-        if remaining(http, "t1") > 0 {
-            break;
-        }
-        assert!(tries < 3_000, "December never came");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(
-        elapsed() >= LEAD,
-        "admitted {:?} after the spawn: before Berlin's midnight on Spillway's clock",
-        elapsed()
-    );
-    assert_eq!(remaining(http, "t1"), 1000, "December: the whole budget");
+    assert_eq!(remaining(http, "t1"), 0, "refused while November lasts");
+    // 23:00:30 UTC is half a minute into December in Berlin.
+    clock.set("2026-11-30 23:00:30");
+    assert_eq!(refilled(http, "t1"), 1000, "December: the whole budget");
     assert_eq!(get(port, "/", &[("x-tenant", "t1")]).0, 200);
 }

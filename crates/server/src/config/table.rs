@@ -121,6 +121,14 @@ fn path(v: &str) -> Option<std::path::PathBuf> {
     optional(v).map(Into::into)
 }
 
+/// A count of worker threads: at least one, at most 1,024 (a thread each).
+fn workers(v: &str) -> Result<usize, String> {
+    match number(v)? {
+        n @ 1..=1024 => Ok(n),
+        n => Err(format!("{n} worker threads: from 1 to 1024")),
+    }
+}
+
 fn xds_tls(c: &mut Config) -> &mut XdsTls {
     c.rules.xds.tls.get_or_insert_with(XdsTls::default)
 }
@@ -386,6 +394,9 @@ pub static SETTINGS: &[Setting] = &[
     row("alert_queue", "service", "10000", "N",
         "the most budget alerts waiting for the webhook; past it an alert is dropped and counted",
         Text, |c, v| { c.service.alert_queue = number(v)?; Ok(()) }),
+    row("worker_threads", "service", "", "1..1024",
+        "threads that serve requests (the runtime's workers; empty: one per CPU the process may use, a cgroup's quota counted, or TOKIO_WORKER_THREADS): 1 on a one-CPU sidecar or a node shared with busy neighbours keeps the tail lower",
+        Text, |c, v| { c.service.worker_threads = optional(v).map(workers).transpose()?; Ok(()) }),
     row("grpc_limit_overrides", "service", "allow", "allow|ignore|refuse",
         "a gRPC request's own limit (Envoy's per-descriptor limit, from route configuration): used as the reference does, dropped, or refused",
         Text, |c, v| { c.service.grpc_callers.overrides = v.parse()?; Ok(()) }),

@@ -317,3 +317,18 @@ fn the_settings_file_then_the_variables_then_the_flags() {
     let e = Partial::from_file(&file).unwrap_err().to_string();
     assert!(e.contains("did you mean `breaker_failures`?"), "{e}");
 }
+
+#[test]
+fn worker_threads_are_tokios_choice_unless_set_from_1_to_1024() {
+    let row = setting("worker_threads").unwrap();
+    let mut c = Config::default();
+    assert_eq!(c.service.worker_threads, None);
+    (row.set)(&mut c, "1").unwrap();
+    assert_eq!(c.service.worker_threads, Some(1));
+    (row.set)(&mut c, "").unwrap();
+    assert_eq!(c.service.worker_threads, None);
+    for bad in ["0", "1025", "-1", "two"] {
+        let e = (row.set)(&mut c, bad).unwrap_err();
+        assert!(e.contains(bad), "{bad}: {e}");
+    }
+}

@@ -163,8 +163,7 @@ pub fn verdict(book: &Rulebook, domain: &str, pairs: &[(String, String)]) -> Ver
         .overrides
         .get(domain)
         .and_then(|o| o.get(pairs))
-        .and_then(|e| e.plan.set.domain(domain))
-        .and_then(|plan| plan.resolve(pairs));
+        .and_then(|e| e.plan.domain.resolve(pairs));
     let matched = match overridden {
         Some(matched) => matched,
         None => match file.match_bucket(pairs) {

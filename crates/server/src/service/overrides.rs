@@ -8,8 +8,8 @@
 //! The index is behind an `ArcSwap`: a request decides on the snapshot it loaded. A
 //! domain's overrides are 256 hash maps (by the path's hash), each behind an `Arc`: a
 //! change copies the one map it touches (a 256th of the domain, its keys shared), not
-//! the domain, and a lookup is one hash map's (a flat byte key, one allocation an
-//! override). Overrides of the same keys and limits share one compiled plan.
+//! the domain, and a lookup is one hash map's (a flat byte key, kept in the entry
+//! when it is short: one allocation an override). Overrides of the same keys and limits share one compiled plan.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -163,13 +163,50 @@ fn decode(mut key: &[u8]) -> Vec<(String, String)> {
     entries
 }
 
+/// How many bytes of an encoded path an entry holds in itself: a key and a value of up
+/// to 46 bytes together (a value of 39 characters under `api_key`).
+const INLINE: usize = 54;
+
+/// A path, encoded ([`encode`]): in the entry itself when it is short (most are), so
+/// that a hit reads the entry's memory alone, not a second allocation for its path (a
+/// million overrides are far from every cache: each read is a trip to memory).
+#[derive(Debug)]
+enum PathKey {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl PathKey {
+    fn new(key: &[u8]) -> PathKey {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE => {
+                let mut bytes = [0; INLINE];
+                bytes[..key.len()].copy_from_slice(key);
+                PathKey::Inline { len, bytes }
+            }
+            _ => PathKey::Heap(key.into()),
+        }
+    }
+}
+
+impl std::ops::Deref for PathKey {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            PathKey::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            PathKey::Heap(key) => key,
+        }
+    }
+}
+
 /// A snapshot of every domain's overrides.
 pub(crate) type Snapshot = arc_swap::Guard<Arc<Index>>;
 
 /// One override in the index: its path (encoded), its plan, and who set it when.
 #[derive(Debug)]
 pub(crate) struct Entry {
-    key: Box<[u8]>,
+    key: PathKey,
     pub(crate) plan: Arc<Plan>,
     /// The registry's version of the change that set it.
     pub(crate) version: u64,
@@ -190,7 +227,9 @@ impl Entry {
 /// its files: every override of those keys and limits decides with it.
 #[derive(Debug)]
 pub(crate) struct Plan {
-    pub(crate) set: PolicySet,
+    /// The domain the limits make (held as itself: a hit finds its rules without
+    /// looking the domain up by name).
+    pub(crate) domain: Domain,
     limits: Arc<str>,
 }
 
@@ -239,7 +278,7 @@ impl Overrides {
     ) -> Option<Limit> {
         let snapshot = self.load()?;
         let entry = snapshot.get(domain)?.get(entries)?;
-        let rules = entry.plan.set.domain(domain)?.resolve(entries)?.rules;
+        let rules = entry.plan.domain.resolve(entries)?.rules;
         let rule = match rules {
             [only] => only,
             _ => rules.iter().find(|r| r.name.as_deref() == Some(name))?,
@@ -296,7 +335,7 @@ impl Overrides {
                         .entry(c.by.to_owned())
                         .or_insert_with(|| Arc::from(c.by));
                     let entry = Entry {
-                        key: key.into_boxed_slice(),
+                        key: PathKey::new(&key),
                         plan,
                         version: c.version,
                         by: Arc::clone(by),
@@ -354,9 +393,15 @@ fn plan(
             message: e.to_string(),
         }]
     })?;
+    let prepared = prepare(set).into_domain(domain).ok_or_else(|| {
+        vec![OverrideError {
+            field: "limits".into(),
+            message: format!("compiled no domain `{domain}`"),
+        }]
+    })?;
     let text: Arc<str> = Arc::from(limits);
     let plan = Arc::new(Plan {
-        set: prepare(set),
+        domain: prepared,
         limits: Arc::clone(&text),
     });
     plans.entry(text).or_default().push((
@@ -400,9 +445,8 @@ impl<'p> Rules<'p> {
 
     /// The rules for `entries`: an override of exactly that path, else the file's.
     pub(crate) fn resolve(&self, entries: &[(String, String)]) -> Option<Match<'p>> {
-        let plan = self.overridden(entries).map(|e| &e.plan);
-        match plan.and_then(|p| p.set.domain(self.file.name())) {
-            Some(overridden) => overridden.resolve(entries),
+        match self.overridden(entries) {
+            Some(e) => e.plan.domain.resolve(entries),
             None => self.file.resolve(entries),
         }
     }
@@ -431,4 +475,29 @@ pub fn path_text(path: &[(String, String)]) -> String {
         escaped(v, &mut text);
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A path is kept whole whatever its length: in the entry up to [`INLINE`] bytes,
+    /// on the heap past it, and two paths that differ only in their last byte differ.
+    #[test]
+    fn a_path_key_is_the_path_inline_or_not() {
+        for len in [0, 1, INLINE - 1, INLINE, INLINE + 1, 300] {
+            let path: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let key = PathKey::new(&path);
+            assert_eq!(&*key, &path[..], "{len} bytes");
+            assert_eq!(matches!(key, PathKey::Inline { .. }), len <= INLINE);
+            if let Some(last) = path.last() {
+                let mut other = path.clone();
+                *other.last_mut().unwrap() = last.wrapping_add(1);
+                assert_ne!(&*key, &other[..], "{len} bytes");
+            }
+        }
+        let mut encoded = Vec::new();
+        encode(&[("api_key", "k".repeat(39))], &mut encoded);
+        assert!(encoded.len() <= INLINE, "a 39-byte API key is kept inline");
+    }
 }

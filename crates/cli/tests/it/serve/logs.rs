@@ -109,3 +109,36 @@ fn startup_log(args: &[&str]) -> Vec<String> {
     let _stop = support::Procs(vec![child]);
     log
 }
+
+/// `worker_threads` sizes the runtime, and the log says how many serve: tokio's
+/// choice when it is not set (one per CPU here), the setting's when it is.
+#[test]
+fn the_worker_threads_setting_sizes_the_runtime_and_is_logged() {
+    let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
+    let workers = |extra: &[&str]| -> usize {
+        let mut args = vec![
+            "--config",
+            policies.to_str().unwrap(),
+            "--admin-addr",
+            "off",
+        ];
+        args.extend(extra);
+        let log = startup_log(&args);
+        let line = log
+            .iter()
+            .find(|l| l.contains("worker threads"))
+            .unwrap_or_else(|| panic!("no worker threads line: {log:#?}"));
+        // `workers=N` as text, `"workers":N` as JSON.
+        let n = line.split("workers").nth(1).expect("workers N");
+        let n = n.trim_start_matches(|c: char| !c.is_ascii_digit());
+        n.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(workers(&[]), cpus);
+    assert_eq!(workers(&["--worker-threads", "1"]), 1);
+    assert_eq!(workers(&["--worker-threads", "3"]), 3);
+}
