@@ -12,12 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 use support::Procs;
-use support::envoy::{envoy, envoy_bin, example, get, header, upstream};
-
-/// `spillway serve` on `policy` (memory store), its gRPC port.
-fn spillway(procs: &mut Procs, policy: &str) -> u16 {
-    support::envoy::spillway(procs, policy).0
-}
+use support::envoy::{envoy, envoy_bin, example, get, header, spillway_on_the_hour, upstream};
 
 /// The docs' example, as written: `remote_address` descriptors, 200s then 429s with
 /// Envoy's `x-ratelimit-*` headers, and (`failure_mode_deny: false`) requests let
@@ -32,7 +27,7 @@ fn the_example_config_limits_by_client_address() {
     assert!(validate.status.success(), "{validate:?}");
 
     let mut procs = Procs(Vec::new());
-    let grpc = spillway(
+    let (grpc, _) = spillway_on_the_hour(
         &mut procs,
         "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: hour, requests_per_unit: 3 }\n",
     );
@@ -127,7 +122,7 @@ fn descriptors_from_headers_generic_keys_and_matches_per_route() {
         "the example's routes were replaced"
     );
     let mut procs = Procs(Vec::new());
-    let grpc = spillway(&mut procs, POLICY);
+    let (grpc, _) = spillway_on_the_hour(&mut procs, POLICY);
     let port = envoy(&mut procs, &config, grpc, upstream());
 
     let key = |k: &'static str| [("x-api-key", k)];
@@ -195,7 +190,7 @@ fn hits_addend_from_a_request_header_is_the_cost() {
     );
     assert!(config.contains("x-cost"));
     let mut procs = Procs(Vec::new());
-    let grpc = spillway(
+    let (grpc, _) = spillway_on_the_hour(
         &mut procs,
         "domain: api\ndescriptors:\n  - key: generic_key\n    value: upload\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n",
     );
@@ -222,9 +217,12 @@ fn hits_addend_from_a_request_header_is_the_cost() {
 #[test]
 fn a_long_header_value_is_decided_not_let_through() {
     let mut procs = Procs(Vec::new());
-    let grpc = spillway(
+    // Spillway's clock at the start of an hour: every request is in one hour's window
+    // however long a busy machine takes to send them (a minute's once let a group of
+    // ten straddle two windows).
+    let (grpc, _) = spillway_on_the_hour(
         &mut procs,
-        "domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+        "domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: { unit: hour, requests_per_unit: 1 }\n",
     );
     // The example (failure_mode_deny: false) keyed by x-api-key (`envoy` gives it a
     // timeout a loaded machine meets: a timed-out call is let through too).
@@ -243,7 +241,7 @@ fn a_long_header_value_is_decided_not_let_through() {
     assert_eq!(
         admitted(&format!("{key}a")),
         1,
-        "a 2,000-byte key: 1 a minute"
+        "a 2,000-byte key: 1 an hour"
     );
     assert_eq!(
         admitted(&format!("{key}b")),

@@ -13,7 +13,7 @@ use std::time::Duration;
 use spillway_core::{Clock, SystemClock};
 
 use support::envoy::{envoy, example, get, spillway_with, upstream_with};
-use support::{Procs, curl};
+use support::{FakeClock, Procs, curl};
 
 /// The example's Envoy with the filter's own `rate_limits`: a look on the request path,
 /// the usage from the response when the stream is done (the form docs/metering.md
@@ -130,47 +130,6 @@ descriptors:
         let waited = micros() - in_debt;
         assert!(waited >= 1_500_000, "paid back too soon: {waited} µs");
         assert_eq!(get(port, "/", &[("x-tenant", "t1")]).0, 200);
-    }
-}
-
-/// Spillway's wall clock, set by the test: libfaketime (preloaded) reads the time from a
-/// file at every call, so the test moves it on when it chooses, and no pause of a busy
-/// machine between two steps can move it (a period that ends while the test is still
-/// spending it would change the outcome). The monotonic clock is the real one.
-struct FakeClock {
-    file: std::path::PathBuf,
-    lib: String,
-}
-
-impl FakeClock {
-    /// A clock that starts at `at` (`2026-11-30 22:50:00`, UTC) and runs from there.
-    fn at(at: &str) -> FakeClock {
-        let lib = std::env::var("SPILLWAY_TEST_FAKETIME").expect(
-            "SPILLWAY_TEST_FAKETIME is not set: run the suite with scripts/test, which installs \
-             libfaketime (Debian's faketime) and exports its path",
-        );
-        let file = support::tempdir("fake-clock").join("now");
-        let clock = FakeClock { file, lib };
-        clock.set(at);
-        clock
-    }
-
-    /// Spillway's clock from now on reads `at` and runs from there.
-    fn set(&self, at: &str) {
-        let next = self.file.with_extension("next");
-        std::fs::write(&next, format!("@{at}\n")).unwrap();
-        std::fs::rename(&next, &self.file).unwrap();
-    }
-
-    /// The environment that gives a process this clock.
-    fn env(&self) -> Vec<(&str, &str)> {
-        vec![
-            ("LD_PRELOAD", self.lib.as_str()),
-            ("FAKETIME_TIMESTAMP_FILE", self.file.to_str().unwrap()),
-            ("FAKETIME_NO_CACHE", "1"),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-            ("TZ", "UTC"),
-        ]
     }
 }
 

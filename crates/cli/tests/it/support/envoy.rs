@@ -17,6 +17,15 @@ pub fn spillway(procs: &mut Procs, policy: &str) -> (u16, u16) {
     spillway_with(procs, policy, &[])
 }
 
+/// [`spillway`] with its wall clock at the start of the next hour
+/// ([`FakeClock::next_hour`](super::FakeClock::next_hour)): a test that counts requests in
+/// one of the reference's aligned windows (a minute, an hour) has the whole window ahead
+/// of it, however long a busy machine takes.
+pub fn spillway_on_the_hour(procs: &mut Procs, policy: &str) -> (u16, u16) {
+    let clock = super::FakeClock::next_hour();
+    spillway_with(procs, policy, &clock.env())
+}
+
 /// [`spillway`] with `env` set too.
 pub fn spillway_with(procs: &mut Procs, policy: &str, env: &[(&str, &str)]) -> (u16, u16) {
     let (grpc, http, _) = spillway_seen(procs, policy, env);

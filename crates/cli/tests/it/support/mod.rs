@@ -2,10 +2,12 @@
 
 #![allow(dead_code)]
 
+mod clock;
 pub mod docs;
 pub mod envoy;
 pub mod netns;
 
+pub use clock::FakeClock;
 pub use netns::curl_at;
 
 use std::path::PathBuf;
