@@ -83,7 +83,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let (Some(_), Some(endpoint)) = (&otel, &config.tracing.endpoint) {
         tracing::info!(%endpoint, protocol = ?config.tracing.protocol, "tracing: a span per decision over OTLP");
     }
-    tracing::info!(
+    // At debug: the startup lines the docs show stay what they are on every machine.
+    tracing::debug!(
         workers = runtime.metrics().num_workers(),
         "runtime: worker threads serving requests"
     );

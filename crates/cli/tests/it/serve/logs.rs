@@ -110,7 +110,7 @@ fn startup_log(args: &[&str]) -> Vec<String> {
     log
 }
 
-/// `worker_threads` sizes the runtime, and the log says how many serve: tokio's
+/// `worker_threads` sizes the runtime, and the log (at debug) says how many serve: tokio's
 /// choice when it is not set (one per CPU here), the setting's when it is.
 #[test]
 fn the_worker_threads_setting_sizes_the_runtime_and_is_logged() {
@@ -121,6 +121,8 @@ fn the_worker_threads_setting_sizes_the_runtime_and_is_logged() {
             policies.to_str().unwrap(),
             "--admin-addr",
             "off",
+            "--log-level",
+            "spillway=debug,info",
         ];
         args.extend(extra);
         let log = startup_log(&args);
