@@ -7,8 +7,8 @@
 #![recursion_limit = "256"]
 
 /// mimalloc, not the system's malloc: glibc's, after a million overrides were imported
-/// in parts, made every request's allocations slower (a decision's CPU 1.3–1.5× a
-/// service's without overrides, against about 1.05× with mimalloc; docs/performance.md).
+/// in parts, made every request's allocations slower (a decision's CPU 1.25× a
+/// service's without overrides, against 1.03× with mimalloc; docs/performance.md).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -9,7 +9,8 @@
 //! domain's overrides are 256 hash maps (by the path's hash), each behind an `Arc`: a
 //! change copies the one map it touches (a 256th of the domain, its keys shared), not
 //! the domain, and a lookup is one hash map's (a flat byte key, kept in the entry
-//! when it is short: one allocation an override). Overrides of the same keys and limits share one compiled plan.
+//! when it is short: one allocation an override). Overrides of the same keys and
+//! limits share one compiled plan.
 
 use std::collections::HashMap;
 use std::sync::Arc;
