@@ -380,26 +380,21 @@ fn plan(
     {
         return Ok(Arc::clone(&p.2));
     }
-    let value: serde_json::Value = serde_json::from_str(limits).map_err(|e| {
+    // What is wrong with the limits, as the registry reports it.
+    let refused = |message: String| {
         vec![OverrideError {
             field: "limits".into(),
-            message: format!("not JSON: {e}"),
+            message,
         }]
-    })?;
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(limits).map_err(|e| refused(format!("not JSON: {e}")))?;
     let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
     let compiled = overrides::plan(domain, &keys, &value)?;
-    let set = spillway_policy::assemble([compiled]).map_err(|e| {
-        vec![OverrideError {
-            field: "limits".into(),
-            message: e.to_string(),
-        }]
-    })?;
-    let prepared = prepare(set).into_domain(domain).ok_or_else(|| {
-        vec![OverrideError {
-            field: "limits".into(),
-            message: format!("compiled no domain `{domain}`"),
-        }]
-    })?;
+    let set = spillway_policy::assemble([compiled]).map_err(|e| refused(e.to_string()))?;
+    let prepared = prepare(set)
+        .into_domain(domain)
+        .ok_or_else(|| refused(format!("compiled no domain `{domain}`")))?;
     let text: Arc<str> = Arc::from(limits);
     let plan = Arc::new(Plan {
         domain: prepared,
