@@ -10,7 +10,7 @@ use crate::support;
 use std::process::Command;
 
 use support::netns::Netns;
-use support::{curl_at, tempdir};
+use support::{FakeClock, curl_at, tempdir};
 
 const POLICY: &str = "\
 domain: image
@@ -21,15 +21,19 @@ descriptors:
 
 /// A directory laid out as the Dockerfile's `docker run` mounts it (`POLICY` in
 /// `ratelimit/config`), and that example's environment: `RUNTIME_ROOT` and
-/// `RUNTIME_SUBDIRECTORY`, nothing else.
+/// `RUNTIME_SUBDIRECTORY`, nothing else but a test clock.
 fn image(name: &str) -> (std::path::PathBuf, Vec<(&'static str, String)>) {
     let dir = tempdir(name);
     std::fs::create_dir_all(dir.join("ratelimit/config")).unwrap();
     std::fs::write(dir.join("ratelimit/config/image.yaml"), POLICY).unwrap();
-    let env = vec![
+    let mut env = vec![
         ("RUNTIME_ROOT", dir.display().to_string()),
         ("RUNTIME_SUBDIRECTORY", "ratelimit".to_owned()),
     ];
+    // Its clock at the next hour: the test's second request must find the first's hour
+    // window, however long a busy machine takes between them.
+    let clock = FakeClock::next_hour();
+    env.extend(clock.env().into_iter().map(|(k, v)| (k, v.to_owned())));
     (dir, env)
 }
 

@@ -7,9 +7,11 @@ use crate::support;
 use std::path::Path;
 
 use support::envoy::{envoy, example, get, header, upstream};
-use support::{Procs, free_port, spawn_serve, tempdir};
+use support::{FakeClock, Procs, free_port, spawn_serve_with, tempdir};
 
-/// `spillway serve` over TLS on `policy`, with mutual TLS when `client_ca` is given.
+/// `spillway serve` over TLS on `policy`, with mutual TLS when `client_ca` is given, its
+/// clock at the next hour ([`FakeClock::next_hour`]): the tests count to an hour
+/// window's limit, and a window that ended between two steps would reset the count.
 fn spillway_tls(
     procs: &mut Procs,
     policy: &str,
@@ -34,7 +36,9 @@ fn spillway_tls(
     if let Some(ca) = client_ca {
         args.extend(["--tls-client-ca".into(), ca.as_os_str().to_owned()]);
     }
-    procs.0.push(spawn_serve(args));
+    procs
+        .0
+        .push(spawn_serve_with(args, &FakeClock::next_hour().env()));
     grpc
 }
 

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use spillway_testkit::redis::{
     RedisServer, tls_cluster_url, tls_sentinel_url, tls_standalone_url, unique_prefix,
 };
-use support::{Procs, curl, free_port, tempdir};
+use support::{FakeClock, Procs, curl, free_port, tempdir};
 
 const POLICY: &str = "\
 domain: tls
@@ -106,7 +106,9 @@ fn serve_answers_grpc_and_http_over_tls_and_admits_exactly_the_limit() {
             std::fs::write(&file, format!("key_prefix: \"{prefix}\"\n")).unwrap();
             file.display().to_string()
         }]);
-        let (child, http_port, grpc_port, logs) = serve(&url, &flags, &[]);
+        // Its clock at the next hour: the 150 requests below count in one hour window.
+        let clock = FakeClock::next_hour();
+        let (child, http_port, grpc_port, logs) = serve(&url, &flags, &clock.env());
         let _procs = Procs(vec![child]);
         let log = until(&logs, "listening");
         assert!(

@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::trace::v1::Span;
-use support::{free_port, tempdir};
+use support::{FakeClock, free_port, tempdir};
 
 /// What the collector received: each span with its resource's attributes.
 type Received = Arc<Mutex<Vec<(Vec<(String, String)>, Span)>>>;
@@ -154,9 +154,13 @@ fn a_span_per_decision_over_otlp_as_the_reference_exports_them() {
         )
         .unwrap();
         let (http, grpc, admin) = (free_port(), free_port(), free_port());
+        // Its clock at the next hour: the second request must find the first's hour
+        // window, however long a busy machine takes between them.
+        let clock = FakeClock::next_hour();
         let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
             .arg("serve")
             .env_clear()
+            .envs(clock.env())
             .env("RUNTIME_ROOT", &dir)
             .env("RUNTIME_SUBDIRECTORY", "ratelimit")
             .env("HOST", "127.0.0.1")

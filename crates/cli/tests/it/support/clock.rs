@@ -2,6 +2,14 @@
 
 use super::tempdir;
 
+/// The start of the next hour of the real clock, in seconds since the epoch: where a
+/// test's clock starts so that an aligned window (a minute, an hour) is all ahead of it.
+pub fn next_hour() -> u64 {
+    use spillway_core::Clock;
+    let now = spillway_core::SystemClock.now().as_micros() / 1_000_000;
+    (now / 3600 + 1) * 3600
+}
+
 /// Spillway's wall clock, set by the test: libfaketime (preloaded) reads the time from a
 /// file at every call, so the test moves it on when it chooses, and no pause of a busy
 /// machine between two steps can move it (a period that ends while the test is still
@@ -29,9 +37,7 @@ impl FakeClock {
     /// of the reference's aligned ones has all its length ahead, and no pause of a busy
     /// machine carries a test's requests into the next.
     pub fn next_hour() -> FakeClock {
-        use spillway_core::Clock;
-        let now = spillway_core::SystemClock.now().as_micros() / 1_000_000;
-        let hour = jiff::Timestamp::from_second((now / 3600 + 1) as i64 * 3600).unwrap();
+        let hour = jiff::Timestamp::from_second(next_hour() as i64).unwrap();
         FakeClock::at(&hour.strftime("%Y-%m-%d %H:%M:%S").to_string())
     }
 
@@ -43,7 +49,7 @@ impl FakeClock {
     }
 
     /// The environment that gives a process this clock.
-    pub fn env(&self) -> Vec<(&str, &str)> {
+    pub fn env(&self) -> Vec<(&'static str, &str)> {
         vec![
             ("LD_PRELOAD", self.lib.as_str()),
             ("FAKETIME_TIMESTAMP_FILE", self.file.to_str().unwrap()),

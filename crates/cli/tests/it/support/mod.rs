@@ -12,6 +12,7 @@ pub use netns::curl_at;
 
 use std::path::PathBuf;
 
+use spillway_core::{ManualClock, Timestamp};
 use spillway_server::{AnyStore, App, Config, Running};
 use spillway_testkit::redis::{standalone_url, unique_prefix};
 
@@ -142,8 +143,11 @@ pub fn tempdir(name: &str) -> PathBuf {
     dir
 }
 
-/// A service serving one policy file, its counters in the test Redis (server time).
-/// The runtime must outlive the service.
+/// A service serving one policy file, its counters in the test Redis. Its clock is a
+/// manual one stopped at the start of the next hour ([`clock::next_hour`]): the
+/// reference's rules count in windows of the service's clock, and a minute or an hour
+/// window that ended between two steps of a busy machine would change the outcome (the
+/// native rules read Redis `TIME`, the default). The runtime must outlive the service.
 pub fn server(name: &str, policy: &str) -> (tokio::runtime::Runtime, Running) {
     server_with(name, policy, |_| {})
 }
@@ -169,8 +173,10 @@ pub fn server_with(
             .build()
             .await
             .unwrap();
+        let clock = ManualClock::new(Timestamp::from_secs(clock::next_hour()));
         App::builder(config)
             .store(AnyStore::Redis(store))
+            .clock(std::sync::Arc::new(clock))
             .build()
             .await
             .unwrap()
