@@ -1,7 +1,8 @@
 //! Which calls a Redis store makes, counted by the servers themselves (`INFO
 //! commandstats`). A test binary of its own (the others are folded into `tests/it`):
-//! cargo runs one test binary at a time, so no other test's calls land on the shared
-//! servers while these count theirs (they did, beside the tests of `store.rs`).
+//! `cargo test` runs one test binary at a time, and scripts/test runs this one alone,
+//! after all the others, so no other test's calls land on the shared servers while
+//! these count theirs (they did, beside the tests of `store.rs`).
 
 #[path = "it/support.rs"]
 mod support;
