@@ -77,8 +77,9 @@ pub fn fair(rate: f64, floor: f64, demands: &[f64], headroom: usize) -> Vec<f64>
 /// share below one request a minute gets one request in as long as it takes, up to
 /// [`MAX_FILL_SECS`]; `None` below even that (deny).
 ///
-/// The burst (one fill) is therefore at most a second of the share or 20 requests,
-/// whichever is more: within 5% needs `tokens ≥ 20` once the rounding costs a token.
+/// The burst (one fill) is therefore less than a second of the share plus 20 requests:
+/// the interval before the one taken was more than 5% short, so it held less than 20
+/// (`token_bucket(5.31)` is 21 every 4 s; 15 in 3 s would be 6% short).
 pub fn token_bucket(share: f64) -> Option<(u32, u64)> {
     if share.is_nan() || share <= 0.0 {
         return None;
