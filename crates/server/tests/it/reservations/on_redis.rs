@@ -224,6 +224,8 @@ async fn a_commit_while_the_breaker_is_open_keeps_the_reservation() {
     let (s, conn) = behind(&proxy, name, |c| {
         c.store.breaker_failures = 2;
         c.store.breaker_cooldown = Duration::from_secs(30);
+        // Long enough for a loaded machine's calls; the proxy's delay below is longer.
+        c.store.timeout = Duration::from_millis(500);
     })
     .await;
     let (status, answer) = s.post("/v1/reserve", &reserve_on("open", "t1", 300)).await;
@@ -233,7 +235,7 @@ async fn a_commit_while_the_breaker_is_open_keeps_the_reservation() {
     // Two calls that time out (the proxy holds them past the store's timeout) open the
     // breaker; then Redis answers again on the same connection, but the breaker stays
     // open for its cooldown (on the service's manual clock).
-    proxy.set(ProxyMode::Delay(Duration::from_millis(50)));
+    proxy.set(ProxyMode::Delay(Duration::from_millis(1500)));
     for late in ["late-1", "late-2"] {
         s.check(reserve_on("open", late, 1)).await;
     }
