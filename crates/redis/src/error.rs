@@ -41,6 +41,14 @@ pub enum Error {
         /// Whether trying again later may succeed.
         transient: bool,
     },
+    /// The server is older than Spillway runs on ([`MIN_REDIS`](crate::MIN_REDIS)).
+    #[error("Redis at {url} is too old: {why}")]
+    TooOld {
+        /// The store URL, password hidden.
+        url: String,
+        /// Its version, the oldest Spillway runs on, and what the older one lacks.
+        why: String,
+    },
     /// No connection within the connect timeout.
     #[error("cannot connect to Redis at {url}: no answer within {timeout:?}{}",
         if *tls { " (a server that does not speak TLS never answers a TLS handshake: use redis:// if the port is plaintext)" } else { "" })]
@@ -59,7 +67,10 @@ impl Error {
     /// setting never will.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::InvalidUrl(_) | Error::InvalidSetting(_) | Error::Tls(_) => false,
+            Error::InvalidUrl(_)
+            | Error::InvalidSetting(_)
+            | Error::Tls(_)
+            | Error::TooOld { .. } => false,
             Error::Connect { transient, .. } | Error::Script { transient, .. } => *transient,
             Error::ConnectTimeout { .. } => true,
         }

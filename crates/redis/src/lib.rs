@@ -49,7 +49,7 @@ pub use script::TimeSource;
 pub use store::quota;
 pub use store::{
     Calls, DEFAULT_CLUSTER_SHARDS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT,
-    MAX_CLUSTER_SHARDS, RedisStore, RedisStoreBuilder, ServerStats,
+    MAX_CLUSTER_SHARDS, MIN_REDIS, RedisStore, RedisStoreBuilder, Server, ServerStats, Version,
 };
 pub use target::redact as redact_url;
 pub use tls::{TlsOptions, Verify};

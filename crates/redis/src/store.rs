@@ -36,10 +36,12 @@ pub(crate) mod counter;
 pub mod quota;
 mod records;
 mod stats;
+mod version;
 
 pub use builder::RedisStoreBuilder;
 pub use calls::Calls;
 pub use stats::ServerStats;
+pub use version::{MIN_REDIS, Server, Version};
 
 /// The default time a decision may take before the call fails with
 /// [`Error::Timeout`](spillway_core::Error::Timeout): well under Envoy's 20 ms
@@ -93,6 +95,8 @@ struct Inner {
     /// How it was built: [`RedisStore::another`] builds again from it.
     again: RedisStoreBuilder,
     calls: Calls,
+    /// The server, as `INFO server` said at connection; `None` if it would not say.
+    server: Option<Server>,
     /// Set when a server that had functions stops knowing `FCALL` (a failover to an
     /// older server): calls go as scripts from then on.
     functions_lost: AtomicBool,
@@ -118,6 +122,12 @@ impl RedisStore {
     /// `redis+sentinel://host:port,…/master_name[/db]`.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(url.into())
+    }
+
+    /// The server it connected to, as `INFO server` said then (a Cluster's oldest
+    /// node); `None` if the server would not say.
+    pub fn server(&self) -> Option<&Server> {
+        self.inner.server.as_ref()
     }
 
     /// How decisions reach Redis: `FCALL` of a function library, or `EVALSHA` of a

@@ -1,5 +1,6 @@
 //! A peer that speaks Redis's protocol and lies, for the hostile-reply tests: it
-//! answers `PING`, `FUNCTION LOAD` and anything else as a Redis would (`+PONG`, `+OK`),
+//! answers `PING`, `FUNCTION LOAD` and anything else as a Redis would (`+PONG`, `+OK`;
+//! `INFO` with `+OK`, or as a Redis of the version it is given),
 //! the first decision call (`FCALL`, `EVALSHA`, `EVAL`: the store's startup probe, a
 //! peek) truthfully, and every one after it with one [`Lie`], the same every time. A reply no Redis sends must become a store error (the failure policy
 //! answers), never a panic, an index past a batch or a subtraction that wraps.
@@ -147,13 +148,26 @@ pub struct Liar {
 
 impl Liar {
     /// Listens on a free loopback port and tells `lie` to every decision call.
+    /// `INFO` it answers `+OK`, as a proxy that hides the server's version would.
     pub async fn start(lie: Lie) -> Liar {
+        Liar::start_as(lie, None).await
+    }
+
+    /// The same, answering `INFO` as a Redis of `redis_version` would.
+    pub async fn start_as(lie: Lie, redis_version: Option<&str>) -> Liar {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free port");
         let addr = listener.local_addr().expect("a bound address");
         let probed = Arc::new(AtomicBool::new(false));
+        let info: Arc<[u8]> = match redis_version {
+            Some(v) => {
+                let text = format!("# Server\r\nredis_version:{v}\r\nredis_mode:standalone\r\n");
+                format!("${}\r\n{text}\r\n", text.len()).into_bytes().into()
+            }
+            None => b"+OK\r\n".as_slice().into(),
+        };
         let task = tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
-                tokio::spawn(serve(conn, lie, Arc::clone(&probed)));
+                tokio::spawn(serve(conn, lie, Arc::clone(&probed), Arc::clone(&info)));
             }
         });
         Liar { addr, task }
@@ -172,13 +186,14 @@ impl Drop for Liar {
 }
 
 /// Answers one connection's commands until it closes.
-async fn serve(conn: TcpStream, lie: Lie, probed: Arc<AtomicBool>) {
+async fn serve(conn: TcpStream, lie: Lie, probed: Arc<AtomicBool>, info: Arc<[u8]>) {
     let mut conn = BufReader::new(conn);
     while let Some(command) = read_command(&mut conn).await {
         let name = command.first().map(|c| c.to_ascii_uppercase());
         let reply = match name.as_deref() {
             Some(b"PING") => b"+PONG\r\n".to_vec(),
             Some(b"HELLO") => b"-ERR unknown command 'HELLO'\r\n".to_vec(),
+            Some(b"INFO") => info.to_vec(),
             Some(b"FCALL" | b"FCALL_RO" | b"EVALSHA" | b"EVAL")
                 if !probed.swap(true, Ordering::SeqCst) =>
             {

@@ -56,6 +56,12 @@ pub fn valkey_url() -> String {
     shared("SPILLWAY_TEST_VALKEY")
 }
 
+/// The shared Redis 6.2 server, the oldest Spillway runs on (no functions, no
+/// `PEXPIRE … NX`): `redis://127.0.0.1:PORT`.
+pub fn redis62_url() -> String {
+    shared("SPILLWAY_TEST_REDIS62")
+}
+
 /// The shared Valkey 8 Cluster (3 masters, 3 replicas).
 pub fn valkey_cluster_url() -> String {
     shared("SPILLWAY_TEST_VALKEY_CLUSTER")

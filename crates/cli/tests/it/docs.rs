@@ -18,6 +18,7 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use spillway_testkit::liar::{Liar, Lie};
 use spillway_testkit::redis::{cluster_url, standalone_url, tls_standalone_url, unique_prefix};
 use support::docs::{pages, root};
 use support::{Procs, free_port, until_listening};
@@ -98,6 +99,27 @@ fn matches(expected: &[&str], lines: &[&str]) -> bool {
     }
 }
 
+/// A peer answering `INFO` as Redis 6.0.16, for the page that shows it refused: started
+/// once, on a thread of its own, for the test process's life.
+fn old_redis_url() -> &'static str {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let liar = Liar::start_as(Lie::Nil, Some("6.0.16")).await;
+                tx.send(liar.url()).unwrap();
+                std::future::pending::<()>().await;
+            });
+        });
+        rx.recv().unwrap()
+    })
+}
+
 /// The addresses a block names, and the test's own in their place.
 struct Swaps(Vec<(String, String)>);
 
@@ -125,6 +147,11 @@ impl Swaps {
                 cluster,
             ),
             ("redis://127.0.0.1:6379".to_owned(), redis),
+            // A Redis too old to run on (docs/stores.md).
+            (
+                "redis://127.0.0.1:16401".to_owned(),
+                old_redis_url().to_owned(),
+            ),
         ];
         // The check ports listen on every interface, as by default (only on free ports).
         for host in ["0.0.0.0", "127.0.0.1", "localhost"] {

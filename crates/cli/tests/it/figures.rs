@@ -11,97 +11,142 @@ use std::path::Path;
 
 use support::docs::{pages, root};
 
+mod current;
 mod tables;
 
-use tables::{measured_table, names_command, names_commit, tables};
+use tables::{measured_table, names_command, names_commit, paragraph_before, tables};
 
 /// A paragraph of a page (tables and code blocks apart), the line it starts on, and
-/// whether the section it is in (heading to heading, tables included) names the date,
-/// commit and command of a measurement.
+/// whether it names, itself, the date, commit and command of a measurement.
 struct Paragraph {
     line: usize,
     text: String,
-    sourced_section: bool,
+    sourced: bool,
 }
 
-/// The prose paragraphs of `text` and, apart, the rows of its measured tables (the
-/// sources). A row of any other table (a list of settings, of failures and what Spillway
-/// does) is prose, a paragraph of its own: a figure it states needs a source too.
+impl Paragraph {
+    fn new(line: usize, text: String) -> Paragraph {
+        let sourced = names_source(&text);
+        Paragraph {
+            line,
+            text,
+            sourced,
+        }
+    }
+}
+
+/// Whether `text` says when, on what code and by what command something was measured.
+fn names_source(text: &str) -> bool {
+    dated(text) && names_commit(text) && names_command(text)
+}
+
+/// The prose paragraphs of `text` and, apart, the sources: the rows of its measured
+/// tables and the code blocks (a command's output) whose paragraph before them says
+/// when, on what code and by what command. A row of any other table (a list of
+/// settings, of failures and what Spillway does) is prose, a paragraph of its own: a
+/// figure it states needs a source too. A figure's source is its own paragraph, row or
+/// block, never its section's: another measurement's date above would stand in for it.
 fn prose_and_tables(text: &str) -> (Vec<Paragraph>, String) {
+    // A table is a source when it is measured (its source line is checked apart) or
+    // when the paragraph just before it names one.
+    let lines: Vec<&str> = text.lines().collect();
     let measured: Vec<usize> = tables(text)
         .into_iter()
-        .filter(|(_, rows)| measured_table(rows))
+        .filter(|(start, rows)| {
+            measured_table(rows) || names_source(&paragraph_before(&lines, *start))
+        })
         .flat_map(|(start, rows)| start..start + rows.len())
         .collect();
-    let (mut paragraphs, mut tables) = (Vec::new(), String::new());
-    let mut current: Option<Paragraph> = None;
-    let mut fenced = false;
-    let mut section_start = 0;
+    let (mut paragraphs, mut sources) = (Vec::new(), String::new());
+    let mut current: Option<(usize, String)> = None;
+    let finish = |current: &mut Option<(usize, String)>, paragraphs: &mut Vec<Paragraph>| {
+        if let Some((line, text)) = current.take() {
+            paragraphs.push(Paragraph::new(line, text));
+        }
+    };
+    // A code block's lines are a source when the paragraph before it names one.
+    let mut fenced: Option<bool> = None;
     for (i, line) in text.lines().enumerate() {
-        if line.starts_with('#') && !fenced {
-            paragraphs.extend(current.take());
-            source_section(&mut paragraphs[section_start..], text, i);
-            section_start = paragraphs.len();
-            continue;
-        }
         if line.starts_with("```") {
-            fenced = !fenced;
-            paragraphs.extend(current.take());
+            finish(&mut current, &mut paragraphs);
+            fenced = match fenced {
+                Some(_) => None,
+                None => Some(paragraphs.last().is_some_and(|p: &Paragraph| {
+                    p.sourced && p.line + p.text.lines().count() + 1 >= i
+                })),
+            };
             continue;
         }
-        if fenced {
+        if let Some(sourced) = fenced {
+            if sourced {
+                sources.push_str(line);
+                sources.push('\n');
+            }
             continue;
         }
-        if line.trim_start().starts_with('|') {
-            paragraphs.extend(current.take());
+        if line.starts_with('#') {
+            finish(&mut current, &mut paragraphs);
+        } else if line.trim_start().starts_with('|') {
+            finish(&mut current, &mut paragraphs);
             if measured.contains(&i) {
-                tables.push_str(line);
-                tables.push('\n');
+                sources.push_str(line);
+                sources.push('\n');
             } else {
-                paragraphs.push(Paragraph {
-                    line: i + 1,
-                    text: line.to_owned(),
-                    sourced_section: false,
-                });
+                paragraphs.push(Paragraph::new(i + 1, line.to_owned()));
             }
         } else if line.trim().is_empty() {
-            paragraphs.extend(current.take());
+            finish(&mut current, &mut paragraphs);
         } else {
-            let p = current.get_or_insert(Paragraph {
-                line: i + 1,
-                text: String::new(),
-                sourced_section: false,
-            });
-            p.text.push_str(line);
-            p.text.push('\n');
+            let (_, p) = current.get_or_insert((i + 1, String::new()));
+            p.push_str(line);
+            p.push('\n');
         }
     }
-    paragraphs.extend(current);
-    let end = text.lines().count();
-    source_section(&mut paragraphs[section_start..], text, end);
-    (paragraphs, tables)
+    finish(&mut current, &mut paragraphs);
+    (paragraphs, sources)
 }
 
-/// Marks `paragraphs`, one section's, as sourced when the section's lines (from the first
-/// paragraph's to line `end`, exclusive) name a date, a commit and a command.
-fn source_section(paragraphs: &mut [Paragraph], text: &str, end: usize) {
-    let Some(first) = paragraphs.first().map(|p| p.line) else {
-        return;
-    };
-    let section: Vec<&str> = text.lines().skip(first - 1).take(end + 1 - first).collect();
-    let section = section.join("\n");
-    let sourced_section = dated(&section) && names_commit(&section) && names_command(&section);
-    for p in paragraphs {
-        p.sourced_section = sourced_section;
-    }
-}
-
-/// The measured figures `text` states: a number followed by a unit of speed or time per
-/// operation (ns, µs, decisions/s, k/s, N/s), or a latency in ms with a decimal point
-/// (a round number of ms is a setting: "a 10 ms timeout"), as written ("15.7",
-/// "52,419").
+/// The measured figures `text` states, as written: a number followed by a unit of
+/// speed or time per operation (ns, µs, decisions/s, k/s, N/s: "15.7", "52,419"), a
+/// latency in ms or a ratio (`×`) with a decimal point (a round one is a setting or a
+/// bound: "a 10 ms timeout", "up to 2× the limit"; one after `≤`, `<`, `≥` or `>` is a
+/// goal), and a count of a whole ("39 of 36,968", a whole of at least 10).
 fn figures(text: &str) -> Vec<String> {
-    const UNITS: [&str; 6] = [" decisions/s", "k/s", "/s", "ns", "µs", " ms"];
+    let mut found = measures(text);
+    found.extend(counts(text));
+    found
+}
+
+/// Counts of a whole: `N of M`, `M` at least 10 ("1 of 3 masters" is a shape).
+fn counts(text: &str) -> Vec<String> {
+    let digits = |c: &char| c.is_ascii_digit() || *c == ',';
+    let mut found = Vec::new();
+    for (at, of) in text.match_indices(" of ") {
+        let before: String = {
+            let mut v: Vec<char> = text[..at].chars().rev().take_while(digits).collect();
+            v.reverse();
+            v.into_iter().collect()
+        };
+        let after: String = text[at + of.len()..].chars().take_while(digits).collect();
+        let (n, m) = (before.trim_matches(','), after.trim_matches(','));
+        let prefix = text[..at - before.len()].chars().next_back();
+        let whole = m.replace(',', "").parse::<u64>().unwrap_or(0);
+        if n.is_empty()
+            || m.is_empty()
+            || !n.starts_with(|c: char| c.is_ascii_digit())
+            || prefix.is_some_and(|c| c.is_alphanumeric() || c == '.' || c == '^')
+            || whole < 10
+        {
+            continue;
+        }
+        found.push(format!("{n} of {m}"));
+    }
+    found
+}
+
+/// Numbers followed by a unit of speed, time or ratio.
+fn measures(text: &str) -> Vec<String> {
+    const UNITS: [&str; 7] = [" decisions/s", "k/s", "/s", "ns", "µs", " ms", "×"];
     let mut found = Vec::new();
     for unit in UNITS {
         for (at, _) in text.match_indices(unit) {
@@ -122,10 +167,12 @@ fn figures(text: &str) -> Vec<String> {
             let start = before.len() - number.len();
             let prefix = before[..start].chars().next_back();
             // `2^53 µs` is a bound, `p99` a name: not figures.
+            let goal = before[..start].trim_end().ends_with(['≤', '<', '≥', '>']);
             if number.is_empty()
                 || !number.starts_with(|c: char| c.is_ascii_digit())
                 || prefix.is_some_and(|c| c == '^' || c.is_alphanumeric())
-                || (unit == " ms" && !number.contains('.'))
+                || ((unit == " ms" || unit == "×") && !number.contains('.'))
+                || (unit == "×" && goal)
             {
                 continue;
             }
@@ -164,7 +211,7 @@ fn unsourced(page: &Path, text: &str) -> Vec<String> {
     let (paragraphs, tables) = prose_and_tables(text);
     let mut missing = Vec::new();
     for p in &paragraphs {
-        if p.sourced_section {
+        if p.sourced {
             continue;
         }
         let linked = linked_pages(page, &p.text);
@@ -188,7 +235,7 @@ fn every_stated_figure_has_its_source() {
         .collect();
     assert!(
         missing.is_empty(),
-        "figures without a source (give their section the date, commit and command, or \
+        "figures without a source (give their paragraph the date, commit and command, or \
          link the page that measured them):\n{}",
         missing.join("\n")
     );
@@ -204,15 +251,44 @@ fn a_figure_without_its_source_is_found() {
         unsourced(&page, linked),
         [format!("{}:1: 123.45", page.display())]
     );
-    let dated = "## Measured\n\nOn 2026-11-27 at `f94d917`, `cargo bench`:\n\n| a |\n\n24.7 ns a check.\n\n## Next\n\n1 ns.\n";
+    // The source is the figure's own paragraph: a section's is not enough.
+    let own = "## Measured\n\nOn 2026-11-27 at `f94d917`, `cargo bench` gave 24.7 ns a check.\n\n## Next\n\n1 ns.\n";
+    assert_eq!(unsourced(&page, own), [format!("{}:7: 1", page.display())]);
+    let section =
+        "## Measured\n\nOn 2026-11-27 at `f94d917`, `cargo bench`:\n\n| a |\n\n24.7 ns a check.\n";
     assert_eq!(
-        unsourced(&page, dated),
-        [format!("{}:11: 1", page.display())]
+        unsourced(&page, section),
+        [format!("{}:7: 24.7", page.display())]
     );
-    let no_command = "## Measured\n\nOn 2026-11-27 at `f94d917`:\n\n24.7 ns a check.\n";
+    let no_command = "## Measured\n\nOn 2026-11-27 at `f94d917`: 24.7 ns a check.\n";
     assert_eq!(
         unsourced(&page, no_command),
-        [format!("{}:5: 24.7", page.display())]
+        [format!("{}:3: 24.7", page.display())]
+    );
+    // A command's output shown under its source is one, as a measured table is.
+    let output = "On 2026-11-27 at `f94d917`, `spillway bench …`:\n\n```text\n  3.52 µs a decision\n```\n\nSo 3.52 µs a decision.\n";
+    assert!(unsourced(&page, output).is_empty());
+    let bare = output.replacen("On 2026-11-27 at `f94d917`, `spillway bench …`", "Then", 1);
+    assert_eq!(
+        unsourced(&page, &bare),
+        [format!("{}:7: 3.52", page.display())]
+    );
+    // Ratios and counts are figures too.
+    let ratio = "Two threads on one hot key run 1.95× governor's speed; 39 of 36,968 timed out.\n";
+    assert_eq!(
+        unsourced(&page, ratio),
+        [
+            format!("{}:1: 1.95", page.display()),
+            format!("{}:1: 39 of 36,968", page.display())
+        ]
+    );
+    assert_eq!(
+        figures("1.95× governor, up to 2× the limit, goal ≤ 1.2×, within 1.06× of it"),
+        ["1.95", "1.06"]
+    );
+    assert_eq!(
+        figures("39 of 36,968 timed out, 1 of 3 masters, 0 of 40 runs, p9 of 10"),
+        ["39 of 36,968", "0 of 40"]
     );
     assert_eq!(
         figures("about 9 µs a read, 52,419/s, 2^53 µs, p99"),

@@ -7,7 +7,7 @@ use support::docs::pages;
 
 /// GitHub's anchor for a heading: lower case, punctuation but `-` and `_` dropped,
 /// spaces to `-`.
-fn anchor(heading: &str) -> String {
+pub(crate) fn anchor(heading: &str) -> String {
     heading
         .trim()
         .to_lowercase()

@@ -13,6 +13,7 @@ mod envoy_shares;
 mod envoy_tls;
 mod explain;
 mod figures;
+mod inventory;
 mod links;
 mod prose;
 mod redis_tls;

@@ -10,6 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use spillway_testkit::liar::{Liar, Lie};
 use spillway_testkit::redis::RedisServer;
 use support::{curl, free_port, spawn_serve};
 
@@ -132,7 +133,7 @@ fn terminate(child: &std::process::Child) {
 }
 
 #[test]
-fn a_bad_store_url_fails_at_once_and_an_unreachable_store_is_waited_for() {
+fn a_bad_store_url_or_an_old_redis_fails_at_once_and_an_unreachable_store_is_waited_for() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policies");
     let serve = |store: &str| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_spillway"));
@@ -156,6 +157,20 @@ fn a_bad_store_url_fails_at_once_and_an_unreachable_store_is_waited_for() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("error: store:"), "{err}");
+
+    // A Redis older than 6.2 (its `INFO server` says 6.0.16): refused at once, saying
+    // what it lacks, not waited for.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let old = runtime.block_on(Liar::start_as(Lie::Nil, Some("6.0.16")));
+    let out = serve(&old.url()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is too old: it is redis 6.0.16")
+            && err.contains("needs Redis 6.2 or later")
+            && err.contains("GETDEL"),
+        "{err}"
+    );
 
     // Nothing listens on this port: the service waits, logging, until it is stopped.
     let mut child = serve(&format!("redis://127.0.0.1:{}", free_port()))

@@ -14,6 +14,7 @@ use crate::target::{Target, redact};
 use crate::tls::TlsOptions;
 
 use super::calls::choose_calls;
+use super::version::{self, Server};
 use super::{
     Calls, DEFAULT_CLUSTER_SHARDS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, Inner,
     MAX_CLUSTER_SHARDS, RedisStore,
@@ -145,6 +146,10 @@ impl RedisStoreBuilder {
         let connection = Connection::open(&target, &tls, self.connect_timeout, self.timeout)
             .await
             .map_err(|e| e.at(url.clone()))?;
+        let server = version::read(&connection, self.connect_timeout).await;
+        if let Some(why) = server.as_ref().and_then(Server::too_old) {
+            return Err(Error::TooOld { url, why });
+        }
         let calls = if self.functions {
             choose_calls(&connection, self.connect_timeout)
                 .await
@@ -166,6 +171,7 @@ impl RedisStoreBuilder {
             timeout: self.timeout,
             again,
             calls,
+            server,
             functions_lost: AtomicBool::new(false),
             scripts: Lanes::default(),
             counted: Lanes::default(),

@@ -73,7 +73,8 @@ impl ServerStats {
     }
 }
 
-fn text_of(v: &Value) -> String {
+/// A reply's text (`INFO` answers a bulk or a verbatim string).
+pub(super) fn text_of(v: &Value) -> String {
     match v {
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
         Value::VerbatimString { text, .. } => text.clone(),

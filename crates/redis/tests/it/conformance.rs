@@ -42,9 +42,10 @@ async fn standalone_through_the_deny_cache_passes_the_conformance_tables() {
     spillway_testkit::conformance::run_all(&guarded).await;
 }
 
-/// The same tables over TLS (client certificates required) and on Valkey 8.
+/// The same tables over TLS (client certificates required), on Valkey 8 and on Redis
+/// 6.2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_and_valkey_pass_the_conformance_tables() {
+async fn tls_valkey_and_redis_6_2_pass_the_conformance_tables() {
     for (name, url) in &support::topologies()[2..] {
         let store = support::caller_clock_store(url, "conf").await;
         assert_eq!(store.is_cluster(), name.ends_with("cluster"), "{name}");

@@ -11,6 +11,7 @@ mod quota;
 mod reconnect;
 mod reservations;
 mod script_input;
+mod servers;
 mod store;
 mod support;
 mod tls;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use redis::Value;
 use spillway_redis::{RedisStore, RedisStoreBuilder, TimeSource, TlsOptions};
 use spillway_testkit::redis::{
-    cluster_url, standalone_url, tls_cluster_url, tls_sentinel_url, tls_standalone_url,
-    unique_prefix, valkey_cluster_url, valkey_url,
+    cluster_url, redis62_url, standalone_url, tls_cluster_url, tls_sentinel_url,
+    tls_standalone_url, unique_prefix, valkey_cluster_url, valkey_url,
 };
 
 /// The deployments every behaviour is checked on.
@@ -16,10 +16,17 @@ pub fn targets() -> [(&'static str, String); 2] {
     [("standalone", standalone_url()), ("cluster", cluster_url())]
 }
 
+/// The oldest server Spillway runs on, Redis 6.2: no functions (every call an
+/// `EVALSHA`), no `PEXPIRE … NX`.
+pub fn oldest() -> (&'static str, String) {
+    ("redis 6.2", redis62_url())
+}
+
 /// Every deployment the suite starts: [`targets`], the same over TLS (client
-/// certificates required) and through a TLS sentinel, and Valkey 8. The conformance
-/// tables and the exactness test run on each; the slower suites on [`targets`].
-pub fn topologies() -> [(&'static str, String); 7] {
+/// certificates required) and through a TLS sentinel, Valkey 8, and the oldest Redis.
+/// The conformance tables and the exactness test run on each; the slower suites on
+/// [`targets`].
+pub fn topologies() -> [(&'static str, String); 8] {
     [
         ("standalone", standalone_url()),
         ("cluster", cluster_url()),
@@ -28,6 +35,7 @@ pub fn topologies() -> [(&'static str, String); 7] {
         ("tls sentinel", tls_sentinel_url()),
         ("valkey", valkey_url()),
         ("valkey cluster", valkey_cluster_url()),
+        oldest(),
     ]
 }
 

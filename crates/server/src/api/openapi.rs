@@ -17,7 +17,8 @@ pub(super) async fn serve() -> Response {
     ([("content-type", "application/json")], DOCUMENT).into_response()
 }
 
-/// The gRPC side: Envoy's `RateLimitService`, every field Spillway reads and writes.
+/// The gRPC side: Envoy's `RateLimitService` and `RateLimitQuotaService`, every field
+/// Spillway reads and writes.
 const GRPC: &str = "\
 ## gRPC: Envoy's `RateLimitService` (the gRPC port, `grpc_addr`, 8081)
 
@@ -53,6 +54,42 @@ What Spillway writes in a `RateLimitResponse`:
 | `dynamic_metadata` | the request's and the passing rules' metadata, when `dynamic_metadata` is on |
 
 Not written: `request_headers_to_add`, `raw_body`, `quota`.
+
+## gRPC: Envoy's `RateLimitQuotaService` (the gRPC port, `grpc_addr`, 8081)
+
+`envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas`, as
+Envoy's `rate_limit_quota` filter calls it: one bidirectional stream per domain, open as
+long as Envoy keeps it. The messages are Envoy's
+(`envoy/service/rate_limit_quota/v3/rlqs.proto`, from the `envoy-types` crate). How buckets
+map to rules and how a bucket's rate is shared: docs/envoy.md, \"Rate Limit Quota
+Service\".
+
+What Spillway reads from a `RateLimitQuotaUsageReports`:
+
+| field | how it is read |
+|---|---|
+| `domain` | the policy domain of every report on the stream; empty, or another than the stream's first, ends the stream `INVALID_ARGUMENT` |
+| `bucket_quota_usages[].bucket_id.bucket` | the bucket: its pairs, matched to the domain's rules in the order the policy tree asks for them (at most 16 pairs, keys and values of at most 256 bytes; a bucket past that, or past `rlqs_max_buckets` on the stream, gets no answer) |
+| `bucket_quota_usages[].num_requests_allowed`, `.num_requests_denied` | the demand the bucket's Envoy reports, shared on |
+| `bucket_quota_usages[].time_elapsed` | the span the counts cover (0, a new bucket's first report, counts as a second) |
+
+A report is at most 1 MiB decoded; a larger one, or one that does not decode, ends the
+stream `INVALID_ARGUMENT`. At most `rlqs_max_streams` streams are open at once, 100 on
+one connection; one more is refused `RESOURCE_EXHAUSTED`. A stream has no deadline
+(`grpc_request_timeout` bounds unary calls only); on shutdown every stream ends.
+
+What Spillway writes in a `RateLimitQuotaResponse` (one or more per report, and again when
+a bucket's share changes):
+
+| field | what it holds |
+|---|---|
+| `bucket_action[].bucket_id` | the bucket, as reported |
+| `bucket_action[].quota_assignment_action.rate_limit_strategy` | `token_bucket` (`max_tokens` = `tokens_per_fill`, a whole-second `fill_interval`) at the stream's share of the rule's rate; `blanket_rule` `ALLOW_ALL` (no rule, an unlimited one, only shadow rules) or `DENY_ALL` (a block-all rule); for a bucket no rule matches, what `rlqs_unmatched` says |
+| `bucket_action[].quota_assignment_action.assignment_time_to_live` | `rlqs_assignment_ttl` (15 s), whole seconds (0 with `rlqs_expire_on_shutdown`, on shutdown) |
+| `bucket_action[].abandon_action` | a bucket with no request for `rlqs_abandon_after` (5 minutes): Envoy forgets it |
+
+The stream's response headers carry `x-spillway-rlqs-stream`, its id as
+`POST /v1/rlqs/explain` shows it.
 ";
 
 /// docs/reference/api.md: every operation of [`DOCUMENT`] with its request and answers,

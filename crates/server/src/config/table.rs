@@ -138,10 +138,10 @@ fn xds_tls(c: &mut Config) -> &mut XdsTls {
 pub static SETTINGS: &[Setting] = &[
     // === listen ===
     row("http_addr", "listen", "0.0.0.0:8080", ADDR,
-        "HTTP listener: /v1/check, /json, /metrics, /healthz, /readyz, /healthcheck",
+        "HTTP listener: /v1/check, /v1/reserve, /v1/commit, /v1/acquire, /v1/renew, /v1/release, /json, /metrics, /healthz, /readyz, /healthcheck",
         Text, |c, v| { c.listen.http = addr(v)?; Ok(()) }),
     row("grpc_addr", "listen", "0.0.0.0:8081", ADDR,
-        "gRPC listener: Envoy's ShouldRateLimit and gRPC health",
+        "gRPC listener: Envoy's ShouldRateLimit, the Rate Limit Quota Service's streams and gRPC health",
         Text, |c, v| { c.listen.grpc = addr(v)?; Ok(()) }),
     row("header_read_timeout", "listen", "5s", DURATION,
         "how long an HTTP client may take to send its first byte, its headers, then its body (each)",
@@ -431,7 +431,7 @@ pub static SETTINGS: &[Setting] = &[
         Text, |c, v| { if let Some(h) = &mut c.headers.reference { h[2] = v.to_owned(); } Ok(()) }),
     // === admin ===
     row("admin_addr", "admin", "127.0.0.1:6070", "HOST:PORT|off",
-        "admin listener: /ui, /v1/top, /v1/config, /v1/explain, /rlconfig (loopback: it shows rules and keys)",
+        "admin listener: /ui, /v1/top, /v1/history, /v1/config, /v1/explain, /v1/rlqs/explain, /v1/limits, /rlconfig, /openapi.json, /metrics, health (loopback: it shows rules and keys)",
         Text, |c, v| { c.admin.addr = admin_addr(v)?; Ok(()) }),
     row("admin_token_file", "admin", "", FILE,
         "a file whose first line is the admin token: requests without it get 401 (health aside)",

@@ -63,7 +63,7 @@ pub static METRICS: &[Metric] = &[
         "counter",
         "as `rule` below, and `outcome`: `ok`, `over_limit`, `shadow_over_limit`",
         "one rule's decision for one request",
-        "`ratelimit.service.rate_limit.<domain>.<path>.total_hits` (the sum), `.within_limit` (`ok`), `.over_limit` (`over_limit`), `.shadow_mode` (`shadow_over_limit`)",
+        "the same events as `ratelimit.service.rate_limit.<domain>.<path>.total_hits`, `.within_limit` (`ok`), `.over_limit` (`over_limit`), `.shadow_mode` (`shadow_over_limit`), counted in decisions where those count hits (a `hits_addend` of 600 is 1 here, 600 there; with `reference_metrics` the reference's own names are served too, below)",
     ),
     metric(
         "spillway_near_limit_total",

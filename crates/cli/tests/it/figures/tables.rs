@@ -131,7 +131,7 @@ fn unsourced_tables(page: &Path, text: &str) -> Vec<String> {
 
 /// The paragraph that ends just before line `start` (blank lines between allowed): its
 /// lines back to a blank line, a heading, a table row or a code fence.
-fn paragraph_before(lines: &[&str], start: usize) -> String {
+pub(super) fn paragraph_before(lines: &[&str], start: usize) -> String {
     let mut end = start;
     while end > 0 && lines[end - 1].trim().is_empty() {
         end -= 1;
