@@ -62,10 +62,12 @@ async fn matrix(faults: &[Fault], transport: Transport) {
             }
             // While the store is away a decision waits about the store timeout (10 ms)
             // at most: 12.3 ms the slowest on a quiet machine (docs/reliability.md), up
-            // to twice it over TLS. The suite runs beside other tests, so the bound is
-            // five times the timeout; a decision that waited on a dead connection (a
-            // reconnect, TCP's retransmissions) takes hundreds of ms or more.
-            if report.p99 > Duration::from_millis(50) {
+            // to twice it over TLS. The suite runs beside other tests, on a machine that
+            // may be busy: a TLS failover's p99 read 63 ms beside two CPU hogs
+            // (`scripts/test --busy`), scheduling delay, not waiting. A decision that
+            // waited on a dead connection (a reconnect, TCP's retransmissions, whose
+            // least timeout is 200 ms) takes longer than the bound.
+            if report.p99 > Duration::from_millis(150) {
                 failures.push(format!("{report}: p99 {:?} during the fault", report.p99));
             }
             // The breaker's cool-down is 500 ms; the bound leaves room for a busy machine.
