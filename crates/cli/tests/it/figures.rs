@@ -64,16 +64,15 @@ fn prose_and_tables(text: &str) -> (Vec<Paragraph>, String) {
             paragraphs.push(Paragraph::new(line, text));
         }
     };
-    // A code block's lines are a source when the paragraph before it names one.
+    // A code block's lines are a source when the paragraph before it names one, as a
+    // table's rows are.
     let mut fenced: Option<bool> = None;
     for (i, line) in text.lines().enumerate() {
         if line.starts_with("```") {
             finish(&mut current, &mut paragraphs);
             fenced = match fenced {
                 Some(_) => None,
-                None => Some(paragraphs.last().is_some_and(|p: &Paragraph| {
-                    p.sourced && p.line + p.text.lines().count() + 1 >= i
-                })),
+                None => Some(names_source(&paragraph_before(&lines, i))),
             };
             continue;
         }
