@@ -23,6 +23,7 @@
 pub mod ads;
 pub mod conformance;
 pub mod liar;
+pub mod port;
 pub mod proxy;
 pub mod redis;
 mod scenarios;

@@ -6,7 +6,7 @@
 //! it) starts its own with [`RedisServer::start`], which is killed when dropped.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -146,15 +146,7 @@ impl RedisServer {
     }
 
     fn launch_with(binary: &str, args: &[&str], tls: Option<&ServerTls>) -> RedisServer {
-        let port = loop {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
-            if port < 55535 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
-                break port;
-            }
-        };
+        let port = crate::port::free_with_bus();
         let dir = std::env::temp_dir().join(format!("spillway-redis-{port}"));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
         let mut all: Vec<String> = Vec::new();

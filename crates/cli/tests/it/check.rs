@@ -191,14 +191,7 @@ fn distinct_members_per_key() {
 
 #[test]
 fn errors_are_one_line_and_exit_2() {
-    let dead = format!(
-        "redis://127.0.0.1:{}",
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    );
+    let dead = format!("redis://127.0.0.1:{}", spillway_testkit::port::free());
     fn with<'a>(alg: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         let mut v = vec!["--algorithm", alg, "--limit", "5", "--window", "1s"];
         v.extend_from_slice(extra);

@@ -313,11 +313,7 @@ async fn bad_settings_and_unreachable_servers_are_clear_errors() {
     assert!(!err.is_transient());
 
     // A port nothing listens on: a listener bound and dropped.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = spillway_testkit::port::free();
     let err = RedisStore::builder(format!("redis://127.0.0.1:{port}"))
         .connect_timeout(Duration::from_millis(500))
         .build()

@@ -67,11 +67,7 @@ async fn counted(addr: std::net::SocketAddr, outcome: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_send_each_threshold_once_and_a_webhook_down_gets_it_when_back() {
     // A port nothing listens on yet: the webhook is down.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = spillway_testkit::port::free();
     let dir = support::tempdir("budget-alerts");
     std::fs::write(dir.join("ai.yaml"), BUDGET).unwrap();
     let prefix = spillway_testkit::redis::unique_prefix("budget-alerts");

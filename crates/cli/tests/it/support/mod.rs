@@ -126,14 +126,8 @@ pub fn plain(text: &str) -> String {
     out
 }
 
-/// A loopback port free a moment ago.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+/// A loopback port for a process to bind, outside the range outgoing connections use.
+pub use spillway_testkit::port::free as free_port;
 
 /// A scratch directory for this test process.
 pub fn tempdir(name: &str) -> PathBuf {
