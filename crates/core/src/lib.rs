@@ -61,7 +61,8 @@ mod time;
 pub use algorithm::concurrency::{Ticket, TicketKind};
 pub use algorithm::{Algorithm, Edge, State};
 pub use breaker::{
-    Breaker, BreakerState, DEFAULT_COOLDOWN, DEFAULT_FAILURES_TO_OPEN, StoreFailure,
+    Breaker, BreakerState, DEFAULT_COOLDOWN, DEFAULT_FAILURE_RATIO, DEFAULT_FAILURES_TO_OPEN,
+    DEFAULT_WINDOW, StoreFailure, Trip,
 };
 pub use calendar::{Calendar, Period};
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};

@@ -322,7 +322,7 @@ fn stats(settings: &crate::config::Stats) -> Result<Arc<Stats>, String> {
 /// is asked for: then reference counters stop growing past their limit on every store.
 fn stores(config: &Config, name: &'static str, store: AnyStore) -> Stores {
     let s = &config.store;
-    let breaker = Breaker::new(s.breaker_failures, s.breaker_cooldown);
+    let breaker = Breaker::tripping(s.trip(), s.breaker_cooldown);
     metrics::breaker(name, breaker.state());
     let stores = Stores::new(store, breaker);
     if stores.store().is_local() && !s.reference_local_cache {

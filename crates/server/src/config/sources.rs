@@ -228,6 +228,8 @@ fn blank() -> Config {
             timeout: Duration::ZERO,
             on_error: spillway_policy::OnStoreError::Closed,
             breaker_failures: 0,
+            breaker_ratio: 0.0,
+            breaker_window: Duration::ZERO,
             breaker_cooldown: Duration::ZERO,
             deny_cache_bytes: 0,
             memory_bytes: 0,

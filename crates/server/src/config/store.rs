@@ -17,7 +17,11 @@ pub struct Store {
     pub timeout: Duration,
     /// For rules without their own `on_store_error`.
     pub on_error: OnStoreError,
+    /// The breaker opens when the last `breaker_window` holds at least
+    /// `breaker_failures` failures, and they are at least `breaker_ratio` of its calls.
     pub breaker_failures: u32,
+    pub breaker_ratio: f64,
+    pub breaker_window: Duration,
     pub breaker_cooldown: Duration,
     /// The deny cache's size in bytes (0: off); unused on the memory store.
     pub deny_cache_bytes: usize,
@@ -61,6 +65,15 @@ impl std::fmt::Debug for PerSecond {
 }
 
 impl Store {
+    /// The breaker's rule for opening, from the settings.
+    pub fn trip(&self) -> spillway_core::Trip {
+        spillway_core::Trip::Ratio {
+            failures: self.breaker_failures,
+            ratio: self.breaker_ratio,
+            window: self.breaker_window,
+        }
+    }
+
     /// The per-second store's settings as a store of their own: its URL, credentials
     /// and timeout, everything else (TLS, breaker, caches) the main store's.
     pub fn per_second(&self) -> Option<Store> {
@@ -85,6 +98,8 @@ impl std::fmt::Debug for Store {
             .field("timeout", &self.timeout)
             .field("on_error", &self.on_error)
             .field("breaker_failures", &self.breaker_failures)
+            .field("breaker_ratio", &self.breaker_ratio)
+            .field("breaker_window", &self.breaker_window)
             .field("breaker_cooldown", &self.breaker_cooldown)
             .field("deny_cache_bytes", &self.deny_cache_bytes)
             .field("memory_bytes", &self.memory_bytes)

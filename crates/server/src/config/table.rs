@@ -5,8 +5,8 @@
 //! `reference.rs`.
 
 use super::value::{
-    addr, admin_addr, boolean, duration, list, log_format, mogrifiers, number, optional,
-    otlp_protocol, pairs, ratio, statsd_protocol, verify, webhook,
+    addr, admin_addr, boolean, breaker_ratio, duration, duration_above_zero, list, log_format,
+    mogrifiers, number, optional, otlp_protocol, pairs, ratio, statsd_protocol, verify, webhook,
 };
 use super::{Config, TlsListeners, XdsTls};
 
@@ -195,8 +195,14 @@ pub static SETTINGS: &[Setting] = &[
         "for rules without their own: admit, refuse (503 / UNAVAILABLE), or decide in process",
         Text, |c, v| { c.store.on_error = v.parse()?; Ok(()) }),
     row("breaker_failures", "store", "5", "N",
-        "store failures in a row that open the circuit breaker",
+        "the least number of store failures in breaker_window that opens the circuit breaker (when they are also breaker_ratio of its calls)",
         Text, |c, v| { c.store.breaker_failures = number(v)?; Ok(()) }),
+    row("breaker_ratio", "store", "0.5", "0..1",
+        "the part of the store calls in breaker_window that must fail to open the circuit breaker (above 0; 1: every one): a stall that times out a few calls among thousands leaves it closed",
+        Text, |c, v| { c.store.breaker_ratio = breaker_ratio(v)?; Ok(()) }),
+    row("breaker_window", "store", "1s", DURATION,
+        "the sliding window of store calls that breaker_failures and breaker_ratio are counted in",
+        Text, |c, v| { c.store.breaker_window = duration_above_zero(v, "the window")?; Ok(()) }),
     row("breaker_cooldown", "store", "500ms", DURATION,
         "how long the open breaker sends nothing to the store before it tries again",
         Text, |c, v| { c.store.breaker_cooldown = duration(v)?; Ok(()) }),
@@ -511,14 +517,7 @@ pub static SETTINGS: &[Setting] = &[
         }),
     row("rlqs_store_timeout", "rlqs", "1s", DURATION,
         "on Redis, how long one call booking RLQS shares may take (RLQS's own connection, timeout and breaker: a report of many buckets never holds up the decisions)",
-        Text, |c, v| {
-            let d = duration(v)?;
-            if d.is_zero() {
-                return Err("the timeout must be above 0".into());
-            }
-            c.rlqs.store_timeout = d;
-            Ok(())
-        }),
+        Text, |c, v| { c.rlqs.store_timeout = duration_above_zero(v, "the timeout")?; Ok(()) }),
     // === stats ===
     row("reference_metrics", "stats", "false", BOOL,
         "/metrics also serves the reference's series (ratelimit_service_rate_limit_total_hits{domain,key1,key2} and the rest), counted in hits as the reference counts them, named by prometheus_mapper",
@@ -546,14 +545,7 @@ pub static SETTINGS: &[Setting] = &[
         List, |c, v| { c.stats.tags = pairs(v, ':')?; Ok(()) }),
     row("stats_flush_interval", "stats", "10s", DURATION,
         "how often counters go to statsd (as deltas)",
-        Text, |c, v| {
-            let d = duration(v)?;
-            if d.is_zero() {
-                return Err("the flush interval must be above 0".into());
-            }
-            c.stats.flush_interval = d;
-            Ok(())
-        }),
+        Text, |c, v| { c.stats.flush_interval = duration_above_zero(v, "the flush interval")?; Ok(()) }),
     // === tracing ===
     row("tracing_endpoint", "tracing", "", "URL",
         "export a span per decision (the domain, the outcome, the store call as a child) over OTLP to this URL: http, the whole URL (http://collector:4318/v1/traces); grpc, the collector (http://collector:4317). Empty: no tracing",

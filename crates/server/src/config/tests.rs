@@ -31,6 +31,13 @@ fn defaults_are_the_libraries_own() {
         spillway_core::DEFAULT_FAILURES_TO_OPEN
     );
     assert_eq!(c.store.breaker_cooldown, spillway_core::DEFAULT_COOLDOWN);
+    assert_eq!(c.store.trip(), spillway_core::Trip::default());
+    for (bad, says) in [("0", "above 0"), ("1.5", "between 0 and 1")] {
+        let e = from_env(&[("SPILLWAY_BREAKER_RATIO", bad)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
     assert_eq!(
         c.store.deny_cache_bytes,
         spillway_core::DEFAULT_DENY_CACHE_BYTES

@@ -66,6 +66,15 @@ pub fn addr(s: &str) -> Result<SocketAddr, String> {
 /// A duration like `10ms`, `2s`, `1m`: the policies' parser.
 pub use spillway_policy::duration::parse as duration;
 
+/// [`duration`], refused when 0: `what` must be above 0.
+pub fn duration_above_zero(s: &str, what: &str) -> Result<std::time::Duration, String> {
+    let d = duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{what} must be above 0"));
+    }
+    Ok(d)
+}
+
 /// `true` or `false` (also 1/0, yes/no, on/off; empty is false).
 pub fn boolean(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -85,6 +94,16 @@ pub fn ratio(s: &str) -> Result<f64, String> {
         Ok(r)
     } else {
         Err(format!("{r} is not between 0 and 1"))
+    }
+}
+
+/// A number above 0, up to 1: the failed part of a window's calls that opens the breaker.
+pub fn breaker_ratio(s: &str) -> Result<f64, String> {
+    let r = ratio(s)?;
+    if r > 0.0 {
+        Ok(r)
+    } else {
+        Err("0 would open the breaker with no failure: give a ratio above 0".into())
     }
 }
 

@@ -12,7 +12,7 @@ use arc_swap::ArcSwap;
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 use spillway_core::fair_share::{Ask, Granted, Holding, Shares};
-use spillway_core::{Breaker, BreakerState, DEFAULT_FAILURES_TO_OPEN, Error, Timestamp};
+use spillway_core::{Breaker, BreakerState, DEFAULT_FAILURES_TO_OPEN, Error, Timestamp, Trip};
 use spillway_redis::RedisStore;
 
 use super::buckets::BucketKey;
@@ -136,7 +136,7 @@ impl RedisLedger {
     pub fn new(redis: RedisStore, timeout: Duration, key_prefix: &str) -> RedisLedger {
         RedisLedger {
             redis: Arc::new(ArcSwap::from_pointee(redis)),
-            breaker: Breaker::new(DEFAULT_FAILURES_TO_OPEN, timeout),
+            breaker: Breaker::tripping(Trip::InARow(DEFAULT_FAILURES_TO_OPEN), timeout),
             timeout,
             rebuilding: Arc::default(),
             key_prefix: key_prefix.to_owned(),
@@ -206,12 +206,12 @@ impl Ledger for RedisLedger {
                     }
                     tracing::warn!(error = %e, refused, "RLQS shares could not be granted through Redis");
                     if e.is_invalid_input() {
-                        self.breaker.success();
+                        self.breaker.success(now);
                     } else {
                         self.failed(now);
                     }
                 }
-                None => self.breaker.success(),
+                None => self.breaker.success(now),
             }
             granted
         })
@@ -232,7 +232,7 @@ impl Ledger for RedisLedger {
                 .map(|(b, runs)| (self.key(&redis, b), *runs))
                 .collect();
             match redis.settle_shares(now, holder, &keyed).await {
-                Ok(()) => self.breaker.success(),
+                Ok(()) => self.breaker.success(now),
                 Err(e) => {
                     tracing::warn!(error = %e, "RLQS shares taken by their Envoys could not be settled in Redis");
                     if !e.is_invalid_input() {

@@ -106,8 +106,11 @@ impl<St: Store + 'static, C: Clock + 'static> RateLimitLayerBuilder<St, C> {
         self
     }
 
-    /// After `failures` store failures in a row, stop calling it for `cooldown`
-    /// (defaults: 5 and 500 ms), so a dead store costs nothing instead of a timeout.
+    /// Once the last second's store calls hold at least `failures` failures, and they are
+    /// at least half of its calls, stop calling it for `cooldown` (defaults: 5 and
+    /// 500 ms), so a dead store costs nothing instead of a timeout, and a stall that times
+    /// out a few calls among many does not turn every call of the cool-down away
+    /// ([`Breaker::new`](spillway_core::Breaker::new)).
     pub fn circuit_breaker(mut self, failures: u32, cooldown: Duration) -> Self {
         self.breaker = (failures, cooldown);
         self
