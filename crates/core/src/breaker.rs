@@ -11,7 +11,7 @@
 
 mod tally;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::{Error, Timestamp};
@@ -128,6 +128,8 @@ pub struct Breaker {
     /// The calls and failures of the window, for [`Trip::Ratio`].
     tally: Option<Tally>,
     cooldown: Duration,
+    /// Times it opened from closed.
+    opened: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -181,6 +183,7 @@ impl Breaker {
             trip,
             tally,
             cooldown,
+            opened: AtomicU64::new(0),
         }
     }
 
@@ -277,10 +280,19 @@ impl Breaker {
             _ => true,
         };
         if open {
+            if run.is_some() {
+                self.opened.fetch_add(1, Ordering::Relaxed);
+            }
             *inner = Inner::Open {
                 until: now.saturating_add(self.cooldown),
             };
         }
+    }
+
+    /// How many times it has opened from closed (a failed probe opening it again is
+    /// not counted): each is a cool-down of calls answered by their failure policy.
+    pub fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
     }
 
     /// Closed, open or half-open, for metrics and readiness.
@@ -326,6 +338,7 @@ mod tests {
             BreakerState::Open,
             "a failed probe opens it again"
         );
+        assert_eq!(b.opened(), 1, "a failed probe is not another opening");
 
         let t2 = ms(t1, 500);
         assert!(b.admit(t2));
@@ -369,6 +382,7 @@ mod tests {
         }
         b.failure(ms(t0, 4));
         assert_eq!(b.state(), BreakerState::Open);
+        assert_eq!(b.opened(), 1);
 
         // At 1,000 calls a second for a second, then every call fails: open once the
         // failures are half the sliding second's calls, before it has passed.

@@ -323,7 +323,7 @@ fn stats(settings: &crate::config::Stats) -> Result<Arc<Stats>, String> {
 fn stores(config: &Config, name: &'static str, store: AnyStore) -> Stores {
     let s = &config.store;
     let breaker = Breaker::tripping(s.trip(), s.breaker_cooldown);
-    metrics::breaker(name, breaker.state());
+    metrics::breaker(name, &breaker);
     let stores = Stores::new(store, breaker);
     if stores.store().is_local() && !s.reference_local_cache {
         return stores;

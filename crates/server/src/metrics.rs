@@ -8,7 +8,7 @@ use std::time::Duration;
 use metrics::{Label, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use spillway_core::BreakerState;
+use spillway_core::{Breaker, BreakerState};
 use spillway_policy::Rule;
 
 mod reference;
@@ -288,8 +288,9 @@ pub fn share_hit() {
 
 /// The breaker of the store `store` (`main`, `per_second`): 0 closed, 1 open, 2
 /// half-open.
-pub fn breaker(store: &'static str, state: BreakerState) {
-    let value = match state {
+pub fn breaker(store: &'static str, breaker: &Breaker) {
+    counter!("spillway_breaker_opened_total", "store" => store).absolute(breaker.opened());
+    let value = match breaker.state() {
         BreakerState::Closed => 0.0,
         BreakerState::Open => 1.0,
         BreakerState::HalfOpen => 2.0,

@@ -174,7 +174,7 @@ pub type Stores = GuardedStore<AnyStore>;
 /// the refused calls are counted).
 pub fn observe(name: &'static str, stores: &Stores, failure: &StoreFailure) {
     if failure.is_store_fault() {
-        metrics::breaker(name, stores.breaker().state());
+        metrics::breaker(name, stores.breaker());
     }
     if failure.is_store_fault() || matches!(failure, StoreFailure::BreakerOpen) {
         metrics::store_error(name, failure.kind());

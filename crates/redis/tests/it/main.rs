@@ -1,3 +1,4 @@
+mod breaker;
 mod calendar;
 mod coalesce;
 mod concurrency;

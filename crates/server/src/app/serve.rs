@@ -358,7 +358,7 @@ async fn upkeep(
                 state.quotas.expire(state.service.now());
                 state.history.sample(|| metrics::handle().render(), state.service.now());
                 for (name, stores) in state.service.every_store() {
-                    metrics::breaker(name, stores.breaker().state());
+                    metrics::breaker(name, stores.breaker());
                 }
             }
             () = shutdown.cancelled() => {

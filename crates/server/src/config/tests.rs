@@ -32,12 +32,6 @@ fn defaults_are_the_libraries_own() {
     );
     assert_eq!(c.store.breaker_cooldown, spillway_core::DEFAULT_COOLDOWN);
     assert_eq!(c.store.trip(), spillway_core::Trip::default());
-    for (bad, says) in [("0", "above 0"), ("1.5", "between 0 and 1")] {
-        let e = from_env(&[("SPILLWAY_BREAKER_RATIO", bad)])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains(says), "{bad}: {e}");
-    }
     assert_eq!(
         c.store.deny_cache_bytes,
         spillway_core::DEFAULT_DENY_CACHE_BYTES
@@ -314,6 +308,15 @@ fn the_settings_file_then_the_variables_then_the_flags() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("store_timeout: `soon` is not a duration"), "{e}");
+    for (bad, says) in [
+        ("breaker_ratio: 0", "above 0"),
+        ("breaker_ratio: 1.5", "between 0 and 1"),
+        ("breaker_window: 0s", "the window must be above 0"),
+    ] {
+        std::fs::write(&file, format!("{bad}\n")).unwrap();
+        let e = Partial::from_file(&file).unwrap().build().unwrap_err();
+        assert!(e.to_string().contains(says), "{bad}: {e}");
+    }
     std::fs::write(&file, "stroe: memory\n").unwrap();
     let e = Partial::from_file(&file).unwrap_err().to_string();
     assert!(

@@ -248,6 +248,13 @@ pub static METRICS: &[Metric] = &[
         "—",
     ),
     metric(
+        "spillway_breaker_opened_total",
+        "counter",
+        "`store`: `main`, `per_second`",
+        "times each store's circuit breaker opened from closed (each a cool-down of calls answered by their failure policy; a failed probe opening it again is not counted)",
+        "—",
+    ),
+    metric(
         "spillway_breaker_state",
         "gauge",
         "`store`: `main`, `per_second` (value: `0` closed, `1` open, `2` half-open)",
