@@ -8,6 +8,7 @@
 //! cargo run --release -p spillway-reliability -- overload
 //! cargo run --release -p spillway-reliability -- skew
 //! cargo run --release -p spillway-reliability -- hostile
+//! cargo run --release -p spillway-reliability -- soak
 //! ```
 //!
 //! The fuzz targets are in `fuzz/` (`scripts/fuzz`).
@@ -21,6 +22,7 @@ pub mod load;
 pub mod overload;
 pub mod rlqs;
 pub mod skew;
+pub mod soak;
 pub mod trial;
 
 pub use fault::Fault;

@@ -77,6 +77,27 @@ where
     Fut: Future<Output = Answer> + Send + 'static,
 {
     let (tx, mut rx) = mpsc::unbounded_channel();
+    send_until(rate, start, until, call, tx).await;
+    let mut samples = Vec::new();
+    while let Some(s) = rx.recv().await {
+        samples.push(s);
+    }
+    samples.sort_by_key(|s| s.sent);
+    samples
+}
+
+/// The load of [`drive_until`], each sample sent to `samples` as its answer comes (for
+/// a run too long to keep them all); returns when the last call has been sent.
+pub async fn send_until<F, Fut>(
+    rate: u32,
+    start: Instant,
+    until: watch::Receiver<Instant>,
+    call: F,
+    samples: mpsc::UnboundedSender<Sample>,
+) where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Answer> + Send + 'static,
+{
     let call = Arc::new(call);
     let mut ticks = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
     ticks.set_missed_tick_behavior(MissedTickBehavior::Burst);
@@ -85,7 +106,7 @@ where
         if due >= *until.borrow() {
             break;
         }
-        let (call, tx) = (Arc::clone(&call), tx.clone());
+        let (call, tx) = (Arc::clone(&call), samples.clone());
         tokio::spawn(async move {
             let sent = Instant::now();
             let answer = call().await;
@@ -96,13 +117,6 @@ where
             });
         });
     }
-    drop(tx);
-    let mut samples = Vec::new();
-    while let Some(s) = rx.recv().await {
-        samples.push(s);
-    }
-    samples.sort_by_key(|s| s.sent);
-    samples
 }
 
 /// A service's `/v1/check`, asked about domain `reliability`, descriptor
@@ -173,7 +187,8 @@ pub fn most_sent(samples: &[Sample], window: Duration) -> usize {
     most
 }
 
-async fn ask(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Answer {
+/// One `/v1/check` with `body`, its answer classified.
+pub(crate) async fn ask(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Answer {
     let response = client
         .post(url)
         .header("content-type", "application/json")

@@ -12,7 +12,7 @@ use spillway_redis::RedisStore;
 use spillway_reliability::fault::{Transport, root_faults_unavailable};
 use spillway_reliability::hostile::{self, CONFIG_HEADER, HOSTILE_HEADER, SLOW_HEADER};
 use spillway_reliability::overload::{self, OVERLOAD_HEADER, Overload};
-use spillway_reliability::{Fault, Policy, TABLE_HEADER, Timing, skew, trial};
+use spillway_reliability::{Fault, Policy, TABLE_HEADER, Timing, skew, soak, trial};
 use spillway_testkit::redis::{RedisServer, unique_prefix};
 
 #[derive(Parser, Debug)]
@@ -79,6 +79,13 @@ enum Command {
     ///
     /// Example: spillway-reliability hostile
     Hostile,
+    /// Native rules on Redis at an everyday rate for minutes (a `gcra` 100 per second and
+    /// a `sliding_window` 100,000 per hour of precision 60 on each request, users drawn
+    /// at random), Redis frozen once in the middle: a row per interval of latency, store
+    /// timeouts, breaker openings, fallbacks, memory and open files.
+    ///
+    /// Example: spillway-reliability soak --rate 3000 --length 20m --freeze 5s --every 1m
+    Soak(soak::Soak),
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
@@ -145,6 +152,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             overload_all(store, o).await
         }
         Command::Hostile => hostile_table().await,
+        Command::Soak(soak) => {
+            println!("{}", soak::run(soak).await?);
+            Ok(())
+        }
         Command::Rlqs { faults, tls } => rlqs_table(faults, tls).await,
         Command::Skew {
             store,

@@ -10,6 +10,7 @@ mod memory;
 mod overload;
 mod rlqs;
 mod skew;
+mod soak;
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

@@ -1,0 +1,452 @@
+//! A soak of native rules on Redis at an everyday rate: open-loop load on `/v1/check`
+//! from many users, each request decided by a `gcra` 100 per second and a
+//! `sliding_window` 100,000 per hour of precision 60 at once, for minutes; Redis frozen
+//! once in the middle (SIGSTOP on a server of its own, `DEBUG SLEEP` on one given by
+//! URL). Reported per interval: latency percentiles, store timeouts, breaker openings
+//! and the calls it refused, answers not decided by the store (fallbacks), and the
+//! process's memory and open files (the service runs in this process, on a runtime of
+//! its own; the load generator on another).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use spillway_server::{App, Config, Running};
+use spillway_testkit::redis::RedisServer;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::load::{self, Sample};
+
+/// The soak's policy: two native rules on every request, keyed by user.
+pub const POLICY: &str = "domain: soak
+descriptors:
+  - key: user
+    limits:
+      - name: per-second
+        algorithm: gcra
+        limit: 100
+        window: 1s
+      - name: per-hour
+        algorithm: sliding_window
+        limit: 100000
+        window: 1h
+        precision: 60
+";
+
+/// How long to soak, and how hard (`spillway-reliability soak`'s flags).
+#[derive(clap::Args, Clone, Debug)]
+pub struct Soak {
+    /// A Redis URL, frozen by `DEBUG SLEEP` (default: a redis-server of its own on a free
+    /// port, frozen by SIGSTOP).
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Requests a second, sent whether or not earlier ones have answered.
+    #[arg(long, default_value_t = 3000)]
+    pub rate: u32,
+    /// Users drawn from, uniformly (a key per user and rule).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub users: u64,
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub length: Duration,
+    /// How long Redis is frozen, once, in the middle (0s: never).
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub freeze: Duration,
+    /// A row every this long.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub every: Duration,
+    /// A service setting, KEY=VALUE (the settings file's keys), over the defaults.
+    #[arg(long = "set", value_parser = key_value)]
+    pub settings: Vec<(String, String)>,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    spillway_server::config::value::duration(s)
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not KEY=VALUE"))?;
+    Ok((k.trim().to_owned(), v.trim().to_owned()))
+}
+
+/// One interval's figures (the last row: the whole run).
+#[derive(Clone, Debug, Default)]
+pub struct Row {
+    /// The interval's end, from the start.
+    pub end: Duration,
+    pub requests: u64,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub p999: Duration,
+    pub max: Duration,
+    /// Store calls that timed out.
+    pub timeouts: u64,
+    /// Times the breaker opened.
+    pub opened: u64,
+    /// Calls the open breaker kept from the store.
+    pub refused: u64,
+    /// Answers the store did not decide: a failure policy's (degraded, 503) or none.
+    pub fallbacks: u64,
+    /// At the interval's end: resident memory, heap in use, open files.
+    pub rss_kib: u64,
+    pub heap_kib: i64,
+    pub fds: u64,
+}
+
+/// The rows, the whole run, and the fallbacks outside the freeze (from its start to
+/// one second after its end).
+#[derive(Debug)]
+pub struct Report {
+    pub rows: Vec<Row>,
+    pub total: Row,
+    pub freeze: Option<(Duration, Duration)>,
+    pub fallbacks_outside_freeze: u64,
+}
+
+/// Runs the soak on a `redis-server` of its own, or on its `store` (a Redis URL).
+pub async fn run(soak: Soak) -> anyhow::Result<Report> {
+    let own = soak.store.is_none().then(RedisServer::start);
+    let url = soak
+        .store
+        .clone()
+        .unwrap_or_else(|| own.as_ref().expect("started").url());
+    let service = Service::start(&url, &soak.settings)?;
+    let check = Check::new(service.running.http_addr, soak.users)?;
+    let metrics_url = format!(
+        "http://{}/metrics",
+        service.running.admin_addr.expect("the admin listener")
+    );
+
+    let start = Instant::now();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (_end, until) = watch::channel(start + soak.length);
+    let load = tokio::spawn(load::send_until(
+        soak.rate,
+        start,
+        until,
+        move || check.call(),
+        tx,
+    ));
+    let intervals = soak
+        .length
+        .as_nanos()
+        .div_ceil(soak.every.as_nanos().max(1)) as u32;
+    let tally = tokio::spawn(tally(rx, soak.every, intervals as usize));
+
+    // The freeze, centred on the middle of the run.
+    let freeze = (!soak.freeze.is_zero()).then(|| {
+        let from = soak.length.saturating_sub(soak.freeze) / 2;
+        (from, from + soak.freeze)
+    });
+    let freezer = freeze.map(|(from, to)| {
+        let (url, pid) = (url.clone(), own.as_ref().map(RedisServer::pid));
+        tokio::spawn(async move {
+            tokio::time::sleep_until(start + from).await;
+            match pid {
+                Some(pid) => signal(pid, "STOP"),
+                None => debug_sleep(&url, to - from).await,
+            }
+            tokio::time::sleep_until(start + to).await;
+            if let Some(pid) = pid {
+                signal(pid, "CONT");
+            }
+        })
+    });
+
+    // The service's counters and the process's memory at each interval's end.
+    let reader = reqwest::Client::new();
+    let mut marks = Vec::new();
+    for i in 1..=intervals {
+        tokio::time::sleep_until(start + soak.every * i).await;
+        marks.push(Mark::read(&reader, &metrics_url).await);
+    }
+    load.await?;
+    if let Some(f) = freezer {
+        f.await?;
+    }
+    let (mut rows, mut total, fallbacks) = tally.await?;
+    let mut before = Mark::default();
+    for (row, mark) in rows.iter_mut().zip(&marks) {
+        row.timeouts = mark.timeouts - before.timeouts;
+        row.opened = mark.opened - before.opened;
+        row.refused = mark.refused - before.refused;
+        (row.rss_kib, row.heap_kib, row.fds) = (mark.rss_kib, mark.heap_kib, mark.fds);
+        before = *mark;
+    }
+    (total.timeouts, total.opened, total.refused) =
+        (before.timeouts, before.opened, before.refused);
+    (total.rss_kib, total.heap_kib, total.fds) = (before.rss_kib, before.heap_kib, before.fds);
+    total.end = soak.length;
+    service.stop().await;
+    let outside = |sent: &Duration| match freeze {
+        Some((from, to)) => *sent < from || *sent > to + Duration::from_secs(1),
+        None => true,
+    };
+    Ok(Report {
+        rows,
+        total,
+        freeze,
+        fallbacks_outside_freeze: fallbacks.iter().filter(|s| outside(s)).count() as u64,
+    })
+}
+
+/// The service, on a runtime of its own (two workers), so the load generator's tasks
+/// do not queue behind its work nor it behind theirs.
+struct Service {
+    runtime: tokio::runtime::Runtime,
+    running: Running,
+    dir: std::path::PathBuf,
+}
+
+impl Service {
+    fn start(url: &str, settings: &[(String, String)]) -> anyhow::Result<Service> {
+        let dir = std::env::temp_dir().join(format!("spillway-soak-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("rules"))?;
+        std::fs::write(dir.join("rules/soak.yaml"), POLICY)?;
+        let file = dir.join("settings.yaml");
+        let lines: String = settings
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\n"))
+            .collect();
+        std::fs::write(&file, lines)?;
+        let sources = spillway_server::config::Sources {
+            file: Some(file),
+            ..Default::default()
+        };
+        let mut config = sources.resolve()?.config;
+        let ephemeral = Config::ephemeral(dir.join("rules"));
+        (config.listen, config.admin, config.rules.path) =
+            (ephemeral.listen, ephemeral.admin, ephemeral.rules.path);
+        config.store.url = url.to_owned();
+        config.rules.watch = false;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        // Started from a thread of its own: this one is inside the load's runtime.
+        let started = std::thread::scope(|s| {
+            s.spawn(|| {
+                runtime.block_on(async { App::builder(config).build().await?.start().await })
+            })
+            .join()
+            .expect("the service starts without a panic")
+        });
+        let running = match started {
+            Ok(running) => running,
+            Err(e) => {
+                // A runtime is not dropped inside another.
+                runtime.shutdown_background();
+                return Err(e.into());
+            }
+        };
+        Ok(Service {
+            runtime,
+            running,
+            dir,
+        })
+    }
+
+    async fn stop(self) {
+        let Service {
+            runtime,
+            running,
+            dir,
+        } = self;
+        let _ = runtime.spawn(running.stop()).await;
+        runtime.shutdown_background();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// `/v1/check` for a user drawn at random (xorshift: no two requests need to differ,
+/// only the users to spread).
+#[derive(Clone)]
+struct Check {
+    client: reqwest::Client,
+    url: Arc<str>,
+    users: u64,
+    seed: Arc<AtomicU64>,
+}
+
+impl Check {
+    fn new(addr: std::net::SocketAddr, users: u64) -> anyhow::Result<Check> {
+        Ok(Check {
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()?,
+            url: format!("http://{addr}/v1/check").into(),
+            users: users.max(1),
+            seed: Arc::new(AtomicU64::new(0x9e37_79b9_7f4a_7c15)),
+        })
+    }
+
+    fn call(&self) -> impl std::future::Future<Output = load::Answer> + Send + use<> {
+        let mut x = self
+            .seed
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        let body = format!(
+            r#"{{"domain":"soak","descriptors":[{{"entries":[{{"key":"user","value":"u{}"}}]}}]}}"#,
+            x % self.users
+        );
+        let (client, url) = (self.client.clone(), Arc::clone(&self.url));
+        async move { load::ask(&client, &url, body.into_bytes()).await }
+    }
+}
+
+/// The samples into rows by sending time; the sending times of the fallbacks.
+async fn tally(
+    mut rx: mpsc::UnboundedReceiver<Sample>,
+    every: Duration,
+    intervals: usize,
+) -> (Vec<Row>, Row, Vec<Duration>) {
+    let histogram = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+    let mut rows: Vec<(Row, Histogram<u64>)> = (1..=intervals.max(1) as u32)
+        .map(|i| {
+            (
+                Row {
+                    end: every * i,
+                    ..Row::default()
+                },
+                histogram(),
+            )
+        })
+        .collect();
+    let mut all = (Row::default(), histogram());
+    let mut fallbacks = Vec::new();
+    while let Some(s) = rx.recv().await {
+        // A call sent on the run's last tick belongs to the last interval.
+        let i = ((s.sent.as_nanos() / every.as_nanos().max(1)) as usize).min(rows.len() - 1);
+        let fallback = !s.answer.store_backed();
+        if fallback {
+            fallbacks.push(s.sent);
+        }
+        for (row, h) in [&mut rows[i], &mut all] {
+            row.requests += 1;
+            row.fallbacks += u64::from(fallback);
+            let _ = h.record(s.latency.as_micros() as u64);
+        }
+    }
+    let finish = |(mut row, h): (Row, Histogram<u64>)| {
+        let at = |q: f64| Duration::from_micros(h.value_at_quantile(q));
+        (row.p50, row.p99, row.p999) = (at(0.5), at(0.99), at(0.999));
+        row.max = Duration::from_micros(h.max());
+        row
+    };
+    (
+        rows.into_iter().map(finish).collect(),
+        finish(all),
+        fallbacks,
+    )
+}
+
+/// The service's store counters (the main store) and the process's memory, at a moment.
+#[derive(Clone, Copy, Debug, Default)]
+struct Mark {
+    timeouts: u64,
+    opened: u64,
+    refused: u64,
+    rss_kib: u64,
+    heap_kib: i64,
+    fds: u64,
+}
+
+impl Mark {
+    async fn read(client: &reqwest::Client, url: &str) -> Mark {
+        let text = match client.get(url).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let sum = |name: &str, label: &str| -> u64 {
+            text.lines()
+                .filter(|l| {
+                    l.starts_with(name) && l.contains(label) && l.contains(r#"store="main""#)
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>() as u64
+        };
+        Mark {
+            timeouts: sum("spillway_store_errors_total{", r#"kind="timeout""#),
+            opened: sum("spillway_breaker_opened_total{", ""),
+            refused: sum("spillway_store_errors_total{", r#"kind="breaker_open""#),
+            rss_kib: crate::rss_kib(),
+            heap_kib: crate::heap_bytes() / 1024,
+            fds: std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64),
+        }
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let _ = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status();
+}
+
+/// `DEBUG SLEEP` on a server given by URL (its `enable-debug-command` must allow it).
+async fn debug_sleep(url: &str, length: Duration) {
+    let Ok(client) = redis::Client::open(url) else {
+        return;
+    };
+    if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+        let _: redis::RedisResult<()> = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(length.as_secs_f64())
+            .query_async(&mut c)
+            .await;
+    }
+}
+
+/// The table's header.
+pub const HEADER: &str = "| at | requests | p50 ms | p99 ms | p99.9 ms | max ms | store timeouts | breaker opened | calls it refused | fallbacks | RSS MiB | heap MiB | fds |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+
+impl std::fmt::Display for Row {
+    /// One Markdown table row.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(
+            f,
+            "| {}s | {} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} | {:.1} | {:.1} | {} |",
+            self.end.as_secs(),
+            self.requests,
+            ms(self.p50),
+            ms(self.p99),
+            ms(self.p999),
+            ms(self.max),
+            self.timeouts,
+            self.opened,
+            self.refused,
+            self.fallbacks,
+            self.rss_kib as f64 / 1024.0,
+            self.heap_kib as f64 / 1024.0,
+            self.fds
+        )
+    }
+}
+
+impl std::fmt::Display for Report {
+    /// The table, the whole run as its last row (`all`), and the freeze.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{HEADER}")?;
+        for row in &self.rows {
+            writeln!(f, "{row}")?;
+        }
+        let total = self.total.to_string();
+        let at = format!("| {}s |", self.total.end.as_secs());
+        writeln!(f, "{}", total.replacen(&at, "| all |", 1))?;
+        if let Some((from, to)) = self.freeze {
+            write!(
+                f,
+                "\nRedis frozen from {:.1} s to {:.1} s; fallbacks outside it and the second after: {}",
+                from.as_secs_f64(),
+                to.as_secs_f64(),
+                self.fallbacks_outside_freeze
+            )?;
+        }
+        Ok(())
+    }
+}
