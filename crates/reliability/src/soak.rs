@@ -96,8 +96,9 @@ pub struct Row {
     pub fds: u64,
 }
 
-/// The rows, the whole run, and the fallbacks outside the freeze (from its start to
-/// one second after its end).
+/// The rows, the whole run, and the fallbacks outside the freeze: answered before it
+/// began, or sent more than a second after it ended (a call in flight when Redis
+/// stopped met the freeze, whenever it was sent).
 #[derive(Debug)]
 pub struct Report {
     pub rows: Vec<Row>,
@@ -181,8 +182,8 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
     (total.rss_kib, total.heap_kib, total.fds) = (before.rss_kib, before.heap_kib, before.fds);
     total.end = soak.length;
     service.stop().await;
-    let outside = |sent: &Duration| match freeze {
-        Some((from, to)) => *sent < from || *sent > to + Duration::from_secs(1),
+    let outside = |s: &Sample| match freeze {
+        Some((from, to)) => s.done() < from || s.sent > to + Duration::from_secs(1),
         None => true,
     };
     Ok(Report {
@@ -299,12 +300,12 @@ impl Check {
     }
 }
 
-/// The samples into rows by sending time; the sending times of the fallbacks.
+/// The samples into rows by sending time; the fallbacks themselves.
 async fn tally(
     mut rx: mpsc::UnboundedReceiver<Sample>,
     every: Duration,
     intervals: usize,
-) -> (Vec<Row>, Row, Vec<Duration>) {
+) -> (Vec<Row>, Row, Vec<Sample>) {
     let histogram = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
     let mut rows: Vec<(Row, Histogram<u64>)> = (1..=intervals.max(1) as u32)
         .map(|i| {
@@ -324,7 +325,7 @@ async fn tally(
         let i = ((s.sent.as_nanos() / every.as_nanos().max(1)) as usize).min(rows.len() - 1);
         let fallback = !s.answer.store_backed();
         if fallback {
-            fallbacks.push(s.sent);
+            fallbacks.push(s);
         }
         for (row, h) in [&mut rows[i], &mut all] {
             row.requests += 1;
