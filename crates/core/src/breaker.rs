@@ -124,12 +124,21 @@ pub struct Breaker {
     /// lock: a healthy store's callers read it and never touch the lock, which every
     /// decision on every core would otherwise contend for.
     healthy: AtomicBool,
-    trip: Trip,
-    /// The calls and failures of the window, for [`Trip::Ratio`].
-    tally: Option<Tally>,
+    rule: Rule,
     cooldown: Duration,
     /// Times it opened from closed.
     opened: AtomicU64,
+}
+
+/// A [`Trip`] at work: a ratio's calls and failures counted over its window.
+#[derive(Debug)]
+enum Rule {
+    Ratio {
+        failures: u32,
+        ratio: f64,
+        tally: Tally,
+    },
+    InARow(u32),
 }
 
 #[derive(Debug)]
@@ -157,31 +166,26 @@ impl Breaker {
     /// A closed breaker that opens as `trip` says and stays open for `cooldown`. The
     /// least number of failures is at least 1, and a ratio is taken within (0, 1].
     pub fn tripping(trip: Trip, cooldown: Duration) -> Breaker {
-        let trip = match trip {
+        let rule = match trip {
             Trip::Ratio {
                 failures,
                 ratio,
                 window,
-            } => Trip::Ratio {
+            } => Rule::Ratio {
                 failures: failures.max(1),
                 ratio: if ratio > 0.0 {
                     ratio.min(1.0)
                 } else {
                     DEFAULT_FAILURE_RATIO
                 },
-                window,
+                tally: Tally::new(window),
             },
-            Trip::InARow(n) => Trip::InARow(n.max(1)),
-        };
-        let tally = match trip {
-            Trip::Ratio { window, .. } => Some(Tally::new(window)),
-            Trip::InARow(_) => None,
+            Trip::InARow(n) => Rule::InARow(n.max(1)),
         };
         Breaker {
             inner: Mutex::new(Inner::Closed { failures: 0 }),
             healthy: AtomicBool::new(true),
-            trip,
-            tally,
+            rule,
             cooldown,
             opened: AtomicU64::new(0),
         }
@@ -189,7 +193,18 @@ impl Breaker {
 
     /// When it opens.
     pub fn trip(&self) -> Trip {
-        self.trip
+        match &self.rule {
+            Rule::Ratio {
+                failures,
+                ratio,
+                tally,
+            } => Trip::Ratio {
+                failures: *failures,
+                ratio: *ratio,
+                window: tally.window(),
+            },
+            Rule::InARow(n) => Trip::InARow(*n),
+        }
     }
 
     /// Whether a call may go to the store now.
@@ -229,7 +244,7 @@ impl Breaker {
 
     /// The store answered at `now`.
     pub fn success(&self, now: Timestamp) {
-        if let Some(tally) = &self.tally {
+        if let Rule::Ratio { tally, .. } = &self.rule {
             tally.add(now, false);
         }
         if self.healthy.load(Ordering::Relaxed) {
@@ -238,7 +253,7 @@ impl Breaker {
         let mut inner = self.inner.lock();
         if !matches!(*inner, Inner::Closed { .. }) {
             // Back from open: what opened it is no reason to open again.
-            if let Some(tally) = &self.tally {
+            if let Rule::Ratio { tally, .. } = &self.rule {
                 tally.clear();
             }
         }
@@ -248,23 +263,20 @@ impl Breaker {
 
     /// The store failed or timed out at `now`.
     pub fn failure(&self, now: Timestamp) {
-        let tripped = match (&self.trip, &self.tally) {
-            (
-                Trip::Ratio {
-                    failures, ratio, ..
-                },
-                Some(tally),
-            ) => {
-                let counts = tally.add(now, true);
-                counts.failures >= f64::from(*failures) && counts.failures >= ratio * counts.calls
-            }
-            _ => false,
-        };
-        if !tripped
-            && matches!(self.trip, Trip::Ratio { .. })
-            && self.healthy.load(Ordering::Relaxed)
+        if let Rule::Ratio {
+            failures,
+            ratio,
+            tally,
+        } = &self.rule
         {
-            return;
+            let counts = tally.add(now, true);
+            let tripped =
+                counts.failures >= f64::from(*failures) && counts.failures >= ratio * counts.calls;
+            // Closed and not tripped: nothing to change. Open or half-open (a failed
+            // probe, or a call sent before it opened): open again, below.
+            if !tripped && self.healthy.load(Ordering::Relaxed) {
+                return;
+            }
         }
         let mut inner = self.inner.lock();
         self.healthy.store(false, Ordering::Relaxed);
@@ -272,8 +284,8 @@ impl Breaker {
             Inner::Closed { failures } => Some(failures + 1),
             _ => None,
         };
-        let open = match (run, self.trip) {
-            (Some(failures), Trip::InARow(n)) if failures < n => {
+        let open = match (run, &self.rule) {
+            (Some(failures), Rule::InARow(n)) if failures < *n => {
                 *inner = Inner::Closed { failures };
                 false
             }

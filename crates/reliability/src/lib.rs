@@ -47,6 +47,11 @@ pub(crate) fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// File descriptors this process has open, from /proc.
+pub(crate) fn open_fds() -> u64 {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
+}
+
 /// One field of this process's `/proc/self/status` (`VmRSS`, `Uid`, …), trimmed.
 pub(crate) fn proc_status(field: &str) -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

@@ -142,38 +142,38 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
         let from = soak.length.saturating_sub(soak.freeze) / 2;
         (from, from + soak.freeze)
     });
-    let freezer = freeze.map(|(from, to)| {
-        let (url, pid) = (url.clone(), own.as_ref().map(RedisServer::pid));
-        tokio::spawn(async move {
-            tokio::time::sleep_until(start + from).await;
-            match pid {
-                Some(pid) => signal(pid, "STOP"),
-                None => debug_sleep(&url, to - from).await,
-            }
-            tokio::time::sleep_until(start + to).await;
-            if let Some(pid) = pid {
-                signal(pid, "CONT");
-            }
-        })
-    });
+    let freezing = async {
+        let Some((from, to)) = freeze else { return };
+        tokio::time::sleep_until(start + from).await;
+        match &own {
+            Some(server) => server.signal("STOP"),
+            None => debug_sleep(&url, to - from).await,
+        }
+        tokio::time::sleep_until(start + to).await;
+        if let Some(server) = &own {
+            server.signal("CONT");
+        }
+    };
 
     // The service's counters and the process's memory at each interval's end.
-    let reader = reqwest::Client::new();
-    let mut marks = Vec::new();
-    for i in 1..=intervals {
-        tokio::time::sleep_until(start + soak.every * i).await;
-        marks.push(Mark::read(&reader, &metrics_url).await);
-    }
+    let reading = async {
+        let reader = reqwest::Client::new();
+        let mut marks = Vec::new();
+        for i in 1..=intervals {
+            tokio::time::sleep_until(start + soak.every * i).await;
+            marks.push(Mark::read(&reader, &metrics_url).await);
+        }
+        marks
+    };
+    let ((), marks) = tokio::join!(freezing, reading);
     load.await?;
-    if let Some(f) = freezer {
-        f.await?;
-    }
     let (mut rows, mut total, fallbacks) = tally.await?;
     let mut before = Mark::default();
     for (row, mark) in rows.iter_mut().zip(&marks) {
-        row.timeouts = mark.timeouts - before.timeouts;
-        row.opened = mark.opened - before.opened;
-        row.refused = mark.refused - before.refused;
+        // A failed read of the counters is all zeros: the next row is not negative.
+        row.timeouts = mark.timeouts.saturating_sub(before.timeouts);
+        row.opened = mark.opened.saturating_sub(before.opened);
+        row.refused = mark.refused.saturating_sub(before.refused);
         (row.rss_kib, row.heap_kib, row.fds) = (mark.rss_kib, mark.heap_kib, mark.fds);
         before = *mark;
     }
@@ -377,15 +377,9 @@ impl Mark {
             refused: sum("spillway_store_errors_total{", r#"kind="breaker_open""#),
             rss_kib: crate::rss_kib(),
             heap_kib: crate::heap_bytes() / 1024,
-            fds: std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64),
+            fds: crate::open_fds(),
         }
     }
-}
-
-fn signal(pid: u32, name: &str) {
-    let _ = std::process::Command::new("kill")
-        .args([&format!("-{name}"), &pid.to_string()])
-        .status();
 }
 
 /// `DEBUG SLEEP` on a server given by URL (its `enable-debug-command` must allow it).

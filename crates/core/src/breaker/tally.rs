@@ -43,6 +43,11 @@ impl Tally {
         }
     }
 
+    /// The window, to the microsecond.
+    pub(super) fn window(&self) -> Duration {
+        Duration::from_micros(self.window_us)
+    }
+
     /// Counts one call at `now`, failed or not, and returns the window's counts with it.
     pub(super) fn add(&self, now: Timestamp, failed: bool) -> Counts {
         let us = now.as_micros();

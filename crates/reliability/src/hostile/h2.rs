@@ -186,7 +186,7 @@ pub async fn h2_clients(cases: &[H2Case], tls: bool) -> anyhow::Result<Vec<H2Rep
         };
         // Warm: the good caller's connection and the service's first answers.
         let warm = good.call().await;
-        let fds = open_fds();
+        let fds = crate::open_fds();
         // Twice: the first run grows what is kept for reuse (the runtime's slabs, the
         // session cache), so what the second adds is what a client leaves behind.
         let mut served = warm;
@@ -307,15 +307,11 @@ async fn settle<T>(read: impl Fn() -> T, settled: impl Fn(&T) -> bool) -> T {
 
 /// File descriptors open, waiting for no more than 16 past `fds`.
 async fn settle_fds(fds: u64) -> u64 {
-    settle(open_fds, |&open| open <= fds + 16).await
+    settle(crate::open_fds, |&open| open <= fds + 16).await
 }
 
 fn served_enough(started: Instant) -> bool {
     started.elapsed() > Duration::from_secs(30)
-}
-
-fn open_fds() -> u64 {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
 }
 
 impl fmt::Display for H2Report {
