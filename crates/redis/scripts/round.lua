@@ -119,7 +119,9 @@ end
 -- expiring early when the two differ a little (a state kept past its idle time
 -- decides the same as none). `absent`: MGET found no string at `key` (see `decide`),
 -- so the write must not replace a value of another type (SET NX), and a state with
--- nothing to keep has nothing to delete.
+-- nothing to keep has nothing to delete. An algorithm with `patch` (sliding_window)
+-- may write a state read from `key` in place instead; it says whether the idle time,
+-- and so the TTL, moved.
 local function save(r, key, s, now, margin, absent)
   local a = r.algorithm
   if a.write then return a.write(r, key, s) end
@@ -133,7 +135,11 @@ local function save(r, key, s, now, margin, absent)
     -- Formatted as an integer: a number passed as it is goes through '%.14g', a
     -- floating-point conversion that cost a third of a SET.
     local px = string.format('%d', ttl + margin)
-    if not absent then
+    local patched = nil
+    if a.patch and not absent then patched = a.patch(r, key, s) end
+    if patched ~= nil then
+      if patched then redis.call('PEXPIRE', key, px) end
+    elseif not absent then
       redis.call('SET', key, a.encode(s), 'PX', px)
     elseif not redis.call('SET', key, a.encode(s), 'PX', px, 'NX') then
       fail('key ' .. key .. ' holds a value that is not state of its algorithm')
@@ -429,10 +435,33 @@ local function round(out, k0, at, n, k)
   end
 end
 
+-- A batch that failed: whatever it appended to `out` after `mark` goes, and its reply
+-- is the reason.
+local function failed(out, mark, why)
+  for i = #out, mark + 1, -1 do out[i] = nil end
+  if type(why) == 'table' and why.err then
+    out[mark + 1] = string.gsub(why.err, '^ERR ', '')
+  else
+    out[mark + 1] = 'spillway: ' .. tostring(why)
+  end
+end
+
+local NOTHING_AHEAD = {}
+
 -- One call: reads the header whole, then decides each batch in order, each in a
 -- protected call so that its failure is its own reply.
 local function decide(keys, argv)
-  Keys, Argv, server_now, ahead = keys, argv, nil, {}
+  Keys, Argv, server_now, ahead = keys, argv, nil, NOTHING_AHEAD
+
+  -- The most common call, one batch in the short form (one request on one key): the
+  -- header below would find exactly that, and nothing to read ahead.
+  if argv[2] == 's' and #argv == 3 and #keys == 1 and argv[1] == '1' then
+    local out = {}
+    local ok, why = pcall(round, out, 0, 2, 1, 1)
+    if not ok then failed(out, 0, why) end
+    Keys, Argv = nil, nil
+    return out
+  end
 
   -- The header: B, then each batch's n, k, its `now` and 3n fields. Read whole before
   -- any batch runs: a header that does not add up is the caller's bug, and no batch of
@@ -468,6 +497,7 @@ local function decide(keys, argv)
          ' batches, got ' .. nk .. ' and ' .. nargv)
   end
   if reading > 1 then
+    ahead = {}
     local names = {}
     for j = 1, reading do names[j] = keys[read[j]] end
     local values = redis.call('MGET', unpack(names))
@@ -478,15 +508,7 @@ local function decide(keys, argv)
   for b = 1, batches do
     local m, mark = 4 * (b - 1), #out
     local ok, why = pcall(round, out, starts[m + 1], starts[m + 2], starts[m + 3], starts[m + 4])
-    if not ok then
-      -- Whatever the batch appended before it failed goes: its reply is the reason.
-      for i = #out, mark + 1, -1 do out[i] = nil end
-      if type(why) == 'table' and why.err then
-        out[mark + 1] = string.gsub(why.err, '^ERR ', '')
-      else
-        out[mark + 1] = 'spillway: ' .. tostring(why)
-      end
-    end
+    if not ok then failed(out, mark, why) end
   end
   Keys, Argv = nil, nil
   return out

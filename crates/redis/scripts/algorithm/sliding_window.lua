@@ -1,83 +1,105 @@
 -- The Lua twin of crates/core/src/algorithm/sliding_window.rs: read the two side by side.
 -- Part of the decision library; scripts/prelude.lua says how the parts are joined.
 
--- === doubles in bulk ====================================================================
--- Lua 5.1 passes and returns at most about 8,000 values at once (its C stack: `unpack`
--- and `struct.unpack` of a precision-10,000 window failed with "too many results to
--- unpack"), so runs of doubles are read and written in chunks of DOUBLES_AT_ONCE.
-
-local DOUBLES_AT_ONCE = 1000
-
--- `n` doubles from `v`, starting at byte `pos`, as a table.
-local function unpack_doubles(v, pos, n)
-  local out, done = {}, 0
-  while done < n do
-    local k = math.min(DOUBLES_AT_ONCE, n - done)
-    local got = { struct.unpack('<' .. string.rep('d', k), v, pos) }
-    for j = 1, k do out[done + j] = got[j] end
-    pos = got[k + 1] -- struct.unpack returns the next position after the values
-    done = done + k
-  end
-  return out
-end
-
--- The doubles of table `t`, packed.
-local function pack_doubles(t)
-  local n = #t
-  if n <= DOUBLES_AT_ONCE then return struct.pack('<' .. string.rep('d', n), unpack(t)) end
-  local parts, done = {}, 0
-  while done < n do
-    local k = math.min(DOUBLES_AT_ONCE, n - done)
-    parts[#parts + 1] = struct.pack('<' .. string.rep('d', k), unpack(t, done + 1, done + k))
-    done = done + k
-  end
-  return table.concat(parts)
-end
-
 -- === sliding_window: state (newest, total, counts[P+1]), 16 + 8(P+1) bytes ===========
 -- counts is a ring indexed by bucket mod (P+1) (plus 1: Lua tables count from 1),
 -- empty until the first charge.
+--
+-- The ring is read where a decision looks, not decoded whole, and written back the
+-- same way: a decision reads two or three of its P+1 counts and writes one. Unpacking
+-- the 61 doubles of a precision-60 window into a table and packing them back was most
+-- of a call's time; so is every byte of a Lua string made (Redis's Lua hashes all of
+-- it, about a nanosecond a byte). The state keeps the stored bytes (`v`; false: every
+-- count 0), the newest bucket they hold (`was`) and the counts written since (`set`,
+-- slot → count). `patch` writes those few counts into the stored value in place;
+-- `encode` (a new key, or many counts written) splices them into the stored bytes.
+-- `n` is P+1, or 0 before the first charge (the Rust's empty Vec).
+
+-- 16 + 8n zero bytes, per n: the stored bytes of a ring of zeros (0.0 packs as zeros).
+local ZEROS = {}
+local function sw_zeros(n)
+  local z = ZEROS[n]
+  if not z then
+    z = string.rep('\0', 16 + 8 * n)
+    ZEROS[n] = z
+  end
+  return z
+end
+
+-- Count of ring slot `slot` (1-based).
+local function sw_get(s, slot)
+  local c = s.set[slot]
+  if c then return c end
+  if not s.v then return 0 end
+  return (struct.unpack('<d', s.v, 9 + 8 * slot))
+end
+
+-- Written slots at most this many are patched in place, one SETRANGE each; more, and
+-- the whole value is written again.
+local PATCHED = 3
 
 local function define_sliding_window()
   local sliding_window = {}
 
   function sliding_window.decode(r, v)
-    if not v then return { newest = 0, total = 0, counts = nil } end
+    if not v then return { newest = 0, total = 0, n = 0, v = false, was = 0, set = {} } end
     local n = r.precision + 1
     if #v ~= 16 + 8 * n then return nil end
     local newest, total = struct.unpack('<dd', v)
-    return { newest = newest, total = total, counts = unpack_doubles(v, 17, n) }
+    return { newest = newest, total = total, n = n, v = v, was = newest, set = {} }
+  end
+  -- Writes the header and the counts written into the stored value at `key` in place,
+  -- when there is one (`v`) and few counts were written. Returns nil when it wrote
+  -- nothing (save writes the whole value), else whether the state's idle time moved
+  -- (it follows the newest bucket, so the key's TTL stays right until that moves).
+  function sliding_window.patch(_, key, s)
+    if not s.v then return nil end
+    local k = 0
+    for _ in pairs(s.set) do
+      k = k + 1
+      if k > PATCHED then return nil end
+    end
+    redis.call('SETRANGE', key, '0', struct.pack('<dd', s.newest, s.total))
+    for slot, c in pairs(s.set) do
+      redis.call('SETRANGE', key, string.format('%d', 8 + 8 * slot), struct.pack('<d', c))
+    end
+    return s.newest ~= s.was
   end
   function sliding_window.encode(s)
-    return struct.pack('<dd', s.newest, s.total) .. pack_doubles(s.counts)
+    local base, set, head = s.v or sw_zeros(s.n), s.set, struct.pack('<dd', s.newest, s.total)
+    local only = next(set)
+    if only and next(set, only) == nil then -- one count written (a new key's first)
+      local at = 9 + 8 * only
+      return head .. string.sub(base, 17, at - 1) .. struct.pack('<d', set[only]) ..
+             string.sub(base, at + 8)
+    end
+    -- The written counts in ring order, each spliced between the stored bytes around it.
+    local parts, from = { head }, 17
+    for slot = 1, s.n do
+      local c = set[slot]
+      if c then
+        local at = 9 + 8 * slot
+        parts[#parts + 1] = string.sub(base, from, at - 1)
+        parts[#parts + 1] = struct.pack('<d', c)
+        from = at + 8
+      end
+    end
+    parts[#parts + 1] = string.sub(base, from)
+    return table.concat(parts)
   end
   function sliding_window.copy(s)
-    local counts = nil
-    if s.counts then
-      counts = {}
-      for i, c in ipairs(s.counts) do counts[i] = c end
-    end
-    return { newest = s.newest, total = s.total, counts = counts }
+    local set = {}
+    for slot, c in pairs(s.set) do set[slot] = c end
+    return { newest = s.newest, total = s.total, n = s.n, v = s.v, was = s.was, set = set }
   end
 
   local INTERPOLATE, STRICT, LENIENT = 0, 1, 2
+  local fmod = math.fmod
 
   local function sw_count(s, bucket)
-    if not s.counts then return 0 end
-    local n = #s.counts
-    if bucket > s.newest or s.newest - bucket >= n then return 0 end
-    return s.counts[imod(bucket, n) + 1]
-  end
-
-  -- Sum of buckets lo ..= hi still in the ring.
-  local function sw_sum(s, lo, hi)
-    if not s.counts then return 0 end
-    local n = #s.counts
-    lo = max(lo, sub0(s.newest, n - 1))
-    hi = min(hi, s.newest)
-    local total = 0
-    for m = lo, hi do total = total + s.counts[imod(m, n) + 1] end
-    return total
+    local n = s.n
+    if n == 0 or bucket > s.newest or s.newest - bucket >= n then return 0 end
+    return sw_get(s, imod(bucket, n) + 1)
   end
 
   local function sw_estimate(r, full, prev, off)
@@ -97,20 +119,21 @@ local function define_sliding_window()
   end
 
   -- (full, prev) for bucket j ≥ newest: the sum of j−P+1 ..= j, and bucket j−P.
+  -- The Rust's count and sum (of the buckets up to j−P, which have left the full
+  -- range) written out: j ≥ newest puts j−P in the ring or past it.
   local function sw_window(r, s, j)
-    if j < r.precision then return s.total, 0 end
-    local oldest = j - r.precision
-    local gone
-    if oldest >= s.newest then gone = s.total else gone = sw_sum(s, 0, oldest) end
-    return sub0(s.total, gone), sw_count(s, oldest)
+    local p, n, newest = r.precision, s.n, s.newest
+    if j < p then return s.total, 0 end
+    local oldest = j - p
+    if n == 0 or oldest > newest then return 0, 0 end
+    local prev = sw_get(s, fmod(oldest, n) + 1)
+    if oldest == newest then return 0, prev end
+    local gone = prev
+    for m = sub0(newest, p), oldest - 1 do gone = gone + sw_get(s, fmod(m, n) + 1) end
+    return sub0(s.total, gone), prev
   end
 
   local function sw_idle_at(r, newest) return (newest + r.precision + 1) * r.width end
-
-  local function sw_clamp(r, s, now)
-    if not s.counts then return now end
-    return max(now, s.newest * r.width)
-  end
 
   -- The first time at or after bucket j + off when cost fits (see retry_at in Rust).
   local function sw_retry_at(r, s, j, off, full, prev, cost)
@@ -131,11 +154,24 @@ local function define_sliding_window()
     end
   end
 
+  -- An admission on the default edge is the hot path of the algorithm: clamp, idiv,
+  -- imod, fits, remaining and allow written out for it (a Lua call costs more than the
+  -- arithmetic it wraps), in the same floating-point order as sw_estimate.
   function sliding_window.check(r, s, now, cost)
-    now = sw_clamp(r, s, now)
-    local j, off = idiv(now, r.width), imod(now, r.width)
+    local width = r.width
+    if s.n ~= 0 and now < s.newest * width then now = s.newest * width end -- sw_clamp
+    local off = fmod(now, width)
+    local j = (now - off) / width
     local full, prev = sw_window(r, s, j)
-    local charged = s.counts ~= nil and (full > 0 or prev > 0)
+    if r.edge == INTERPOLATE and cost > 0 and cost <= r.cap then
+      local part = prev * ((width - off) / width)
+      if full + part + cost <= r.cap then
+        local left = math.floor(r.cap - ((full + cost) + part))
+        if left < 0 then left = 0 end
+        return 0, left, (j + r.precision + 1) * width - now, 0
+      end
+    end
+    local charged = s.n ~= 0 and (full > 0 or prev > 0)
     if cost <= r.cap and sw_fits(r, full, prev, off, cost) then
       local reset = 0
       if cost > 0 then
@@ -153,30 +189,33 @@ local function define_sliding_window()
 
   function sliding_window.commit(r, s, now, cost)
     if cost == 0 then return end
-    now = sw_clamp(r, s, now)
-    local j = idiv(now, r.width)
+    local width = r.width
+    if s.n ~= 0 and now < s.newest * width then now = s.newest * width end -- sw_clamp
+    local j = (now - fmod(now, width)) / width
     local n = r.precision + 1
-    if not s.counts then
-      s.counts = {}
-      for i = 1, n do s.counts[i] = 0 end
+    if s.n == 0 then
+      s.n, s.v, s.set = n, false, {}
       s.newest = j
     end
     if j > s.newest then
       -- Buckets newest+1 ..= j reuse the slots of buckets that have left the ring.
       if j - s.newest >= n then
-        for i = 1, n do s.counts[i] = 0 end
+        s.v, s.set = false, {}
         s.total = 0
       else
         for m = s.newest + 1, j do
           local slot = imod(m, n) + 1
-          s.total = sub0(s.total, s.counts[slot])
-          s.counts[slot] = 0
+          local c = sw_get(s, slot)
+          if c ~= 0 then -- a count already 0 is not written: fewer to patch
+            s.total = sub0(s.total, c)
+            s.set[slot] = 0
+          end
         end
       end
       s.newest = j
     end
-    local slot = imod(j, n) + 1
-    s.counts[slot] = s.counts[slot] + cost
+    local slot = fmod(j, n) + 1
+    s.set[slot] = sw_get(s, slot) + cost
     s.total = s.total + cost
   end
 

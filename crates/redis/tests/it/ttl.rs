@@ -120,3 +120,76 @@ async fn scan(store: &RedisStore, pattern: &str) -> Vec<String> {
         }
     }
 }
+
+/// A sliding window's state is written in place (SETRANGE: its header and the counts
+/// a decision changed) once its key exists, and its TTL is renewed exactly when the
+/// newest bucket moves: the stored bytes stay what a whole write would store (the
+/// header's total is the sum of the counts, each count in its bucket's slot), and the
+/// key never expires before the state is idle.
+#[tokio::test]
+async fn a_sliding_window_written_in_place_keeps_its_bytes_and_ttl() {
+    for (name, url) in support::targets().into_iter().chain([support::oldest()]) {
+        let store = support::caller_clock_store(&url, "in-place").await;
+        // Ten buckets of 10 s: the state is idle 110 s after its newest bucket began.
+        let l = Limit::builder(
+            Algorithm::SlidingWindow {
+                precision: 10,
+                edge: Edge::Interpolate,
+            },
+            100,
+            Duration::from_secs(100),
+        )
+        .build()
+        .unwrap();
+        let k = key("in-place");
+        let name_of = store.key_for(&k, &l, Timestamp::from_secs(0));
+        let start = 1_800_000_000u64; // a multiple of 10 s: bucket 180,000,000 begins
+        let bucket = start / 10;
+        let at = |s: u64| Timestamp::from_secs(start + s);
+        let check = |s: u64, cost: u64| {
+            let store = &store;
+            let l = &l;
+            let k = &k;
+            async move {
+                let d = store.check(&[Request::new(k, l, cost)], at(s)).await.unwrap();
+                assert!(d.decisions[0].allowed(), "{name}: denied at +{s}s");
+            }
+        };
+        let pttl_args = ["PTTL", name_of.as_str()];
+        let pttl = || int(&store, &pttl_args);
+
+        // Written whole (a new key), 9 s into bucket 0: idle in 110 − 9 s, plus the
+        // caller's-clock margin of a second.
+        check(9, 3).await;
+        let first = pttl().await;
+        assert!((97_000..=102_000).contains(&first), "{name}: PTTL {first}");
+        // In place, the newest bucket moved to 3: idle in 140 − 30 s, renewed.
+        check(30, 2).await;
+        let moved = pttl().await;
+        assert!((106_500..=111_000).contains(&moved), "{name}: PTTL {moved}");
+        // In place in the same bucket, 9 s on: the TTL left as it was (renewing it
+        // would give 140 − 39 s + 1 s = 102 s).
+        check(39, 4).await;
+        let same = pttl().await;
+        assert!(
+            (106_500..=moved).contains(&same),
+            "{name}: PTTL {same} after {moved}"
+        );
+
+        // The bytes: newest, total, then 11 counts, the ring slot of bucket b at b % 11.
+        let raw = match store.query(&cmd(&["GET", &name_of])).await.unwrap() {
+            Value::BulkString(b) => b,
+            other => panic!("{name}: GET answered {other:?}"),
+        };
+        assert_eq!(raw.len(), 16 + 8 * 11, "{name}");
+        let f = |i: usize| f64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap());
+        let counts: Vec<f64> = (0..11).map(|slot| f(2 + slot)).collect();
+        assert_eq!(f(0), (bucket + 3) as f64, "{name}: newest");
+        assert_eq!(f(1), 9.0, "{name}: total");
+        let slot = |b: u64| (b % 11) as usize;
+        let mut want = vec![0.0; 11];
+        want[slot(bucket)] = 3.0;
+        want[slot(bucket + 3)] = 6.0;
+        assert_eq!(counts, want, "{name}: counts");
+    }
+}
