@@ -132,13 +132,14 @@ local function save(r, key, s, now, margin, absent)
     ttl = (ttl - rest) / 1000 + ((rest > 0) and 1 or 0)
   end
   if ttl > 0 then
+    local patched = nil
+    if a.patch and not absent then patched = a.patch(r, key, s) end
+    if patched == false then return end -- in place, the TTL still right
     -- Formatted as an integer: a number passed as it is goes through '%.14g', a
     -- floating-point conversion that cost a third of a SET.
     local px = string.format('%d', ttl + margin)
-    local patched = nil
-    if a.patch and not absent then patched = a.patch(r, key, s) end
-    if patched ~= nil then
-      if patched then redis.call('PEXPIRE', key, px) end
+    if patched then
+      redis.call('PEXPIRE', key, px)
     elseif not absent then
       redis.call('SET', key, a.encode(s), 'PX', px)
     elseif not redis.call('SET', key, a.encode(s), 'PX', px, 'NX') then

@@ -37,6 +37,8 @@ end
 -- Written slots at most this many are patched in place, one SETRANGE each; more, and
 -- the whole value is written again.
 local PATCHED = 3
+-- The byte offset of each ring slot, as SETRANGE takes it (formatted once).
+local OFFSETS = {}
 
 local function define_sliding_window()
   local sliding_window = {}
@@ -54,14 +56,19 @@ local function define_sliding_window()
   -- (it follows the newest bucket, so the key's TTL stays right until that moves).
   function sliding_window.patch(_, key, s)
     if not s.v then return nil end
-    local k = 0
-    for _ in pairs(s.set) do
+    local set, k = s.set, 0
+    for _ in pairs(set) do
       k = k + 1
       if k > PATCHED then return nil end
     end
     redis.call('SETRANGE', key, '0', struct.pack('<dd', s.newest, s.total))
-    for slot, c in pairs(s.set) do
-      redis.call('SETRANGE', key, string.format('%d', 8 + 8 * slot), struct.pack('<d', c))
+    for slot, c in pairs(set) do
+      local at = OFFSETS[slot]
+      if not at then
+        at = string.format('%d', 8 + 8 * slot)
+        OFFSETS[slot] = at
+      end
+      redis.call('SETRANGE', key, at, struct.pack('<d', c))
     end
     return s.newest ~= s.was
   end
