@@ -151,7 +151,10 @@ async fn a_sliding_window_written_in_place_keeps_its_bytes_and_ttl() {
             let l = &l;
             let k = &k;
             async move {
-                let d = store.check(&[Request::new(k, l, cost)], at(s)).await.unwrap();
+                let d = store
+                    .check(&[Request::new(k, l, cost)], at(s))
+                    .await
+                    .unwrap();
                 assert!(d.decisions[0].allowed(), "{name}: denied at +{s}s");
             }
         };
