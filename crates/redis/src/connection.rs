@@ -58,12 +58,16 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// Connects, waiting at most `connect_timeout` for the first connection.
+    /// Connects, waiting at most `connect_timeout` for the first connection. redis-rs
+    /// gives up on a reply after `backstop`: the store's own deadline, which follows
+    /// Redis's latency and this process's stalls, comes first; `response_timeout` (the
+    /// store's least timeout) paces reconnection.
     pub(crate) async fn open(
         target: &Target,
         tls: &Tls,
         connect_timeout: Duration,
         response_timeout: Duration,
+        backstop: Duration,
     ) -> Result<Connection, Error> {
         if target.is_tls() {
             crate::tls::ensure_provider();
@@ -74,7 +78,7 @@ impl Connection {
                     let client = redis::Client::open(tls.apply(info.clone())?)?;
                     let config = ConnectionManagerConfig::new()
                         .set_connection_timeout(Some(connect_timeout))
-                        .set_response_timeout(Some(response_timeout))
+                        .set_response_timeout(Some(backstop))
                         .set_number_of_retries(2)
                         .set_max_delay(Duration::from_millis(500));
                     let manager =
@@ -94,7 +98,7 @@ impl Connection {
                 Target::Cluster(nodes) => {
                     let mut builder = ClusterClient::builder(nodes.iter().cloned())
                         .connection_timeout(connect_timeout)
-                        .response_timeout(response_timeout)
+                        .response_timeout(backstop)
                         .retries(2);
                     if target.is_tls() {
                         if let Some(certs) = &tls.certs {
@@ -113,7 +117,7 @@ impl Connection {
                     ))
                 }
                 Target::Sentinel { .. } => {
-                    let sentinel = Sentinel::new(target, tls, connect_timeout, response_timeout)?;
+                    let sentinel = Sentinel::new(target, tls, connect_timeout, backstop)?;
                     sentinel.connection().await?;
                     Ok(Connection::Sentinel(Box::new(sentinel)))
                 }

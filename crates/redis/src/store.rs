@@ -36,6 +36,7 @@ pub(crate) mod counter;
 pub mod quota;
 mod records;
 mod stats;
+mod timeout;
 mod version;
 
 pub use builder::RedisStoreBuilder;
@@ -91,7 +92,7 @@ struct Inner {
     connection: Connection,
     layout: Layout,
     time: TimeSource,
-    timeout: Duration,
+    timeouts: timeout::Timeouts,
     /// How it was built: [`RedisStore::another`] builds again from it.
     again: RedisStoreBuilder,
     calls: Calls,
@@ -158,6 +159,7 @@ impl RedisStore {
     /// (no function library is loaded) and makes no decision round at its start.
     pub async fn another(&self, timeout: Duration) -> Result<RedisStore, Error> {
         let mut again = self.inner.again.clone().timeout(timeout).functions(false);
+        again.timeout_ceiling = Some(timeout);
         again.probe = false;
         again.build().await
     }
@@ -260,7 +262,7 @@ impl RedisStore {
         } else {
             None
         };
-        let deadline = tokio::time::Instant::now() + self.inner.timeout;
+        let deadline = tokio::time::Instant::now() + self.inner.timeouts.current();
         // The reference's rules take plain commands, no script (`counter.rs`), unless a
         // record comes with them: only the script keeps it with the batch.
         let counted = keep.is_none()

@@ -105,6 +105,9 @@ pub struct Report {
     pub total: Row,
     pub freeze: Option<(Duration, Duration)>,
     pub fallbacks_outside_freeze: u64,
+    /// The fallbacks by what was answered (`Unavailable`, `Allowed { degraded: true, … }`,
+    /// `Transport`, …), most first.
+    pub fallback_answers: Vec<(String, u64)>,
 }
 
 /// Runs the soak on a `redis-server` of its own, or on its `store` (a Redis URL).
@@ -186,11 +189,18 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
         Some((from, to)) => s.done() < from || s.sent > to + Duration::from_secs(1),
         None => true,
     };
+    let mut answers = std::collections::BTreeMap::<String, u64>::new();
+    for s in &fallbacks {
+        *answers.entry(format!("{:?}", s.answer)).or_default() += 1;
+    }
+    let mut fallback_answers: Vec<(String, u64)> = answers.into_iter().collect();
+    fallback_answers.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     Ok(Report {
         rows,
         total,
         freeze,
         fallbacks_outside_freeze: fallbacks.iter().filter(|s| outside(s)).count() as u64,
+        fallback_answers,
     })
 }
 
@@ -441,6 +451,14 @@ impl std::fmt::Display for Report {
                 to.as_secs_f64(),
                 self.fallbacks_outside_freeze
             )?;
+        }
+        if !self.fallback_answers.is_empty() {
+            let answers: Vec<String> = self
+                .fallback_answers
+                .iter()
+                .map(|(answer, n)| format!("{n} {answer}"))
+                .collect();
+            write!(f, "\nFallbacks by answer: {}", answers.join(", "))?;
         }
         Ok(())
     }

@@ -55,8 +55,11 @@ impl AnyStore {
                 .build();
             return Ok(AnyStore::Memory(store));
         }
-        let store = RedisStore::builder(&settings.url)
-            .timeout(settings.timeout)
+        let mut builder = RedisStore::builder(&settings.url).timeout(settings.timeout);
+        if let Some(ceiling) = settings.timeout_max {
+            builder = builder.timeout_ceiling(ceiling);
+        }
+        let store = builder
             .access(settings.redis.clone())
             .cluster_shards(settings.cluster_shards)
             .build()

@@ -14,6 +14,7 @@ use crate::target::{Target, redact};
 use crate::tls::TlsOptions;
 
 use super::calls::choose_calls;
+use super::timeout::Timeouts;
 use super::version::{self, Server};
 use super::{
     Calls, DEFAULT_CLUSTER_SHARDS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, Inner,
@@ -27,6 +28,8 @@ pub struct RedisStoreBuilder {
     prefix: String,
     time: TimeSource,
     timeout: Duration,
+    /// `None`: twice `timeout`.
+    pub(super) timeout_ceiling: Option<Duration>,
     connect_timeout: Duration,
     access: Access,
     functions: bool,
@@ -43,6 +46,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
             .field("prefix", &self.prefix)
             .field("time", &self.time)
             .field("timeout", &self.timeout)
+            .field("timeout_ceiling", &self.timeout_ceiling)
             .field("connect_timeout", &self.connect_timeout)
             .field("access", &self.access)
             .field("functions", &self.functions)
@@ -58,6 +62,7 @@ impl RedisStoreBuilder {
             prefix: DEFAULT_PREFIX.to_owned(),
             time: TimeSource::default(),
             timeout: DEFAULT_TIMEOUT,
+            timeout_ceiling: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             access: Access::default(),
             functions: true,
@@ -90,10 +95,23 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// The longest a decision may take, retry included, before it fails with
-    /// `Error::Timeout` (default [`DEFAULT_TIMEOUT`]).
+    /// The least time a decision gets, retry included, before it fails with
+    /// `Error::Timeout` (default [`DEFAULT_TIMEOUT`]). A store whose round trips are
+    /// slower and vary more gets more, up to [`timeout_ceiling`](Self::timeout_ceiling):
+    /// a smoothed round trip plus four times its deviation, as TCP times out
+    /// (RFC 6298). A deadline that fired late because this process stalled moves on
+    /// by as long (at most the ceiling, three times): Redis is timed out for its own
+    /// silence only.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The most time a decision gets (default: twice [`timeout`](Self::timeout), so
+    /// 20 ms by default: Envoy's rate limit filter gives up after 20 ms). Equal to the
+    /// timeout, the timeout is fixed. Below it: an error at [`build`](Self::build).
+    pub fn timeout_ceiling(mut self, ceiling: Duration) -> Self {
+        self.timeout_ceiling = Some(ceiling);
         self
     }
 
@@ -141,11 +159,25 @@ impl RedisStoreBuilder {
         if self.timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::InvalidSetting("timeouts must be above zero".into()));
         }
+        let ceiling = self.timeout_ceiling.unwrap_or(self.timeout * 2);
+        if ceiling < self.timeout {
+            return Err(Error::InvalidSetting(format!(
+                "the timeout's ceiling ({ceiling:?}) is below the timeout ({:?})",
+                self.timeout
+            )));
+        }
+        let timeouts = Timeouts::new(self.timeout, ceiling);
         let url = redact(&self.url);
         let (target, tls) = Target::parse(&self.url)?.with_access(&self.access)?;
-        let connection = Connection::open(&target, &tls, self.connect_timeout, self.timeout)
-            .await
-            .map_err(|e| e.at(url.clone()))?;
+        let connection = Connection::open(
+            &target,
+            &tls,
+            self.connect_timeout,
+            self.timeout,
+            timeouts.backstop(),
+        )
+        .await
+        .map_err(|e| e.at(url.clone()))?;
         let server = version::read(&connection, self.connect_timeout).await;
         if let Some(why) = server.as_ref().and_then(Server::too_old) {
             return Err(Error::TooOld { url, why });
@@ -168,7 +200,7 @@ impl RedisStoreBuilder {
                 shards,
             },
             time: self.time,
-            timeout: self.timeout,
+            timeouts,
             again,
             calls,
             server,

@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use super::calls::{
     is_function_not_found, is_unknown_command, load_library, no_answer, refused, until_answered,
 };
-use super::{Calls, Inner, counter};
+use super::{Calls, Inner, counter, timeout};
 use crate::Error;
 use crate::coalesce::{self, Batch, Failure, LaneId, Lanes, Waiting};
 use crate::script::{self, LIBRARY, SCRIPT_SOURCE, Section};
@@ -84,14 +84,14 @@ impl Inner {
             )))
             .await;
         }
-        match tokio::time::timeout_at(deadline, reply).await {
-            Ok(Ok(part)) => part.map_err(Failure::error),
+        match timeout::by(deadline, self.timeouts.ceiling(), reply).await {
+            Some(Ok(part)) => part.map_err(Failure::error),
             // The runtime dropped the call (shutting down).
-            Ok(Err(_)) => Err(CoreError::Store {
+            Some(Err(_)) => Err(CoreError::Store {
                 source: "the call carrying this decision was dropped".into(),
                 transient: true,
             }),
-            Err(_) => Err(CoreError::Timeout(self.timeout)),
+            None => Err(CoreError::Timeout(self.timeouts.current())),
         }
     }
 
@@ -99,21 +99,26 @@ impl Inner {
         &self,
         call: impl Future<Output = Result<T, RedisError>>,
     ) -> Result<T, Failure> {
-        // redis-rs has the same response timeout and may notice first: either way the
-        // caller sees one kind of error for "no answer in time".
+        // redis-rs's own response timeout is a backstop, later than this deadline,
+        // but either way the caller sees one kind of error for "no answer in time".
         let connection = &self.connection;
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Err(e)) if e.is_timeout() => {
+        let timeout = self.timeouts.current();
+        let sent = tokio::time::Instant::now();
+        match timeout::by(sent + timeout, self.timeouts.ceiling(), call).await {
+            Some(Err(e)) if e.is_timeout() => {
                 connection.timed_out();
-                Err(Failure::Timeout(self.timeout))
+                self.timeouts.timed_out(timeout);
+                Err(Failure::Timeout(timeout))
             }
-            Ok(result) => {
+            Some(result) => {
                 connection.answered();
+                self.timeouts.answered(sent.elapsed());
                 result.map_err(|e| Failure::Redis(Arc::new(e)))
             }
-            Err(_) => {
+            None => {
                 connection.timed_out();
-                Err(Failure::Timeout(self.timeout))
+                self.timeouts.timed_out(timeout);
+                Err(Failure::Timeout(timeout))
             }
         }
     }

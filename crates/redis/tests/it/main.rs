@@ -15,6 +15,7 @@ mod script_input;
 mod servers;
 mod store;
 mod support;
+mod timeout;
 mod tls;
 mod ttl;
 mod usage;

@@ -226,6 +226,7 @@ fn blank() -> Config {
             url: String::new(),
             redis: spillway_redis::Access::default(),
             timeout: Duration::ZERO,
+            timeout_max: None,
             on_error: spillway_policy::OnStoreError::Closed,
             breaker_failures: 0,
             breaker_ratio: 0.0,

@@ -13,8 +13,11 @@ pub struct Store {
     pub url: String,
     /// TLS and credentials for a Redis store (passwords print as `***`).
     pub redis: spillway_redis::Access,
-    /// Per store call; well under Envoy's 20 ms deadline.
+    /// The least a store call gets; well under Envoy's 20 ms deadline.
     pub timeout: Duration,
+    /// The most a store call gets when Redis's round trips are slow and vary
+    /// (`None`: twice `timeout`).
+    pub timeout_max: Option<Duration>,
     /// For rules without their own `on_store_error`.
     pub on_error: OnStoreError,
     /// The breaker opens when the last `breaker_window` holds at least
@@ -96,6 +99,7 @@ impl std::fmt::Debug for Store {
             .field("url", &spillway_redis::redact_url(&self.url))
             .field("redis", &self.redis)
             .field("timeout", &self.timeout)
+            .field("timeout_max", &self.timeout_max)
             .field("on_error", &self.on_error)
             .field("breaker_failures", &self.breaker_failures)
             .field("breaker_ratio", &self.breaker_ratio)
