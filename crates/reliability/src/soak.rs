@@ -39,7 +39,7 @@ descriptors:
 #[derive(clap::Args, Clone, Debug)]
 pub struct Soak {
     /// A Redis URL, frozen by `DEBUG SLEEP` (default: a redis-server of its own on a free
-    /// port, frozen by SIGSTOP).
+    /// port, `hz 100`, frozen by SIGSTOP).
     #[arg(long)]
     pub store: Option<String>,
     /// Requests a second, sent whether or not earlier ones have answered.
@@ -56,6 +56,13 @@ pub struct Soak {
     /// A row every this long.
     #[arg(long, default_value = "10s", value_parser = duration)]
     pub every: Duration,
+    /// Stop this whole process (service and load generator, not Redis) for this long
+    /// every `--stall-every`, as a busy machine's scheduler does (0s: never). A child
+    /// `sh` sends SIGSTOP, then SIGCONT.
+    #[arg(long, default_value = "0s", value_parser = duration)]
+    pub stall: Duration,
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub stall_every: Duration,
     /// A service setting, KEY=VALUE (the settings file's keys), over the defaults.
     #[arg(long = "set", value_parser = key_value)]
     pub settings: Vec<(String, String)>,
@@ -108,11 +115,26 @@ pub struct Report {
     /// The fallbacks by what was answered (`Unavailable`, `Allowed { degraded: true, … }`,
     /// `Transport`, …), most first.
     pub fallback_answers: Vec<(String, u64)>,
+    /// How many times this process was stopped (`--stall`), and for how long each.
+    pub stalls: (u32, Duration),
+    /// Redis's own pauses of 2 ms or more by event (`LATENCY LATEST`: `command`,
+    /// `expire-cycle`, …), the longest of each, in ms; empty where the latency
+    /// monitor is off (a given store that did not turn it on).
+    pub redis_pauses: Vec<(String, u64)>,
 }
+
+/// The soak's own `redis-server`: `hz 100`, as docs/stores.md advises for rate limits
+/// (at the default 10, expiring the `gcra` keys of a million users paused Redis for up
+/// to 12 ms at a time, each pause a round of store timeouts); and Redis's latency
+/// monitor on, for the report's pauses of Redis itself.
+pub const OWN_REDIS: &[&str] = &["--hz", "100", "--latency-monitor-threshold", "2"];
 
 /// Runs the soak on a `redis-server` of its own, or on its `store` (a Redis URL).
 pub async fn run(soak: Soak) -> anyhow::Result<Report> {
-    let own = soak.store.is_none().then(RedisServer::start);
+    let own = soak
+        .store
+        .is_none()
+        .then(|| RedisServer::start_with(OWN_REDIS));
     let url = soak
         .store
         .clone()
@@ -168,7 +190,30 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
         }
         marks
     };
-    let ((), marks) = tokio::join!(freezing, reading);
+    // The stalls of this process, if asked: one every `stall_every` until the end.
+    let stalling = async {
+        if soak.stall.is_zero() || soak.stall_every.is_zero() {
+            return 0;
+        }
+        let mut stalls = 0;
+        let mut at = start + soak.stall_every;
+        while at + soak.stall < start + soak.length {
+            tokio::time::sleep_until(at).await;
+            let (pid, seconds) = (std::process::id(), soak.stall.as_secs_f64());
+            let script = format!("kill -STOP {pid}; sleep {seconds}; kill -CONT {pid}");
+            let stalled = tokio::task::spawn_blocking(move || {
+                std::process::Command::new("sh")
+                    .args(["-c", &script])
+                    .status()
+            });
+            if matches!(stalled.await, Ok(Ok(s)) if s.success()) {
+                stalls += 1;
+            }
+            at += soak.stall_every;
+        }
+        stalls
+    };
+    let ((), marks, stalls) = tokio::join!(freezing, reading, stalling);
     load.await?;
     let (mut rows, mut total, fallbacks) = tally.await?;
     let mut before = Mark::default();
@@ -185,6 +230,7 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
     (total.rss_kib, total.heap_kib, total.fds) = (before.rss_kib, before.heap_kib, before.fds);
     total.end = soak.length;
     service.stop().await;
+    let redis_pauses = redis_pauses(&url).await;
     let outside = |s: &Sample| match freeze {
         Some((from, to)) => s.done() < from || s.sent > to + Duration::from_secs(1),
         None => true,
@@ -201,6 +247,8 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
         freeze,
         fallbacks_outside_freeze: fallbacks.iter().filter(|s| outside(s)).count() as u64,
         fallback_answers,
+        stalls: (stalls, soak.stall),
+        redis_pauses,
     })
 }
 
@@ -392,6 +440,30 @@ impl Mark {
     }
 }
 
+/// Redis's `LATENCY LATEST`: each event's longest pause, in ms. Its own pauses show
+/// whether a store timeout was Redis's (the freeze's `SIGSTOP` leaves none: a stopped
+/// process measures nothing).
+async fn redis_pauses(url: &str) -> Vec<(String, u64)> {
+    let Ok(client) = redis::Client::open(url) else {
+        return Vec::new();
+    };
+    let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+        return Vec::new();
+    };
+    let latest: redis::RedisResult<Vec<(String, u64, u64, u64)>> = redis::cmd("LATENCY")
+        .arg("LATEST")
+        .query_async(&mut c)
+        .await;
+    latest
+        .map(|events| {
+            events
+                .into_iter()
+                .map(|(event, _, _, max)| (event, max))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// `DEBUG SLEEP` on a server given by URL (its `enable-debug-command` must allow it).
 async fn debug_sleep(url: &str, length: Duration) {
     let Ok(client) = redis::Client::open(url) else {
@@ -450,6 +522,19 @@ impl std::fmt::Display for Report {
                 from.as_secs_f64(),
                 to.as_secs_f64(),
                 self.fallbacks_outside_freeze
+            )?;
+        }
+        if !self.redis_pauses.is_empty() {
+            let pauses: Vec<String> = (self.redis_pauses.iter())
+                .map(|(event, max)| format!("{event} {max} ms"))
+                .collect();
+            write!(f, "\nRedis's own longest pauses: {}", pauses.join(", "))?;
+        }
+        if self.stalls.0 > 0 {
+            write!(
+                f,
+                "\nThis process stopped {} times, {:?} each",
+                self.stalls.0, self.stalls.1
             )?;
         }
         if !self.fallback_answers.is_empty() {

@@ -20,6 +20,8 @@ async fn a_minute_at_a_thousand_a_second_falls_back_only_in_the_freeze_and_stays
         length: Duration::from_secs(60),
         freeze: Duration::from_secs(1),
         every: EVERY,
+        stall: Duration::ZERO,
+        stall_every: Duration::ZERO,
         // The test binaries run side by side: on a busy machine a call can wait past
         // the 10 ms default behind other work. A call the timeout ends is answered by
         // its rule's failure policy, the thing this test counts.
