@@ -15,6 +15,11 @@
 //! a call costs Redis more than the decisions in it. A decision whose
 //! caller stopped waiting (its timeout) is dropped before it is sent: never charged.
 //!
+//! At everyday rates a lane is mostly idle and each decision goes alone. A store with
+//! a window (`coalesce/window.rs`, off by default) lets the decision that opens an
+//! idle lane wait it out before its call goes, taking along whatever arrived
+//! meanwhile: fewer calls for Redis, the window's length added to those decisions.
+//!
 //! A call decides its batches in order, each as it would alone; one that fails fails
 //! alone (see `scripts/round.lua`, and `store/counter.rs` for a pipeline's).
 
@@ -28,6 +33,8 @@ use redis::{RedisError, Value};
 use tokio::sync::oneshot;
 
 use crate::error::{is_transient, unexpected};
+
+pub(crate) mod window;
 
 /// Calls in flight per lane: Redis runs one while the next is on the wire, and the
 /// decisions that arrive meanwhile wait for the first to end.
@@ -155,6 +162,13 @@ impl<B: Batch> Lanes<B> {
         }
         l.calls += 1;
         Some(taken)
+    }
+
+    /// Whether `taken`, a call [`Lanes::submit`] handed out, opened its idle lane: it
+    /// carries only the batch that found the lane idle (a second call waits for
+    /// [`SECOND_CALL_AT`] batches) on a light lane (a heavy call never has company).
+    pub(crate) fn opened(lane: LaneId, taken: &[Waiting<B>]) -> bool {
+        lane.1 == Kind::Light && taken.len() == 1
     }
 
     /// A call on `lane` ended: the batches its sender must send next, or `None` (the

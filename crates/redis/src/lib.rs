@@ -43,6 +43,7 @@ mod target;
 mod tls;
 
 pub use access::{Access, Password};
+pub use coalesce::window::MAX_WINDOW;
 pub use error::Error;
 pub use key::{redis_key, ring_keys};
 pub use script::TimeSource;

@@ -93,6 +93,8 @@ struct Inner {
     layout: Layout,
     time: TimeSource,
     timeouts: timeout::Timeouts,
+    /// What a decision that finds its lane idle waits for company.
+    window: crate::coalesce::window::Window,
     /// How it was built: [`RedisStore::another`] builds again from it.
     again: RedisStoreBuilder,
     calls: Calls,
@@ -160,6 +162,7 @@ impl RedisStore {
     pub async fn another(&self, timeout: Duration) -> Result<RedisStore, Error> {
         let mut again = self.inner.again.clone().timeout(timeout).functions(false);
         again.timeout_ceiling = Some(timeout);
+        again.window = Duration::ZERO;
         again.probe = false;
         again.build().await
     }

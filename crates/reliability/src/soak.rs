@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use spillway_redis::RedisStore;
 use spillway_server::{App, Config, Running};
 use spillway_testkit::redis::RedisServer;
 use tokio::sync::{mpsc, watch};
@@ -121,6 +122,21 @@ pub struct Report {
     /// `expire-cycle`, …), the longest of each, in ms; empty where the latency
     /// monitor is off (a given store that did not turn it on).
     pub redis_pauses: Vec<(String, u64)>,
+    /// What Redis spent on the run's decisions (`INFO commandstats` before and after;
+    /// `None` where it would not say).
+    pub redis_spent: Option<Spent>,
+}
+
+/// Redis's calls of the decision code over a run, and its time in them.
+#[derive(Debug, Clone, Copy)]
+pub struct Spent {
+    pub calls: u64,
+    /// Requests (each a batch of the two rules) a call.
+    pub per_call: f64,
+    /// Redis's time a call, in µs (`usec_per_call` over the run).
+    pub usec_per_call: f64,
+    /// Redis's time a request, in µs.
+    pub usec_per_request: f64,
 }
 
 /// The soak's own `redis-server`: `hz 100`, as docs/stores.md advises for rate limits
@@ -139,6 +155,11 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
         .store
         .clone()
         .unwrap_or_else(|| own.as_ref().expect("started").url());
+    let stats = RedisStore::connect(&url).await.ok();
+    let stats_before = match &stats {
+        Some(store) => store.server_stats().await.ok(),
+        None => None,
+    };
     let service = Service::start(&url, &soak.settings)?;
     let check = Check::new(service.running.http_addr, soak.users)?;
     let metrics_url = format!(
@@ -231,6 +252,20 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
     total.end = soak.length;
     service.stop().await;
     let redis_pauses = redis_pauses(&url).await;
+    let redis_spent = match (&stats, stats_before) {
+        (Some(store), Some(before)) => store.server_stats().await.ok().and_then(|after| {
+            let calls = after.decision_calls.checked_sub(before.decision_calls)?;
+            let usec = after.decision_usec.checked_sub(before.decision_usec)? as f64;
+            let requests = total.requests.max(1) as f64;
+            (calls > 0).then(|| Spent {
+                calls,
+                per_call: requests / calls as f64,
+                usec_per_call: usec / calls as f64,
+                usec_per_request: usec / requests,
+            })
+        }),
+        _ => None,
+    };
     let outside = |s: &Sample| match freeze {
         Some((from, to)) => s.done() < from || s.sent > to + Duration::from_secs(1),
         None => true,
@@ -249,6 +284,7 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
         fallback_answers,
         stalls: (stalls, soak.stall),
         redis_pauses,
+        redis_spent,
     })
 }
 
@@ -529,6 +565,13 @@ impl std::fmt::Display for Report {
                 .map(|(event, max)| format!("{event} {max} ms"))
                 .collect();
             write!(f, "\nRedis's own longest pauses: {}", pauses.join(", "))?;
+        }
+        if let Some(spent) = self.redis_spent {
+            write!(
+                f,
+                "\nRedis ran {} decision calls: {:.2} requests a call, {:.1} µs a call, {:.1} µs a request",
+                spent.calls, spent.per_call, spent.usec_per_call, spent.usec_per_request
+            )?;
         }
         if self.stalls.0 > 0 {
             write!(

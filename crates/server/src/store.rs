@@ -55,7 +55,9 @@ impl AnyStore {
                 .build();
             return Ok(AnyStore::Memory(store));
         }
-        let mut builder = RedisStore::builder(&settings.url).timeout(settings.timeout);
+        let mut builder = RedisStore::builder(&settings.url)
+            .timeout(settings.timeout)
+            .window(settings.window);
         if let Some(ceiling) = settings.timeout_max {
             builder = builder.timeout_ceiling(ceiling);
         }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::access::Access;
 use crate::coalesce::Lanes;
+use crate::coalesce::window::{MAX_WINDOW, Window};
 use crate::connection::Connection;
 use crate::key::{Layout, Shards, check_prefix};
 use crate::script::TimeSource;
@@ -31,6 +32,8 @@ pub struct RedisStoreBuilder {
     /// `None`: twice `timeout`.
     pub(super) timeout_ceiling: Option<Duration>,
     connect_timeout: Duration,
+    /// How long a decision that finds its lane idle waits for company (zero: none).
+    pub(super) window: Duration,
     access: Access,
     functions: bool,
     cluster_shards: u16,
@@ -48,6 +51,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
             .field("timeout", &self.timeout)
             .field("timeout_ceiling", &self.timeout_ceiling)
             .field("connect_timeout", &self.connect_timeout)
+            .field("window", &self.window)
             .field("access", &self.access)
             .field("functions", &self.functions)
             .field("cluster_shards", &self.cluster_shards)
@@ -64,6 +68,7 @@ impl RedisStoreBuilder {
             timeout: DEFAULT_TIMEOUT,
             timeout_ceiling: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            window: Duration::ZERO,
             access: Access::default(),
             functions: true,
             cluster_shards: DEFAULT_CLUSTER_SHARDS,
@@ -112,6 +117,18 @@ impl RedisStoreBuilder {
     /// timeout, the timeout is fixed. Below it: an error at [`build`](Self::build).
     pub fn timeout_ceiling(mut self, ceiling: Duration) -> Self {
         self.timeout_ceiling = Some(ceiling);
+        self
+    }
+
+    /// How long a decision that finds nothing in flight on its way to Redis waits
+    /// before its call goes, so that the decisions arriving meanwhile go in the same
+    /// call (default zero: it goes at once; at most [`MAX_WINDOW`]). Decisions that
+    /// find a call in flight already wait for it to end and share the next one, so
+    /// this matters at everyday rates, where most find none: Redis runs fewer calls,
+    /// and each decision that opens one waits the window (and up to Linux's timer
+    /// slack, 50 µs, more). The reference's `REDIS_PIPELINE_WINDOW` sets it.
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
         self
     }
 
@@ -166,7 +183,15 @@ impl RedisStoreBuilder {
                 self.timeout
             )));
         }
+        if self.window > MAX_WINDOW {
+            return Err(Error::InvalidSetting(format!(
+                "a window of {:?}: at most {MAX_WINDOW:?} (each decision that opens a call waits it out)",
+                self.window
+            )));
+        }
         let timeouts = Timeouts::new(self.timeout, ceiling);
+        let window = Window::new(self.window)
+            .map_err(|e| Error::InvalidSetting(format!("cannot start the window's thread: {e}")))?;
         let url = redact(&self.url);
         let (target, tls) = Target::parse(&self.url)?.with_access(&self.access)?;
         let connection = Connection::open(
@@ -201,6 +226,7 @@ impl RedisStoreBuilder {
             },
             time: self.time,
             timeouts,
+            window,
             again,
             calls,
             server,

@@ -73,15 +73,21 @@ impl Inner {
         deadline: tokio::time::Instant,
     ) -> Result<Value, CoreError> {
         let (answer, reply) = oneshot::channel();
-        if let Some(batches) = B::lanes(self).submit(lane, Waiting { batch, answer }) {
+        if let Some(mut batches) = B::lanes(self).submit(lane, Waiting { batch, answer }) {
             // A free lane (or a second call for many waiting): these decisions go out
-            // at once, from this task. Finished on a task of its own if this one stops
-            // waiting (a client gone): the call may carry other callers' batches, and
-            // once sent its reply is theirs.
+            // from this task, at once or, opening an idle lane, after the store's
+            // window with those that came meanwhile. Finished on a task of its own if
+            // this one stops waiting (a client gone): the call may carry other
+            // callers' batches, and once sent its reply is theirs.
             let inner = Arc::clone(self);
-            FinishedIfDropped(Some(Box::pin(
-                async move { inner.send(lane, batches).await },
-            )))
+            let wait = Lanes::opened(lane, &batches) && !self.window.length().is_zero();
+            FinishedIfDropped(Some(Box::pin(async move {
+                if wait {
+                    inner.window.wait().await;
+                    B::lanes(&inner).top_up(lane, &mut batches);
+                }
+                inner.send(lane, batches).await
+            })))
             .await;
         }
         match timeout::by(deadline, self.timeouts.ceiling(), reply).await {
@@ -309,3 +315,6 @@ impl<B: Carried> Drop for Turn<B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

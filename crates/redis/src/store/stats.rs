@@ -33,6 +33,8 @@ pub struct ServerStats {
     pub decision_calls: u64,
     /// Of which `FCALL`.
     pub function_calls: u64,
+    /// Redis's time in those calls, in µs (`usec`: the script's run, not the wire).
+    pub decision_usec: u64,
     /// `INCRBY` calls: decisions of the reference's rules, made without the script (one
     /// per limit of such a batch).
     pub counted: u64,
@@ -48,13 +50,14 @@ impl ServerStats {
                 continue;
             };
             // `cmdstat_<command>:calls=N,usec=…`
-            let calls = || {
+            let field = |field: &str| {
                 value
                     .split(',')
-                    .find_map(|f| f.strip_prefix("calls="))
+                    .find_map(|f| f.strip_prefix(field)?.strip_prefix('='))
                     .and_then(|n| n.parse::<u64>().ok())
                     .unwrap_or(0)
             };
+            let calls = || field("calls");
             match name {
                 "used_cpu_sys" | "used_cpu_user" => {
                     self.cpu_seconds += value.parse::<f64>().unwrap_or(0.0);
@@ -62,6 +65,7 @@ impl ServerStats {
                 "cmdstat_fcall" | "cmdstat_evalsha" | "cmdstat_eval" => {
                     let calls = calls();
                     self.decision_calls += calls;
+                    self.decision_usec += field("usec");
                     if name == "cmdstat_fcall" {
                         self.function_calls += calls;
                     }
@@ -80,5 +84,33 @@ pub(super) fn text_of(v: &Value) -> String {
         Value::VerbatimString { text, .. } => text.clone(),
         Value::SimpleString(s) => s.clone(),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_cpu_and_the_decision_calls_of_an_info_reply() {
+        let mut stats = ServerStats::default();
+        stats.add(
+            "# CPU\r\nused_cpu_sys:1.50\r\nused_cpu_user:2.25\r\n# Commandstats\r\n\
+             cmdstat_fcall:calls=10,usec=150,usec_per_call=15.00,rejected_calls=0\r\n\
+             cmdstat_evalsha:calls=2,usec=40,usec_per_call=20.00\r\n\
+             cmdstat_incrby:calls=7,usec=7,usec_per_call=1.00\r\n\
+             cmdstat_get:calls=99,usec=99\r\n",
+        );
+        assert_eq!(
+            stats,
+            ServerStats {
+                cpu_seconds: 3.75,
+                decision_calls: 12,
+                function_calls: 10,
+                decision_usec: 190,
+                counted: 7,
+                servers: 1,
+            }
+        );
     }
 }

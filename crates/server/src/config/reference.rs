@@ -280,6 +280,13 @@ pub static REFERENCE: &[ReferenceRow] = &[
         read: Read::Same,
     },
     ReferenceRow {
+        variables: &["REDIS_PIPELINE_WINDOW"],
+        sets: &[("store_window", "REDIS_PIPELINE_WINDOW")],
+        gate: None,
+        note: "as set, at most 1ms: a decision that finds no store call in flight waits it for others to share its call, as the reference's pipeline flushes after its window (unset: 0, at once, as the reference)",
+        read: Read::Same,
+    },
+    ReferenceRow {
         variables: &["REDIS_AUTH"],
         sets: &[
             ("redis_username", "REDIS_AUTH"),

@@ -227,6 +227,7 @@ fn blank() -> Config {
             redis: spillway_redis::Access::default(),
             timeout: Duration::ZERO,
             timeout_max: None,
+            window: Duration::ZERO,
             on_error: spillway_policy::OnStoreError::Closed,
             breaker_failures: 0,
             breaker_ratio: 0.0,

@@ -18,6 +18,9 @@ pub struct Store {
     /// The most a store call gets when Redis's round trips are slow and vary
     /// (`None`: twice `timeout`).
     pub timeout_max: Option<Duration>,
+    /// How long a decision that finds no call in flight waits for others to share
+    /// its call (zero: it goes at once).
+    pub window: Duration,
     /// For rules without their own `on_store_error`.
     pub on_error: OnStoreError,
     /// The breaker opens when the last `breaker_window` holds at least
@@ -100,6 +103,7 @@ impl std::fmt::Debug for Store {
             .field("redis", &self.redis)
             .field("timeout", &self.timeout)
             .field("timeout_max", &self.timeout_max)
+            .field("window", &self.window)
             .field("on_error", &self.on_error)
             .field("breaker_failures", &self.breaker_failures)
             .field("breaker_ratio", &self.breaker_ratio)

@@ -6,7 +6,8 @@
 
 use super::value::{
     addr, admin_addr, boolean, breaker_ratio, duration, duration_above_zero, list, log_format,
-    mogrifiers, number, optional, otlp_protocol, pairs, ratio, statsd_protocol, verify, webhook,
+    mogrifiers, number, optional, otlp_protocol, pairs, ratio, statsd_protocol, store_window,
+    verify, webhook,
 };
 use super::{Config, TlsListeners, XdsTls};
 
@@ -194,6 +195,9 @@ pub static SETTINGS: &[Setting] = &[
     row("store_timeout_max", "store", "", DURATION,
         "the most a store call gets: a smoothed round trip plus four deviations, as TCP times out (empty: twice store_timeout; equal to it: fixed)",
         Text, |c, v| { c.store.timeout_max = optional(v).map(duration).transpose()?; Ok(()) }),
+    row("store_window", "store", "0s", DURATION,
+        "how long a decision that finds no store call in flight waits for others to share its call (at most 1ms; 0s: it goes at once): fewer calls for Redis at everyday rates, the window added to those decisions' latency",
+        Text, |c, v| { c.store.window = store_window(v)?; Ok(()) }),
     row("on_store_error", "store", "closed", "open|closed|local",
         "for rules without their own: admit, refuse (503 / UNAVAILABLE), or decide in process",
         Text, |c, v| { c.store.on_error = v.parse()?; Ok(()) }),

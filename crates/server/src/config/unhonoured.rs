@@ -19,7 +19,7 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
     ),
     (
         "REDIS_PERSECOND_PIPELINE_",
-        "reference rules are pipelined INCRBY (+ PEXPIRE when new), other rules one script call, and the calls waiting meanwhile are coalesced into one pipeline at once: there is no window to set",
+        "the per-second store's calls are coalesced as the main store's, with its window (store_window, REDIS_PIPELINE_WINDOW)",
     ),
     (
         "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
@@ -31,8 +31,8 @@ pub const NOT_HONOURED: &[(&str, &str)] = &[
         "one multiplexed connection per Redis node; there is no pool",
     ),
     (
-        "REDIS_PIPELINE_",
-        "reference rules are pipelined INCRBY (+ PEXPIRE when new), other rules one script call, and the calls waiting meanwhile are coalesced into one pipeline at once: there is no window to set",
+        "REDIS_PIPELINE_LIMIT",
+        "deprecated in the reference, with no effect there: a call carries at most 64 decisions and 512 keys, and the calls waiting meanwhile are coalesced into the next one",
     ),
     (
         "REDIS_CLUSTER_PIPELINE_PARALLELISM",

@@ -66,6 +66,18 @@ pub fn addr(s: &str) -> Result<SocketAddr, String> {
 /// A duration like `10ms`, `2s`, `1m`: the policies' parser.
 pub use spillway_policy::duration::parse as duration;
 
+/// The store's window ([`duration`]), refused past [`spillway_redis::MAX_WINDOW`].
+pub fn store_window(s: &str) -> Result<std::time::Duration, String> {
+    let d = duration(s)?;
+    if d > spillway_redis::MAX_WINDOW {
+        return Err(format!(
+            "a window of `{s}`: at most {} (each decision that opens a store call waits it out)",
+            spillway_policy::duration::format(spillway_redis::MAX_WINDOW)
+        ));
+    }
+    Ok(d)
+}
+
 /// [`duration`], refused when 0: `what` must be above 0.
 pub fn duration_above_zero(s: &str, what: &str) -> Result<std::time::Duration, String> {
     let d = duration(s)?;

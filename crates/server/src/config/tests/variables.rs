@@ -153,3 +153,42 @@ fn the_reference_deployment_variables_of_issue_48() {
         .to_string();
     assert!(e.contains("REDIS_PERSECOND_URL"), "{e}");
 }
+
+/// The store's window: the reference's `REDIS_PIPELINE_WINDOW` sets it (in Go's units,
+/// `150us`), unset it is zero, and past a millisecond it stops the start, saying why.
+#[test]
+fn the_store_window_and_the_reference_pipeline_window() {
+    assert_eq!(from_env(&[]).unwrap().store.window, Duration::ZERO);
+    let c = from_env(&[("REDIS_PIPELINE_WINDOW", "150us")]).unwrap();
+    assert_eq!(c.store.window, Duration::from_micros(150));
+    assert!(
+        !not_honoured(&vars(&[("REDIS_PIPELINE_WINDOW", "150us")]))
+            .iter()
+            .any(|(n, _)| n == "REDIS_PIPELINE_WINDOW")
+    );
+    let with_flag = |value: &str| {
+        let mut flags = Partial::default();
+        flags.set("store_window", value, Origin::Flag("--store-window".into()))?;
+        Sources {
+            flags,
+            ..Sources::default()
+        }
+        .resolve()
+        .map(|r| r.config)
+    };
+    let c = with_flag("200us").unwrap();
+    assert_eq!(c.store.window, Duration::from_micros(200));
+    let e = with_flag("2ms").unwrap_err().to_string();
+    assert!(e.contains("at most 1ms"), "{e}");
+    // The per-second store takes the main store's.
+    let c = from_env(&[
+        ("REDIS_PIPELINE_WINDOW", "100us"),
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_URL", "a:1"),
+    ])
+    .unwrap();
+    assert_eq!(
+        c.store.per_second().unwrap().window,
+        Duration::from_micros(100)
+    );
+}
