@@ -47,6 +47,17 @@ pub(crate) fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time the machine lost to other guests of its host so far (the `steal` column
+/// of /proc/stat's `cpu` line, every CPU together), in ms; 0 where it is not kept.
+pub(crate) fn stolen_ms() -> u64 {
+    const TICKS_PER_SEC: u64 = 100;
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    stat.lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .and_then(|fields| fields.split_whitespace().nth(7)?.parse::<u64>().ok())
+        .map_or(0, |ticks| ticks * 1000 / TICKS_PER_SEC)
+}
+
 /// File descriptors this process has open, from /proc.
 pub(crate) fn open_fds() -> u64 {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)

@@ -102,6 +102,8 @@ pub struct Row {
     pub rss_kib: u64,
     pub heap_kib: i64,
     pub fds: u64,
+    /// CPU time the machine lost to other guests of its host (steal), in ms.
+    pub stolen_ms: u64,
 }
 
 /// The rows, the whole run, and the fallbacks outside the freeze: answered before it
@@ -137,6 +139,8 @@ pub struct Spent {
     pub usec_per_call: f64,
     /// Redis's time a request, in µs.
     pub usec_per_request: f64,
+    /// Redis's CPU (user and system) a request, in µs.
+    pub cpu_per_request: f64,
 }
 
 /// The soak's own `redis-server`: `hz 100`, as docs/stores.md advises for rate limits
@@ -167,6 +171,7 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
         service.running.admin_addr.expect("the admin listener")
     );
 
+    let stolen_at_start = crate::stolen_ms();
     let start = Instant::now();
     let (tx, rx) = mpsc::unbounded_channel();
     let (_end, until) = watch::channel(start + soak.length);
@@ -244,11 +249,13 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
         row.opened = mark.opened.saturating_sub(before.opened);
         row.refused = mark.refused.saturating_sub(before.refused);
         (row.rss_kib, row.heap_kib, row.fds) = (mark.rss_kib, mark.heap_kib, mark.fds);
+        row.stolen_ms = mark.stolen_ms.saturating_sub(before.stolen_ms.max(stolen_at_start));
         before = *mark;
     }
     (total.timeouts, total.opened, total.refused) =
         (before.timeouts, before.opened, before.refused);
     (total.rss_kib, total.heap_kib, total.fds) = (before.rss_kib, before.heap_kib, before.fds);
+    total.stolen_ms = before.stolen_ms.saturating_sub(stolen_at_start);
     total.end = soak.length;
     service.stop().await;
     let redis_pauses = redis_pauses(&url).await;
@@ -262,6 +269,7 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
                 per_call: requests / calls as f64,
                 usec_per_call: usec / calls as f64,
                 usec_per_request: usec / requests,
+                cpu_per_request: (after.cpu_seconds - before.cpu_seconds) * 1e6 / requests,
             })
         }),
         _ => None,
@@ -449,6 +457,7 @@ struct Mark {
     rss_kib: u64,
     heap_kib: i64,
     fds: u64,
+    stolen_ms: u64,
 }
 
 impl Mark {
@@ -472,6 +481,7 @@ impl Mark {
             rss_kib: crate::rss_kib(),
             heap_kib: crate::heap_bytes() / 1024,
             fds: crate::open_fds(),
+            stolen_ms: crate::stolen_ms(),
         }
     }
 }
@@ -569,8 +579,24 @@ impl std::fmt::Display for Report {
         if let Some(spent) = self.redis_spent {
             write!(
                 f,
-                "\nRedis ran {} decision calls: {:.2} requests a call, {:.1} µs a call, {:.1} µs a request",
-                spent.calls, spent.per_call, spent.usec_per_call, spent.usec_per_request
+                "\nRedis ran {} decision calls: {:.2} requests a call, {:.1} µs a call, {:.1} µs a request; its CPU {:.1} µs a request",
+                spent.calls,
+                spent.per_call,
+                spent.usec_per_call,
+                spent.usec_per_request,
+                spent.cpu_per_request
+            )?;
+        }
+        if self.total.stolen_ms > 0 {
+            let rows: Vec<String> = (self.rows.iter())
+                .filter(|r| r.stolen_ms > 0)
+                .map(|r| format!("{} ms to {} s", r.stolen_ms, r.end.as_secs()))
+                .collect();
+            write!(
+                f,
+                "\nThe machine lost {} ms of CPU to other guests of its host (steal): {}",
+                self.total.stolen_ms,
+                rows.join(", ")
             )?;
         }
         if self.stalls.0 > 0 {
