@@ -249,7 +249,9 @@ pub async fn run(soak: Soak) -> anyhow::Result<Report> {
         row.opened = mark.opened.saturating_sub(before.opened);
         row.refused = mark.refused.saturating_sub(before.refused);
         (row.rss_kib, row.heap_kib, row.fds) = (mark.rss_kib, mark.heap_kib, mark.fds);
-        row.stolen_ms = mark.stolen_ms.saturating_sub(before.stolen_ms.max(stolen_at_start));
+        row.stolen_ms = mark
+            .stolen_ms
+            .saturating_sub(before.stolen_ms.max(stolen_at_start));
         before = *mark;
     }
     (total.timeouts, total.opened, total.refused) =
