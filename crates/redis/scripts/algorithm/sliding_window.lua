@@ -3,16 +3,22 @@
 
 -- === sliding_window: state (newest, total, counts[P+1]), 16 + 8(P+1) bytes ===========
 -- counts is a ring indexed by bucket mod (P+1) (plus 1: Lua tables count from 1),
--- empty until the first charge.
+-- empty until the first charge. The short form, 16 bytes (newest, total): every count
+-- in the newest bucket, so the ring is that count and zeros. A key's first charge, and
+-- every later one until a charge lands in another bucket, is written so: a `SET` of 16
+-- bytes where the ring of precision 60 was a string of 504 made in Lua (most of a new
+-- key's time), and 16 bytes kept for a key whose use fits in one bucket.
 --
 -- The ring is read where a decision looks, not decoded whole, and written back the
 -- same way: a decision reads two or three of its P+1 counts and writes one. Unpacking
 -- the 61 doubles of a precision-60 window into a table and packing them back was most
 -- of a call's time; so is every byte of a Lua string made (Redis's Lua hashes all of
 -- it, about a nanosecond a byte). The state keeps the stored bytes (`v`; false: every
--- count 0), the newest bucket they hold (`was`) and the counts written since (`set`,
--- slot → count). `patch` writes those few counts into the stored value in place;
--- `encode` (a new key, or many counts written) splices them into the stored bytes.
+-- count 0), the newest bucket they hold (`was`), the counts written since (`set`,
+-- slot → count; a short form's one count is there from the start) and whether the
+-- stored value is the short form (`short`). `patch` writes those few counts into the
+-- stored value in place; `encode` (a new key, or many counts written) gives the short
+-- form when it holds the state, else splices the counts into the stored bytes.
 -- `n` is P+1, or 0 before the first charge (the Rust's empty Vec).
 
 -- 16 + 8n zero bytes, per n: the stored bytes of a ring of zeros (0.0 packs as zeros).
@@ -44,17 +50,37 @@ local function define_sliding_window()
   local sliding_window = {}
 
   function sliding_window.decode(r, v)
-    if not v then return { newest = 0, total = 0, n = 0, v = false, was = 0, set = {} } end
+    if not v then
+      return { newest = 0, total = 0, n = 0, v = false, was = 0, set = {}, short = false }
+    end
     local n = r.precision + 1
+    if #v == 16 then
+      -- Refused unless both are whole numbers and the count is above 0 (NaN is not).
+      local newest, total = struct.unpack('<dd', v)
+      if not (newest >= 0 and newest <= 9007199254740992 and newest == math.floor(newest) and
+              total > 0 and total <= 9007199254740992 and total == math.floor(total)) then
+        return nil
+      end
+      return { newest = newest, total = total, n = n, v = false, was = newest,
+               set = { [imod(newest, n) + 1] = total }, short = true }
+    end
     if #v ~= 16 + 8 * n then return nil end
     local newest, total = struct.unpack('<dd', v)
-    return { newest = newest, total = total, n = n, v = v, was = newest, set = {} }
+    return { newest = newest, total = total, n = n, v = v, was = newest, set = {}, short = false }
   end
+  -- Every count in the newest bucket: the state has a short form.
+  local function sw_short(s) return sw_get(s, imod(s.newest, s.n) + 1) == s.total end
   -- Writes the header and the counts written into the stored value at `key` in place,
   -- when there is one (`v`) and few counts were written. Returns nil when it wrote
   -- nothing (save writes the whole value), else whether the state's idle time moved
   -- (it follows the newest bucket, so the key's TTL stays right until that moves).
   function sliding_window.patch(_, key, s)
+    if s.short then
+      -- Still short, in the same bucket: the header alone, its TTL still right.
+      if s.newest ~= s.was or not sw_short(s) then return nil end
+      redis.call('SETRANGE', key, '0', struct.pack('<dd', s.newest, s.total))
+      return false
+    end
     if not s.v then return nil end
     local set, k = s.set, 0
     for _ in pairs(set) do
@@ -73,9 +99,11 @@ local function define_sliding_window()
     return s.newest ~= s.was
   end
   function sliding_window.encode(s)
-    local base, set, head = s.v or sw_zeros(s.n), s.set, struct.pack('<dd', s.newest, s.total)
+    local head = struct.pack('<dd', s.newest, s.total)
+    if sw_short(s) then return head end
+    local base, set = s.v or sw_zeros(s.n), s.set
     local only = next(set)
-    if only and next(set, only) == nil then -- one count written (a new key's first)
+    if only and next(set, only) == nil then -- one count written
       local at = 9 + 8 * only
       return head .. string.sub(base, 17, at - 1) .. struct.pack('<d', set[only]) ..
              string.sub(base, at + 8)
@@ -97,7 +125,8 @@ local function define_sliding_window()
   function sliding_window.copy(s)
     local set = {}
     for slot, c in pairs(s.set) do set[slot] = c end
-    return { newest = s.newest, total = s.total, n = s.n, v = s.v, was = s.was, set = set }
+    return { newest = s.newest, total = s.total, n = s.n, v = s.v, was = s.was, set = set,
+             short = s.short }
   end
 
   local INTERPOLATE, STRICT, LENIENT = 0, 1, 2

@@ -121,11 +121,12 @@ async fn scan(store: &RedisStore, pattern: &str) -> Vec<String> {
     }
 }
 
-/// A sliding window's state is written in place (SETRANGE: its header and the counts
-/// a decision changed) once its key exists, and its TTL is renewed exactly when the
-/// newest bucket moves: the stored bytes stay what a whole write would store (the
-/// header's total is the sum of the counts, each count in its bucket's slot), and the
-/// key never expires before the state is idle.
+/// A sliding window's state is 16 bytes while every count is in its newest bucket (the
+/// short form: newest, total), then its ring. Either is written in place (SETRANGE:
+/// its header and the counts a decision changed) once its key exists, and its TTL is
+/// renewed exactly when the newest bucket moves: the stored bytes stay what a whole
+/// write would store (the header's total is the sum of the counts, each count in its
+/// bucket's slot), and the key never expires before the state is idle.
 #[tokio::test]
 async fn a_sliding_window_written_in_place_keeps_its_bytes_and_ttl() {
     for (name, url) in support::targets().into_iter().chain([support::oldest()]) {
@@ -160,13 +161,34 @@ async fn a_sliding_window_written_in_place_keeps_its_bytes_and_ttl() {
         };
         let pttl_args = ["PTTL", name_of.as_str()];
         let pttl = || int(&store, &pttl_args);
+        let get = || async {
+            match store.query(&cmd(&["GET", &name_of])).await.unwrap() {
+                Value::BulkString(b) => b,
+                other => panic!("{name}: GET answered {other:?}"),
+            }
+        };
+        let f =
+            |raw: &[u8], i: usize| f64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap());
 
-        // Written whole (a new key), 9 s into bucket 0: idle in 110 − 9 s, plus the
+        // A new key, 4 s into bucket 0: the short form, idle in 110 − 4 s, plus the
         // caller's-clock margin of a second.
-        check(9, 3).await;
+        check(4, 2).await;
         let first = pttl().await;
-        assert!((97_000..=102_000).contains(&first), "{name}: PTTL {first}");
-        // In place, the newest bucket moved to 3: idle in 140 − 30 s, renewed.
+        assert!((102_000..=107_000).contains(&first), "{name}: PTTL {first}");
+        // In place in the same bucket, 5 s on: still short, its TTL left as it was
+        // (renewing it would give 110 − 9 s + 1 s = 102 s).
+        check(9, 1).await;
+        let short = get().await;
+        assert_eq!(short.len(), 16, "{name}: the short form");
+        assert_eq!(f(&short, 0), bucket as f64, "{name}: newest");
+        assert_eq!(f(&short, 1), 3.0, "{name}: total");
+        let kept = pttl().await;
+        assert!(
+            (106_000..=first).contains(&kept),
+            "{name}: PTTL {kept} after {first}"
+        );
+        // Written whole, the newest bucket moved to 3 (two buckets hold counts: the
+        // ring): idle in 140 − 30 s, renewed.
         check(30, 2).await;
         let moved = pttl().await;
         assert!((106_500..=111_000).contains(&moved), "{name}: PTTL {moved}");
@@ -180,19 +202,67 @@ async fn a_sliding_window_written_in_place_keeps_its_bytes_and_ttl() {
         );
 
         // The bytes: newest, total, then 11 counts, the ring slot of bucket b at b % 11.
-        let raw = match store.query(&cmd(&["GET", &name_of])).await.unwrap() {
-            Value::BulkString(b) => b,
-            other => panic!("{name}: GET answered {other:?}"),
-        };
+        let raw = get().await;
         assert_eq!(raw.len(), 16 + 8 * 11, "{name}");
-        let f = |i: usize| f64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap());
-        let counts: Vec<f64> = (0..11).map(|slot| f(2 + slot)).collect();
-        assert_eq!(f(0), (bucket + 3) as f64, "{name}: newest");
-        assert_eq!(f(1), 9.0, "{name}: total");
+        let counts: Vec<f64> = (0..11).map(|slot| f(&raw, 2 + slot)).collect();
+        assert_eq!(f(&raw, 0), (bucket + 3) as f64, "{name}: newest");
+        assert_eq!(f(&raw, 1), 9.0, "{name}: total");
         let slot = |b: u64| (b % 11) as usize;
         let mut want = vec![0.0; 11];
         want[slot(bucket)] = 3.0;
         want[slot(bucket + 3)] = 6.0;
         assert_eq!(counts, want, "{name}: counts");
     }
+}
+
+/// Sixteen bytes that are no sliding window's short form (a count of 0, NaN or a
+/// fraction, a bucket below 0 or infinite) are refused, never read as a state, and left
+/// as they were.
+#[tokio::test]
+async fn sixteen_bytes_that_are_not_a_short_form_are_refused() {
+    let url = support::targets()[0].1.clone();
+    let store = support::caller_clock_store(&url, "not-short").await;
+    let l = Limit::builder(
+        Algorithm::SlidingWindow {
+            precision: 10,
+            edge: Edge::Interpolate,
+        },
+        100,
+        Duration::from_secs(100),
+    )
+    .build()
+    .unwrap();
+    let k = key("not-short");
+    let now = Timestamp::from_secs(1_800_000_000);
+    let name_of = store.key_for(&k, &l, now);
+    let bucket = 180_000_000.0;
+    for (newest, total) in [
+        (bucket, 0.0),
+        (bucket, f64::NAN),
+        (bucket, 2.5),
+        (-1.0, 2.0),
+        (f64::INFINITY, 2.0),
+    ] {
+        let bytes: Vec<u8> = [newest, total]
+            .iter()
+            .flat_map(|v: &f64| v.to_le_bytes())
+            .collect();
+        store
+            .query(redis::cmd("SET").arg(&name_of).arg(&bytes))
+            .await
+            .unwrap();
+        let err = store
+            .check(&[Request::new(&k, &l, 1)], now)
+            .await
+            .expect_err("refused");
+        assert!(
+            err.to_string().contains("not state of its algorithm"),
+            "({newest}, {total}): {err}"
+        );
+        let Value::BulkString(kept) = store.query(&cmd(&["GET", &name_of])).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(kept, bytes, "({newest}, {total}): left as it was");
+    }
+    store.query(&cmd(&["DEL", &name_of])).await.unwrap();
 }
