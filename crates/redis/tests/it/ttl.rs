@@ -132,16 +132,7 @@ async fn a_sliding_window_written_in_place_keeps_its_bytes_and_ttl() {
     for (name, url) in support::targets().into_iter().chain([support::oldest()]) {
         let store = support::caller_clock_store(&url, "in-place").await;
         // Ten buckets of 10 s: the state is idle 110 s after its newest bucket began.
-        let l = Limit::builder(
-            Algorithm::SlidingWindow {
-                precision: 10,
-                edge: Edge::Interpolate,
-            },
-            100,
-            Duration::from_secs(100),
-        )
-        .build()
-        .unwrap();
+        let l = ten_buckets();
         let k = key("in-place");
         let name_of = store.key_for(&k, &l, Timestamp::from_secs(0));
         let start = 1_800_000_000u64; // a multiple of 10 s: bucket 180,000,000 begins
@@ -222,16 +213,7 @@ async fn a_sliding_window_written_in_place_keeps_its_bytes_and_ttl() {
 async fn sixteen_bytes_that_are_not_a_short_form_are_refused() {
     let url = support::targets()[0].1.clone();
     let store = support::caller_clock_store(&url, "not-short").await;
-    let l = Limit::builder(
-        Algorithm::SlidingWindow {
-            precision: 10,
-            edge: Edge::Interpolate,
-        },
-        100,
-        Duration::from_secs(100),
-    )
-    .build()
-    .unwrap();
+    let l = ten_buckets();
     let k = key("not-short");
     let now = Timestamp::from_secs(1_800_000_000);
     let name_of = store.key_for(&k, &l, now);
@@ -265,4 +247,18 @@ async fn sixteen_bytes_that_are_not_a_short_form_are_refused() {
         assert_eq!(kept, bytes, "({newest}, {total}): left as it was");
     }
     store.query(&cmd(&["DEL", &name_of])).await.unwrap();
+}
+
+/// A sliding window of 100 in 100 s, in ten buckets of 10 s.
+fn ten_buckets() -> Limit {
+    Limit::builder(
+        Algorithm::SlidingWindow {
+            precision: 10,
+            edge: Edge::Interpolate,
+        },
+        100,
+        Duration::from_secs(100),
+    )
+    .build()
+    .unwrap()
 }
