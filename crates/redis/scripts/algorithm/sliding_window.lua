@@ -102,12 +102,6 @@ local function define_sliding_window()
     local head = struct.pack('<dd', s.newest, s.total)
     if sw_short(s) then return head end
     local base, set = s.v or sw_zeros(s.n), s.set
-    local only = next(set)
-    if only and next(set, only) == nil then -- one count written
-      local at = 9 + 8 * only
-      return head .. string.sub(base, 17, at - 1) .. struct.pack('<d', set[only]) ..
-             string.sub(base, at + 8)
-    end
     -- The written counts in ring order, each spliced between the stored bytes around it.
     local parts, from = { head }, 17
     for slot = 1, s.n do
